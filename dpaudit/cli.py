@@ -1,0 +1,246 @@
+"""The ``dpaudit`` command line: the commands that Snakemake rules, DVC stages and users call.
+
+``dpaudit --help`` stays instant: torch loads only inside the commands that train or attack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from dpaudit import __version__
+from dpaudit._validation import DPAuditError
+from dpaudit.config import TrainConfig
+
+_TRAIN_EXAMPLE = """example (target + 3 shadows, seed 004's σ_DP and C, on digits):
+  dpaudit train --dataset digits --model cnn-digits --optimizer dpsgd-gc --sigma-dp 0.002 \\
+      --clip-norm 20 --batch-size 50 --lr 0.1 --epochs 20 --eval-epochs 10,20 --sampling shuffle \\
+      --num-shadows 3 --target-size 300 --out results/demo
+  dpaudit attack --run results/demo"""
+
+
+def _field_help() -> dict[str, str]:
+    """Help text of each TrainConfig field, read from its docstring (one source of truth)."""
+    helps: dict[str, str] = {}
+    current = None
+    for line in (TrainConfig.__doc__ or "").splitlines():
+        match = re.match(r"\s{8}(\w+): (.*)", line)
+        if match:
+            current = match.group(1)
+            helps[current] = match.group(2)
+        elif current and line.startswith(" " * 12):
+            helps[current] += " " + line.strip()
+    return helps
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    helps = _field_help()
+    converters = {"str": str, "int": int, "float": float, "float | None": float, "int | None": int}
+    for item in fields(TrainConfig):
+        flag = "--" + item.name.replace("_", "-")
+        help_text = helps.get(item.name, "")
+        if item.type == "bool":
+            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+        elif item.type == "tuple[int, ...]":
+            parser.add_argument(flag, type=_int_list, metavar="E1,E2,...", help=help_text)
+        else:
+            parser.add_argument(flag, type=converters[item.type], help=f"{help_text} (default: {item.default})")
+
+
+def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    values = {}
+    if args.config:
+        import yaml
+
+        with open(args.config, encoding="utf-8") as stream:
+            loaded = yaml.safe_load(stream) or {}
+        if not isinstance(loaded, dict):
+            raise DPAuditError(f"{args.config} must hold a mapping of TrainConfig keys")
+        values.update(loaded)
+    for item in fields(TrainConfig):
+        value = getattr(args, item.name)
+        if value is not None:
+            values[item.name] = value
+    return TrainConfig.from_dict(values)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    config = _config_from_args(args).validated()  # one-line errors before any data or torch work
+    from dpaudit.train import train_configuration
+
+    summary = train_configuration(config, out_dir=args.out, progress=not args.quiet)
+    derived = summary["derived"]
+    print(
+        f"trained {len(summary['models'])} models ({config.optimizer}, n={derived['dataset_size_n']}, "
+        f"q={derived['sample_rate_q']:.4g}, z={derived['noise_multiplier_z']}, "
+        f"{derived['steps_per_epoch']} steps/epoch × {config.epochs} epochs) → {args.out}"
+    )
+    return 0
+
+
+def _cmd_attack(args: argparse.Namespace) -> int:
+    from dpaudit.attacks import ShadowAttackConfig, attack_run
+
+    config = ShadowAttackConfig(epochs=args.attack_epochs, per_class=not args.pooled, seed=args.seed)
+    results = attack_run(
+        args.run, epochs=list(args.epochs) if args.epochs else None, config=config, delta=args.delta,
+        out_dir=args.out, progress=not args.quiet,
+    )
+    print(f"{'epoch':>6} {'FPR':>8} {'FNR':>8} {'ε̂ (eq. 20)':>12}")
+    for result in results:
+        print(f"{result.epoch:>6} {result.fpr:>8.4f} {result.fnr:>8.4f} {result.epsilon_hat:>12.4f}")
+    print(f"ε̂ is the papers' point estimate at δ = {args.delta:g}, not a confidence bound.")
+    return 0
+
+
+def _cmd_theory(args: argparse.Namespace) -> int:
+    from dpaudit import theory
+
+    params = {}
+    for name in ("alpha", "L", "C", "sigma", "D", "n", "b", "eta", "m"):
+        value = getattr(args, name)
+        if value is not None:
+            params[name] = value
+    if args.bound == "alpha-star":
+        payload = {"q": args.q, "sigma": args.sigma, "alpha_star": theory.alpha_star(q=args.q, sigma=args.sigma)}
+    else:
+        if args.epochs is not None:
+            if "n" not in params or "b" not in params:
+                raise DPAuditError("--epochs needs --n and --b to convert epochs to steps (T = ceil(n/b)·E)")
+            steps = [int(t) for t in theory.epochs_to_steps(epochs=list(args.epochs), n=int(params["n"]), b=int(params["b"]))]
+        else:
+            steps = list(args.steps)
+        for key in ("n", "b"):
+            if key in params and float(params[key]).is_integer():
+                params[key] = int(params[key])
+        values = theory.rdp_bound(args.bound, steps, **params)
+        payload = {
+            "bound": args.bound,
+            "alpha": params.get("alpha"),
+            "params": params,
+            "steps": steps,
+            "epsilon_rdp": [float(v) for v in values],
+            "conditions_violated": theory.check_conditions(args.bound, **params),
+        }
+        if args.delta is not None:
+            payload["delta"] = args.delta
+            payload["epsilon_dp_at_alpha"] = [
+                float(v) for v in theory.rdp_to_dp(epsilon_rdp=values, alpha=params["alpha"], delta=args.delta)
+            ]
+    print(json.dumps(payload, indent=2, allow_nan=True))
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "datasets":
+        from dpaudit.data import available_datasets, dataset_info
+
+        for name in available_datasets():
+            info = dataset_info(name)
+            print(f"{name:15} {info.input_shape}  classes={info.num_classes}  train={info.train_size}  test={info.test_size}")
+    elif args.what == "bounds":
+        from dpaudit.theory import available_bounds, bound_parameters
+
+        for name in available_bounds():
+            print(f"{name:24} {', '.join(bound_parameters(name))}")
+    else:
+        registry = __import__(f"dpaudit.{args.what}", fromlist=["available"])
+        for name in registry.available():
+            spec = registry.get_spec(name)
+            claim = "" if getattr(spec, "dp_claim", True) else "  [no DP claim]"
+            print(f"{name:20} {spec.description}{claim}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dpaudit",
+        description="Audit and reproduce differentially private training: train target and shadow models "
+        "with DP optimizers, attack them, and compare empirical ε̂ with theoretical ε.",
+    )
+    parser.add_argument("--version", action="version", version=f"dpaudit {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser(
+        "train",
+        help="train the target and shadow models of one configuration and trial",
+        description="Train the target and the shadow models of one configuration and Monte Carlo trial; "
+        "write checkpoints, per-epoch metrics and the privacy ledger under --out.",
+        epilog=_TRAIN_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument("--out", required=True, type=Path, help="output folder of the run")
+    train.add_argument("--config", type=Path, help="YAML file of configuration keys (flags override it)")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_config_arguments(train)
+    train.set_defaults(handler=_cmd_train)
+
+    attack = commands.add_parser(
+        "attack",
+        help="run the shadow-model membership-inference attack on a trained run",
+        description="Seed 004's shadow-model attack (per-class 10→50→2 MLPs on logits) against the target of "
+        "a `dpaudit train` run, at each checkpoint epoch. Prints FPR, FNR and ε̂ (eq. 20); writes attack.json "
+        "and per-record scores (scores_epoch_EEEE.csv).",
+    )
+    attack.add_argument("--run", required=True, type=Path, help="output folder of `dpaudit train`")
+    attack.add_argument("--epochs", type=_int_list, help="checkpoint epochs to attack (default: all)")
+    attack.add_argument("--delta", type=float, default=1e-5, help="DP δ in ε̂ (default: 1e-5)")
+    attack.add_argument("--attack-epochs", type=int, default=50, help="epochs of attack-model training (default: 50)")
+    attack.add_argument("--pooled", action="store_true", help="one attack model for all classes instead of one per class")
+    attack.add_argument("--seed", type=int, default=0, help="seed of the attack models (default: 0)")
+    attack.add_argument("--out", type=Path, help="output folder (default: the run folder)")
+    attack.add_argument("--quiet", action="store_true", help="no progress bars")
+    attack.set_defaults(handler=_cmd_attack)
+
+    theory = commands.add_parser(
+        "theory",
+        help="print a theoretical RDP bound (seed 004 and the bounds it compares with) as JSON",
+        description="Print RDP ε at order α of a bound after T steps (or E epochs), as JSON. "
+        "`dpaudit list bounds` names the bounds and their parameters; `alpha-star` prints α*(q, σ).",
+    )
+    theory.add_argument("bound", help="bound name (see `dpaudit list bounds`) or alpha-star")
+    when = theory.add_mutually_exclusive_group()
+    when.add_argument("--steps", type=_int_list, default=(0,), metavar="T1,T2,...", help="iterations T")
+    when.add_argument("--epochs", type=_int_list, metavar="E1,E2,...", help="epochs E (T = ceil(n/b)·E)")
+    for name, text in (
+        ("alpha", "Rényi order α > 1"), ("L", "smoothness L"), ("C", "clipping threshold C"),
+        ("sigma", "σ_DP, noise std on the averaged gradient"), ("D", "domain size D"), ("n", "dataset size n"),
+        ("b", "batch size b"), ("eta", "learning rate η"), ("m", "weak convexity m (Kong & Ribero)"),
+        ("q", "sample rate q (alpha-star)"),
+    ):
+        theory.add_argument(f"--{name}", type=float, help=text)
+    theory.add_argument("--delta", type=float, help="also convert to (ε, δ)-DP at this α (Mironov 2017)")
+    theory.set_defaults(handler=_cmd_theory)
+
+    listing = commands.add_parser("list", help="list datasets, models, optimizers or bounds")
+    listing.add_argument("what", choices=("datasets", "models", "optim", "bounds"))
+    listing.set_defaults(handler=_cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except DPAuditError as error:
+        print(f"dpaudit: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dpaudit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Model registry: small CNN/MLP models for digits and 28×28 / 32×32 images, and ResNet-18 (GroupNorm).
+
+Every model avoids BatchNorm (incompatible with per-sample gradients) so that it passes Opacus's
+module validation. Build one with ``build_model(name, input_shape=..., num_classes=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from dpaudit._validation import DPAuditError, check_choice, check_positive_int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered model: its builder and the input sizes it is meant for."""
+
+    name: str
+    builder: Callable[..., nn.Module]
+    description: str
+    image_sizes: tuple[int, ...] | None = None  # None: any size
+
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_model(name: str, *, description: str, image_sizes: tuple[int, ...] | None = None):
+    """Decorator adding a builder ``f(*, input_shape, num_classes) -> nn.Module`` to the registry."""
+
+    def decorator(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        _REGISTRY[name] = ModelSpec(name, builder, description, image_sizes)
+        return builder
+
+    return decorator
+
+
+def available() -> list[str]:
+    """Names of the registered models."""
+    return sorted(_REGISTRY)
+
+
+def get_spec(name: str) -> ModelSpec:
+    check_choice("model", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def check_model_input(name: str, *, input_shape: tuple[int, int, int], num_classes: int) -> None:
+    """Raise a one-line ``DPAuditError`` if ``name`` cannot take ``input_shape`` images."""
+    spec = get_spec(name)
+    if len(input_shape) != 3:
+        raise DPAuditError(f"input_shape must be (channels, height, width), got {input_shape}")
+    for dim in input_shape:
+        check_positive_int("input_shape entries", dim)
+    check_positive_int("num_classes", num_classes)
+    if num_classes < 2:
+        raise DPAuditError(f"num_classes must be ≥ 2, got {num_classes}")
+    _, height, width = input_shape
+    if spec.image_sizes is not None and (height != width or height not in spec.image_sizes):
+        sizes = ", ".join(f"{s}×{s}" for s in spec.image_sizes)
+        raise DPAuditError(f"model {name!r} takes {sizes} images, got {height}×{width}")
+
+
+def build_model(name: str, *, input_shape: tuple[int, int, int], num_classes: int, seed: int | None = None) -> nn.Module:
+    """Build a registered model.
+
+    Args:
+        name: a name from ``available()``.
+        input_shape: (channels, height, width) of the input images.
+        num_classes: number of output logits.
+        seed: if given, the parameter initialisation is drawn from this seed (data-independent).
+
+    Returns:
+        The model, in train mode, with float32 parameters.
+    """
+    check_model_input(name, input_shape=tuple(input_shape), num_classes=num_classes)
+    if seed is None:
+        return get_spec(name).builder(input_shape=tuple(input_shape), num_classes=num_classes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_spec(name).builder(input_shape=tuple(input_shape), num_classes=num_classes)
+
+
+def _group_norm(channels: int) -> nn.GroupNorm:
+    # What opacus.validators.ModuleValidator.fix puts in place of BatchNorm2d.
+    return nn.GroupNorm(min(32, channels), channels, affine=True)
+
+
+@register_model("mlp", description="two-layer perceptron (flattened input → 128 → classes)")
+def _mlp(*, input_shape, num_classes):
+    channels, height, width = input_shape
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(channels * height * width, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
+
+
+@register_model("cnn-digits", description="small CNN for 8×8 digits: 2 conv layers + linear", image_sizes=(8,))
+def _cnn_digits(*, input_shape, num_classes):
+    channels = input_shape[0]
+    return nn.Sequential(
+        nn.Conv2d(channels, 16, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, num_classes),
+    )
+
+
+@register_model(
+    "cnn",
+    description="CNN for 28×28 and 32×32 images: 2 conv+pool blocks (GroupNorm), linear 128, linear",
+    image_sizes=(28, 32),
+)
+def _cnn(*, input_shape, num_classes):
+    channels, height, _ = input_shape
+    spatial = height // 4
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, kernel_size=3, padding=1),
+        _group_norm(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, kernel_size=3, padding=1),
+        _group_norm(64),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * spatial * spatial, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
+
+
+@register_model(
+    "resnet18-gn",
+    description="torchvision ResNet-18 (ImageNet stem, as seed 004's code) with GroupNorm(min(32, c), c)",
+)
+def _resnet18_gn(*, input_shape, num_classes):
+    return _resnet18(input_shape=input_shape, num_classes=num_classes, cifar_stem=False)
+
+
+@register_model(
+    "resnet18-gn-cifar",
+    description="ResNet-18 with GroupNorm and the CIFAR stem (3×3 conv, no max-pool)",
+)
+def _resnet18_gn_cifar(*, input_shape, num_classes):
+    return _resnet18(input_shape=input_shape, num_classes=num_classes, cifar_stem=True)
+
+
+def _resnet18(*, input_shape, num_classes, cifar_stem: bool) -> nn.Module:
+    from torchvision.models import resnet18
+
+    model = resnet18(weights=None, num_classes=num_classes, norm_layer=_group_norm)
+    channels = input_shape[0]
+    if cifar_stem:
+        model.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+    elif channels != 3:
+        model.conv1 = nn.Conv2d(channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    return model
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Number of trainable parameters d."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

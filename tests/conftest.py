@@ -1,0 +1,22 @@
+import pytest
+
+from dpaudit.config import TrainConfig
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    """A digits configuration small enough to train 1 target + 2 shadows in seconds."""
+    return TrainConfig(
+        dataset="digits", model="cnn-digits", optimizer="dpsgd-gc", epochs=4, batch_size=50, lr=0.1,
+        clip_norm=20.0, sigma_dp=0.002, sampling="shuffle", eval_epochs=(2, 4), target_size=200,
+        num_shadows=2, seed=3, device="cpu",
+    )
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, tiny_config):
+    from dpaudit.train import train_configuration
+
+    out = tmp_path_factory.mktemp("run")
+    train_configuration(tiny_config, out_dir=out, progress=False)
+    return out

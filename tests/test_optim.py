@@ -1,0 +1,139 @@
+"""One optimizer step against a hand computation; clipping and projection invariants."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from dpaudit import optim
+from dpaudit._validation import DPAuditError
+from dpaudit.optim import Hyperparameters
+
+
+def _tiny_params():
+    return [torch.tensor([1.0, -2.0]), torch.tensor([0.5])]
+
+
+def _hyper(**overrides):
+    values = dict(lr=0.1, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3)
+    values.update(overrides)
+    return Hyperparameters(**values)
+
+
+def test_registry_lists_seed004_optimizers():
+    names = optim.available()
+    assert {"sgd", "dpsgd-gc", "dpsgd-dc"} <= set(names)
+    assert optim.get_spec("sgd").dp_claim is False
+    assert optim.get_spec("dpsgd-gc").dp_claim and optim.get_spec("dpsgd-dc").dp_claim
+    with pytest.raises(DPAuditError, match="unknown optimizer 'adam'"):
+        optim.get_spec("adam")
+
+
+def test_noise_convention_maps_onto_noise_multiplier():
+    # seed 004 §1.5: z = σ_DP·b/C with σ_DP = 0.002, C = 20.
+    for b, z in [(100, 0.01), (200, 0.02), (300, 0.03), (400, 0.04), (600, 0.06), (1000, 0.1)]:
+        assert optim.sigma_dp_to_noise_multiplier(sigma_dp=0.002, batch_size=b, clip_norm=20) == pytest.approx(z)
+        assert optim.noise_multiplier_to_sigma_dp(noise_multiplier=z, batch_size=b, clip_norm=20) == pytest.approx(0.002)
+
+
+def test_dpsgd_gc_step_matches_hand_computation():
+    params = _tiny_params()
+    opt = optim.DPSGD(params, _hyper(), generator=torch.Generator().manual_seed(7))
+    # two samples; sample 0 has norm 5 (clipped to 1), sample 1 has norm 0.5 (kept)
+    grads = [torch.tensor([[3.0, 0.0], [0.3, 0.0]]), torch.tensor([[4.0], [0.4]])]
+    opt.accumulate(grads)
+    z, q = opt.step(realized_batch_size=2)
+    reference = torch.Generator().manual_seed(7)
+    noise = [torch.randn(2, generator=reference), torch.randn(1, generator=reference)]
+    scale0 = 1.0 / (5.0 + 1e-6)
+    summed = [torch.tensor([3.0 * scale0 + 0.3, 0.0]), torch.tensor([4.0 * scale0 + 0.4])]
+    expected = [p - 0.1 * (s / 2 + 0.3 * n) for p, s, n in zip(_tiny_params(), summed, noise)]
+    for got, want in zip(params, expected):
+        torch.testing.assert_close(got, want)
+    assert z == pytest.approx(0.3 * 2 / 1.0) and q == pytest.approx(0.2)
+
+
+def test_every_clipped_per_sample_gradient_has_norm_at_most_c():
+    torch.manual_seed(0)
+    grads = [torch.randn(64, 5, 3) * 10, torch.randn(64, 7)]
+    captured = []
+
+    class Recording(optim.DPSGD):
+        def accumulate(self, per_sample):
+            norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_sample))
+            factors = (self.hyper.clip_norm / (norms + optim.CLIP_EPSILON)).clamp(max=1.0)
+            captured.append(torch.sqrt(sum((g * factors.view(-1, *[1] * (g.dim() - 1))).flatten(1).pow(2).sum(1)
+                                           for g in per_sample)))
+            super().accumulate(per_sample)
+
+    params = [torch.zeros(5, 3), torch.zeros(7)]
+    opt = Recording(params, _hyper(clip_norm=2.0, sigma_dp=0.0), generator=torch.Generator())
+    opt.accumulate(grads)
+    assert captured[0].max() <= 2.0 + 1e-5
+    # the sum of 64 clipped gradients therefore has norm ≤ 64 C
+    opt.step(realized_batch_size=64)
+    step_norm = math.sqrt(sum(float(p.pow(2).sum()) for p in params))
+    assert step_norm <= 0.1 * 2.0 * 64 / 2 + 1e-4
+
+
+@pytest.mark.parametrize("center", ["origin", "init"])
+def test_dpsgd_dc_keeps_parameters_in_the_ball(center):
+    torch.manual_seed(1)
+    params = [torch.randn(10) * 5, torch.randn(3, 3) * 5]
+    initial = [p.clone() for p in params]
+    radius = 2.0
+    opt = optim.DPSGDDomainConstrained(
+        params, _hyper(sigma_dp=5.0, domain_radius=radius, domain_center=center, clip_norm=3.0),
+        generator=torch.Generator().manual_seed(0),
+    )
+    centre = initial if center == "init" else [torch.zeros_like(p) for p in params]
+
+    def distance():
+        return math.sqrt(sum(float((p - c).pow(2).sum()) for p, c in zip(params, centre)))
+
+    if center == "origin":
+        assert distance() == pytest.approx(radius)  # θ_0 projected into K
+    for _ in range(20):
+        opt.accumulate([torch.randn(4, 10) * 10, torch.randn(4, 3, 3) * 10])
+        opt.step(realized_batch_size=4)
+        assert distance() <= radius * (1 + 1e-6)
+
+
+def test_projection_is_exact_rescaling():
+    params = [torch.tensor([3.0, 4.0])]
+    optim.DPSGDDomainConstrained(params, _hyper(domain_radius=1.0, sigma_dp=0.0), generator=torch.Generator())
+    torch.testing.assert_close(params[0], torch.tensor([0.6, 0.8]))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"clip_norm": -1.0}, "clip_norm"),
+        ({"sigma_dp": -0.1}, "sigma_dp"),
+        ({"lr": 0.0}, "lr"),
+        ({"clip_norm": None}, "clip_norm"),
+    ],
+)
+def test_bad_hyperparameters_are_one_line_errors(overrides, message):
+    with pytest.raises(DPAuditError, match=message) as info:
+        optim.DPSGD.check(_hyper(**overrides))
+    assert "\n" not in str(info.value)
+
+
+def test_dc_needs_positive_radius():
+    for radius in (None, 0.0, -3.0):
+        with pytest.raises(DPAuditError, match="domain_radius"):
+            optim.DPSGDDomainConstrained.check(_hyper(domain_radius=radius))
+
+
+def test_sgd_is_plain_gradient_step():
+    model = nn.Linear(2, 1)
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    opt = optim.SGD(params, _hyper(), generator=torch.Generator())
+    grads = [torch.ones_like(p) for p in params]
+    opt.accumulate(grads)
+    assert opt.step(realized_batch_size=2) is None
+    for p, b in zip(params, before):
+        torch.testing.assert_close(p.detach(), b - 0.1)
