@@ -124,21 +124,26 @@ def _cmd_theory(args: argparse.Namespace) -> int:
         for key in ("n", "b"):
             if key in params and float(params[key]).is_integer():
                 params[key] = int(params[key])
-        values = theory.rdp_bound(args.bound, steps, **params)
+        used = {key: value for key, value in params.items() if key in theory.bound_parameters(args.bound)}
+        values = theory.rdp_bound(args.bound, steps, check_conditions=False, **used)
+        try:  # validity conditions may need parameters the formula does not (b for the SGM bounds)
+            conditions = theory.check_conditions(args.bound, **params)
+        except DPAuditError as error:
+            conditions = f"not checked: {error}"
         payload = {
             "bound": args.bound,
             "alpha": params.get("alpha"),
-            "params": params,
+            "params": used,
             "steps": steps,
             "epsilon_rdp": [float(v) for v in values],
-            "conditions_violated": theory.check_conditions(args.bound, **params),
+            "conditions_violated": conditions,
         }
         if args.delta is not None:
             payload["delta"] = args.delta
             payload["epsilon_dp_at_alpha"] = [
                 float(v) for v in theory.rdp_to_dp(epsilon_rdp=values, alpha=params["alpha"], delta=args.delta)
             ]
-    print(json.dumps(payload, indent=2, allow_nan=True))
+    print(json.dumps(payload, indent=2, allow_nan=True, ensure_ascii=False))
     return 0
 
 

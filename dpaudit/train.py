@@ -267,7 +267,7 @@ def _accumulate_batch(model, optimizer, per_sample, images, labels, index, confi
         loss = F.cross_entropy(model(images[index]), labels[index])
         grads = torch.autograd.grad(loss, optimizer.params)
         optimizer.accumulate([g.detach() for g in grads])
-        return float(loss)
+        return loss.item()
     total = 0.0
     for chunk in torch.split(index, config.microbatch_size):
         grads, losses = per_sample(images[chunk], labels[chunk])

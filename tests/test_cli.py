@@ -1,0 +1,98 @@
+"""The command line: help, the train → attack workflow, theory values, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpaudit.cli import main
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["attack", "--help"], ["theory", "--help"],
+                                  ["list", "--help"]])
+def test_help(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 0
+    assert "usage: dpaudit" in capsys.readouterr().out
+
+
+def test_light_import_and_instant_help():
+    code = (
+        "import sys, dpaudit, dpaudit.data, dpaudit.theory, dpaudit.config, dpaudit.ledger, dpaudit.cli;"
+        "dpaudit.cli.build_parser();"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+TRAIN = ["train", "--dataset", "digits", "--model", "cnn-digits", "--optimizer", "dpsgd-gc", "--sigma-dp", "0.002",
+         "--clip-norm", "20", "--batch-size", "50", "--lr", "0.1", "--epochs", "2", "--sampling", "shuffle",
+         "--num-shadows", "1", "--target-size", "100", "--quiet"]
+
+
+def test_train_then_attack(tmp_path, capsys):
+    assert main(TRAIN + ["--out", str(tmp_path / "run")]) == 0
+    assert "trained 2 models" in capsys.readouterr().out
+    assert main(["attack", "--run", str(tmp_path / "run"), "--attack-epochs", "5", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "FPR" in out and "FNR" in out and "ε̂" in out
+    assert json.loads((tmp_path / "run" / "attack.json").read_text())["results"][0]["epoch"] == 2
+
+
+def test_config_file_with_flag_override(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("dataset: digits\nmodel: mlp\noptimizer: sgd\nepochs: 1\nbatch_size: 50\n"
+                      "target_size: 100\nnum_shadows: 0\n")
+    assert main(["train", "--config", str(config), "--epochs", "2", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())["config"]
+    assert saved["model"] == "mlp" and saved["epochs"] == 2
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (["--optimizer", "adam"], "unknown optimizer 'adam'"),
+        (["--dataset", "imagenet"], "unknown dataset"),
+        (["--sigma-dp", "-1"], "sigma_dp"),
+        (["--clip-norm", "-1"], "clip_norm"),
+        (["--batch-size", "5000"], "larger than the training data"),
+        (["--optimizer", "dpsgd-dc", "--domain-radius", "0"], "domain_radius"),
+        (["--optimizer", "dpsgd-dc", "--domain-radius", "-3"], "domain_radius"),
+    ],
+)
+def test_bad_input_is_one_line_before_training(tmp_path, capsys, change, message):
+    out = tmp_path / "run"
+    assert main(TRAIN + change + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dpaudit: error:") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_theory_command_reproduces_figure1_value(capsys):
+    assert main(["theory", "dpsgd-dc", "--steps", "0,10,49,200", "--alpha", "1.1", "--L", "1", "--C", "2",
+                 "--sigma", "4", "--D", "1", "--n", "8", "--b", "2", "--eta", "0.2"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["epsilon_rdp"] == pytest.approx([0.0, 0.34375, 1.684375, 1.684375])
+
+
+def test_theory_epochs_and_conditions(capsys):
+    assert main(["theory", "mironov-composition", "--epochs", "1", "--alpha", "1.1", "--C", "2", "--sigma", "4",
+                 "--n", "8", "--b", "2"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["steps"] == [4]
+    assert payload["epsilon_rdp"] == pytest.approx([4 * 0.034375])
+    assert any("q ≤ 1/5" in line for line in payload["conditions_violated"])
+
+
+def test_attack_on_missing_run_is_one_line(tmp_path, capsys):
+    assert main(["attack", "--run", str(tmp_path / "nothing")]) == 2
+    assert "run `dpaudit train` first" in capsys.readouterr().err
+
+
+def test_list_commands(capsys):
+    for what in ("datasets", "models", "optim", "bounds"):
+        assert main(["list", what]) == 0
+    out = capsys.readouterr().out
+    assert "dpsgd-dc" in out and "resnet18-gn" in out and "cifar10" in out and "kong-ribero2024" in out
