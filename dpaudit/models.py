@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dpaudit._validation import DPAuditError, check_choice, check_positive_int
+from dpaudit._registry import Registry
+from dpaudit._validation import DPAuditError, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -25,14 +26,14 @@ class ModelSpec:
     image_sizes: tuple[int, ...] | None = None  # None: any size
 
 
-_REGISTRY: dict[str, ModelSpec] = {}
+_REGISTRY: Registry[ModelSpec] = Registry("model")
 
 
 def register_model(name: str, *, description: str, image_sizes: tuple[int, ...] | None = None):
     """Decorator adding a builder ``f(*, input_shape, num_classes) -> nn.Module`` to the registry."""
 
     def decorator(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-        _REGISTRY[name] = ModelSpec(name, builder, description, image_sizes)
+        _REGISTRY.add(name, ModelSpec(name, builder, description, image_sizes))
         return builder
 
     return decorator
@@ -40,12 +41,11 @@ def register_model(name: str, *, description: str, image_sizes: tuple[int, ...] 
 
 def available() -> list[str]:
     """Names of the registered models."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_spec(name: str) -> ModelSpec:
-    check_choice("model", name, _REGISTRY)
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)
 
 
 def check_model_input(name: str, *, input_shape: tuple[int, int, int], num_classes: int) -> None:

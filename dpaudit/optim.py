@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import torch
 
+from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_choice, check_positive
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
@@ -34,14 +35,14 @@ class OptimizerSpec:
     description: str
 
 
-_REGISTRY: dict[str, OptimizerSpec] = {}
+_REGISTRY: Registry[OptimizerSpec] = Registry("optimizer")
 
 
 def register(name: str, *, dp_claim: bool, description: str):
     """Class decorator adding an optimizer to the registry under ``name``."""
 
     def decorator(cls: type[Optimizer]) -> type[Optimizer]:
-        _REGISTRY[name] = OptimizerSpec(name, cls, dp_claim, description)
+        _REGISTRY.add(name, OptimizerSpec(name, cls, dp_claim, description))
         return cls
 
     return decorator
@@ -49,12 +50,11 @@ def register(name: str, *, dp_claim: bool, description: str):
 
 def available() -> list[str]:
     """Names of the registered optimizers."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_spec(name: str) -> OptimizerSpec:
-    check_choice("optimizer", name, _REGISTRY)
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)
 
 
 def sigma_dp_to_noise_multiplier(*, sigma_dp: float, batch_size: float, clip_norm: float) -> float:
