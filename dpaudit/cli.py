@@ -126,10 +126,12 @@ def _cmd_theory(args: argparse.Namespace) -> int:
                 params[key] = int(params[key])
         used = {key: value for key, value in params.items() if key in theory.bound_parameters(args.bound)}
         values = theory.rdp_bound(args.bound, steps, check_conditions=False, **used)
-        try:  # validity conditions may need parameters the formula does not (b for the SGM bounds)
-            conditions = theory.check_conditions(args.bound, **params)
-        except DPAuditError as error:
-            conditions = f"not checked: {error}"
+        required, optional = theory.condition_parameters(args.bound)
+        missing = [key for key in required if key not in params]
+        conditions = (  # validity conditions may need parameters the formula does not (b for the SGM bounds)
+            f"not checked: needs {', '.join(missing)}" if missing
+            else theory.check_conditions(args.bound, **{k: v for k, v in params.items() if k in (*required, *optional)})
+        )
         payload = {
             "bound": args.bound,
             "alpha": params.get("alpha"),
@@ -147,6 +149,32 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_figure(args: argparse.Namespace) -> int:
+    from dpaudit._io import write_json
+    from dpaudit._validation import check_choice
+    from dpaudit.figures import FIGURES
+
+    check_choice("figure", args.name, FIGURES)
+    entry = FIGURES[args.name](out_dir=args.out)
+    entry["name"] = args.name
+    write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
+    for claim in entry["claims"]:
+        print(f"[{'holds' if claim['holds'] else 'does NOT hold'}] {claim['claim']}")
+    print("wrote " + ", ".join(entry["files"]))
+    return 0
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    from dpaudit._io import read_json, write_json
+
+    entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
+    write_json(args.out, {"figures": entries})
+    held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
+    total = sum(len(entry["claims"]) for entry in entries)
+    print(f"{len(entries)} figures, {held} of {total} paper claims hold on this data → {args.out}")
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.what == "datasets":
         from dpaudit.data import available_datasets, dataset_info
@@ -154,6 +182,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for name in available_datasets():
             info = dataset_info(name)
             print(f"{name:15} {info.input_shape}  classes={info.num_classes}  train={info.train_size}  test={info.test_size}")
+    elif args.what == "figures":
+        from dpaudit.figures import FIGURES
+
+        for name, draw in FIGURES.items():
+            print(f"{name:22} {(draw.__doc__ or '').splitlines()[0]}")
     elif args.what == "bounds":
         from dpaudit.theory import available_bounds, bound_parameters
 
@@ -228,8 +261,18 @@ def build_parser() -> argparse.ArgumentParser:
     theory.add_argument("--delta", type=float, help="also convert to (ε, δ)-DP at this α (Mironov 2017)")
     theory.set_defaults(handler=_cmd_theory)
 
-    listing = commands.add_parser("list", help="list datasets, models, optimizers or bounds")
-    listing.add_argument("what", choices=("datasets", "models", "optim", "bounds"))
+    figure = commands.add_parser("figure", help="draw one paper figure or table (PDF + PNG, manifest entry)")
+    figure.add_argument("name", help="figure name, e.g. dpsgd_dc/figure1 (see `dpaudit list figures`)")
+    figure.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/dpsgd_dc")
+    figure.set_defaults(handler=_cmd_figure)
+
+    manifest = commands.add_parser("manifest", help="merge per-figure manifest entries into figures/manifest.json")
+    manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
+    manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
+    manifest.set_defaults(handler=_cmd_manifest)
+
+    listing = commands.add_parser("list", help="list datasets, models, optimizers, bounds or figures")
+    listing.add_argument("what", choices=("datasets", "models", "optim", "bounds", "figures"))
     listing.set_defaults(handler=_cmd_list)
     return parser
 

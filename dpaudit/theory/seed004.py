@@ -33,6 +33,7 @@ __all__ = [
     "available_bounds",
     "bound_parameters",
     "check_conditions",
+    "condition_parameters",
     "dc_cap",
     "dp_from_linear_rdp",
     "epochs_to_steps",
@@ -340,6 +341,13 @@ def bound_parameters(name: str) -> tuple[str, ...]:
     return _BOUND_PARAMS[name]
 
 
+def condition_parameters(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(required, optional) keyword parameters of :func:`check_conditions` for bound ``name``."""
+    check_choice("bound name", name, _BOUND_PARAMS)
+    required_extra, optional_extra = _CONDITION_EXTRAS.get(name, ((), ()))
+    return (*_BOUND_PARAMS[name], *required_extra), optional_extra
+
+
 def _collect(name: str, params: Mapping[str, float], required: Sequence[str], optional: Sequence[str] = ()):
     missing = [k for k in required if k not in params]
     extra = [k for k in params if k not in required and k not in optional]
@@ -439,8 +447,7 @@ def check_conditions(name: str, /, **params: float) -> list[str]:
         One human-readable line per violated condition; empty if none.
     """
     check_choice("bound name", name, _BOUND_PARAMS)
-    req_extra, opt_extra = _CONDITION_EXTRAS.get(name, ((), ()))
-    p = _collect(name, params, (*_BOUND_PARAMS[name], *req_extra), opt_extra)
+    p = _collect(name, params, *condition_parameters(name))
     return _violations(name, p)
 
 
