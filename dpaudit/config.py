@@ -107,7 +107,9 @@ class TrainConfig:
             raise DPAuditError("give sigma_dp or noise_multiplier, not both")
         if self.noise_multiplier is not None:
             check_positive("noise_multiplier", self.noise_multiplier, allow_zero=True)
-            check_positive("clip_norm (C)", self.clip_norm if self.clip_norm is not None else -1)
+            if self.clip_norm is None:
+                raise DPAuditError("noise_multiplier needs clip_norm (C) to give σ_DP = z·C/b")
+            check_positive("clip_norm (C)", self.clip_norm)
             sigma_dp = self.noise_multiplier * self.clip_norm / self.batch_size  # σ_DP = z·C/b
         config = replace(self, eval_epochs=eval_epochs, shadow_size=shadow_size, sigma_dp=sigma_dp, noise_multiplier=None)
         spec.cls.check(config.hyperparameters(self.target_size))
