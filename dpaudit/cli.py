@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -155,7 +156,12 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     from dpaudit.figures import FIGURES
 
     check_choice("figure", args.name, FIGURES)
-    entry = FIGURES[args.name](out_dir=args.out)
+    draw = FIGURES[args.name]
+    wants_runs = "runs" in inspect.signature(draw).parameters
+    if wants_runs != bool(args.runs):
+        raise DPAuditError(f"figure {args.name} {'needs' if wants_runs else 'takes no'} --runs")
+    options = {"runs": args.runs, "alpha": args.alpha, "L": args.L} if wants_runs else {}
+    entry = draw(out_dir=args.out, **options)
     entry["name"] = args.name
     write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
     for claim in entry["claims"]:
@@ -264,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     figure = commands.add_parser("figure", help="draw one paper figure or table (PDF + PNG, manifest entry)")
     figure.add_argument("name", help="figure name, e.g. dpsgd_dc/figure1 (see `dpaudit list figures`)")
     figure.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/dpsgd_dc")
+    figure.add_argument("--runs", nargs="+", type=Path, help="run folders (trained and attacked) the figure draws")
+    figure.add_argument("--alpha", type=float, default=1.1, help="Rényi order α of the theory panels (default 1.1)")
+    figure.add_argument("--L", type=float, default=0.1, help="smoothness L of the theory panels (default 0.1)")
     figure.set_defaults(handler=_cmd_figure)
 
     manifest = commands.add_parser("manifest", help="merge per-figure manifest entries into figures/manifest.json")

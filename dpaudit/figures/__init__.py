@@ -10,6 +10,9 @@ from dpaudit.figures.style import SERIES_STYLES, figure_style, save_figure, seri
 
 FIGURES = {
     "dpsgd_dc/figure1": dpsgd_dc.figure1,
+    "dpsgd_dc/figure2": dpsgd_dc.figure2,
+    "dpsgd_dc/figure3": dpsgd_dc.figure3,
+    "dpsgd_dc/figure4": dpsgd_dc.figure4,
     "dpsgd_dc/figure5": dpsgd_dc.figure5,
     "dpsgd_dc/table1": dpsgd_dc.table1,
 }

@@ -1,42 +1,55 @@
-# Seed 004 (DPSGD-GC/DC): train target + shadows per trial, attack each checkpoint; theory figures.
-# Figures 2–4 (ε̂ and loss across batch sizes and D) come with the pipeline issue; the demo rules below
-# already produce their kind of data for one configuration.
+# Seed 004 (DPSGD-GC/DC): train target + shadows per configuration and trial, attack every checkpoint,
+# then draw Figs 1–5 and Table 1 into figures/dpsgd_dc/.
 
-DEMO = config["seed004"]["demo"]
-TRIALS = range(DEMO["trials"])
+S4 = config["seed004"]
+COMMON = S4["common"]
+TRIALS = list(range(COMMON["trials"]))
+GC_RUNS = [f"gc_b{b}" for b in S4["gc"]["batch_sizes"]]
+DC_RUNS = [f"dc_b{b}_D{d:g}" for b in S4["dc"]["batch_sizes"] for d in S4["dc"]["domain_radii"]]
 THEORY_FIGURES = ["figure1", "figure5"]
+DATA_FIGURES = {"figure2": GC_RUNS, "figure3": DC_RUNS, "figure4": GC_RUNS}
+
+
+def run_config(name):
+    """Command-line flags of one seed-004 run, from params.yaml (so an edit reruns exactly its jobs)."""
+    kind, rest = name.split("_", 1)
+    grid = S4[kind]
+    flags = {**{k: v for k, v in COMMON.items() if k != "trials"}, "epochs": grid["epochs"],
+             "eval_epochs": ",".join(str(e) for e in grid["eval_epochs"])}
+    parts = {part[0]: part[1:] for part in rest.split("_")}
+    flags["batch_size"] = int(parts["b"])
+    flags["optimizer"] = "dpsgd-gc" if kind == "gc" else "dpsgd-dc"
+    if kind == "dc":
+        flags["domain_radius"] = float(parts["D"])
+    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in flags.items())
 
 
 rule seed004_all:
     input:
-        expand("results/seed004/demo/trial_{trial}/attack.json", trial=TRIALS),
-        expand("figures/dpsgd_dc/{name}.{ext}", name=THEORY_FIGURES, ext=["pdf", "png"]),
+        expand("figures/dpsgd_dc/{name}.{ext}", name=THEORY_FIGURES + list(DATA_FIGURES), ext=["pdf", "png"]),
         "figures/dpsgd_dc/table1.md",
         "figures/manifest.json",
 
 
 rule seed004_train:
     output:
-        "results/seed004/demo/trial_{trial}/config.json",
+        "results/seed004/{run}/trial_{trial}/config.json",
     params:
-        cfg=DEMO,
-        eval_epochs=",".join(str(e) for e in DEMO["eval_epochs"]),
-        out="results/seed004/demo/trial_{trial}",
+        flags=lambda wildcards: run_config(wildcards.run),
+        out="results/seed004/{run}/trial_{trial}",
+    resources:
+        mem_mb=1000,
     shell:
-        "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} --seed {params.cfg[seed]}"
-        " --dataset {params.cfg[dataset]} --model {params.cfg[model]} --optimizer {params.cfg[optimizer]}"
-        " --sigma-dp {params.cfg[sigma_dp]} --clip-norm {params.cfg[clip_norm]} --batch-size {params.cfg[batch_size]}"
-        " --lr {params.cfg[lr]} --epochs {params.cfg[epochs]} --eval-epochs {params.eval_epochs}"
-        " --sampling {params.cfg[sampling]} --target-size {params.cfg[target_size]} --num-shadows {params.cfg[num_shadows]}"
+        "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
 
 
 rule seed004_attack:
     input:
-        "results/seed004/demo/trial_{trial}/config.json",
+        "results/seed004/{run}/trial_{trial}/config.json",
     output:
-        "results/seed004/demo/trial_{trial}/attack.json",
+        "results/seed004/{run}/trial_{trial}/attack.json",
     params:
-        run="results/seed004/demo/trial_{trial}",
+        run="results/seed004/{run}/trial_{trial}",
     shell:
         "dpaudit attack --quiet --run {params.run}"
 
@@ -50,6 +63,22 @@ rule seed004_theory_figure:
         "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc"
 
 
+rule seed004_data_figure:
+    input:
+        lambda wildcards: expand("results/seed004/{run}/trial_{trial}/attack.json",
+                                 run=DATA_FIGURES[wildcards.name], trial=TRIALS),
+    output:
+        multiext("figures/dpsgd_dc/{name}", ".pdf", ".png", ".manifest.json"),
+    wildcard_constraints:
+        name="|".join(DATA_FIGURES),
+    params:
+        runs=lambda wildcards, input: " ".join(str(path).rsplit("/", 1)[0] for path in input),
+        theory=S4["theory"],
+    shell:
+        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --runs {params.runs}"
+        " --alpha {params.theory[alpha]} --L {params.theory[L]}"
+
+
 rule seed004_table1:
     output:
         multiext("figures/dpsgd_dc/table1", ".md", ".tex", ".manifest.json"),
@@ -59,7 +88,7 @@ rule seed004_table1:
 
 rule manifest:
     input:
-        expand("figures/dpsgd_dc/{name}.manifest.json", name=THEORY_FIGURES + ["table1"]),
+        expand("figures/dpsgd_dc/{name}.manifest.json", name=THEORY_FIGURES + list(DATA_FIGURES) + ["table1"]),
     output:
         "figures/manifest.json",
     shell:

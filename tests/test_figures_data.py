@@ -1,0 +1,91 @@
+"""Figures 2–4 from run folders: claims are computed from the data and can fail."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dpaudit._io import write_json
+from dpaudit._validation import DPAuditError
+from dpaudit.figures import FIGURES
+from dpaudit.results import load_run, mean_and_band
+
+EPOCHS = [10, 20, 30]
+
+
+def _fake_run(root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=None, n=120, epochs=30):
+    run = root / name
+    config = {"dataset": "digits", "model": "cnn-digits", "batch_size": batch_size, "target_size": n,
+              "clip_norm": 20.0, "sigma_dp": 0.002, "lr": 0.1, "domain_radius": domain_radius}
+    write_json(run / "config.json", {"config": config})
+    write_json(run / "attack.json", {"results": [{"epoch": e, "epsilon_hat": v} for e, v in zip(EPOCHS, epsilon_hat)]})
+    loss = list(loss_scale * 2.3 * np.exp(-np.arange(epochs) / 10) + 0.01)
+    write_json(run / "target" / "metrics.json", {"train_loss": loss})
+    steps = math.ceil(n / batch_size)
+    write_json(run / "target" / "ledger.json", {"epoch_ends": [steps * (e + 1) for e in range(epochs)]})
+    return run
+
+
+def _gc_runs(root, *, ordered):
+    runs = []
+    for trial in range(2):
+        jitter = 0.01 * trial
+        small = [0.3 + jitter, 0.6, 0.9]
+        large = [0.1 + jitter, 0.2, 0.3] if ordered else [0.5, 0.1, 0.4]
+        runs.append(_fake_run(root, f"b10_t{trial}", batch_size=10, epsilon_hat=small, loss_scale=1.0))
+        runs.append(_fake_run(root, f"b40_t{trial}", batch_size=40, epsilon_hat=large, loss_scale=1.5))
+    return runs
+
+
+def test_figure2_claims_hold_and_fail_with_the_data(tmp_path):
+    good = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "good", runs=_gc_runs(tmp_path / "g", ordered=True))
+    assert [c["holds"] for c in good["claims"]] == [True, True, True]
+    assert good["claims"][0]["numbers"]["mean_epsilon_hat"][0] == pytest.approx([0.305, 0.105])
+    bad = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "bad", runs=_gc_runs(tmp_path / "b", ordered=False))
+    assert bad["claims"][0]["holds"] is False and bad["claims"][0]["numbers"]["epochs_where_ordered"] == 2
+    # theory: Theorem 3.3 per epoch ∝ 1/b², so the normalised b = 40 curve ends at (10/40)² = 1/16
+    normalised = good["claims"][2]["numbers"]["normalised_at_last_epoch"]
+    assert normalised == pytest.approx({"10": 1.0, "40": 1 / 16})
+    assert (tmp_path / "good" / "figure2.png").stat().st_size > 1000
+
+
+def test_figure4_loss_ordering(tmp_path):
+    entry = FIGURES["dpsgd_dc/figure4"](out_dir=tmp_path, runs=_gc_runs(tmp_path / "g", ordered=True))
+    assert [c["holds"] for c in entry["claims"]] == [True, True]
+
+
+def test_figure3_claims(tmp_path):
+    runs = []
+    for trial in range(2):
+        for b, offset in ((10, 0.5), (40, 0.0)):
+            for d, scale in ((1.0, 1.0), (2.0, 1.5)):
+                values = [offset + scale * v for v in (0.2, 0.35, 0.4)]  # concave: stabilises
+                runs.append(_fake_run(tmp_path / "r", f"b{b}_D{d}_t{trial}", batch_size=b, epsilon_hat=values,
+                                      loss_scale=1.0, domain_radius=d))
+    entry = FIGURES["dpsgd_dc/figure3"](out_dir=tmp_path / "fig", runs=runs)
+    holds = {c["claim"][:30]: c["holds"] for c in entry["claims"]}
+    assert list(holds.values())[:3] == [True, True, True]
+    assert (tmp_path / "fig" / "figure3.pdf").is_file()
+
+
+def test_incomplete_run_is_one_line_error(tmp_path):
+    run = _fake_run(tmp_path, "r", batch_size=10, epsilon_hat=[0.1, 0.2, 0.3], loss_scale=1.0)
+    (run / "attack.json").unlink()
+    with pytest.raises(DPAuditError, match="missing attack.json"):
+        load_run(run)
+
+
+def test_mean_and_band_drops_infinite_values_and_counts_them():
+    values = np.array([[0.1, math.inf], [0.3, 0.5], [0.2, 0.7]])
+    mean, low, high, dropped = mean_and_band(values)
+    assert mean == pytest.approx([0.2, 0.6]) and dropped == 1
+    assert low[0] == pytest.approx(np.percentile([0.1, 0.3, 0.2], 2.5))
+
+
+def test_figure_command_checks_runs_argument(tmp_path, capsys):
+    from dpaudit.cli import main
+
+    assert main(["figure", "dpsgd_dc/figure2", "--out", str(tmp_path)]) == 2
+    assert "needs --runs" in capsys.readouterr().err
+    assert main(["figure", "dpsgd_dc/figure1", "--out", str(tmp_path), "--runs", str(tmp_path)]) == 2
