@@ -1,6 +1,13 @@
 # dpaudit — reproduce the figures: `snakemake --cores all`.
-# Parameters live in params.yaml; rules call the `dpaudit` command line.
+# Parameters live in params.yaml (other presets: configs/smoke.yaml, configs/paper.yaml);
+# rules call the `dpaudit` command line, and parameters reach jobs through `params:`.
+from snakemake.utils import validate
+
+
 configfile: "params.yaml"
+
+
+validate(config, "workflow/schemas/params.schema.yaml")
 
 
 include: "workflow/rules/seed004.smk"

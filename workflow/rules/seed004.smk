@@ -2,6 +2,7 @@
 # then draw Figs 1–5 and Table 1 into figures/dpsgd_dc/.
 
 S4 = config["seed004"]
+RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **S4.get("resources", {})}
 COMMON = S4["common"]
 TRIALS = list(range(COMMON["trials"]))
 GC_RUNS = [f"gc_b{b}" for b in S4["gc"]["batch_sizes"]]
@@ -21,7 +22,11 @@ def run_config(name):
     flags["optimizer"] = "dpsgd-gc" if kind == "gc" else "dpsgd-dc"
     if kind == "dc":
         flags["domain_radius"] = float(parts["D"])
-    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in flags.items())
+    return " ".join(
+        f"--{key.replace('_', '-')}" + ("" if value is True else f" {value}")
+        for key, value in flags.items()
+        if value is not False
+    )
 
 
 rule seed004_all:
@@ -38,7 +43,9 @@ rule seed004_train:
         flags=lambda wildcards: run_config(wildcards.run),
         out="results/seed004/{run}/trial_{trial}",
     resources:
-        mem_mb=1000,
+        gpu=RESOURCES["gpu"],
+        mem_mb=RESOURCES["mem_mb"],
+        runtime=RESOURCES["runtime"],
     shell:
         "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
 
