@@ -181,6 +181,24 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_summarize(args: argparse.Namespace) -> int:
+    import csv
+    import io
+
+    from dpaudit._io import atomic_write_bytes, write_json
+    from dpaudit.results import summarize
+
+    metrics, rows = summarize(args.runs)
+    write_json(args.metrics, metrics)
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=["config", "epoch", "epsilon_hat"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_bytes(args.plot, table.getvalue().encode())
+    print(f"{len(metrics)} configurations → {args.metrics}, {args.plot}")
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.what == "datasets":
         from dpaudit.data import available_datasets, dataset_info
@@ -279,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
     manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
     manifest.set_defaults(handler=_cmd_manifest)
+
+    summary = commands.add_parser("summarize", help="DVC metrics and plot data from trained and attacked runs")
+    summary.add_argument("runs", nargs="+", type=Path, help="run folders (…/<config>/trial_<t>)")
+    summary.add_argument("--metrics", required=True, type=Path, help="metrics JSON to write")
+    summary.add_argument("--plot", required=True, type=Path, help="CSV of mean ε̂ per configuration and epoch")
+    summary.set_defaults(handler=_cmd_summarize)
 
     listing = commands.add_parser("list", help="list datasets, models, optimizers, bounds or figures")
     listing.add_argument("what", choices=("datasets", "models", "optim", "bounds", "figures"))

@@ -91,3 +91,23 @@ def mean_and_band(values: np.ndarray, *, coverage: float = 95.0) -> tuple[np.nda
             mean = np.nanmean(finite, axis=0)
             low, high = np.nanpercentile(finite, [tail, 100.0 - tail], axis=0)
     return mean, low, high, int(np.sum(~np.isfinite(values)))
+
+
+def summarize(run_paths: Iterable[str | Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Metrics and plot rows for DVC: ε̂ and loss per configuration, averaged over trials.
+
+    Returns:
+        (metrics, rows): ``metrics[config]`` holds the mean ε̂ and training loss at the last epoch;
+        ``rows`` is one dict per (config, epoch) with the mean ε̂ over trials (for ``dvc plots``).
+    """
+    records = [load_run(path) for path in run_paths]
+    groups = group_runs(records, lambda run: run.path.parent.name)
+    metrics: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for name, group in groups.items():
+        epsilon, _, _, dropped = mean_and_band(stack_trials(group, "epsilon_hat"))
+        loss, _, _, _ = mean_and_band(stack_trials(group, "train_loss"))
+        metrics[name] = {"epsilon_hat_last": float(epsilon[-1]), "train_loss_last": float(loss[-1]),
+                         "trials": len(group), "infinite_epsilon_hat": dropped}
+        rows += [{"config": name, "epoch": int(e), "epsilon_hat": float(v)} for e, v in zip(group[0].attack_epochs, epsilon)]
+    return metrics, rows

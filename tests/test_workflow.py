@@ -71,3 +71,32 @@ def test_jobs_are_dispatched_through_an_executor_plugin(workflow_copy):
     assert (workflow_copy / "figures" / "dpsgd_dc" / "figure1.png").is_file()
     assert (workflow_copy / "figures" / "dpsgd_dc" / "table1.tex").is_file()
     assert len(log.read_text().strip().splitlines()) == 2  # two jobs, each through the submit command
+
+
+def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
+    shutil.copy(ROOT / "dvc.yaml", workflow_copy / "dvc.yaml")
+    shutil.copy(workflow_copy / "configs" / "smoke.yaml", workflow_copy / "params.yaml")
+    subprocess.run(["git", "init", "-q"], cwd=workflow_copy, check=True)
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "init", "-q"], cwd=workflow_copy, check=True)
+    subprocess.run([*dvc, "config", "core.analytics", "false"], cwd=workflow_copy, check=True)
+
+    def repro():
+        result = subprocess.run([*dvc, "repro"], cwd=workflow_copy, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout + result.stderr
+
+    first = repro()
+    assert (workflow_copy / "figures" / "dpsgd_dc" / "figure3.png").is_file()
+    assert (workflow_copy / "metrics" / "seed004.json").is_file()
+    assert "seed004_train" in first
+    gc_config = (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns
+
+    params = workflow_copy / "params.yaml"
+    params.write_text(params.read_text().replace("domain_radii: [2, 4]", "domain_radii: [2, 5]"))
+    second = repro()
+    trained = [line for line in second.splitlines() if "dpaudit train" in line]
+    assert len(trained) == 2 * 2  # the new D = 5 runs: 2 batch sizes × 2 trials, nothing else
+    assert all("--domain-radius 5.0" in line for line in trained)
+    assert (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
+    assert "Nothing to be done" in repro() or "didn't change" in repro()

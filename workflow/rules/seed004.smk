@@ -34,6 +34,19 @@ rule seed004_all:
         expand("figures/dpsgd_dc/{name}.{ext}", name=THEORY_FIGURES + list(DATA_FIGURES), ext=["pdf", "png"]),
         "figures/dpsgd_dc/table1.md",
         "figures/manifest.json",
+        "metrics/seed004.json",
+
+
+rule seed004_metrics:
+    input:
+        expand("results/seed004/{run}/trial_{trial}/attack.json", run=GC_RUNS + DC_RUNS, trial=TRIALS),
+    output:
+        metrics="metrics/seed004.json",
+        plot="metrics/seed004_epsilon_hat.csv",
+    params:
+        runs=lambda wildcards, input: " ".join(str(path).rsplit("/", 1)[0] for path in input),
+    shell:
+        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot}"
 
 
 rule seed004_train:
