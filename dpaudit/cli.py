@@ -171,10 +171,17 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
-    from dpaudit._io import read_json, write_json
+    from dpaudit._io import atomic_write_bytes, read_json, write_json
 
     entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
     write_json(args.out, {"figures": entries})
+    if args.table:
+        lines = ["| figure | claim | holds on this data |", "|---|---|---|"]
+        for entry in entries:
+            for claim in entry["claims"]:
+                verdict = "yes" if claim["holds"] else "**no**"
+                lines.append(f"| {entry['name']} ({entry['figure']}) | {claim['claim']} | {verdict} |")
+        atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
     held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
     total = sum(len(entry["claims"]) for entry in entries)
     print(f"{len(entries)} figures, {held} of {total} paper claims hold on this data → {args.out}")
@@ -296,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     manifest = commands.add_parser("manifest", help="merge per-figure manifest entries into figures/manifest.json")
     manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
     manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
+    manifest.add_argument("--table", type=Path, help="also write the claims as a Markdown table")
     manifest.set_defaults(handler=_cmd_manifest)
 
     summary = commands.add_parser("summarize", help="DVC metrics and plot data from trained and attacked runs")

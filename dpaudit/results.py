@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -83,13 +84,10 @@ def mean_and_band(values: np.ndarray, *, coverage: float = 95.0) -> tuple[np.nda
     """
     finite = np.where(np.isfinite(values), values, np.nan)
     tail = (100.0 - coverage) / 2
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(finite, axis=0)
-            low, high = np.nanpercentile(finite, [tail, 100.0 - tail], axis=0)
+    with warnings.catch_warnings():  # an all-NaN column is reported as NaN, not warned about
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(finite, axis=0)
+        low, high = np.nanpercentile(finite, [tail, 100.0 - tail], axis=0)
     return mean, low, high, int(np.sum(~np.isfinite(values)))
 
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Wall time and peak memory (RSS of snakemake and all dpaudit jobs, summed, sampled every second)
+# of the default pipeline from an empty results/. Prints JSON. Usage: bash benchmarks/pipeline_time.sh [snakemake args]
+set -u
+cd "$(dirname "$0")/.."
+rm -rf results
+snakemake --cores all "$@" > results.log 2>&1 &
+pid=$!
+start=$(date +%s)
+peak=0
+while kill -0 "$pid" 2>/dev/null; do
+  total=$(ps -eo rss=,args= | grep -E "snakemake|dpaudit" | grep -v grep | awk '{s+=$1} END {print s+0}')
+  [ "$total" -gt "$peak" ] && peak=$total
+  sleep 1
+done
+wait "$pid"
+rc=$?
+printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "cores": %d}\n' \
+  "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(nproc)"
