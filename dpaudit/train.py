@@ -237,7 +237,9 @@ def train_model(
         metrics.test_loss.append(test_loss)
         metrics.test_accuracy.append(test_accuracy)
         bar.set_postfix(loss=f"{train_loss:.3f}")
-        diverged = not math.isfinite(train_loss) or not all(torch.isfinite(p).all() for p in model.parameters())
+        diverged = (observed and not math.isfinite(train_loss)) or not all(
+            torch.isfinite(p).all() for p in model.parameters()
+        )
         if out is not None:
             write_json(out / "metrics.json", {"model": label, **asdict(metrics)})
             write_json(out / "ledger.json", ledger.to_dict())
