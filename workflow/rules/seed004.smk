@@ -31,6 +31,9 @@ def run_config(name):
 
 rule seed004_all:
     input:
+        # the runs themselves, so that a fresh clone (figures committed, results/ empty) re-runs the
+        # experiments and then redraws every figure from them
+        expand("results/seed004/{run}/trial_{trial}/attack.json", run=GC_RUNS + DC_RUNS, trial=TRIALS),
         expand("figures/dpsgd_dc/{name}.{ext}", name=THEORY_FIGURES + list(DATA_FIGURES), ext=["pdf", "png"]),
         "figures/dpsgd_dc/table1.md",
         "figures/manifest.json",
