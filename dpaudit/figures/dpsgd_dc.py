@@ -25,9 +25,13 @@ FIGURE5_PARAMS = {**FIGURE1_PARAMS, "n": 16}
 FIGURE1_BOUNDS = ("feldman2018", "mironov-composition", "kong-ribero2024", "altschuler-talwar2022", "dpsgd-dc")
 
 
+def _bound_inputs(name: str, params: dict[str, float]) -> dict[str, float]:
+    """The subset of ``params`` that bound ``name`` takes."""
+    return {key: params[key] for key in theory.bound_parameters(name)}
+
+
 def _bound_curve(name: str, steps: np.ndarray, params: dict[str, float]) -> np.ndarray:
-    used = {key: params[key] for key in theory.bound_parameters(name)}
-    return np.asarray(theory.rdp_bound(name, steps, **used), dtype=float)
+    return np.asarray(theory.rdp_bound(name, steps, **_bound_inputs(name, params)), dtype=float)
 
 
 def _violated_conditions(name: str, params: dict[str, float]) -> list[str]:
@@ -79,7 +83,7 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
         _claim(
             "Theorem 3.4 saturates (stops growing with T) while Feldman and composition grow linearly",
             curves["dpsgd-dc"][-1] == curves["dpsgd-dc"][-2] and curves["feldman2018"][-1] > curves["feldman2018"][-2],
-            saturation_step=theory.dc_cap(**{k: params[k] for k in theory.bound_parameters("dpsgd-dc")}).t_sat,
+            saturation_step=theory.dc_cap(**_bound_inputs("dpsgd-dc", params)).t_sat,
         ),
     ]
     return _entry("Fig 1", "Comparison of RDP bounds for DPSGD-DC", files, claims, parameters=params,
@@ -174,13 +178,22 @@ def _ordered(means: list[float], *, decreasing: bool) -> bool:
     return all(a > b for a, b in pairs) if decreasing else all(a < b for a, b in pairs)
 
 
-def _theory_gc(run: RunRecord, *, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Theorem 3.3 RDP ε at epochs 0..E of a run, T taken from its privacy ledger."""
+def _run_theory_parameters(run: RunRecord, *, alpha: float, L: float | None = None) -> dict[str, float]:
+    """A run's configuration under the theory's parameter names (α, C, σ_DP, n, b, η, L, D)."""
     c = run.config
+    params = {"alpha": alpha, "C": c["clip_norm"], "sigma": c["sigma_dp"], "n": c["target_size"],
+              "b": c["batch_size"], "eta": c["lr"]}
+    if L is not None:
+        params["L"] = L
+    if c.get("domain_radius") is not None:
+        params["D"] = c["domain_radius"]
+    return params
+
+
+def _run_theory_curve(name: str, run: RunRecord, **theory_constants: float) -> np.ndarray:
+    """Bound ``name`` at epochs 0..E of a run, T taken from its privacy ledger."""
     steps = np.concatenate([[0], run.steps_at_epoch])
-    values = theory.rdp_bound("dpsgd-gc", steps, alpha=alpha, C=c["clip_norm"], sigma=c["sigma_dp"],
-                              n=c["target_size"], b=c["batch_size"])
-    return np.arange(len(steps)), np.asarray(values)
+    return _bound_curve(name, steps, _run_theory_parameters(run, **theory_constants))
 
 
 def _plot_band(ax, x, values, style, *, label):
@@ -203,11 +216,11 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
             epochs = group[0].attack_epochs
             means[b], lost = _plot_band(ax_a, epochs, stack_trials(group, "epsilon_hat"), style, label=f"b = {b}")
             dropped += lost
-            theory_curves[b] = _theory_gc(group[0], alpha=alpha)
-        normalised = theory.normalize_global({b: curve for b, (_, curve) in theory_curves.items()})
+            theory_curves[b] = _run_theory_curve("dpsgd-gc", group[0], alpha=alpha)
+        normalised = theory.normalize_global(theory_curves)
         for index, b in enumerate(groups):
             style = series_style(f"b:{b}", index)
-            ax_b.plot(theory_curves[b][0], normalised[b], color=style["color"], label=f"b = {b}")
+            ax_b.plot(np.arange(len(normalised[b])), normalised[b], color=style["color"], label=f"b = {b}")
         ax_a.set(xlabel="Number of epochs E", ylabel="Estimated privacy level ε̂ (eq. 20)",
                  title=f"(a) empirical: mean and 95 % band over {len(group)} trials")
         ax_b.set(xlabel="Number of epochs E", ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
@@ -231,7 +244,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         _claim("Theory (Theorem 3.3) gives smaller ε for larger batch size", _ordered(
             [float(normalised[b][-1]) for b in batch_sizes], decreasing=True),
             normalised_at_last_epoch={str(b): float(normalised[b][-1]) for b in batch_sizes},
-            unnormalised_rdp_at_last_epoch={str(b): float(theory_curves[b][1][-1]) for b in batch_sizes}),
+            unnormalised_rdp_at_last_epoch={str(b): float(theory_curves[b][-1]) for b in batch_sizes}),
     ]
     return _entry("Fig 2", "ε̂ and normalised theoretical ε of DPSGD-GC across batch sizes", files, claims,
                   dataset=_runs_dataset(records), runs=[str(r.path) for r in records],
@@ -298,11 +311,7 @@ def figure3(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
             values = stack_trials(group, "epsilon_hat")
             means[(b, d)], _ = _plot_band(ax_a, group[0].attack_epochs, values, {"color": colour(b, d)},
                                           label=f"b = {b}, D = {d:g}")
-            c = group[0].config
-            steps = np.concatenate([[0], group[0].steps_at_epoch])
-            faithful[(b, d)] = np.asarray(theory.rdp_bound(
-                "dpsgd-dc", steps, alpha=alpha, C=c["clip_norm"], sigma=c["sigma_dp"], n=c["target_size"], b=b,
-                eta=c["lr"], L=L, D=d))
+            faithful[(b, d)] = _run_theory_curve("dpsgd-dc", group[0], alpha=alpha, L=L)
         schematic = theory.fig3b_curves(mode="paper_schematic")
         for (b, label), curve in schematic.items():
             hue = palettes[(0 if b == 100 else 1)](0.9 - 0.5 * [20, 60, 100].index(label) / 2)
@@ -329,10 +338,11 @@ def figure3(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
     half = len(epochs) // 2
     growth = {f"b={b}, D={d:g}": (float(means[(b, d)][half] - means[(b, d)][0]),
                                   float(means[(b, d)][-1] - means[(b, d)][half])) for (b, d) in groups}
-    saturation = {f"b={b}, D={d:g}": float(theory.dc_cap(
-        alpha=alpha, C=groups[(b, d)][0].config["clip_norm"], sigma=groups[(b, d)][0].config["sigma_dp"],
-        n=groups[(b, d)][0].config["target_size"], b=b, eta=groups[(b, d)][0].config["lr"], L=L, D=d).t_sat)
-        for (b, d) in groups}
+    saturation = {
+        f"b={b}, D={d:g}": float(theory.dc_cap(
+            **_bound_inputs("dpsgd-dc", _run_theory_parameters(group[0], alpha=alpha, L=L))).t_sat)
+        for (b, d), group in groups.items()
+    }
     claims = [
         _claim("Smaller D gives smaller ε̂ at every epoch, for each batch size",
                all(all(v) for v in d_ordered.values()), domain_sizes=radii, epochs=epochs,
