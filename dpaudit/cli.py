@@ -77,16 +77,20 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    config = _config_from_args(args).validated()  # one-line errors before any data or torch work
+    requested = _config_from_args(args)
+    config = requested.validated()  # one-line errors before any data or torch work
     from dpaudit.train import train_configuration
 
-    summary = train_configuration(config, out_dir=args.out, progress=not args.quiet)
+    summary = train_configuration(requested, out_dir=args.out, progress=not args.quiet)
     derived = summary["derived"]
     print(
         f"trained {len(summary['models'])} models ({config.optimizer}, n={derived['dataset_size_n']}, "
         f"q={derived['sample_rate_q']:.4g}, z={derived['noise_multiplier_z']}, "
         f"{derived['steps_per_epoch']} steps/epoch × {config.epochs} epochs) → {args.out}"
     )
+    if derived["planned_epsilon"] is not None:
+        print(f"theoretical ε = {derived['planned_epsilon']:.4g} at δ = {config.delta:g} ({config.accountant} accountant"
+              f"{', approximate: shuffled batches' if config.sampling == 'shuffle' else ''})")
     return 0
 
 

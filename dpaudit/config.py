@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int
+from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int, check_probability
 from dpaudit.data import MIASplit, dataset_info, make_mia_split
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
@@ -28,6 +28,18 @@ class TrainConfig:
         noise_multiplier: z = σ_DP · b / C; give this or ``sigma_dp``, not both.
         domain_radius: D, radius of the ℓ2 ball of DPSGD-DC.
         domain_center: "origin" or "init" (ball centred at θ_0).
+        target_epsilon: calibrate the noise so the run's theoretical ε at ``delta`` is this (instead of
+            giving sigma_dp or noise_multiplier); dynamic schedules keep their shape.
+        delta: δ of ``target_epsilon``.
+        accountant: accountant used for ``target_epsilon``: "rdp" or "prv".
+        momentum: heavy-ball momentum μ of the outer SGD update (0: plain SGD).
+        r: regulariser r of the DP-PSAC / Auto-S weights.
+        gamma: stability constant γ of automatic clipping (D2P2 family).
+        noise_decay_exponent: a in the dynamic noise schedule z·k^(−a) (0.25: authors' code; 0.5: paper text).
+        noise_decay_unit: k counts "epoch"s or "step"s in the dynamic schedule.
+        reduction_rate: random-projection rate in (0, 1] (D2P2 family).
+        reduction_convention: "code" (p = ⌊rate·d⌋, kept fraction) or "paper" (p = round((1 − rate)·d)).
+        projection_refresh: "step" (new matrix each step) or "run" (one matrix per run).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -54,6 +66,17 @@ class TrainConfig:
     noise_multiplier: float | None = None
     domain_radius: float | None = None
     domain_center: str = "origin"
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    momentum: float = 0.0
+    r: float = 0.1
+    gamma: float = 0.01
+    noise_decay_exponent: float = 0.25
+    noise_decay_unit: str = "epoch"
+    reduction_rate: float = 0.3
+    reduction_convention: str = "code"
+    projection_refresh: str = "step"
     sampling: str = "poisson"
     eval_epochs: tuple[int, ...] = ()
     target_size: int = 300
@@ -87,6 +110,8 @@ class TrainConfig:
         check_positive_int("trial", self.trial, allow_zero=True)
         check_positive_int("seed", self.seed, allow_zero=True)
         check_choice("sampling", self.sampling, SAMPLING_SCHEMES)
+        check_probability("delta (δ)", self.delta)
+        check_choice("accountant", self.accountant, ("rdp", "prv"))
         check_choice("grad_sample", self.grad_sample, GRAD_SAMPLE_BACKENDS)
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         if self.batch_size > self.target_size:
@@ -103,19 +128,36 @@ class TrainConfig:
             if epoch > self.epochs:
                 raise DPAuditError(f"eval_epochs entry {epoch} exceeds epochs {self.epochs}")
         sigma_dp = self.sigma_dp
-        if self.sigma_dp is not None and self.noise_multiplier is not None:
-            raise DPAuditError("give sigma_dp or noise_multiplier, not both")
+        if sum(value is not None for value in (self.sigma_dp, self.noise_multiplier, self.target_epsilon)) > 1:
+            raise DPAuditError("give one of sigma_dp, noise_multiplier and target_epsilon")
+        if self.target_epsilon is not None:
+            sigma_dp = self._calibrated_sigma_dp(spec.cls)
         if self.noise_multiplier is not None:
             check_positive("noise_multiplier", self.noise_multiplier, allow_zero=True)
             if self.clip_norm is None:
                 raise DPAuditError("noise_multiplier needs clip_norm (C) to give σ_DP = z·C/b")
             check_positive("clip_norm (C)", self.clip_norm)
             sigma_dp = self.noise_multiplier * self.clip_norm / self.batch_size  # σ_DP = z·C/b
-        config = replace(self, eval_epochs=eval_epochs, shadow_size=shadow_size, sigma_dp=sigma_dp, noise_multiplier=None)
+        config = replace(self, eval_epochs=eval_epochs, shadow_size=shadow_size, sigma_dp=sigma_dp, noise_multiplier=None,
+                         target_epsilon=None)
         spec.cls.check(config.hyperparameters(self.target_size))
         # The split is cheap; building it now reports an impossible data budget before training.
         config.make_split()
         return config
+
+    def _calibrated_sigma_dp(self, optimizer_cls) -> float:
+        """σ_DP whose run (this optimizer's schedule, q = b/n, all epochs) has ε = target_epsilon at δ."""
+        from dpaudit.theory import calibrate_noise
+
+        check_positive("target_epsilon (ε)", self.target_epsilon)
+        if self.clip_norm is None:
+            raise DPAuditError("target_epsilon needs clip_norm (C) to give σ_DP = z·C/b")
+        check_positive("clip_norm (C)", self.clip_norm)
+        schedule = optimizer_cls.noise_schedule(self.hyperparameters(self.target_size), epochs=self.epochs)
+        z = calibrate_noise(target_epsilon=self.target_epsilon, delta=self.delta,
+                            sample_rate=self.batch_size / self.target_size, noise_schedule=schedule,
+                            accountant=self.accountant)
+        return z * self.clip_norm / self.batch_size
 
     def hyperparameters(self, dataset_size: int):
         """The optimizer's ``dpaudit.optim.Hyperparameters`` for a training set of ``dataset_size``."""
@@ -129,6 +171,14 @@ class TrainConfig:
             sigma_dp=self.sigma_dp,
             domain_radius=self.domain_radius,
             domain_center=self.domain_center,
+            momentum=self.momentum,
+            r=self.r,
+            gamma=self.gamma,
+            noise_decay_exponent=self.noise_decay_exponent,
+            noise_decay_unit=self.noise_decay_unit,
+            reduction_rate=self.reduction_rate,
+            reduction_convention=self.reduction_convention,
+            projection_refresh=self.projection_refresh,
         )
 
     def make_split(self) -> MIASplit:

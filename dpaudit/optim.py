@@ -5,9 +5,15 @@ chunks; the optimizer turns them into one parameter update per step and says wha
 privacy. Add an optimizer by subclassing :class:`Optimizer` and decorating it with
 :func:`register`. ``available()`` lists the registered names.
 
+Every private optimizer here has the same skeleton (seeds 002, 003, 004): per-sample gradients g_i are
+scaled by a factor φ(‖g_i‖) with ‖φ(‖g‖)·g‖ ≤ C, summed, Gaussian noise is added, and the result is
+divided by the *expected* batch size b (never the realised one, which is data-dependent). Only φ, the
+noise schedule and what happens around the update differ, so each optimizer is a few lines.
+
 Noise convention (seed 004): σ_DP is the per-coordinate std of the Gaussian noise added to the
-*averaged* clipped gradient Σ clip_C(g_i) / b. The usual noise multiplier is z = σ_DP · b / C
+*averaged* clipped gradient Σ φ_i g_i / b. The usual noise multiplier is z = σ_DP · b / C
 (noise std on the summed clipped gradient divided by its sensitivity C), so either may be given.
+Dynamic-noise optimizers multiply z by a schedule factor per step and record each step's z in the ledger.
 """
 
 from __future__ import annotations
@@ -17,12 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_choice, check_positive
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
+AUTO_V_EPSILON = 1e-12  # seed 002 §1.7: Auto-V's C / ‖g‖ needs a guard at ‖g‖ = 0
+NOISE_DECAY_UNITS = ("epoch", "step")
+REDUCTION_CONVENTIONS = ("code", "paper")
+PROJECTION_REFRESH = ("step", "run")
 
 
 @dataclass(frozen=True)
@@ -75,10 +86,21 @@ class Hyperparameters:
         lr: learning rate η.
         expected_batch_size: b; private optimizers divide the clipped-gradient sum by b.
         dataset_size: n, the number of training records (sample rate q = b / n).
-        clip_norm: per-sample ℓ2 clipping threshold C.
-        sigma_dp: std of the Gaussian noise on the averaged clipped gradient (σ_DP).
+        clip_norm: per-sample ℓ2 bound C (the clipping threshold; the scale G of normalising methods).
+        sigma_dp: std of the Gaussian noise on the averaged clipped gradient (σ_DP = z·C/b).
         domain_radius: radius D of the ℓ2 ball that DPSGD-DC projects onto.
         domain_center: "origin" (the paper's K) or "init" (a ball around θ_0).
+        momentum: heavy-ball momentum μ of the outer SGD update (post-processing; 0 = plain SGD).
+        r: regulariser r of the DP-PSAC and Auto-S weights (seed 002), r > 0.
+        gamma: stability constant γ of automatic clipping C / (‖g‖ + γ) (seed 003), γ > 0.
+        noise_decay_exponent: a in the dynamic schedule z_k = z · k^(−a) (0.25: the authors' code, whose
+            numbers the paper reports; 0.5: the paper's text, σ/√k).
+        noise_decay_unit: k counts "epoch"s (constant within an epoch; the code) or "step"s.
+        reduction_rate: random-projection rate (seed 003), in (0, 1]; see ``reduction_convention``.
+        reduction_convention: "code": p = ⌊rate · d⌋ per tensor (the authors' code and Table 6, so
+            rate 0.3 keeps 30 % of the dimensions); "paper": p = round((1 − rate) · d) (Appendix A.9.1).
+        projection_refresh: "step" (a fresh Gaussian matrix every step, as the paper says) or "run"
+            (one matrix per tensor for the whole run, as the authors' code).
     """
 
     lr: float
@@ -88,17 +110,37 @@ class Hyperparameters:
     sigma_dp: float | None = None
     domain_radius: float | None = None
     domain_center: str = "origin"
+    momentum: float = 0.0
+    r: float = 0.1
+    gamma: float = 0.01
+    noise_decay_exponent: float = 0.25
+    noise_decay_unit: str = "epoch"
+    reduction_rate: float = 0.3
+    reduction_convention: str = "code"
+    projection_refresh: str = "step"
 
     @property
     def sample_rate(self) -> float:
         return self.expected_batch_size / self.dataset_size
 
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.dataset_size / self.expected_batch_size)
+
+    @property
+    def noise_multiplier(self) -> float:
+        """z = σ_DP · b / C, the noise multiplier before any schedule."""
+        return sigma_dp_to_noise_multiplier(
+            sigma_dp=self.sigma_dp, batch_size=self.expected_batch_size, clip_norm=self.clip_norm
+        )
+
 
 class Optimizer:
     """Base class: one update rule over a list of parameter tensors.
 
-    The engine calls ``accumulate`` once per chunk of a batch (per-sample gradients, shape
-    [chunk, *param.shape], if ``per_sample`` else the batch-mean gradient) and then ``step`` once.
+    The engine calls ``begin_epoch`` at the start of every epoch, ``accumulate`` once per chunk of a
+    batch (per-sample gradients, shape [chunk, *param.shape], if ``per_sample`` else the batch-mean
+    gradient) and then ``step`` once per batch.
     """
 
     per_sample: ClassVar[bool] = True
@@ -107,12 +149,25 @@ class Optimizer:
         self.params = list(params)
         self.hyper = hyper
         self.generator = generator
+        self.epoch = 1
+        self.steps_taken = 0
         self._sum = [torch.zeros_like(p) for p in self.params]
+        self._velocity = [torch.zeros_like(p) for p in self.params] if hyper.momentum else None
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         """Raise a one-line DPAuditError if ``hyper`` does not suit this optimizer."""
         check_positive("lr", hyper.lr)
+        if check_positive("momentum", hyper.momentum, allow_zero=True) >= 1:
+            raise DPAuditError(f"momentum must be in [0, 1); got {hyper.momentum}")
+
+    @classmethod
+    def noise_schedule(cls, hyper: Hyperparameters, *, epochs: int) -> np.ndarray:
+        """Relative factor on z for every step of an ``epochs``-long run (all ones: static noise)."""
+        return np.ones(hyper.steps_per_epoch * epochs)
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
         for total, grad in zip(self._sum, grads):
@@ -123,9 +178,18 @@ class Optimizer:
         """Apply one update; return the step's (noise multiplier, sample rate), or None if not private."""
         raise NotImplementedError
 
-    def _reset(self) -> None:
+    @torch.no_grad()
+    def _apply(self, updates: Sequence[torch.Tensor]) -> None:
+        """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums."""
+        if self._velocity is not None:
+            for velocity, update in zip(self._velocity, updates):
+                velocity.mul_(self.hyper.momentum).add_(update)
+            updates = self._velocity
+        for param, update in zip(self.params, updates):
+            param.sub_(self.hyper.lr * update)
         for total in self._sum:
             total.zero_()
+        self.steps_taken += 1
 
 
 @register("sgd", dp_claim=False, description="non-private mini-batch SGD (reference; no DP claim)")
@@ -134,47 +198,67 @@ class SGD(Optimizer):
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> None:
-        for param, total in zip(self.params, self._sum):
-            param.sub_(self.hyper.lr * total)
-        self._reset()
+        self._apply(self._sum)
         return None
 
 
-@register(
-    "dpsgd-gc",
-    dp_claim=True,
-    description="DP-SGD with per-sample gradient clipping (seed 004 DPSGD-GC)",
-)
-class DPSGD(Optimizer):
-    """θ ← θ − η (Σ clip_C(g_i) / b + N(0, σ_DP² I))."""
+def _flat_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-sample ℓ2 norms over all parameter tensors together ("flat" clipping)."""
+    return torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
+
+
+class PrivateOptimizer(Optimizer):
+    """Weighted per-sample sum, noise of std z·C on the sum, division by the expected batch size b.
+
+    Subclasses define ``factors(norms)`` = φ(‖g_i‖), with ‖φ(s)·g‖ ≤ C for every s (the sensitivity).
+    """
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
         if hyper.clip_norm is None or hyper.sigma_dp is None:
-            raise DPAuditError("DP optimizers need clip_norm (C) and sigma_dp or noise_multiplier")
+            raise DPAuditError("DP optimizers need clip_norm (C) and sigma_dp, noise_multiplier or target_epsilon")
         check_positive("clip_norm (C)", hyper.clip_norm)
-        check_positive("sigma_dp (σ_DP)", hyper.sigma_dp, allow_zero=True)
+        check_positive("sigma_dp (σ_DP)", hyper.sigma_dp)
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
-        norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
-        factors = (self.hyper.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
+        factors = self.factors(_flat_norms(grads))
         for total, grad in zip(self._sum, grads):
             total.add_(torch.einsum("i,i...->...", factors, grad))
 
+    def noise_factor(self) -> float:
+        """Schedule factor on z at the current step (1 for static noise)."""
+        return 1.0
+
+    def _noise(self, shape) -> torch.Tensor:
+        device, dtype = self.params[0].device, self.params[0].dtype
+        return torch.randn(shape, generator=self.generator, device=device, dtype=dtype)
+
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float]:
-        b = self.hyper.expected_batch_size
-        for param, total in zip(self.params, self._sum):
-            noise = torch.randn(param.shape, generator=self.generator, device=param.device, dtype=param.dtype)
-            param.sub_(self.hyper.lr * (total / b + self.hyper.sigma_dp * noise))
-        self._reset()
+        factor = self.noise_factor()
+        b, sigma = self.hyper.expected_batch_size, self.hyper.sigma_dp * factor
+        self._apply([total / b + sigma * self._noise(total.shape) for total in self._sum])
         self.after_step()
-        z = sigma_dp_to_noise_multiplier(sigma_dp=self.hyper.sigma_dp, batch_size=b, clip_norm=self.hyper.clip_norm)
-        return z, self.hyper.sample_rate
+        return self.hyper.noise_multiplier * factor, self.hyper.sample_rate
 
     def after_step(self) -> None:
         """Hook for constraints applied after each update (projection in DPSGD-DC)."""
+
+
+@register(
+    "dpsgd-gc",
+    dp_claim=True,
+    description="DP-SGD with per-sample gradient clipping min(1, C/‖g‖) (Abadi et al.; seed 004 DPSGD-GC)",
+)
+class DPSGD(PrivateOptimizer):
+    """θ ← θ − η (Σ clip_C(g_i) / b + N(0, σ_DP² I))."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return (self.hyper.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
 
 
 @register(
@@ -212,3 +296,213 @@ class DPSGDDomainConstrained(DPSGD):
                     param.mul_(scale)
                 else:
                     param.copy_(center + scale * (param - center))
+
+
+# Seed 002 (DP-PSAC) and its baselines: only the per-sample weight differs.
+
+
+def _check_r(hyper: Hyperparameters) -> None:
+    check_positive("r", hyper.r)
+
+
+@register("auto-s", dp_claim=True, description="automatic clipping C·g/(‖g‖ + r) (Bu et al. 2022; seed 002 Auto-S)")
+class AutoS(PrivateOptimizer):
+    """φ(s) = C / (s + r); ‖φ(s)g‖ = C·s/(s + r) < C."""
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        _check_r(hyper)
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return self.hyper.clip_norm / (norms + self.hyper.r)
+
+
+register("nsgd", dp_claim=True, description="alias of auto-s (NSGD, Yang et al. 2022)")(AutoS)
+
+
+@register("auto-v", dp_claim=True, description="pure normalisation C·g/‖g‖ (seed 002 Auto-V)")
+class AutoV(PrivateOptimizer):
+    """φ(s) = C / s (with a 1e-12 guard); every clipped gradient has norm C."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return self.hyper.clip_norm / (norms + AUTO_V_EPSILON)
+
+
+@register("dp-psac", dp_claim=True, description="per-sample adaptive clipping C·g/(‖g‖ + r/(‖g‖ + r)) (seed 002 DP-PSAC)")
+class DPPSAC(AutoS):
+    """φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r); ‖φ(s)g‖ = C (1 − r/(s² + rs + r)) < C."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        r = self.hyper.r
+        return self.hyper.clip_norm * (norms + r) / (norms * norms + r * norms + r)
+
+
+@register(
+    "dp-psac-batch-noise",
+    dp_claim=False,
+    description="DP-PSAC as some re-implementations do it: noise std scaled to the realised batch's largest "
+    "clipped norm and divided by the realised batch size (data-dependent noise; no DP claim)",
+)
+class DPPSACBatchNoise(DPPSAC):
+    """Seed 002 §1.7 (6): the data-dependent noise scale that breaks the DP guarantee — a negative control."""
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._largest = 0.0
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        norms = _flat_norms(grads)
+        factors = self.factors(norms)
+        self._largest = max(self._largest, float((factors * norms).max()) if len(norms) else 0.0)
+        for total, grad in zip(self._sum, grads):
+            total.add_(torch.einsum("i,i...->...", factors, grad))
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> tuple[float, float]:
+        b = max(realized_batch_size, 1)
+        std = self.hyper.noise_multiplier * self._largest / b
+        self._apply([total / b + std * self._noise(total.shape) for total in self._sum])
+        self._largest = 0.0
+        return self.hyper.noise_multiplier, self.hyper.sample_rate
+
+
+# Seed 003 (D2P2-SGD): automatic clipping, dynamic noise, random projection.
+
+
+class AutomaticClipping(PrivateOptimizer):
+    """φ(s) = C / (s + γ) (automatic clipping, seed 003 with G = C); static noise."""
+
+    dynamic: ClassVar[bool] = False
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        check_positive("gamma (γ)", hyper.gamma)
+        check_positive("noise_decay_exponent", hyper.noise_decay_exponent)
+        check_choice("noise_decay_unit", hyper.noise_decay_unit, NOISE_DECAY_UNITS)
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return self.hyper.clip_norm / (norms + self.hyper.gamma)
+
+    @classmethod
+    def noise_schedule(cls, hyper: Hyperparameters, *, epochs: int) -> np.ndarray:
+        steps = hyper.steps_per_epoch * epochs
+        if not cls.dynamic:
+            return np.ones(steps)
+        k = np.arange(steps) // hyper.steps_per_epoch + 1 if hyper.noise_decay_unit == "epoch" else np.arange(1, steps + 1)
+        return k.astype(float) ** -hyper.noise_decay_exponent
+
+    def noise_factor(self) -> float:
+        if not self.dynamic:
+            return 1.0
+        k = self.epoch if self.hyper.noise_decay_unit == "epoch" else self.steps_taken + 1
+        return float(k) ** -self.hyper.noise_decay_exponent
+
+
+@register("dpsgd-auto", dp_claim=True, description="automatic clipping C·g/(‖g‖ + γ), static noise (seed 003 'DPSGD')")
+class DPSGDAuto(AutomaticClipping):
+    pass
+
+
+@register("d2p-sgd", dp_claim=True, description="automatic clipping, dynamic noise z·k^(−1/4), no projection (seed 003)")
+class D2PSGD(AutomaticClipping):
+    dynamic = True
+
+
+def projected_dimension(d: int, *, rate: float, convention: str) -> int:
+    """p for a tensor of d entries: ⌊rate·d⌋ ("code") or round((1 − rate)·d) ("paper"), at least 1."""
+    p = int(rate * d) if convention == "code" else round((1 - rate) * d)
+    return max(1, min(d, p))
+
+
+class ProjectedNoise(AutomaticClipping):
+    """Random projection per tensor: release z = Σ_i φ_i Aᵀg_i/√p + N(0, (z_t C)² I_p), update A z / b.
+
+    DP-correct form: each record's *projected* gradient Aᵀg_i/√p (all tensors together) is clipped,
+    so one record moves z by at most C and the ledger's z_t is the true noise multiplier. The authors'
+    order — clip, then project the sum — lets one record move z by up to C·max σ_max(A)/√p ≈ (1 + √(d/p))·C,
+    so its ε is not what the accountant reports; that version is ``*-as-published`` (no DP claim).
+    """
+
+    clip_after_projection: ClassVar[bool] = True
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self.kept = [
+            projected_dimension(p.numel(), rate=hyper.reduction_rate, convention=hyper.reduction_convention)
+            for p in self.params
+        ]
+        self._projection_seed = int(np.random.SeedSequence([generator.initial_seed(), 3]).generate_state(1)[0])
+        self._matrices_step: int | None = None
+        self._matrices: list[torch.Tensor] = []
+        if self.clip_after_projection:
+            self._sum = [torch.zeros(p, device=q.device, dtype=q.dtype) for p, q in zip(self.kept, self.params)]
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        if not 0 < hyper.reduction_rate <= 1:
+            raise DPAuditError(f"reduction_rate must be in (0, 1]; got {hyper.reduction_rate}")
+        check_choice("reduction_convention", hyper.reduction_convention, REDUCTION_CONVENTIONS)
+        check_choice("projection_refresh", hyper.projection_refresh, PROJECTION_REFRESH)
+
+    def matrices(self) -> list[torch.Tensor]:
+        """This step's A_l ∈ R^{d_l × p_l}, entries N(0, 1); fixed for the run when projection_refresh='run'."""
+        step = 0 if self.hyper.projection_refresh == "run" else self.steps_taken
+        if self._matrices_step != step:
+            device, dtype = self.params[0].device, self.params[0].dtype
+            generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)
+            self._matrices = [
+                torch.randn(param.numel(), p, generator=generator, device=device, dtype=dtype)
+                for param, p in zip(self.params, self.kept)
+            ]
+            self._matrices_step = step
+        return self._matrices
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        if not self.clip_after_projection:
+            return super().accumulate(grads)
+        projected = [g.flatten(1) @ a / math.sqrt(p) for g, a, p in zip(grads, self.matrices(), self.kept)]
+        factors = self.factors(_flat_norms(projected))
+        for total, values in zip(self._sum, projected):
+            total.add_(factors @ values)
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> tuple[float, float]:
+        factor = self.noise_factor()
+        b, sigma = self.hyper.expected_batch_size, self.hyper.sigma_dp * factor
+        updates = []
+        for param, total, a, p in zip(self.params, self._sum, self.matrices(), self.kept):
+            released = total if self.clip_after_projection else total.flatten() @ a / math.sqrt(p)
+            updates.append((a @ (released / b + sigma * self._noise(p))).reshape(param.shape))
+        self._apply(updates)
+        return self.hyper.noise_multiplier * factor, self.hyper.sample_rate
+
+
+@register("dp2-sgd", dp_claim=True, description="automatic clipping of projected gradients, static noise in R^p (seed 003)")
+class DP2SGD(ProjectedNoise):
+    pass
+
+
+@register("d2p2-sgd", dp_claim=True, description="automatic clipping of projected gradients, dynamic noise in R^p (seed 003)")
+class D2P2SGD(ProjectedNoise):
+    dynamic = True
+
+
+@register(
+    "dp2-sgd-as-published",
+    dp_claim=False,
+    description="DP2-SGD in the authors' order: clip, then project the sum (sensitivity > C; no DP claim)",
+)
+class DP2SGDAsPublished(DP2SGD):
+    clip_after_projection = False
+
+
+@register(
+    "d2p2-sgd-as-published",
+    dp_claim=False,
+    description="D2P2-SGD in the authors' order: clip, then project the sum (sensitivity > C; no DP claim)",
+)
+class D2P2SGDAsPublished(D2P2SGD):
+    clip_after_projection = False

@@ -220,6 +220,7 @@ def train_model(
     bar = tqdm(total=steps * config.epochs, desc=label, disable=not progress, leave=False, unit="step")
     model.train()
     for epoch in range(1, config.epochs + 1):
+        optimizer.begin_epoch(epoch)
         batch_losses = []
         for index in batch_indices(dataset_size=n, batch_size=config.batch_size, sampling=config.sampling, rng=rng):
             batch_losses.append(_accumulate_batch(model, optimizer, per_sample, images, labels, index, config))
@@ -284,6 +285,7 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
     Returns:
         A summary dict (also written as ``out_dir/config.json``).
     """
+    target_epsilon = config.target_epsilon
     config = config.validated()
     out = Path(out_dir)
     split = config.make_split()
@@ -302,6 +304,10 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
             "noise_multiplier_z": z,
             "steps_per_epoch": steps_per_epoch(dataset_size=config.target_size, batch_size=config.batch_size),
             "dp_claim": optim.get_spec(config.optimizer).dp_claim,
+            "target_epsilon": target_epsilon,
+            "planned_epsilon": planned_epsilon(config),
+            "delta": config.delta,
+            "accountant": config.accountant,
         },
         "models": ["target"] + [shadow_name(i) for i in range(config.num_shadows)],
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
@@ -323,6 +329,19 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
             label=name,
         )
     return summary
+
+
+def planned_epsilon(config: TrainConfig) -> float | None:
+    """Theoretical ε at ``config.delta`` of the target's planned steps (None for non-private optimizers)."""
+    from dpaudit.theory import epsilon
+
+    spec = optim.get_spec(config.optimizer)
+    if not issubclass(spec.cls, optim.PrivateOptimizer):
+        return None
+    hyper = config.hyperparameters(config.target_size)
+    schedule = spec.cls.noise_schedule(hyper, epochs=config.epochs)
+    return epsilon(noise_multiplier=hyper.noise_multiplier * schedule, sample_rate=hyper.sample_rate,
+                   delta=config.delta, accountant=config.accountant)
 
 
 def shadow_name(index: int) -> str:

@@ -124,7 +124,7 @@ def test_divergence_stops_with_clear_message_and_keeps_metrics(tiny_config, tmp_
         ({"optimizer": "dpsgd-dc"}, "domain_radius"),
         ({"model": "cnn"}, "takes 28×28, 32×32 images"),
         ({"eval_epochs": (9,)}, "exceeds epochs"),
-        ({"noise_multiplier": 1.0}, "not both"),
+        ({"noise_multiplier": 1.0}, "give one of"),
         ({"target_size": 1000}, "target_size"),
     ],
 )

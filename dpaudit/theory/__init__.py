@@ -1,11 +1,24 @@
-"""Theoretical privacy bounds (pure numpy; importing this package never imports torch).
+"""Theoretical privacy (pure numpy/scipy; importing this package never imports torch).
 
-Seed 004 (Liang et al., DPSGD-GC / DPSGD-DC): :mod:`dpaudit.theory.seed004`.
+* :mod:`dpaudit.theory.accounting` — ε of any sequence of Poisson-subsampled Gaussian steps (RDP with the
+  improved or classic conversion, PRV), noise calibration, per-epoch ε replayed from a run's ledger.
+* :mod:`dpaudit.theory.seed004` — Liang et al.'s DPSGD-GC / DPSGD-DC bounds and the bounds they compare with.
 """
 
 from __future__ import annotations
 
-from dpaudit.theory import seed004
+from dpaudit.theory import accounting, seed004
+from dpaudit.theory.accounting import (
+    DEFAULT_ORDERS,
+    calibrate_noise,
+    epsilon,
+    ledger_epsilons,
+    rdp_subsampled_gaussian,
+    rdp_to_epsilon,
+)
 from dpaudit.theory.seed004 import *  # noqa: F403 - the public names are seed004.__all__
 
-__all__ = list(seed004.__all__)
+__all__ = [
+    "DEFAULT_ORDERS", "calibrate_noise", "epsilon", "ledger_epsilons", "rdp_subsampled_gaussian", "rdp_to_epsilon",
+    *seed004.__all__,
+]

@@ -1,0 +1,327 @@
+"""Privacy accounting for any sequence of Poisson-subsampled Gaussian steps.
+
+Every DP optimizer in dpaudit releases, per step, the sum of per-record contributions of ℓ2 norm ≤ C
+plus N(0, (z·C)² I) on a Poisson sample of rate q. A run is therefore described by its per-step
+(z, q) — the privacy ledger — and this module turns any such sequence into (ε, δ):
+
+* ``accountant="rdp"``: Rényi DP of the subsampled Gaussian (Mironov, Talwar & Zhang 2019), summed
+  over steps per order α, then converted to (ε, δ) with the ``"improved"`` conversion (Balle et al.
+  2020, what Opacus uses) or the ``"classic"`` one (Mironov 2017, ε = min_α RDP(α) + log(1/δ)/(α−1),
+  what TF Privacy and older papers used).
+* ``accountant="prv"``: the privacy-random-variable accountant of Gopi, Lee & Wutschitz (2021), through
+  Opacus's ``PRVAccountant`` (its upper estimate, ``eps_error`` 0.01 by default). Importing it imports
+  torch, so it is loaded only when asked for.
+
+Only numpy and scipy are needed for ``rdp``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import special
+
+from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int
+
+DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + list(range(12, 64)))
+"""Rényi orders α used by Opacus (and TF Privacy's Tramer–Boneh experiments)."""
+
+ACCOUNTANTS = ("rdp", "prv")
+CONVERSIONS = ("improved", "classic")
+_SERIES_TOLERANCE = math.log(1e-12)  # stop the fractional-order series once terms are 1e-12 of the total
+
+
+def _log_a_integer(alpha: int, q: float, sigma: float) -> float:
+    """log A_α for integer α: log Σ_k C(α,k) (1−q)^(α−k) q^k exp((k²−k)/(2σ²))."""
+    k = np.arange(alpha + 1, dtype=float)
+    log_binom = special.gammaln(alpha + 1) - special.gammaln(k + 1) - special.gammaln(alpha - k + 1)
+    with np.errstate(divide="ignore"):
+        log_terms = log_binom + k * math.log(q) + (alpha - k) * np.log1p(-q) + (k * k - k) / (2 * sigma**2)
+    return float(special.logsumexp(log_terms))
+
+
+def _log_a_fractional(alpha: float, q: float, sigma: float) -> float:
+    """log A_α for fractional α by the two-sided series of Mironov, Talwar & Zhang (2019, §3.3).
+
+    The integral E_{x~N(0,σ²)}[((1−q) + q·e^{(2x−1)/(2σ²)})^α] is split at z₀, where the two mixture
+    components are equal, and each side is expanded in a binomial series that converges there.
+    """
+    z0 = sigma**2 * math.log(1 / q - 1) + 0.5
+    log_q, log_1q = math.log(q), math.log1p(-q)
+    logs, signs = [], []
+    start, block = 0, 64
+    while True:  # terms decay polynomially (alternating signs) for large q, so blocks grow
+        i = np.arange(start, start + block, dtype=float)
+        coef = special.binom(alpha, i)
+        nonzero = coef != 0
+        i, coef = i[nonzero], coef[nonzero]
+        j = alpha - i
+        log_coef = np.log(np.abs(coef))
+        # below z0: expand in powers of the likelihood ratio; N(i, σ²) mass below z0
+        left = (log_coef + i * log_q + j * log_1q + (i * i - i) / (2 * sigma**2)
+                + special.log_ndtr((z0 - i) / sigma))
+        # above z0: expand around the q·N(1, σ²) component; N(j, σ²) mass above z0
+        right = (log_coef + j * log_q + i * log_1q + (j * j - j) / (2 * sigma**2)
+                 + special.log_ndtr((j - z0) / sigma))
+        logs.extend([left, right])
+        signs.extend([np.sign(coef)] * 2)
+        total = special.logsumexp(np.concatenate(logs), b=np.concatenate(signs))
+        if max(left.max(initial=-np.inf), right.max(initial=-np.inf)) < total + _SERIES_TOLERANCE:
+            return float(total)
+        start += block
+        block *= 2
+        if start > 10_000_000:
+            raise DPAuditError(f"RDP series did not converge (α={alpha}, q={q}, σ={sigma})")
+
+
+def rdp_subsampled_gaussian(*, noise_multiplier: float, sample_rate: float,
+                            orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
+    """RDP of one Poisson-subsampled Gaussian step at each order (add/remove-one neighbours).
+
+    Args:
+        noise_multiplier: z, noise std divided by the ℓ2 sensitivity C (> 0).
+        sample_rate: Poisson sampling probability q ∈ (0, 1].
+        orders: Rényi orders α > 1.
+
+    Returns:
+        RDP(α) in nats, one entry per order.
+    """
+    check_positive("noise_multiplier (σ)", noise_multiplier)
+    _check_rate(sample_rate)
+    orders = _check_orders(orders)
+    if sample_rate == 1.0:
+        return orders / (2 * noise_multiplier**2)
+    values = []
+    for alpha in orders:
+        if float(alpha).is_integer():
+            log_a = _log_a_integer(int(alpha), sample_rate, noise_multiplier)
+        else:
+            log_a = _log_a_fractional(float(alpha), sample_rate, noise_multiplier)
+        values.append(log_a / (alpha - 1))
+    return np.asarray(values)
+
+
+def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
+                   conversion: str = "improved") -> tuple[float, float]:
+    """Convert an RDP curve to (ε, best order α) at δ.
+
+    Args:
+        rdp: total RDP at each order.
+        orders: the orders α of ``rdp``.
+        delta: target δ ∈ (0, 1).
+        conversion: "improved" (Balle et al. 2020): ε = RDP + log((α−1)/α) − (log δ + log α)/(α−1);
+            "classic" (Mironov 2017): ε = RDP + log(1/δ)/(α−1).
+
+    Returns:
+        (ε, α) minimising ε; ε is clipped at 0 from below.
+    """
+    check_choice("conversion", conversion, CONVERSIONS)
+    _check_delta(delta)
+    orders = np.asarray(orders, dtype=float)
+    rdp = np.asarray(rdp, dtype=float)
+    if conversion == "classic":
+        eps = rdp + math.log(1 / delta) / (orders - 1)
+    else:
+        eps = rdp + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+    eps = np.where(np.isnan(eps), np.inf, eps)
+    best = int(np.argmin(eps))
+    return max(float(eps[best]), 0.0), float(orders[best])
+
+
+def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, float, int]]:
+    """Group the steps into (z, q, count) triples; validates every value once."""
+    z = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
+    q = np.atleast_1d(np.asarray(sample_rate, dtype=float))
+    if z.ndim != 1 or q.ndim != 1:
+        raise DPAuditError("noise_multiplier and sample_rate must be a number or a 1-D sequence (one per step)")
+    lengths = {len(a) for a in (z, q) if len(a) != 1}
+    if len(lengths) > 1:
+        raise DPAuditError(f"per-step noise_multiplier and sample_rate differ in length: {sorted(lengths)}")
+    if lengths:
+        length = lengths.pop()
+        if steps is not None and steps != length:
+            raise DPAuditError(f"steps={steps} but {length} per-step values were given")
+    else:
+        if steps is None:
+            raise DPAuditError("give steps when noise_multiplier and sample_rate are single values")
+        check_positive_int("steps", steps, allow_zero=True)
+        length = steps
+    if not np.all(np.isfinite(z)) or np.any(z <= 0):
+        raise DPAuditError(f"noise_multiplier (σ) must be > 0 and finite; got {z[~(np.isfinite(z) & (z > 0))][0]}")
+    if not np.all(np.isfinite(q)) or np.any((q <= 0) | (q > 1)):
+        raise DPAuditError(f"sample_rate (q) must be in (0, 1]; got {q[~((q > 0) & (q <= 1))][0]}")
+    if length == 0:
+        return []
+    z, q = np.broadcast_to(z, (length,)), np.broadcast_to(q, (length,))
+    pairs, counts = np.unique(np.stack([z, q], axis=1), axis=0, return_counts=True)
+    return [(float(a), float(b), int(c)) for (a, b), c in zip(pairs, counts)]
+
+
+def epsilon(*, noise_multiplier: float | Sequence[float], sample_rate: float | Sequence[float],
+            steps: int | None = None, delta: float, accountant: str = "rdp",
+            orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
+            eps_error: float = 0.01) -> float:
+    """Theoretical ε of a composition of Poisson-subsampled Gaussian steps at δ.
+
+    Args:
+        noise_multiplier: z per step (a number for all steps, or one value per step), noise std / C.
+        sample_rate: q per step (a number or one value per step), in (0, 1].
+        steps: number of steps T; required when both of the above are numbers.
+        delta: δ ∈ (0, 1).
+        accountant: "rdp" or "prv".
+        orders: Rényi orders α (rdp only).
+        conversion: "improved" or "classic" RDP→(ε, δ) conversion (rdp only).
+        eps_error: the PRV accountant's ε discretisation error (prv only).
+
+    Returns:
+        ε ≥ 0 (0 for zero steps).
+
+    Raises:
+        DPAuditError: one line naming a bad argument (σ ≤ 0, q outside (0, 1], δ outside (0, 1), …).
+    """
+    table = _steps_table(noise_multiplier, sample_rate, steps)
+    _check_delta(delta)
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    if not table:
+        return 0.0
+    if accountant == "prv":
+        return _prv_epsilon(table, delta=delta, eps_error=eps_error)
+    orders = _check_orders(orders)
+    total = sum(count * _cached_rdp(z, q, tuple(orders)) for z, q, count in table)
+    return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
+
+
+_RDP_CACHE: dict[tuple[float, float, tuple[float, ...]], np.ndarray] = {}
+
+
+def _cached_rdp(z: float, q: float, orders: tuple[float, ...]) -> np.ndarray:
+    key = (z, q, orders)
+    if key not in _RDP_CACHE:
+        if len(_RDP_CACHE) > 4096:
+            _RDP_CACHE.clear()
+        _RDP_CACHE[key] = rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
+    return _RDP_CACHE[key]
+
+
+def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> float:
+    check_positive("eps_error", eps_error)
+    from opacus.accountants import PRVAccountant
+
+    prv = PRVAccountant()
+    prv.history = list(table)
+    return max(float(prv.get_epsilon(delta=delta, eps_error=eps_error)), 0.0)
+
+
+def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float | Sequence[float],
+                    steps: int | None = None, accountant: str = "rdp",
+                    orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
+                    noise_schedule: Sequence[float] | None = None, eps_error: float = 0.01,
+                    tolerance: float = 1e-4) -> float:
+    """Smallest noise multiplier z whose run meets ``target_epsilon`` at δ.
+
+    With ``noise_schedule`` (one relative factor per step, e.g. e^(−1/4) decay per epoch), step t uses
+    z·noise_schedule[t] and the returned z is the schedule's scale.
+
+    Args:
+        target_epsilon: ε to meet (> 0).
+        delta: δ ∈ (0, 1).
+        sample_rate: q (a number or one per step).
+        steps: T (required unless per-step values fix it).
+        accountant, orders, conversion, eps_error: as :func:`epsilon`.
+        noise_schedule: optional per-step factors (> 0) multiplying z.
+        tolerance: relative precision of z.
+
+    Returns:
+        z such that ε(z) ≤ target_epsilon, within ``tolerance`` (relative) of the smallest such z.
+    """
+    check_positive("target_epsilon (ε)", target_epsilon)
+    check_positive("tolerance", tolerance)
+    factors = None
+    if noise_schedule is not None:
+        factors = np.asarray(noise_schedule, dtype=float)
+        if factors.ndim != 1 or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise DPAuditError("noise_schedule must be a 1-D sequence of positive factors, one per step")
+        steps = len(factors) if steps is None else steps
+
+    def eps_at(z: float) -> float:
+        noise = z if factors is None else z * factors
+        return epsilon(noise_multiplier=noise, sample_rate=sample_rate, steps=steps, delta=delta,
+                       accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error)
+
+    low, high = 0.05, 1.0
+    while eps_at(high) > target_epsilon:
+        low, high = high, high * 2
+        if high > 1e6:
+            raise DPAuditError(f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta}")
+    while eps_at(low) <= target_epsilon:
+        high, low = low, low / 2
+        if low < 1e-4:
+            return high
+    while (high - low) / high > tolerance:
+        middle = (low + high) / 2
+        if eps_at(middle) > target_epsilon:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _check_rate(sample_rate: float) -> None:
+    if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
+        raise DPAuditError(f"sample_rate (q) must be in (0, 1]; got {sample_rate!r}")
+
+
+def _check_delta(delta: float) -> None:
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise DPAuditError(f"delta (δ) must be in (0, 1); got {delta!r}")
+
+
+def _check_orders(orders: Sequence[float]) -> np.ndarray:
+    values = np.asarray(orders, dtype=float)
+    if values.ndim != 1 or len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1):
+        raise DPAuditError("orders must be a non-empty sequence of Rényi orders α > 1")
+    return values
+
+
+EPOCH_LOGGING = ("epoch-end", "first-step")
+
+
+def ledger_epsilons(ledger, *, delta: float, accountant: str = "rdp", epochs: Sequence[int] | None = None,
+                    logging: str = "epoch-end", orders: Sequence[float] = DEFAULT_ORDERS,
+                    conversion: str = "improved", eps_error: float = 0.01) -> list[float]:
+    """Theoretical ε of a training run after each epoch, replayed from its privacy ledger.
+
+    Args:
+        ledger: a :class:`dpaudit.ledger.PrivacyLedger` (or its ``to_dict()`` form).
+        delta: δ ∈ (0, 1).
+        accountant, orders, conversion, eps_error: as :func:`epsilon`.
+        epochs: 1-based epochs to report (default: every epoch of the ledger).
+        logging: "epoch-end" (ε after the epoch's last step) or "first-step" (ε after the first step of
+            the epoch — how the D2P2-SGD authors' scripts logged, which their reported numbers match).
+
+    Returns:
+        ε per requested epoch; +inf throughout for a run that made no DP claim and recorded no steps
+        (non-private training).
+    """
+    from dpaudit.ledger import PrivacyLedger
+
+    if isinstance(ledger, dict):
+        ledger = PrivacyLedger.from_dict(ledger)
+    check_choice("logging", logging, EPOCH_LOGGING)
+    ends = list(ledger.epoch_ends)
+    epochs = list(range(1, len(ends) + 1)) if epochs is None else list(epochs)
+    for epoch in epochs:
+        if not (isinstance(epoch, (int, np.integer)) and 1 <= epoch <= len(ends)):
+            raise DPAuditError(f"epoch {epoch!r} is not in the ledger (it has {len(ends)} epochs)")
+    if ledger.steps == 0 and not ledger.dp_claim:
+        return [math.inf] * len(epochs)
+    z, q = ledger.per_step()
+    values = []
+    for epoch in epochs:
+        prefix = ends[epoch - 1] if logging == "epoch-end" else min((ends[epoch - 2] if epoch > 1 else 0) + 1, ends[epoch - 1])
+        values.append(epsilon(noise_multiplier=z[:prefix], sample_rate=q[:prefix], steps=prefix, delta=delta,
+                              accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error)
+                      if prefix else 0.0)
+    return values
