@@ -218,7 +218,7 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
                     steps: int | None = None, accountant: str = "rdp",
                     orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
                     noise_schedule: Sequence[float] | None = None, eps_error: float = 0.01,
-                    tolerance: float = 1e-4) -> float:
+                    tolerance: float = 1e-5) -> float:
     """Smallest noise multiplier z whose run meets ``target_epsilon`` at δ.
 
     With ``noise_schedule`` (one relative factor per step, e.g. e^(−1/4) decay per epoch), step t uses

@@ -1,0 +1,223 @@
+"""Accounting over heterogeneous subsampled-Gaussian steps: known answers from the specs and first principles,
+agreement with Opacus's own accountants, calibration round trips, per-epoch ε from ledgers."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from dpaudit._validation import DPAuditError
+from dpaudit.ledger import PrivacyLedger
+from dpaudit.theory import DEFAULT_ORDERS, calibrate_noise, epsilon, ledger_epsilons, rdp_subsampled_gaussian
+
+
+def test_rdp_of_full_batch_gaussian_is_alpha_over_two_sigma_squared():
+    orders = np.array([1.5, 2.0, 7.25, 32.0])
+    assert rdp_subsampled_gaussian(noise_multiplier=2.0, sample_rate=1.0, orders=orders) == pytest.approx(orders / 8)
+
+
+@pytest.mark.parametrize("q, sigma", [(0.01, 1.0), (0.3, 0.7), (0.5, 4.0)])
+def test_rdp_order_two_matches_closed_form(q, sigma):
+    # A_2 = (1−q)² + 2q(1−q) + q² e^{1/σ²}  (binomial expansion of the Poisson mixture)
+    expected = math.log((1 - q) ** 2 + 2 * q * (1 - q) + q * q * math.exp(1 / sigma**2))
+    assert rdp_subsampled_gaussian(noise_multiplier=sigma, sample_rate=q, orders=[2])[0] == pytest.approx(expected)
+
+
+def test_fractional_orders_interpolate_the_integer_ones():
+    # RDP is non-decreasing in α: fractional orders must sit between their integer neighbours
+    orders = np.array([3.0, 3.5, 4.0])
+    values = rdp_subsampled_gaussian(noise_multiplier=1.1, sample_rate=0.05, orders=orders)
+    assert values[0] <= values[1] <= values[2]
+
+
+# seed-002 spec §2.3 (improved, classic) reference values
+@pytest.mark.parametrize(
+    "q, sigma, steps, improved, classic",
+    [
+        (512 / 60000, 1.23, 4687, 2.5808, 2.9946),
+        (2048 / 60000, 2.15, 1171, 2.6043, 3.0171),
+        (256 / 60000, 1.1, 14062, 2.5966, 3.0083),
+        (0.01, 1.0, 1000, 2.1014, 2.5380),
+    ],
+)
+def test_rdp_epsilon_matches_psac_spec_values(q, sigma, steps, improved, classic):
+    common = dict(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=1e-5)
+    assert epsilon(**common) == pytest.approx(improved, abs=1e-4)
+    assert epsilon(**common, conversion="classic") == pytest.approx(classic, abs=1e-4)
+
+
+# seed-002 spec §2.3: σ for a target ε (q, T, δ, ε) → σ improved, σ classic
+@pytest.mark.parametrize(
+    "q, steps, delta, target, improved, classic",
+    [
+        (512 / 60000, 4687, 1e-5, 3, 1.1234, 1.2285),
+        (2048 / 60000, 1171, 1e-5, 3, 1.9280, 2.1601),
+        (0.02048, 4882, 1e-5, 2, 3.1811, 3.6758),
+        (0.003072, 3255, 5e-6, 8, 0.5360, 0.5557),
+    ],
+)
+def test_calibration_matches_psac_spec_values(q, steps, delta, target, improved, classic):
+    for conversion, expected in (("improved", improved), ("classic", classic)):
+        sigma = calibrate_noise(target_epsilon=target, delta=delta, sample_rate=q, steps=steps, conversion=conversion)
+        assert sigma == pytest.approx(expected, abs=2e-4)
+
+
+@pytest.mark.parametrize(
+    "accountant, target",
+    [("rdp", 0.5), ("rdp", 2.0), ("rdp", 8.0), ("prv", 2.0),
+     pytest.param("prv", 0.5, marks=pytest.mark.slow), pytest.param("prv", 8.0, marks=pytest.mark.slow)],
+)
+def test_calibrate_then_account_gives_the_target(accountant, target):
+    schedule = np.repeat(np.arange(1, 11) ** -0.25, 30)  # dynamic: 10 epochs × 30 steps
+    z = calibrate_noise(target_epsilon=target, delta=1e-5, sample_rate=1 / 30, noise_schedule=schedule,
+                        accountant=accountant)
+    achieved = epsilon(noise_multiplier=z * schedule, sample_rate=1 / 30, delta=1e-5, accountant=accountant)
+    assert achieved <= target + 1e-9
+    assert achieved == pytest.approx(target, abs=0.01)
+
+
+def _opacus_rdp(z, q, steps, delta):
+    from opacus.accountants.analysis import rdp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        total = sum(rdp.compute_rdp(q=qi, noise_multiplier=zi, steps=n, orders=list(DEFAULT_ORDERS))
+                    for zi, qi, n in zip(z, q, steps))
+        return rdp.get_privacy_spent(orders=list(DEFAULT_ORDERS), rdp=total, delta=delta)[0]
+
+
+def test_rdp_agrees_with_opacus_on_random_heterogeneous_settings():
+    rng = np.random.default_rng(2026)
+    for _ in range(12):
+        parts = int(rng.integers(1, 4))
+        z = rng.uniform(0.5, 6, parts)
+        q = rng.uniform(1e-3, 0.5, parts)
+        steps = rng.integers(1, 2000, parts)
+        delta = float(10 ** rng.uniform(-8, -3))
+        ours = epsilon(noise_multiplier=np.repeat(z, steps), sample_rate=np.repeat(q, steps), delta=delta)
+        assert ours == pytest.approx(_opacus_rdp(z, q, steps, delta), rel=1e-6)
+
+
+def test_prv_agrees_with_opacus_on_random_heterogeneous_settings():
+    from opacus.accountants import PRVAccountant
+
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        z = rng.uniform(0.8, 4, 2)
+        q = rng.uniform(1e-3, 0.1, 2)
+        steps = rng.integers(10, 500, 2)
+        theirs = PRVAccountant()
+        for zi, qi, n in zip(z, q, steps):
+            for _ in range(n):
+                theirs.step(noise_multiplier=float(zi), sample_rate=float(qi))
+        ours = epsilon(noise_multiplier=np.repeat(z, steps), sample_rate=np.repeat(q, steps), delta=1e-5,
+                       accountant="prv")
+        assert ours == pytest.approx(theirs.get_epsilon(delta=1e-5), abs=1e-6)
+
+
+def _d2p2_ledger(n: int, *, dynamic: bool, sigma: float = 3.0, batch: int = 1024, epochs: int = 40) -> PrivacyLedger:
+    """Opacus conventions of the D2P2 code: q = 1/⌈n/B⌉, ⌈n/B⌉ steps per epoch, σ_e = σ·e^(−1/4)."""
+    per_epoch = math.ceil(n / batch)
+    ledger = PrivacyLedger()
+    for epoch in range(1, epochs + 1):
+        for _ in range(per_epoch):
+            ledger.record(noise_multiplier=sigma * epoch**-0.25 if dynamic else sigma, sample_rate=1 / per_epoch)
+        ledger.end_epoch()
+    return ledger
+
+
+# seed-003 spec §2.4: ε after the first step of epoch 40 (the paper's logging) and at the end of epoch 40
+@pytest.mark.parametrize(
+    "n, dynamic, first_step, end",
+    [(60000, False, 1.0681, 1.0825), (60000, True, 2.7554, 2.8185), (73257, False, 0.9573, 0.9702),
+     (73257, True, 2.4562, 2.5125)],
+)
+def test_d2p2_reported_privacy_loss(n, dynamic, first_step, end):
+    ledger = _d2p2_ledger(n, dynamic=dynamic)
+    assert ledger_epsilons(ledger, delta=1e-5, accountant="prv", epochs=[40], logging="first-step")[0] == pytest.approx(first_step, abs=0.01)
+    assert ledger_epsilons(ledger, delta=1e-5, accountant="prv", epochs=[40])[0] == pytest.approx(end, abs=0.01)
+
+
+D2P2_EPOCHS = [1, 2, 5, 10, 20, 30, 40]
+D2P2_CURVES = {  # seed-003 spec §2.4, end of epoch, PRV, σ = 3, B = 1024
+    (60000, False): [0.163, 0.228, 0.362, 0.519, 0.747, 0.928, 1.082],
+    (60000, True): [0.163, 0.256, 0.498, 0.859, 1.529, 2.176, 2.819],
+    (73257, False): [0.146, 0.205, 0.325, 0.465, 0.670, 0.832, 0.970],
+    (73257, True): [0.146, 0.229, 0.445, 0.767, 1.365, 1.942, 2.512],
+    (50000, False): [0.180, 0.253, 0.401, 0.575, 0.828, 1.028, 1.199],
+    (50000, True): [0.180, 0.284, 0.553, 0.954, 1.700, 2.422, 3.139],
+}
+
+
+@pytest.mark.parametrize("n, dynamic", [(60000, False), (60000, True)])
+def test_d2p2_per_epoch_curves_fmnist(n, dynamic):
+    values = ledger_epsilons(_d2p2_ledger(n, dynamic=dynamic), delta=1e-5, accountant="prv", epochs=D2P2_EPOCHS)
+    assert values == pytest.approx(D2P2_CURVES[(n, dynamic)], abs=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n, dynamic", [(73257, False), (73257, True), (50000, False), (50000, True)])
+def test_d2p2_per_epoch_curves_svhn_cifar(n, dynamic):
+    values = ledger_epsilons(_d2p2_ledger(n, dynamic=dynamic), delta=1e-5, accountant="prv", epochs=D2P2_EPOCHS)
+    assert values == pytest.approx(D2P2_CURVES[(n, dynamic)], abs=0.01)
+
+
+def test_d2p2_final_privacy_loss_grid_spot_checks():
+    # seed-003 spec §2.4 grid: FMNIST, 40 epochs: (B, σ, static, dynamic)
+    for batch, sigma, static, dynamic in [(256, 3, 0.510, 1.286), (512, 2, 1.203, 3.939), (1024, 8, 0.365, 0.813)]:
+        for is_dynamic, expected in ((False, static), (True, dynamic)):
+            ledger = _d2p2_ledger(60000, dynamic=is_dynamic, sigma=sigma, batch=batch)
+            assert ledger_epsilons(ledger, delta=1e-5, accountant="prv", epochs=[40])[0] == pytest.approx(expected, abs=0.01)
+
+
+def test_rdp_per_epoch_curve_is_increasing_and_dynamic_exceeds_static():
+    static = ledger_epsilons(_d2p2_ledger(60000, dynamic=False, epochs=10), delta=1e-5)
+    dynamic = ledger_epsilons(_d2p2_ledger(60000, dynamic=True, epochs=10), delta=1e-5)
+    assert np.all(np.diff(static) > 0) and np.all(np.diff(dynamic) > 0)
+    assert dynamic[0] == pytest.approx(static[0]) and np.all(np.array(dynamic[1:]) > np.array(static[1:]))
+
+
+def test_equal_steps_give_equal_epsilon_whatever_their_order():
+    z = np.array([1.0] * 50 + [2.0] * 100)
+    forward = epsilon(noise_multiplier=z, sample_rate=0.05, delta=1e-6)
+    assert epsilon(noise_multiplier=z[::-1], sample_rate=0.05, delta=1e-6) == pytest.approx(forward)
+
+
+def test_non_private_ledger_has_infinite_epsilon():
+    ledger = PrivacyLedger(dp_claim=False)
+    ledger.end_epoch()
+    ledger.end_epoch()
+    assert ledger_epsilons(ledger, delta=1e-5) == [math.inf, math.inf]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"noise_multiplier": 0.0}, "noise_multiplier"),
+        ({"noise_multiplier": -1.0}, "noise_multiplier"),
+        ({"sample_rate": 0.0}, "sample_rate"),
+        ({"sample_rate": 1.5}, "sample_rate"),
+        ({"delta": 0.0}, "delta"),
+        ({"delta": 1.0}, "delta"),
+        ({"steps": None}, "steps"),
+        ({"accountant": "moments"}, "accountant"),
+        ({"conversion": "tight"}, "conversion"),
+        ({"orders": [0.5, 2]}, "orders"),
+        ({"noise_multiplier": [1.0, 1.0], "steps": 3}, "steps=3"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(kwargs, message):
+    arguments = {"noise_multiplier": 1.0, "sample_rate": 0.01, "steps": 10, "delta": 1e-5, **kwargs}
+    with pytest.raises(DPAuditError, match=message) as caught:
+        epsilon(**arguments)
+    assert "\n" not in str(caught.value)
+
+
+def test_calibration_rejects_bad_targets():
+    with pytest.raises(DPAuditError, match="target_epsilon"):
+        calibrate_noise(target_epsilon=0, delta=1e-5, sample_rate=0.01, steps=10)
+    with pytest.raises(DPAuditError, match="noise_schedule"):
+        calibrate_noise(target_epsilon=1, delta=1e-5, sample_rate=0.01, noise_schedule=[1.0, -1.0])
