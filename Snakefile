@@ -10,9 +10,12 @@ configfile: "params.yaml"
 validate(config, "workflow/schemas/params.schema.yaml")
 
 
+include: "workflow/rules/common.smk"
 include: "workflow/rules/seed004.smk"
+include: "workflow/rules/optimizers.smk"
 
 
 rule all:
     input:
         rules.seed004_all.input,
+        rules.optimizers_all.input,

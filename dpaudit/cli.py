@@ -154,6 +154,68 @@ def _cmd_theory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _accounting_options(args: argparse.Namespace) -> dict:
+    return {"delta": args.delta, "conversion": args.conversion, "eps_error": args.eps_error}
+
+
+def _cmd_epsilon(args: argparse.Namespace) -> int:
+    from dpaudit._io import read_json, write_json
+    from dpaudit.theory import epsilon, ledger_epsilons
+
+    direct = (args.noise_multiplier, args.sample_rate, args.steps)
+    if (args.run is None) == all(value is None for value in direct):
+        raise DPAuditError("give --run, or --noise-multiplier, --sample-rate and --steps")
+    if args.run is None:
+        if None in direct:
+            raise DPAuditError("--noise-multiplier, --sample-rate and --steps go together")
+        payload = {name: epsilon(noise_multiplier=args.noise_multiplier, sample_rate=args.sample_rate,
+                                 steps=args.steps, accountant=name, **_accounting_options(args))
+                   for name in args.accountants}
+        print(json.dumps({"noise_multiplier": args.noise_multiplier, "sample_rate": args.sample_rate,
+                          "steps": args.steps, "delta": args.delta, "epsilon": payload}))
+        return 0
+    ledger_path = args.run / args.model / "ledger.json"
+    if not ledger_path.is_file():
+        raise DPAuditError(f"no privacy ledger at {ledger_path}; run `dpaudit train` first")
+    ledger = read_json(ledger_path)
+    epochs = list(args.epochs) if args.epochs else list(range(1, len(ledger["epoch_ends"]) + 1))
+    curves = {name: ledger_epsilons(ledger, accountant=name, epochs=epochs, logging=args.logging,
+                                    **_accounting_options(args))
+              for name in args.accountants}
+    result = {"model": args.model, "delta": args.delta, "conversion": args.conversion, "logging": args.logging,
+              "sampling": ledger["sampling"], "dp_claim": ledger["dp_claim"], "epochs": epochs, "epsilon": curves}
+    write_json(args.out or args.run / args.model / "epsilon.json", result)
+    print(f"{'epoch':>6} " + " ".join(f"{'ε (' + name + ')':>12}" for name in curves))
+    for row, epoch in enumerate(epochs):
+        print(f"{epoch:>6} " + " ".join(f"{curves[name][row]:>12.4f}" for name in curves))
+    notes = [] if ledger["dp_claim"] else ["the optimizer makes no DP claim: these are the ε it claims, not a guarantee"]
+    if ledger["sampling"] == "shuffle":
+        notes.append("shuffled batches: the accountants assume Poisson sampling, so ε is approximate")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from dpaudit.theory import calibrate_noise, epsilon
+
+    z = calibrate_noise(target_epsilon=args.target_epsilon, sample_rate=args.sample_rate, steps=args.steps,
+                        accountant=args.accountant, **_accounting_options(args))
+    achieved = epsilon(noise_multiplier=z, sample_rate=args.sample_rate, steps=args.steps,
+                       accountant=args.accountant, **_accounting_options(args))
+    print(json.dumps({"noise_multiplier": z, "epsilon": achieved, "target_epsilon": args.target_epsilon,
+                      "delta": args.delta, "sample_rate": args.sample_rate, "steps": args.steps,
+                      "accountant": args.accountant}))
+    return 0
+
+
+def _add_accounting_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
+    parser.add_argument("--conversion", choices=("improved", "classic"), default="improved",
+                        help="RDP → (ε, δ): improved (Balle et al. 2020, Opacus) or classic (Mironov 2017)")
+    parser.add_argument("--eps-error", type=float, default=0.01, help="PRV accountant ε error (default: 0.01)")
+
+
 def _cmd_figure(args: argparse.Namespace) -> int:
     from dpaudit._io import write_json
     from dpaudit._validation import check_choice
@@ -295,6 +357,34 @@ def build_parser() -> argparse.ArgumentParser:
         theory.add_argument(f"--{name}", type=float, help=text)
     theory.add_argument("--delta", type=float, help="also convert to (ε, δ)-DP at this α (Mironov 2017)")
     theory.set_defaults(handler=_cmd_theory)
+
+    eps = commands.add_parser(
+        "epsilon",
+        help="theoretical ε of a trained run per epoch (from its ledger), or of T identical steps",
+        description="Replay a run's privacy ledger through the RDP and/or PRV accountant and print ε per epoch "
+        "(written to RUN/MODEL/epsilon.json), or account T steps of noise multiplier z at sample rate q.",
+    )
+    eps.add_argument("--run", type=Path, help="output folder of `dpaudit train`")
+    eps.add_argument("--model", default="target", help="which model's ledger (default: target)")
+    eps.add_argument("--epochs", type=_int_list, help="epochs to report (default: all)")
+    eps.add_argument("--logging", choices=("epoch-end", "first-step"), default="epoch-end",
+                     help="ε after each epoch's last step, or after its first (how the D2P2 authors logged)")
+    eps.add_argument("--noise-multiplier", type=float, help="z: noise std / sensitivity C")
+    eps.add_argument("--sample-rate", type=float, help="Poisson sample rate q")
+    eps.add_argument("--steps", type=int, help="number of steps T")
+    eps.add_argument("--accountants", type=lambda text: tuple(text.split(",")), default=("rdp",),
+                     metavar="rdp,prv", help="accountants to use (default: rdp)")
+    eps.add_argument("--out", type=Path, help="JSON to write (default: RUN/MODEL/epsilon.json)")
+    _add_accounting_arguments(eps)
+    eps.set_defaults(handler=_cmd_epsilon)
+
+    calibrate = commands.add_parser("calibrate", help="smallest noise multiplier z meeting a target (ε, δ)")
+    calibrate.add_argument("--target-epsilon", type=float, required=True, help="ε to meet")
+    calibrate.add_argument("--sample-rate", type=float, required=True, help="Poisson sample rate q")
+    calibrate.add_argument("--steps", type=int, required=True, help="number of steps T")
+    calibrate.add_argument("--accountant", choices=("rdp", "prv"), default="rdp", help="accountant (default: rdp)")
+    _add_accounting_arguments(calibrate)
+    calibrate.set_defaults(handler=_cmd_calibrate)
 
     figure = commands.add_parser("figure", help="draw one paper figure or table (PDF + PNG, manifest entry)")
     figure.add_argument("name", help="figure name, e.g. dpsgd_dc/figure1 (see `dpaudit list figures`)")

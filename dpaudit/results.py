@@ -26,6 +26,9 @@ class RunRecord:
         epsilon_hat: ε̂ (eq. 20) of the target at each attack epoch.
         train_loss: the target's training loss at epochs 1..E.
         steps_at_epoch: steps completed at the end of epochs 1..E, from the target's privacy ledger.
+        test_accuracy: the target's held-out accuracy at epochs 1..E.
+        epsilon_theory: theoretical ε of the target at ``attack_epochs`` per accountant, from
+            ``target/epsilon.json`` (written by ``dpaudit epsilon --run``); empty if absent.
     """
 
     path: Path
@@ -34,6 +37,8 @@ class RunRecord:
     epsilon_hat: np.ndarray
     train_loss: np.ndarray
     steps_at_epoch: np.ndarray
+    test_accuracy: np.ndarray
+    epsilon_theory: dict[str, np.ndarray]
 
 
 def load_run(path: str | Path) -> RunRecord:
@@ -44,17 +49,28 @@ def load_run(path: str | Path) -> RunRecord:
         attack = read_json(run / "attack.json")["results"]
         metrics = read_json(run / "target" / "metrics.json")
         ledger = read_json(run / "target" / "ledger.json")
+        theory = read_json(run / "target" / "epsilon.json") if (run / "target" / "epsilon.json").is_file() else None
     except FileNotFoundError as error:
         raise DPAuditError(f"incomplete run {run}: missing {Path(error.filename).name}") from None
     except (KeyError, ValueError) as error:
         raise DPAuditError(f"malformed run {run}: {error}") from None
+    attack_epochs = np.array([r["epoch"] for r in attack], dtype=int)
+    epsilon_theory = {}
+    if theory is not None:
+        at = {epoch: row for row, epoch in enumerate(theory["epochs"])}
+        if not all(int(epoch) in at for epoch in attack_epochs):
+            raise DPAuditError(f"{run}/target/epsilon.json lacks some attacked epochs {attack_epochs.tolist()}")
+        epsilon_theory = {name: np.array([values[at[int(e)]] for e in attack_epochs], dtype=float)
+                          for name, values in theory["epsilon"].items()}
     return RunRecord(
         path=run,
         config=config,
-        attack_epochs=np.array([r["epoch"] for r in attack], dtype=int),
+        attack_epochs=attack_epochs,
         epsilon_hat=np.array([r["epsilon_hat"] for r in attack], dtype=float),
         train_loss=np.array(metrics["train_loss"], dtype=float),
         steps_at_epoch=np.array(ledger["epoch_ends"], dtype=int),
+        test_accuracy=np.array([np.nan if a is None else a for a in metrics["test_accuracy"]], dtype=float),
+        epsilon_theory=epsilon_theory,
     )
 
 
@@ -92,10 +108,11 @@ def mean_and_band(values: np.ndarray, *, coverage: float = 95.0) -> tuple[np.nda
 
 
 def summarize(run_paths: Iterable[str | Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Metrics and plot rows for DVC: ε̂ and loss per configuration, averaged over trials.
+    """Metrics and plot rows for DVC: ε̂, loss and accuracy per configuration, averaged over trials.
 
     Returns:
-        (metrics, rows): ``metrics[config]`` holds the mean ε̂ and training loss at the last epoch;
+        (metrics, rows): ``metrics[config]`` holds the mean ε̂, training loss and test accuracy at the
+        last epoch, and the theoretical ε there per accountant where the runs have ``epsilon.json``;
         ``rows`` is one dict per (config, epoch) with the mean ε̂ over trials (for ``dvc plots``).
     """
     records = [load_run(path) for path in run_paths]
@@ -105,7 +122,14 @@ def summarize(run_paths: Iterable[str | Path]) -> tuple[dict[str, Any], list[dic
     for name, group in groups.items():
         epsilon, _, _, dropped = mean_and_band(stack_trials(group, "epsilon_hat"))
         loss, _, _, _ = mean_and_band(stack_trials(group, "train_loss"))
+        accuracy, _, _, _ = mean_and_band(stack_trials(group, "test_accuracy"))
         metrics[name] = {"epsilon_hat_last": float(epsilon[-1]), "train_loss_last": float(loss[-1]),
-                         "trials": len(group), "infinite_epsilon_hat": dropped}
+                         "test_accuracy_last": float(accuracy[-1]), "trials": len(group),
+                         "infinite_epsilon_hat": dropped}
+        if all(run.epsilon_theory for run in group):
+            metrics[name]["epsilon_theory_last"] = {
+                accountant: float(np.mean([run.epsilon_theory[accountant][-1] for run in group]))
+                for accountant in group[0].epsilon_theory
+            }
         rows += [{"config": name, "epoch": int(e), "epsilon_hat": float(v)} for e, v in zip(group[0].attack_epochs, epsilon)]
     return metrics, rows

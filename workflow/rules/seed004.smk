@@ -16,17 +16,13 @@ def run_config(name):
     kind, rest = name.split("_", 1)
     grid = S4[kind]
     flags = {**{k: v for k, v in COMMON.items() if k != "trials"}, "epochs": grid["epochs"],
-             "eval_epochs": ",".join(str(e) for e in grid["eval_epochs"])}
+             "eval_epochs": grid["eval_epochs"]}
     parts = {part[0]: part[1:] for part in rest.split("_")}
     flags["batch_size"] = int(parts["b"])
     flags["optimizer"] = "dpsgd-gc" if kind == "gc" else "dpsgd-dc"
     if kind == "dc":
         flags["domain_radius"] = float(parts["D"])
-    return " ".join(
-        f"--{key.replace('_', '-')}" + ("" if value is True else f" {value}")
-        for key, value in flags.items()
-        if value is not False
-    )
+    return cli_flags(flags)
 
 
 rule seed004_all:
@@ -48,7 +44,7 @@ rule seed004_metrics:
         metrics="metrics/seed004.json",
         plot="metrics/seed004_epsilon_hat.csv",
     params:
-        runs=lambda wildcards, input: " ".join(str(path).rsplit("/", 1)[0] for path in input),
+        runs=lambda wildcards, input: run_folders(input),
     shell:
         "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot}"
 
@@ -96,7 +92,7 @@ rule seed004_data_figure:
     wildcard_constraints:
         name="|".join(DATA_FIGURES),
     params:
-        runs=lambda wildcards, input: " ".join(str(path).rsplit("/", 1)[0] for path in input),
+        runs=lambda wildcards, input: run_folders(input),
         theory=S4["theory"],
     shell:
         "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --runs {params.runs}"

@@ -1,0 +1,25 @@
+# Helpers shared by the rule files.
+
+
+def cli_flags(values):
+    """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated)."""
+    parts = []
+    for key, value in values.items():
+        if value is False or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, (list, tuple)):
+            parts.append(f"{flag} {','.join(str(v) for v in value)}")
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def run_folders(paths):
+    """The run folders (…/trial_<t>) holding a list of files, each once, in order."""
+    import re
+
+    folders = [re.match(r"(.*/trial_\d+)/", str(path)).group(1) for path in paths]
+    return " ".join(dict.fromkeys(folders))

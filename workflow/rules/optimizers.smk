@@ -1,0 +1,94 @@
+# Seeds 002 and 003 optimizers (and DP-SGD beside them) trained at matched theoretical ε: each run is
+# calibrated to a target ε at δ by its own noise schedule, then attacked, and its theoretical ε per checkpoint
+# is replayed from its privacy ledger. The audit figures of later issues draw from these runs.
+
+OPT = config["optimizers"]
+OPT_RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **OPT.get("resources", {})}
+OPT_COMMON = {k: v for k, v in OPT["common"].items() if k != "trials"}
+OPT_TRIALS = list(range(OPT["common"]["trials"]))
+OPT_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in OPT["runs"]}
+OPT_RUNS = [f"{name}_eps{eps:g}" for name in OPT_SETTINGS for eps in OPT["target_epsilons"]]
+
+
+def _check_optimizer_names():
+    """A run named after no optimizer fails here, before any job, not inside `dpaudit train`."""
+    import yaml
+
+    with open(workflow.source_path("../schemas/params.schema.yaml"), encoding="utf-8") as stream:
+        known = yaml.safe_load(stream)["$defs"]["optimizer_name"]["enum"]
+    if len(OPT_SETTINGS) != len(OPT["runs"]):
+        raise ValueError("params optimizers.runs: two runs share a name")
+    for name, settings in OPT_SETTINGS.items():
+        optimizer = settings.get("optimizer", name)
+        if optimizer not in known:
+            raise ValueError(f"params optimizers.runs.{name}: unknown optimizer {optimizer!r}; "
+                             f"set `optimizer:` to one of {', '.join(known)}")
+
+
+_check_optimizer_names()
+
+
+def optimizer_run_flags(run):
+    name, eps = run.rsplit("_eps", 1)
+    settings = {"optimizer": name, **OPT_SETTINGS[name]}
+    return cli_flags({**OPT_COMMON, **settings, "target_epsilon": float(eps)})
+
+
+rule optimizers_all:
+    input:
+        expand("results/optimizers/{run}/trial_{trial}/{file}", run=OPT_RUNS, trial=OPT_TRIALS,
+               file=["attack.json", "target/epsilon.json"]),
+        "metrics/optimizers.json",
+
+
+rule optimizers_train:
+    output:
+        "results/optimizers/{run}/trial_{trial}/config.json",
+    params:
+        flags=lambda wildcards: optimizer_run_flags(wildcards.run),
+        out="results/optimizers/{run}/trial_{trial}",
+    resources:
+        gpu=OPT_RESOURCES["gpu"],
+        mem_mb=OPT_RESOURCES["mem_mb"],
+        runtime=OPT_RESOURCES["runtime"],
+    shell:
+        "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
+
+
+rule optimizers_attack:
+    input:
+        "results/optimizers/{run}/trial_{trial}/config.json",
+    output:
+        "results/optimizers/{run}/trial_{trial}/attack.json",
+    params:
+        run="results/optimizers/{run}/trial_{trial}",
+    shell:
+        "dpaudit attack --quiet --run {params.run}"
+
+
+rule optimizers_epsilon:
+    input:
+        "results/optimizers/{run}/trial_{trial}/config.json",
+    output:
+        "results/optimizers/{run}/trial_{trial}/target/epsilon.json",
+    params:
+        run="results/optimizers/{run}/trial_{trial}",
+        epochs=",".join(str(e) for e in OPT_COMMON["eval_epochs"]),
+        accountants=",".join(OPT["accountants"]),
+        delta=OPT_COMMON["delta"],
+    shell:
+        "dpaudit epsilon --run {params.run} --epochs {params.epochs} --accountants {params.accountants}"
+        " --delta {params.delta} > /dev/null"
+
+
+rule optimizers_metrics:
+    input:
+        expand("results/optimizers/{run}/trial_{trial}/{file}", run=OPT_RUNS, trial=OPT_TRIALS,
+               file=["attack.json", "target/epsilon.json"]),
+    output:
+        metrics="metrics/optimizers.json",
+        plot="metrics/optimizers_epsilon_hat.csv",
+    params:
+        runs=lambda wildcards, input: run_folders(input),
+    shell:
+        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot}"
