@@ -69,7 +69,9 @@ def load_run(path: str | Path) -> RunRecord:
         epsilon_hat=np.array([r["epsilon_hat"] for r in attack], dtype=float),
         train_loss=np.array(metrics["train_loss"], dtype=float),
         steps_at_epoch=np.array(ledger["epoch_ends"], dtype=int),
-        test_accuracy=np.array([np.nan if a is None else a for a in metrics["test_accuracy"]], dtype=float),
+        test_accuracy=np.array([np.nan if a is None else a
+                                for a in metrics.get("test_accuracy") or [None] * len(metrics["train_loss"])],
+                               dtype=float),
         epsilon_theory=epsilon_theory,
     )
 

@@ -36,14 +36,19 @@ def _job_count(output: str, rule: str) -> int:
     return 0
 
 
-@pytest.mark.parametrize("preset, trainings", [(None, 4 * 3 + 6 * 3), ("configs/smoke.yaml", 2 * 2 + 4 * 2),
-                                               ("configs/paper.yaml", 6 * 10 + 6 * 10)])
-def test_presets_build_the_same_dag(workflow_copy, preset, trainings):
+@pytest.mark.parametrize("preset, trainings, optimizer_runs", [
+    (None, 4 * 3 + 6 * 3, 8 * 1 * 2),  # optimizers × target ε × trials
+    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1),
+    ("configs/paper.yaml", 6 * 10 + 6 * 10, 7 * 5 * 5),
+])
+def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
     assert _job_count(output, "seed004_train") == trainings
     assert _job_count(output, "seed004_attack") == trainings
     assert _job_count(output, "seed004_data_figure") == 3
+    for rule in ("optimizers_train", "optimizers_attack", "optimizers_epsilon"):
+        assert _job_count(output, rule) == optimizer_runs
 
 
 def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
@@ -53,6 +58,34 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
     assert result.returncode != 0
     assert "Error validating config file" in result.stdout + result.stderr
     assert "seed004_train" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3}",
+         "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5}", "Error validating config file"),
+        ("{name: auto-v, lr: 0.5}", "{name: auto-w, lr: 0.5}", "unknown optimizer 'auto-w'"),
+        ("target_epsilons: [4]", "target_epsilons: [0]", "Error validating config file"),
+    ],
+)
+def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):
+    params = workflow_copy / "params.yaml"
+    assert old in params.read_text()
+    params.write_text(params.read_text().replace(old, new))
+    result = _snakemake(workflow_copy, "-n", "--cores", "1", check=False)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert "optimizers_train" not in result.stdout
+
+
+def test_schema_knows_every_registered_optimizer():
+    import yaml
+
+    from dpaudit import optim
+
+    schema = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
+    assert sorted(schema["$defs"]["optimizer_name"]["enum"]) == sorted(optim.available())
 
 
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):
@@ -86,17 +119,19 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return result.stdout + result.stderr
 
+    params = workflow_copy / "params.yaml"
     first = repro()
     assert (workflow_copy / "figures" / "dpsgd_dc" / "figure3.png").is_file()
     assert (workflow_copy / "metrics" / "seed004.json").is_file()
     assert "seed004_train" in first
     gc_config = (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns
-
-    params = workflow_copy / "params.yaml"
-    params.write_text(params.read_text().replace("domain_radii: [2, 4]", "domain_radii: [2, 5]"))
+    assert (workflow_copy / "metrics" / "optimizers.json").is_file()
+    params.write_text(params.read_text().replace("domain_radii: [2, 4]", "domain_radii: [2, 5]")
+                      .replace("{name: d2p2-sgd, lr: 0.005}", "{name: d2p2-sgd, lr: 0.01}"))
     second = repro()
     trained = [line for line in second.splitlines() if "dpaudit train" in line]
-    assert len(trained) == 2 * 2  # the new D = 5 runs: 2 batch sizes × 2 trials, nothing else
-    assert all("--domain-radius 5.0" in line for line in trained)
+    assert len(trained) == 2 * 2 + 1  # the new D = 5 runs (2 batch sizes × 2 trials) and d2p2-sgd, nothing else
+    assert sum("--domain-radius 5.0" in line for line in trained) == 4
+    assert sum("--optimizer d2p2-sgd" in line and "--lr 0.01" in line for line in trained) == 1
     assert (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
