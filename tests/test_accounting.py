@@ -65,6 +65,19 @@ def test_calibration_matches_psac_spec_values(q, steps, delta, target, improved,
         assert sigma == pytest.approx(expected, abs=2e-4)
 
 
+# seed-000 spec §2.7: AdaDPIGU Table 3 (δ = 1e-5), classic conversion, orders 2..32 step 0.1, 0.01 grid;
+# MNIST q = 1/60, T = 12000; CIFAR-10 q = 0.01, T = 20000
+@pytest.mark.parametrize(
+    "q, steps, column",
+    [(1 / 60, 12000, [4.64, 2.49, 1.79, 1.45, 1.25, 1.12]), (0.01, 20000, [3.62, 1.98, 1.45, 1.2, 1.05, 0.95])],
+)
+def test_adadpigu_table3_is_reproduced_exactly(q, steps, column):
+    orders = np.arange(2, 32, 0.1)
+    sigmas = [calibrate_noise(target_epsilon=eps, delta=1e-5, sample_rate=q, steps=steps, orders=orders,
+                              conversion="classic", grid=0.01) for eps in (2, 4, 6, 8, 10, 12)]
+    assert sigmas == pytest.approx(column, abs=1e-9)
+
+
 @pytest.mark.parametrize(
     "accountant, target",
     [("rdp", 0.5), ("rdp", 2.0), ("rdp", 8.0), ("prv", 2.0),

@@ -218,7 +218,7 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
                     steps: int | None = None, accountant: str = "rdp",
                     orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
                     noise_schedule: Sequence[float] | None = None, eps_error: float = 0.01,
-                    tolerance: float = 1e-5) -> float:
+                    tolerance: float = 1e-5, grid: float | None = None) -> float:
     """Smallest noise multiplier z whose run meets ``target_epsilon`` at δ.
 
     With ``noise_schedule`` (one relative factor per step, e.g. e^(−1/4) decay per epoch), step t uses
@@ -232,6 +232,8 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
         accountant, orders, conversion, eps_error: as :func:`epsilon`.
         noise_schedule: optional per-step factors (> 0) multiplying z.
         tolerance: relative precision of z.
+        grid: if given, return the smallest multiple of ``grid`` meeting the target (papers that report
+            σ to two decimals searched a 0.01 grid, e.g. AdaDPIGU's Table 3).
 
     Returns:
         z such that ε(z) ≤ target_epsilon, within ``tolerance`` (relative) of the smallest such z.
@@ -265,7 +267,15 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
             low = middle
         else:
             high = middle
-    return high
+    if grid is None:
+        return high
+    check_positive("grid", grid)
+    steps_up = math.ceil(round(high / grid, 9))
+    while steps_up > 1 and eps_at((steps_up - 1) * grid) <= target_epsilon:
+        steps_up -= 1
+    while eps_at(steps_up * grid) > target_epsilon:
+        steps_up += 1
+    return round(steps_up * grid, 12)
 
 
 def _check_rate(sample_rate: float) -> None:
