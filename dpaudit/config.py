@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+import numpy as np
+
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int, check_probability
 from dpaudit.data import MIASplit, dataset_info, make_mia_split
 
@@ -40,6 +42,11 @@ class TrainConfig:
         reduction_rate: random-projection rate in (0, 1] (D2P2 family).
         reduction_convention: "code" (p = ⌊rate·d⌋, kept fraction) or "paper" (p = round((1 − rate)·d)).
         projection_refresh: "step" (new matrix each step) or "run" (one matrix per run).
+        active_ratio: ρ, fraction of coordinates trained after the warm-up (TP-TopK family), in (0, 1].
+        warmup_fraction: E1/E, share of the steps in the dense DP warm-up (TP-TopK family), in (0, 1).
+        warmup_budget_fraction: ε1/ε, share of target_epsilon given to the warm-up alone; the rest is
+            calibrated so the composed ε equals target_epsilon (TP-TopK family), in (0, 1).
+        warmup_sigma_dp: σ_DP of the warm-up (default: sigma_dp) when the noise is given, not calibrated.
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -77,6 +84,10 @@ class TrainConfig:
     reduction_rate: float = 0.3
     reduction_convention: str = "code"
     projection_refresh: str = "step"
+    active_ratio: float = 0.4
+    warmup_fraction: float = 0.3
+    warmup_budget_fraction: float = 0.3
+    warmup_sigma_dp: float | None = None
     sampling: str = "poisson"
     eval_epochs: tuple[int, ...] = ()
     target_size: int = 300
@@ -130,34 +141,52 @@ class TrainConfig:
         sigma_dp = self.sigma_dp
         if sum(value is not None for value in (self.sigma_dp, self.noise_multiplier, self.target_epsilon)) > 1:
             raise DPAuditError("give one of sigma_dp, noise_multiplier and target_epsilon")
+        check_probability("warmup_budget_fraction (ε1/ε)", self.warmup_budget_fraction)
+        warmup_sigma_dp = self.warmup_sigma_dp
         if self.target_epsilon is not None:
-            sigma_dp = self._calibrated_sigma_dp(spec.cls)
+            sigma_dp, warmup_sigma_dp = self._calibrated_noise(spec.cls)
         if self.noise_multiplier is not None:
             check_positive("noise_multiplier", self.noise_multiplier, allow_zero=True)
             if self.clip_norm is None:
                 raise DPAuditError("noise_multiplier needs clip_norm (C) to give σ_DP = z·C/b")
             check_positive("clip_norm (C)", self.clip_norm)
             sigma_dp = self.noise_multiplier * self.clip_norm / self.batch_size  # σ_DP = z·C/b
+        if warmup_sigma_dp is None:
+            warmup_sigma_dp = sigma_dp
         config = replace(self, eval_epochs=eval_epochs, shadow_size=shadow_size, sigma_dp=sigma_dp, noise_multiplier=None,
-                         target_epsilon=None)
+                         target_epsilon=None, warmup_sigma_dp=warmup_sigma_dp)
         spec.cls.check(config.hyperparameters(self.target_size))
         # The split is cheap; building it now reports an impossible data budget before training.
         config.make_split()
         return config
 
-    def _calibrated_sigma_dp(self, optimizer_cls) -> float:
-        """σ_DP whose run (this optimizer's schedule, q = b/n, all epochs) has ε = target_epsilon at δ."""
+    def _calibrated_noise(self, optimizer_cls) -> tuple[float, float | None]:
+        """(σ_DP, warm-up σ_DP) whose run has ε = target_epsilon at δ (this optimizer's schedule, q = b/n).
+
+        Two-phase optimizers: σ_1 meets ε1 = warmup_budget_fraction · ε for the warm-up alone, then σ_2 is
+        the smallest noise whose composition with the warm-up meets ε (seed 001 §2.3, exact budget).
+        """
+        from dpaudit.optim import TwoPhaseSparse
         from dpaudit.theory import calibrate_noise
 
         check_positive("target_epsilon (ε)", self.target_epsilon)
         if self.clip_norm is None:
             raise DPAuditError("target_epsilon needs clip_norm (C) to give σ_DP = z·C/b")
         check_positive("clip_norm (C)", self.clip_norm)
-        schedule = optimizer_cls.noise_schedule(self.hyperparameters(self.target_size), epochs=self.epochs)
-        z = calibrate_noise(target_epsilon=self.target_epsilon, delta=self.delta,
-                            sample_rate=self.batch_size / self.target_size, noise_schedule=schedule,
-                            accountant=self.accountant)
-        return z * self.clip_norm / self.batch_size
+        hyper = self.hyperparameters(self.target_size)
+        options = {"delta": self.delta, "sample_rate": hyper.sample_rate, "accountant": self.accountant}
+        to_sigma_dp = self.clip_norm / self.batch_size  # σ_DP = z·C/b
+        schedule = optimizer_cls.noise_schedule(hyper, epochs=self.epochs)
+        if not issubclass(optimizer_cls, TwoPhaseSparse):
+            return calibrate_noise(target_epsilon=self.target_epsilon, noise_schedule=schedule, **options) * to_sigma_dp, None
+        warmup = hyper.warmup_steps
+        if not 1 <= warmup < len(schedule):
+            raise DPAuditError(f"the warm-up must leave steps for phase 2: T1 = {warmup} of T = {len(schedule)}")
+        z1 = calibrate_noise(target_epsilon=self.warmup_budget_fraction * self.target_epsilon,
+                             noise_schedule=schedule[:warmup], **options)
+        z2 = calibrate_noise(target_epsilon=self.target_epsilon, noise_schedule=schedule[warmup:],
+                             preceding=(np.full(warmup, z1), hyper.sample_rate), **options)
+        return z2 * to_sigma_dp, z1 * to_sigma_dp
 
     def hyperparameters(self, dataset_size: int):
         """The optimizer's ``dpaudit.optim.Hyperparameters`` for a training set of ``dataset_size``."""
@@ -179,6 +208,10 @@ class TrainConfig:
             reduction_rate=self.reduction_rate,
             reduction_convention=self.reduction_convention,
             projection_refresh=self.projection_refresh,
+            epochs=self.epochs,
+            active_ratio=self.active_ratio,
+            warmup_fraction=self.warmup_fraction,
+            warmup_sigma_dp=self.warmup_sigma_dp if self.warmup_sigma_dp is not None else self.sigma_dp,
         )
 
     def make_split(self) -> MIASplit:

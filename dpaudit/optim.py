@@ -36,6 +36,13 @@ REDUCTION_CONVENTIONS = ("code", "paper")
 PROJECTION_REFRESH = ("step", "run")
 
 
+def check_ratio(name: str, value: float) -> float:
+    """Return ``value`` if it lies in (0, 1]."""
+    if not (isinstance(value, (int, float)) and 0 < value <= 1):
+        raise DPAuditError(f"{name} must be in (0, 1]; got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
     """Registry entry: the class, whether it claims DP, and a one-line description."""
@@ -101,6 +108,10 @@ class Hyperparameters:
             rate 0.3 keeps 30 % of the dimensions); "paper": p = round((1 − rate) · d) (Appendix A.9.1).
         projection_refresh: "step" (a fresh Gaussian matrix every step, as the paper says) or "run"
             (one matrix per tensor for the whole run, as the authors' code).
+        epochs: the run's length E in epochs (two-phase optimizers split it).
+        active_ratio: ρ, the fraction of coordinates kept trainable in sparse phases (seed 001), in (0, 1].
+        warmup_fraction: E_1/E, the share of the steps spent in a dense warm-up phase (seed 001), in (0, 1).
+        warmup_sigma_dp: σ_DP of the warm-up phase (σ_1 in σ_DP units); ``sigma_dp`` is that of the rest.
     """
 
     lr: float
@@ -118,6 +129,15 @@ class Hyperparameters:
     reduction_rate: float = 0.3
     reduction_convention: str = "code"
     projection_refresh: str = "step"
+    epochs: int = 1
+    active_ratio: float = 0.4
+    warmup_fraction: float = 0.3
+    warmup_sigma_dp: float | None = None
+
+    @property
+    def warmup_steps(self) -> int:
+        """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (seed 001 §1.1)."""
+        return round(self.warmup_fraction * self.steps_per_epoch * self.epochs)
 
     @property
     def sample_rate(self) -> float:
@@ -165,6 +185,11 @@ class Optimizer:
     def noise_schedule(cls, hyper: Hyperparameters, *, epochs: int) -> np.ndarray:
         """Relative factor on z for every step of an ``epochs``-long run (all ones: static noise)."""
         return np.ones(hyper.steps_per_epoch * epochs)
+
+    @classmethod
+    def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
+        """z of every step of the whole run (``hyper.epochs`` epochs), as the ledger will record it."""
+        return hyper.noise_multiplier * cls.noise_schedule(hyper, epochs=hyper.epochs)
 
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -442,8 +467,7 @@ class ProjectedNoise(AutomaticClipping):
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        if not 0 < hyper.reduction_rate <= 1:
-            raise DPAuditError(f"reduction_rate must be in (0, 1]; got {hyper.reduction_rate}")
+        check_ratio("reduction_rate", hyper.reduction_rate)
         check_choice("reduction_convention", hyper.reduction_convention, REDUCTION_CONVENTIONS)
         check_choice("projection_refresh", hyper.projection_refresh, PROJECTION_REFRESH)
 
@@ -506,3 +530,90 @@ class DP2SGDAsPublished(DP2SGD):
 )
 class D2P2SGDAsPublished(D2P2SGD):
     clip_after_projection = False
+
+
+# Seed 001 (TP-TopK): a dense DP warm-up, then DP-SGD restricted to a fixed support of ⌊ρd⌋ coordinates.
+
+
+class TwoPhaseSparse(DPSGD):
+    """Phase 1 (T_1 steps): DP-SGD with σ_1, accumulating s += g̃ ⊙ g̃ of the *released* gradients.
+    Then A = the ⌊ρd⌋ coordinates ranked first (by the denoised score a = s/T_1 − σ_1², or at random).
+    Phase 2: per-sample gradients are masked to A *before* clipping (sensitivity stays C), noise is added
+    on A only, and frozen coordinates keep their warm-up values. The ranking uses released outputs only.
+    """
+
+    learned: ClassVar[bool] = True
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._score = [torch.zeros_like(p) for p in self.params]
+        self.mask: list[torch.Tensor] | None = None
+        self.score: torch.Tensor | None = None  # the denoised score a (flat), kept for diagnostics
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        check_ratio("active_ratio (ρ)", hyper.active_ratio)
+        if not 0 < hyper.warmup_fraction < 1:
+            raise DPAuditError(f"warmup_fraction (E1/E) must be in (0, 1); got {hyper.warmup_fraction}")
+        total = hyper.steps_per_epoch * hyper.epochs
+        if not 1 <= hyper.warmup_steps < total:
+            raise DPAuditError(f"the warm-up must leave steps for phase 2: T1 = {hyper.warmup_steps} of T = {total}")
+        if hyper.warmup_sigma_dp is None:
+            raise DPAuditError("two-phase optimizers need warmup_sigma_dp (σ_1) or target_epsilon")
+        check_positive("warmup_sigma_dp (σ_1)", hyper.warmup_sigma_dp)
+
+    @classmethod
+    def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
+        total = hyper.steps_per_epoch * hyper.epochs
+        warmup = sigma_dp_to_noise_multiplier(sigma_dp=hyper.warmup_sigma_dp, batch_size=hyper.expected_batch_size,
+                                              clip_norm=hyper.clip_norm)
+        return np.concatenate([np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps,
+                                                                            hyper.noise_multiplier)])
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        if self.mask is not None:
+            grads = [g * m for g, m in zip(grads, self.mask)]
+        super().accumulate(grads)
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> tuple[float, float, str]:
+        b, warmup = self.hyper.expected_batch_size, self.mask is None
+        sigma = self.hyper.warmup_sigma_dp if warmup else self.hyper.sigma_dp
+        released = [total / b + sigma * self._noise(total.shape) for total in self._sum]
+        if warmup:
+            for score, value in zip(self._score, released):
+                score.add_(value * value)
+        else:
+            released = [value * m for value, m in zip(released, self.mask)]
+        self._apply(released)
+        if warmup and self.steps_taken == self.hyper.warmup_steps:
+            self._choose_support()
+        z = sigma_dp_to_noise_multiplier(sigma_dp=sigma, batch_size=b, clip_norm=self.hyper.clip_norm)
+        return z, self.hyper.sample_rate, "warmup" if warmup else "train"
+
+    def _choose_support(self) -> None:
+        flat = torch.cat([s.flatten() for s in self._score]) / self.hyper.warmup_steps
+        self.score = flat - self.hyper.warmup_sigma_dp**2  # minus the per-coordinate noise variance ν_1²
+        k = math.floor(self.hyper.active_ratio * flat.numel())
+        if self.learned:
+            order = torch.argsort(-self.score, stable=True)  # ties broken by coordinate index
+        else:
+            seed = int(np.random.SeedSequence([self.generator.initial_seed(), 1]).generate_state(1)[0])
+            order = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(seed)).to(flat.device)
+        chosen = torch.zeros(flat.numel(), dtype=self.params[0].dtype, device=flat.device)
+        chosen[order[:k]] = 1
+        self.mask = [part.view_as(p) for part, p in zip(chosen.split([p.numel() for p in self.params]), self.params)]
+        if self._velocity is not None:  # frozen coordinates must not keep moving on warm-up momentum
+            for velocity in self._velocity:
+                velocity.zero_()
+
+
+@register("tp-topk", dp_claim=True, description="dense DP warm-up, then DP-SGD on the top-⌊ρd⌋ denoised-score support (seed 001)")
+class TPTopK(TwoPhaseSparse):
+    pass
+
+
+@register("tp-rand", dp_claim=True, description="as tp-topk with a random support of the same size (seed 001)")
+class TPRand(TwoPhaseSparse):
+    learned = False

@@ -226,7 +226,7 @@ def train_model(
             batch_losses.append(_accumulate_batch(model, optimizer, per_sample, images, labels, index, config))
             cost = optimizer.step(realized_batch_size=len(index))
             if cost is not None:
-                ledger.record(noise_multiplier=cost[0], sample_rate=cost[1])
+                ledger.record(noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train")
             bar.update()
         ledger.end_epoch()
         observed = [loss for loss in batch_losses if loss is not None]  # None: an empty Poisson batch
@@ -339,8 +339,7 @@ def planned_epsilon(config: TrainConfig) -> float | None:
     if not issubclass(spec.cls, optim.PrivateOptimizer):
         return None
     hyper = config.hyperparameters(config.target_size)
-    schedule = spec.cls.noise_schedule(hyper, epochs=config.epochs)
-    return epsilon(noise_multiplier=hyper.noise_multiplier * schedule, sample_rate=hyper.sample_rate,
+    return epsilon(noise_multiplier=spec.cls.planned_noise_multipliers(hyper), sample_rate=hyper.sample_rate,
                    delta=config.delta, accountant=config.accountant)
 
 

@@ -132,11 +132,11 @@ def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
 
 def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, float, int]]:
     """Group the steps into (z, q, count) triples; validates every value once."""
-    z = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
-    q = np.atleast_1d(np.asarray(sample_rate, dtype=float))
-    if z.ndim != 1 or q.ndim != 1:
+    z = np.asarray(noise_multiplier, dtype=float)
+    q = np.asarray(sample_rate, dtype=float)
+    if z.ndim > 1 or q.ndim > 1:
         raise DPAuditError("noise_multiplier and sample_rate must be a number or a 1-D sequence (one per step)")
-    lengths = {len(a) for a in (z, q) if len(a) != 1}
+    lengths = {len(a) for a in (z, q) if a.ndim == 1}
     if len(lengths) > 1:
         raise DPAuditError(f"per-step noise_multiplier and sample_rate differ in length: {sorted(lengths)}")
     if lengths:
@@ -148,6 +148,7 @@ def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, floa
             raise DPAuditError("give steps when noise_multiplier and sample_rate are single values")
         check_positive_int("steps", steps, allow_zero=True)
         length = steps
+    z, q = np.atleast_1d(z), np.atleast_1d(q)
     if not np.all(np.isfinite(z)) or np.any(z <= 0):
         raise DPAuditError(f"noise_multiplier (σ) must be > 0 and finite; got {z[~(np.isfinite(z) & (z > 0))][0]}")
     if not np.all(np.isfinite(q)) or np.any((q <= 0) | (q > 1)):
@@ -218,7 +219,8 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
                     steps: int | None = None, accountant: str = "rdp",
                     orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
                     noise_schedule: Sequence[float] | None = None, eps_error: float = 0.01,
-                    tolerance: float = 1e-5, grid: float | None = None) -> float:
+                    tolerance: float = 1e-5, grid: float | None = None,
+                    preceding: tuple[Sequence[float], Sequence[float]] | None = None) -> float:
     """Smallest noise multiplier z whose run meets ``target_epsilon`` at δ.
 
     With ``noise_schedule`` (one relative factor per step, e.g. e^(−1/4) decay per epoch), step t uses
@@ -234,6 +236,8 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
         tolerance: relative precision of z.
         grid: if given, return the smallest multiple of ``grid`` meeting the target (papers that report
             σ to two decimals searched a 0.01 grid, e.g. AdaDPIGU's Table 3).
+        preceding: (noise multipliers, sample rates) of steps already taken (e.g. a warm-up phase with its
+            own noise); they are composed with the calibrated steps, so the *total* meets the target.
 
     Returns:
         z such that ε(z) ≤ target_epsilon, within ``tolerance`` (relative) of the smallest such z.
@@ -246,11 +250,21 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
         if factors.ndim != 1 or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
             raise DPAuditError("noise_schedule must be a 1-D sequence of positive factors, one per step")
         steps = len(factors) if steps is None else steps
+    rates = np.asarray(sample_rate, dtype=float)
+    if rates.ndim == 0:
+        if steps is None:
+            raise DPAuditError("give steps when sample_rate is a single value")
+        rates = np.full(steps, float(rates))
+    prior_z, prior_q = (np.zeros(0), np.zeros(0)) if preceding is None else (
+        np.atleast_1d(np.asarray(preceding[0], dtype=float)), np.atleast_1d(np.asarray(preceding[1], dtype=float)))
+    if prior_q.size == 1 and prior_z.size > 1:
+        prior_q = np.full(prior_z.size, prior_q[0])
 
     def eps_at(z: float) -> float:
-        noise = z if factors is None else z * factors
-        return epsilon(noise_multiplier=noise, sample_rate=sample_rate, steps=steps, delta=delta,
-                       accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error)
+        noise = np.full(len(rates), z) if factors is None else z * factors
+        return epsilon(noise_multiplier=np.concatenate([prior_z, noise]), sample_rate=np.concatenate([prior_q, rates]),
+                       delta=delta, accountant=accountant, orders=orders, conversion=conversion,
+                       eps_error=eps_error)
 
     low, high = 0.05, 1.0
     while eps_at(high) > target_epsilon:
