@@ -16,7 +16,8 @@ from dpaudit.cli import main
 from dpaudit.config import TrainConfig
 from dpaudit.optim import Hyperparameters
 
-SEED_002_003 = ["dp-psac", "auto-s", "nsgd", "auto-v", "dpsgd-gc", "d2p2-sgd", "d2p-sgd", "dp2-sgd", "dpsgd-auto"]
+SEED_002_003 = ["dp-psac", "auto-s", "nsgd", "auto-v", "dpsgd-gc", "d2p2-sgd", "d2p-sgd", "dp2-sgd", "dpsgd-auto",
+                "tp-topk", "tp-rand"]
 NO_CLAIM_VARIANTS = ["dp-psac-batch-noise", "dp2-sgd-as-published", "d2p2-sgd-as-published"]
 
 
@@ -248,3 +249,115 @@ def test_each_optimizer_trains_on_digits_through_the_cli(tmp_path, capsys, name)
     ledger = json.loads((out / "target" / "ledger.json").read_text())
     assert ledger["steps"] == 8 and ledger["dp_claim"] is optim.get_spec(name).dp_claim
     assert (out / "shadow_00" / "epoch_0002.pt").is_file()
+
+
+# Seed 001: TP-TopK / TP-Rand
+
+
+def _two_phase(name="tp-topk", **overrides):
+    params = [torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.25, 3.0])]
+    hyper = _hyper(dataset_size=4, expected_batch_size=2, epochs=2, warmup_fraction=0.5, active_ratio=0.4,
+                   warmup_sigma_dp=0.2, sigma_dp=0.1, **overrides)  # 2 steps/epoch: T1 = 2, T2 = 2, k = 2
+    return params, optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(4))
+
+
+TP_GRADS = [torch.tensor([[0.3, 0.0, 0.1], [0.0, 0.2, 0.0]]), torch.tensor([[0.0, 0.05], [0.4, 0.0]])]
+
+
+def test_warmup_is_dp_sgd_with_sigma_1_and_the_support_comes_from_released_gradients():
+    params, opt = _two_phase()
+    reference = torch.Generator().manual_seed(4)
+    released_squares = [torch.zeros(3), torch.zeros(2)]
+    expected = [p.clone() for p in params]
+    for step in range(2):
+        opt.accumulate(TP_GRADS)
+        z, q, phase = opt.step(realized_batch_size=2)
+        assert phase == "warmup" and z == pytest.approx(0.2 * 2 / 1.0)
+        for i, grad in enumerate(TP_GRADS):  # every per-sample norm ≤ C = 1: no clipping
+            released = grad.sum(0) / 2 + 0.2 * torch.randn(grad.shape[1:], generator=reference)
+            released_squares[i] += released**2
+            expected[i] -= 0.1 * released
+    for got, want in zip(params, expected):
+        torch.testing.assert_close(got, want)
+    score = torch.cat(released_squares) / 2 - 0.2**2
+    torch.testing.assert_close(opt.score, score)
+    chosen = torch.cat([m.flatten() for m in opt.mask]).bool()
+    assert chosen.sum() == 2 and set(torch.nonzero(chosen).flatten().tolist()) == set(torch.topk(score, 2).indices.tolist())
+
+
+@pytest.mark.parametrize("name", ["tp-topk", "tp-rand"])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_frozen_coordinates_never_move_in_phase_2(name, momentum):
+    params, opt = _two_phase(name, momentum=momentum)
+    for _ in range(2):
+        opt.accumulate(TP_GRADS)
+        opt.step(realized_batch_size=2)
+    frozen = [(p.clone(), m == 0) for p, m in zip(params, opt.mask)]
+    for _ in range(2):
+        opt.accumulate([g * 100 for g in TP_GRADS])
+        z, _, phase = opt.step(realized_batch_size=2)
+        assert phase == "train" and z == pytest.approx(0.1 * 2 / 1.0)
+    for param, (before, is_frozen) in zip(params, frozen):
+        assert torch.equal(param[is_frozen], before[is_frozen])
+        assert not torch.equal(param[~is_frozen], before[~is_frozen]) or not (~is_frozen).any()
+
+
+def test_phase_2_masks_before_clipping():
+    params, opt = _two_phase()
+    opt.mask = [torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.0])]  # only coordinate 0 is active
+    big_frozen = [torch.tensor([[0.5, 100.0, 0.0]]), torch.tensor([[0.0, 0.0]])]
+    opt.accumulate(big_frozen)
+    assert opt._sum[0][0] == pytest.approx(0.5)  # clipped on ‖m⊙g‖ = 0.5 ≤ C, so not shrunk by the frozen 100
+
+
+def test_random_support_has_size_floor_rho_d_and_ignores_the_gradients():
+    supports = []
+    for scale in (1.0, 1000.0):
+        _, opt = _two_phase("tp-rand")
+        for _ in range(2):
+            opt.accumulate([g * scale for g in TP_GRADS])
+            opt.step(realized_batch_size=2)
+        supports.append(torch.cat([m.flatten() for m in opt.mask]))
+    assert torch.equal(supports[0], supports[1]) and int(supports[0].sum()) == 2
+
+
+# seed-001 spec §2.4 (classic conversion, MNIST q = 1/60, T = 2400, T1 = 720): (ε, σ1, σ2)
+@pytest.mark.parametrize("target, sigma_1, sigma_2", [(1, 7.5249, 3.6245), (3, 2.6130, 1.4437), (8, 1.2382, 0.8347)])
+def test_two_phase_calibration_matches_tp_topk_spec(target, sigma_1, sigma_2):
+    from dpaudit.theory import calibrate_noise, epsilon
+
+    common = dict(delta=1e-5, sample_rate=1 / 60, conversion="classic")
+    z1 = calibrate_noise(target_epsilon=0.3 * target, steps=720, **common)
+    z2 = calibrate_noise(target_epsilon=target, steps=1680, preceding=([z1] * 720, 1 / 60), **common)
+    assert (z1, z2) == (pytest.approx(sigma_1, abs=5e-4), pytest.approx(sigma_2, abs=5e-4))
+    composed = epsilon(noise_multiplier=[z1] * 720 + [z2] * 1680, **common)
+    assert composed == pytest.approx(target, abs=0.01) and composed <= target
+
+
+@pytest.mark.parametrize("name", ["tp-topk", "tp-rand"])
+def test_two_phase_run_composes_to_the_target(name):
+    from dpaudit.train import planned_epsilon
+
+    config = TrainConfig(dataset="digits", model="mlp", optimizer=name, clip_norm=1.0, target_epsilon=2.0,
+                         batch_size=20, epochs=10, target_size=100, num_shadows=0).validated()
+    assert config.warmup_sigma_dp > config.sigma_dp
+    assert planned_epsilon(config) == pytest.approx(2.0, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"active_ratio": 0.0}, "active_ratio"),
+        ({"active_ratio": 1.5}, "active_ratio"),
+        ({"warmup_fraction": 1.0}, "warm-up must leave steps"),
+        ({"warmup_fraction": 0.0}, "warm-up must leave steps"),
+        ({"warmup_budget_fraction": 1.0}, "warmup_budget_fraction"),
+        ({"warmup_budget_fraction": 0.0}, "warmup_budget_fraction"),
+    ],
+)
+def test_bad_two_phase_input_is_a_one_line_error(overrides, message):
+    values = {"dataset": "digits", "model": "mlp", "optimizer": "tp-topk", "clip_norm": 1.0, "target_epsilon": 2.0,
+              "batch_size": 20, "epochs": 5, "target_size": 60, "num_shadows": 0, **overrides}
+    with pytest.raises(DPAuditError, match=message) as caught:
+        TrainConfig(**values).validated()
+    assert "\n" not in str(caught.value)
