@@ -50,3 +50,10 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     if value not in options:
         raise DPAuditError(f"unknown {name} {value!r}; choose from: {', '.join(options)}")
     return value
+
+
+def check_ratio(name: str, value: float) -> float:
+    """Return ``value`` if it lies in (0, 1]."""
+    if not (isinstance(value, (int, float)) and 0 < value <= 1):
+        raise DPAuditError(f"{name} must be in (0, 1]; got {value!r}")
+    return value

@@ -77,11 +77,11 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    requested = _config_from_args(args)
-    config = requested.validated()  # one-line errors before any data or torch work
+    config = _config_from_args(args)
     from dpaudit.train import train_configuration
 
-    summary = train_configuration(requested, out_dir=args.out, progress=not args.quiet)
+    # validates (one-line errors before any data loads) and calibrates the noise once
+    summary = train_configuration(config, out_dir=args.out, progress=not args.quiet)
     derived = summary["derived"]
     print(
         f"trained {len(summary['models'])} models ({config.optimizer}, n={derived['dataset_size_n']}, "

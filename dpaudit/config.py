@@ -176,7 +176,7 @@ class TrainConfig:
         hyper = self.hyperparameters(self.target_size)
         options = {"delta": self.delta, "sample_rate": hyper.sample_rate, "accountant": self.accountant}
         to_sigma_dp = self.clip_norm / self.batch_size  # σ_DP = z·C/b
-        schedule = optimizer_cls.noise_schedule(hyper, epochs=self.epochs)
+        schedule = optimizer_cls.noise_schedule(hyper)
         if not issubclass(optimizer_cls, TwoPhaseSparse):
             return calibrate_noise(target_epsilon=self.target_epsilon, noise_schedule=schedule, **options) * to_sigma_dp, None
         warmup = hyper.warmup_steps
@@ -189,30 +189,17 @@ class TrainConfig:
         return z2 * to_sigma_dp, z1 * to_sigma_dp
 
     def hyperparameters(self, dataset_size: int):
-        """The optimizer's ``dpaudit.optim.Hyperparameters`` for a training set of ``dataset_size``."""
+        """The optimizer's ``dpaudit.optim.Hyperparameters`` for a training set of ``dataset_size``.
+
+        Every Hyperparameters field that TrainConfig also has is copied by name; the warm-up noise
+        defaults to ``sigma_dp``.
+        """
         from dpaudit.optim import Hyperparameters
 
-        return Hyperparameters(
-            lr=self.lr,
-            expected_batch_size=self.batch_size,
-            dataset_size=dataset_size,
-            clip_norm=self.clip_norm,
-            sigma_dp=self.sigma_dp,
-            domain_radius=self.domain_radius,
-            domain_center=self.domain_center,
-            momentum=self.momentum,
-            r=self.r,
-            gamma=self.gamma,
-            noise_decay_exponent=self.noise_decay_exponent,
-            noise_decay_unit=self.noise_decay_unit,
-            reduction_rate=self.reduction_rate,
-            reduction_convention=self.reduction_convention,
-            projection_refresh=self.projection_refresh,
-            epochs=self.epochs,
-            active_ratio=self.active_ratio,
-            warmup_fraction=self.warmup_fraction,
-            warmup_sigma_dp=self.warmup_sigma_dp if self.warmup_sigma_dp is not None else self.sigma_dp,
-        )
+        shared = {item.name: getattr(self, item.name) for item in fields(Hyperparameters) if hasattr(self, item.name)}
+        if shared["warmup_sigma_dp"] is None:
+            shared["warmup_sigma_dp"] = self.sigma_dp
+        return Hyperparameters(**shared, expected_batch_size=self.batch_size, dataset_size=dataset_size)
 
     def make_split(self) -> MIASplit:
         info = dataset_info(self.dataset)

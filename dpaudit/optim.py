@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from dpaudit._registry import Registry
-from dpaudit._validation import DPAuditError, check_choice, check_positive
+from dpaudit._validation import DPAuditError, check_choice, check_positive, check_ratio
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
 AUTO_V_EPSILON = 1e-12  # seed 002 §1.7: Auto-V's C / ‖g‖ needs a guard at ‖g‖ = 0
@@ -35,12 +35,6 @@ NOISE_DECAY_UNITS = ("epoch", "step")
 REDUCTION_CONVENTIONS = ("code", "paper")
 PROJECTION_REFRESH = ("step", "run")
 
-
-def check_ratio(name: str, value: float) -> float:
-    """Return ``value`` if it lies in (0, 1]."""
-    if not (isinstance(value, (int, float)) and 0 < value <= 1):
-        raise DPAuditError(f"{name} must be in (0, 1]; got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -182,14 +176,14 @@ class Optimizer:
             raise DPAuditError(f"momentum must be in [0, 1); got {hyper.momentum}")
 
     @classmethod
-    def noise_schedule(cls, hyper: Hyperparameters, *, epochs: int) -> np.ndarray:
-        """Relative factor on z for every step of an ``epochs``-long run (all ones: static noise)."""
-        return np.ones(hyper.steps_per_epoch * epochs)
+    def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
+        """Relative factor on z for every step of the run (``hyper.epochs`` epochs; all ones: static noise)."""
+        return np.ones(hyper.steps_per_epoch * hyper.epochs)
 
     @classmethod
     def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
         """z of every step of the whole run (``hyper.epochs`` epochs), as the ledger will record it."""
-        return hyper.noise_multiplier * cls.noise_schedule(hyper, epochs=hyper.epochs)
+        return hyper.noise_multiplier * cls.noise_schedule(hyper)
 
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -376,12 +370,10 @@ class DPPSACBatchNoise(DPPSAC):
         super().__init__(params, hyper, generator=generator)
         self._largest = 0.0
 
-    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
-        norms = _flat_norms(grads)
-        factors = self.factors(norms)
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        factors = super().factors(norms)
         self._largest = max(self._largest, float((factors * norms).max()) if len(norms) else 0.0)
-        for total, grad in zip(self._sum, grads):
-            total.add_(torch.einsum("i,i...->...", factors, grad))
+        return factors
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float]:
@@ -411,8 +403,8 @@ class AutomaticClipping(PrivateOptimizer):
         return self.hyper.clip_norm / (norms + self.hyper.gamma)
 
     @classmethod
-    def noise_schedule(cls, hyper: Hyperparameters, *, epochs: int) -> np.ndarray:
-        steps = hyper.steps_per_epoch * epochs
+    def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
+        steps = hyper.steps_per_epoch * hyper.epochs
         if not cls.dynamic:
             return np.ones(steps)
         k = np.arange(steps) // hyper.steps_per_epoch + 1 if hyper.noise_decay_unit == "epoch" else np.arange(1, steps + 1)

@@ -125,11 +125,12 @@ def test_momentum_is_heavy_ball_on_the_private_gradient():
 
 
 def test_dynamic_schedule_per_epoch_and_per_step():
-    hyper = _hyper(dataset_size=10, expected_batch_size=5)  # 2 steps per epoch
-    assert optim.D2PSGD.noise_schedule(hyper, epochs=3) == pytest.approx([1, 1, 2**-0.25, 2**-0.25, 3**-0.25, 3**-0.25])
-    stepwise = _hyper(dataset_size=10, expected_batch_size=5, noise_decay_unit="step", noise_decay_exponent=0.5)
-    assert optim.D2PSGD.noise_schedule(stepwise, epochs=2) == pytest.approx([1, 2**-0.5, 3**-0.5, 4**-0.5])
-    assert optim.DPSGDAuto.noise_schedule(hyper, epochs=3) == pytest.approx(np.ones(6))
+    hyper = _hyper(dataset_size=10, expected_batch_size=5, epochs=3)  # 2 steps per epoch
+    assert optim.D2PSGD.noise_schedule(hyper) == pytest.approx([1, 1, 2**-0.25, 2**-0.25, 3**-0.25, 3**-0.25])
+    stepwise = _hyper(dataset_size=10, expected_batch_size=5, epochs=2, noise_decay_unit="step",
+                      noise_decay_exponent=0.5)
+    assert optim.D2PSGD.noise_schedule(stepwise) == pytest.approx([1, 2**-0.5, 3**-0.5, 4**-0.5])
+    assert optim.DPSGDAuto.noise_schedule(hyper) == pytest.approx(np.ones(6))
     params = _params()
     opt = optim.D2PSGD(params, hyper, generator=torch.Generator().manual_seed(5))
     opt.begin_epoch(16)

@@ -23,7 +23,14 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special
 
-from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int
+from dpaudit._validation import (
+    DPAuditError,
+    check_choice,
+    check_positive,
+    check_positive_int,
+    check_probability,
+    check_ratio,
+)
 
 DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + list(range(12, 64)))
 """Rényi orders α used by Opacus (and TF Privacy's Tramer–Boneh experiments)."""
@@ -89,7 +96,7 @@ def rdp_subsampled_gaussian(*, noise_multiplier: float, sample_rate: float,
         RDP(α) in nats, one entry per order.
     """
     check_positive("noise_multiplier (σ)", noise_multiplier)
-    _check_rate(sample_rate)
+    check_ratio("sample_rate (q)", sample_rate)
     orders = _check_orders(orders)
     if sample_rate == 1.0:
         return orders / (2 * noise_multiplier**2)
@@ -118,7 +125,7 @@ def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
         (ε, α) minimising ε; ε is clipped at 0 from below.
     """
     check_choice("conversion", conversion, CONVERSIONS)
-    _check_delta(delta)
+    check_probability("delta (δ)", delta)
     orders = np.asarray(orders, dtype=float)
     rdp = np.asarray(rdp, dtype=float)
     if conversion == "classic":
@@ -183,27 +190,16 @@ def epsilon(*, noise_multiplier: float | Sequence[float], sample_rate: float | S
         DPAuditError: one line naming a bad argument (σ ≤ 0, q outside (0, 1], δ outside (0, 1), …).
     """
     table = _steps_table(noise_multiplier, sample_rate, steps)
-    _check_delta(delta)
+    check_probability("delta (δ)", delta)
     check_choice("accountant", accountant, ACCOUNTANTS)
     if not table:
         return 0.0
     if accountant == "prv":
         return _prv_epsilon(table, delta=delta, eps_error=eps_error)
     orders = _check_orders(orders)
-    total = sum(count * _cached_rdp(z, q, tuple(orders)) for z, q, count in table)
+    total = sum(count * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
+                for z, q, count in table)
     return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
-
-
-_RDP_CACHE: dict[tuple[float, float, tuple[float, ...]], np.ndarray] = {}
-
-
-def _cached_rdp(z: float, q: float, orders: tuple[float, ...]) -> np.ndarray:
-    key = (z, q, orders)
-    if key not in _RDP_CACHE:
-        if len(_RDP_CACHE) > 4096:
-            _RDP_CACHE.clear()
-        _RDP_CACHE[key] = rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
-    return _RDP_CACHE[key]
 
 
 def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> float:
@@ -292,16 +288,6 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
     return round(steps_up * grid, 12)
 
 
-def _check_rate(sample_rate: float) -> None:
-    if not (isinstance(sample_rate, (int, float)) and 0 < sample_rate <= 1):
-        raise DPAuditError(f"sample_rate (q) must be in (0, 1]; got {sample_rate!r}")
-
-
-def _check_delta(delta: float) -> None:
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise DPAuditError(f"delta (δ) must be in (0, 1); got {delta!r}")
-
-
 def _check_orders(orders: Sequence[float]) -> np.ndarray:
     values = np.asarray(orders, dtype=float)
     if values.ndim != 1 or len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1):
@@ -334,6 +320,7 @@ def ledger_epsilons(ledger, *, delta: float, accountant: str = "rdp", epochs: Se
     if isinstance(ledger, dict):
         ledger = PrivacyLedger.from_dict(ledger)
     check_choice("logging", logging, EPOCH_LOGGING)
+    check_probability("delta (δ)", delta)
     ends = list(ledger.epoch_ends)
     epochs = list(range(1, len(ends) + 1)) if epochs is None else list(epochs)
     for epoch in epochs:
@@ -342,10 +329,18 @@ def ledger_epsilons(ledger, *, delta: float, accountant: str = "rdp", epochs: Se
     if ledger.steps == 0 and not ledger.dp_claim:
         return [math.inf] * len(epochs)
     z, q = ledger.per_step()
-    values = []
-    for epoch in epochs:
-        prefix = ends[epoch - 1] if logging == "epoch-end" else min((ends[epoch - 2] if epoch > 1 else 0) + 1, ends[epoch - 1])
-        values.append(epsilon(noise_multiplier=z[:prefix], sample_rate=q[:prefix], steps=prefix, delta=delta,
-                              accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error)
-                      if prefix else 0.0)
-    return values
+    prefixes = [ends[epoch - 1] if logging == "epoch-end" else min((ends[epoch - 2] if epoch > 1 else 0) + 1, ends[epoch - 1])
+                for epoch in epochs]
+    if accountant == "prv" or not len(z):
+        return [epsilon(noise_multiplier=z[:prefix], sample_rate=q[:prefix], steps=prefix, delta=delta,
+                        accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error)
+                if prefix else 0.0 for prefix in prefixes]
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    _steps_table(z, q, None)  # validates every step
+    orders = _check_orders(orders)
+    pairs, step_pair = np.unique(np.stack([z, q], axis=1), axis=0, return_inverse=True)
+    curves = np.stack([rdp_subsampled_gaussian(noise_multiplier=a, sample_rate=b, orders=orders) for a, b in pairs])
+    step_pair = step_pair.reshape(-1)
+    return [rdp_to_epsilon(rdp=np.bincount(step_pair[:prefix], minlength=len(pairs)) @ curves, orders=orders,
+                           delta=delta, conversion=conversion)[0] if prefix else 0.0
+            for prefix in prefixes]
