@@ -52,7 +52,7 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
         flag = "--" + item.name.replace("_", "-")
         help_text = helps.get(item.name, "")
         if item.type == "bool":
-            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif item.type == "tuple[int, ...]":
             parser.add_argument(flag, type=_int_list, metavar="E1,E2,...", help=help_text)
         else:

@@ -47,6 +47,14 @@ class TrainConfig:
         warmup_budget_fraction: ε1/ε, share of target_epsilon given to the warm-up alone; the rest is
             calibrated so the composed ε equals target_epsilon (TP-TopK family), in (0, 1).
         warmup_sigma_dp: σ_DP of the warm-up (default: sigma_dp) when the noise is given, not calibrated.
+        pretrain_fraction: T_pre/T, AdaDPIGU's DP pre-training share of the steps, in (0, 1).
+        retention_ratio: r, fraction of coordinates AdaDPIGU's importance mask keeps, in (0, 1].
+        example_topk_fraction: AdaDPIGU's per-record top-k as a fraction of d, in (0, 1] (1: off).
+        ema_mean_decay: γ1 of AdaDPIGU's running mean, in [0, 1).
+        ema_variance_decay: γ2 of AdaDPIGU's running variance, in [0, 1).
+        standardise_constant: μ of AdaDPIGU's standardisation (g − α) / (√β + μ), > 0.
+        diagnostics: record the target's gradient histogram and support diagnostics (diagnostics.json).
+        histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); seed 000 Fig 2).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -88,6 +96,14 @@ class TrainConfig:
     warmup_fraction: float = 0.3
     warmup_budget_fraction: float = 0.3
     warmup_sigma_dp: float | None = None
+    pretrain_fraction: float = 0.075
+    retention_ratio: float = 0.6
+    example_topk_fraction: float = 0.4
+    ema_mean_decay: float = 0.9
+    ema_variance_decay: float = 0.999
+    standardise_constant: float = 1e-6
+    diagnostics: bool = True
+    histogram_epoch: int | None = None
     sampling: str = "poisson"
     eval_epochs: tuple[int, ...] = ()
     target_size: int = 300
@@ -133,6 +149,8 @@ class TrainConfig:
         check_positive_int("shadow_size", shadow_size)
         if self.num_shadows and self.batch_size > shadow_size:
             raise DPAuditError(f"batch_size {self.batch_size} is larger than shadow_size {shadow_size}")
+        if self.histogram_epoch is not None and not 1 <= check_positive_int("histogram_epoch", self.histogram_epoch) <= self.epochs:
+            raise DPAuditError(f"histogram_epoch {self.histogram_epoch} is not an epoch of the run (1 … {self.epochs})")
         eval_epochs = tuple(sorted(set(self.eval_epochs))) or (self.epochs,)
         for epoch in eval_epochs:
             check_positive_int("eval_epochs entries", epoch)

@@ -106,6 +106,13 @@ class Hyperparameters:
         active_ratio: ρ, the fraction of coordinates kept trainable in sparse phases (seed 001), in (0, 1].
         warmup_fraction: E_1/E, the share of the steps spent in a dense warm-up phase (seed 001), in (0, 1).
         warmup_sigma_dp: σ_DP of the warm-up phase (σ_1 in σ_DP units); ``sigma_dp`` is that of the rest.
+        pretrain_fraction: T_pre/T, the share of the steps spent in AdaDPIGU's DP pre-training (seed 000:
+            15 of 200 epochs), in (0, 1).
+        retention_ratio: r, the fraction of coordinates AdaDPIGU's importance mask keeps, in (0, 1].
+        example_topk_fraction: per-record top-k of AdaDPIGU as a fraction of d (the code keeps 0.4·d; 1 = off).
+        ema_mean_decay: γ1 of AdaDPIGU's running mean α, in [0, 1).
+        ema_variance_decay: γ2 of AdaDPIGU's running variance β, in [0, 1).
+        standardise_constant: μ > 0 in AdaDPIGU's (g − α) / (√β + μ).
     """
 
     lr: float
@@ -127,6 +134,17 @@ class Hyperparameters:
     active_ratio: float = 0.4
     warmup_fraction: float = 0.3
     warmup_sigma_dp: float | None = None
+    pretrain_fraction: float = 0.075
+    retention_ratio: float = 0.6
+    example_topk_fraction: float = 0.4
+    ema_mean_decay: float = 0.9
+    ema_variance_decay: float = 0.999
+    standardise_constant: float = 1e-6
+
+    @property
+    def pretrain_steps(self) -> int:
+        """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (seed 000 §1.6)."""
+        return round(self.pretrain_fraction * self.steps_per_epoch * self.epochs)
 
     @property
     def warmup_steps(self) -> int:
@@ -196,6 +214,13 @@ class Optimizer:
     def step(self, *, realized_batch_size: int) -> tuple[float, float] | None:
         """Apply one update; return the step's (noise multiplier, sample rate), or None if not private."""
         raise NotImplementedError
+
+    def gradient_before_noise(self) -> list[torch.Tensor] | None:
+        """This step's accumulated gradient before noise (per-sample optimizers: the clipped sum / b),
+        in parameter space; None where it lives elsewhere. For diagnostics only."""
+        if not self.per_sample:
+            return self._sum
+        return [total / self.hyper.expected_batch_size for total in self._sum]
 
     @torch.no_grad()
     def _apply(self, updates: Sequence[torch.Tensor]) -> None:
@@ -456,6 +481,9 @@ class ProjectedNoise(AutomaticClipping):
         if self.clip_after_projection:
             self._sum = [torch.zeros(p, device=q.device, dtype=q.dtype) for p, q in zip(self.kept, self.params)]
 
+    def gradient_before_noise(self) -> list[torch.Tensor] | None:
+        return None if self.clip_after_projection else super().gradient_before_noise()
+
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
@@ -524,23 +552,78 @@ class D2P2SGDAsPublished(D2P2SGD):
     clip_after_projection = False
 
 
-# Seed 001 (TP-TopK): a dense DP warm-up, then DP-SGD restricted to a fixed support of ⌊ρd⌋ coordinates.
+# Coordinate-sparse optimizers (seeds 000 and 001): DP-SGD restricted to a support of coordinates.
 
 
-class TwoPhaseSparse(DPSGD):
-    """Phase 1 (T_1 steps): DP-SGD with σ_1, accumulating s += g̃ ⊙ g̃ of the *released* gradients.
-    Then A = the ⌊ρd⌋ coordinates ranked first (by the denoised score a = s/T_1 − σ_1², or at random).
-    Phase 2: per-sample gradients are masked to A *before* clipping (sensitivity stays C), noise is added
-    on A only, and frozen coordinates keep their warm-up values. The ranking uses released outputs only.
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.flatten() for t in tensors])
+
+
+def _top_k(score: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest entries, ties broken by the smaller coordinate index."""
+    return torch.argsort(-score, stable=True)[:k]
+
+
+class MaskedSupport(DPSGD):
+    """DP-SGD on a support A: per-sample gradients are masked to A *before* clipping (the sensitivity
+    stays C whatever A is), noise is added on A only, and coordinates outside A do not move.
+
+    ``mask`` is None while the step is dense. ``support_version`` counts support changes and ``score``
+    (flat) is the ranking the current support came from, if learned; the engine's diagnostics read them.
+    """
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self.mask: list[torch.Tensor] | None = None
+        self.score: torch.Tensor | None = None
+        self.support_version = 0
+        self.dimension = sum(p.numel() for p in self.params)
+
+    def support_mask(self) -> torch.Tensor | None:
+        """The current support as a flat 0/1 vector over all coordinates (None: dense)."""
+        return None if self.mask is None else _flat(self.mask)
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        if self.mask is not None:
+            grads = [g * m for g, m in zip(grads, self.mask)]
+        super().accumulate(grads)
+
+    def _release(self, sigma_dp: float) -> list[torch.Tensor]:
+        """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""
+        released = [total / self.hyper.expected_batch_size + sigma_dp * self._noise(total.shape) for total in self._sum]
+        return released if self.mask is None else [value * m for value, m in zip(released, self.mask)]
+
+    def _random_order(self, stream: int) -> torch.Tensor:
+        """A data-independent permutation of the coordinates, fixed by the noise seed and ``stream``."""
+        seed = int(np.random.SeedSequence([self.generator.initial_seed(), stream]).generate_state(1)[0])
+        return torch.randperm(self.dimension, generator=torch.Generator().manual_seed(seed))
+
+    def _set_support(self, chosen: torch.Tensor | None) -> None:
+        """Make ``chosen`` (coordinate indices; None: all) the support; frozen velocity is dropped."""
+        if chosen is None:
+            self.mask = None
+        else:
+            flat = torch.zeros(self.dimension, dtype=self.params[0].dtype, device=self.params[0].device)
+            flat[chosen.to(flat.device)] = 1
+            sizes = [p.numel() for p in self.params]
+            self.mask = [part.view_as(p) for part, p in zip(flat.split(sizes), self.params)]
+            if self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
+                for velocity, m in zip(self._velocity, self.mask):
+                    velocity.mul_(m)
+        self.support_version += 1
+
+
+class TwoPhaseSparse(MaskedSupport):
+    """Seed 001 §1.1. Phase 1 (T_1 steps): DP-SGD with σ_1, accumulating s += g̃ ⊙ g̃ of the *released*
+    gradients. Then A = the ⌊ρd⌋ coordinates ranked first (by the denoised score a = s/T_1 − σ_1², or at
+    random) and Phase 2 is DP-SGD on A with σ_2. Momentum is reset at the switch.
     """
 
     learned: ClassVar[bool] = True
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
-        self._score = [torch.zeros_like(p) for p in self.params]
-        self.mask: list[torch.Tensor] | None = None
-        self.score: torch.Tensor | None = None  # the denoised score a (flat), kept for diagnostics
+        self._squares = [torch.zeros_like(p) for p in self.params]
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
@@ -563,42 +646,30 @@ class TwoPhaseSparse(DPSGD):
         return np.concatenate([np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps,
                                                                             hyper.noise_multiplier)])
 
-    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
-        if self.mask is not None:
-            grads = [g * m for g, m in zip(grads, self.mask)]
-        super().accumulate(grads)
-
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float, str]:
-        b, warmup = self.hyper.expected_batch_size, self.mask is None
+        warmup = self.steps_taken < self.hyper.warmup_steps
         sigma = self.hyper.warmup_sigma_dp if warmup else self.hyper.sigma_dp
-        released = [total / b + sigma * self._noise(total.shape) for total in self._sum]
+        released = self._release(sigma)
         if warmup:
-            for score, value in zip(self._score, released):
-                score.add_(value * value)
-        else:
-            released = [value * m for value, m in zip(released, self.mask)]
+            for squares, value in zip(self._squares, released):
+                squares.add_(value * value)
         self._apply(released)
         if warmup and self.steps_taken == self.hyper.warmup_steps:
             self._choose_support()
-        z = sigma_dp_to_noise_multiplier(sigma_dp=sigma, batch_size=b, clip_norm=self.hyper.clip_norm)
+        z = sigma_dp_to_noise_multiplier(sigma_dp=sigma, batch_size=self.hyper.expected_batch_size,
+                                         clip_norm=self.hyper.clip_norm)
         return z, self.hyper.sample_rate, "warmup" if warmup else "train"
 
     def _choose_support(self) -> None:
-        flat = torch.cat([s.flatten() for s in self._score]) / self.hyper.warmup_steps
-        self.score = flat - self.hyper.warmup_sigma_dp**2  # minus the per-coordinate noise variance ν_1²
-        k = math.floor(self.hyper.active_ratio * flat.numel())
-        if self.learned:
-            order = torch.argsort(-self.score, stable=True)  # ties broken by coordinate index
-        else:
-            seed = int(np.random.SeedSequence([self.generator.initial_seed(), 1]).generate_state(1)[0])
-            order = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(seed)).to(flat.device)
-        chosen = torch.zeros(flat.numel(), dtype=self.params[0].dtype, device=flat.device)
-        chosen[order[:k]] = 1
-        self.mask = [part.view_as(p) for part, p in zip(chosen.split([p.numel() for p in self.params]), self.params)]
-        if self._velocity is not None:  # frozen coordinates must not keep moving on warm-up momentum
+        # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
+        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.hyper.warmup_sigma_dp**2
+        k = math.floor(self.hyper.active_ratio * self.dimension)
+        order = _top_k(self.score, k) if self.learned else self._random_order(1)[:k]
+        if self._velocity is not None:
             for velocity in self._velocity:
                 velocity.zero_()
+        self._set_support(order)
 
 
 @register("tp-topk", dp_claim=True, description="dense DP warm-up, then DP-SGD on the top-⌊ρd⌋ denoised-score support (seed 001)")
@@ -609,3 +680,171 @@ class TPTopK(TwoPhaseSparse):
 @register("tp-rand", dp_claim=True, description="as tp-topk with a random support of the same size (seed 001)")
 class TPRand(TwoPhaseSparse):
     learned = False
+
+
+class OnlineSparse(MaskedSupport):
+    """Seed 001 §1.2 ON-*: one σ for the whole run; the support is refreshed at the start of every epoch,
+    with active ratio ρ_e = 1 − (1 − ρ)·e/(E − 1) at epoch e = 0 … E − 1 (dense first epoch, ρ at the last).
+
+    ON-TopK ranks by a_p = mean over the previous epoch's steps of g̃_p² − σ², from the released gradients
+    only; a coordinate frozen all that epoch keeps its latest score. ON-Rand draws a fresh random support.
+    The supports are a predictable schedule, so the run costs T steps at (q, σ), as DP-SGD.
+    """
+
+    learned: ClassVar[bool] = True
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._squares = [torch.zeros_like(p) for p in self.params]
+        self._epoch_steps = 0
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        check_ratio("active_ratio (ρ)", hyper.active_ratio)
+        if hyper.epochs < 2:
+            raise DPAuditError(f"online sparse optimizers refresh the support per epoch and need epochs ≥ 2; got {hyper.epochs}")
+
+    def active_ratio(self, epoch: int) -> float:
+        """ρ_e of 1-based ``epoch`` under the linear schedule."""
+        return 1 - (1 - self.hyper.active_ratio) * (epoch - 1) / (self.hyper.epochs - 1)
+
+    def begin_epoch(self, epoch: int) -> None:
+        super().begin_epoch(epoch)
+        if self.learned and self._epoch_steps:
+            fresh = _flat(self._squares) / self._epoch_steps - self.hyper.sigma_dp**2
+            active = self.support_mask()
+            self.score = fresh if self.score is None or active is None else torch.where(active.bool(), fresh, self.score)
+        for squares in self._squares:
+            squares.zero_()
+        self._epoch_steps = 0
+        k = math.floor(self.active_ratio(epoch) * self.dimension)
+        if k >= self.dimension:
+            if self.mask is not None:
+                self._set_support(None)
+            return
+        order = _top_k(self.score, k) if self.learned else self._random_order(epoch)[:k]
+        self._set_support(order)
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> tuple[float, float]:
+        released = self._release(self.hyper.sigma_dp)
+        for squares, value in zip(self._squares, released):
+            squares.add_(value * value)
+        self._epoch_steps += 1
+        self._apply(released)
+        return self.hyper.noise_multiplier, self.hyper.sample_rate
+
+
+@register("on-topk", dp_claim=True, description="per-epoch support: top-⌊ρ_e d⌋ of the previous epoch's DP score, ρ_e falling linearly from 1 to ρ (seed 001)")
+class ONTopK(OnlineSparse):
+    pass
+
+
+@register("on-rand", dp_claim=True, description="as on-topk with a fresh random support every epoch (random sparsification; seed 001)")
+class ONRand(OnlineSparse):
+    learned = False
+
+
+VARIANCE_CLAMP = (1e-6, 1e6)  # AdaDPIGU code: the EMA variance is clamped to [h1, h2]
+
+
+class AdaDPIGU(MaskedSupport):
+    """Seed 000 §1.6. Pre-training: T_pre steps of DP-SGD accumulating the importance s += |g̃| of the
+    released gradients; then the mask m keeps the top ⌊r·d⌋ coordinates and the pruned weights are set
+    to 0 (the paper's forward pass at m ⊙ θ). Main phase, per record: z_i = m ⊙ (g_i − α) / (√β + μ),
+    keep its ⌊k_s·d⌋ largest |entries|, clip to C; then ḡ = Σ z_i / b + N(0, σ_DP²) on the support,
+    ĝ = m ⊙ (ḡ ⊙ (√β + μ) + α), θ ← θ − η ĝ, and α, β are EMAs (γ1, γ2) of the released ĝ.
+    α and β depend only on released updates, so every step is one subsampled Gaussian step at σ.
+    """
+
+    noisy_importance: ClassVar[bool] = True
+    adaptive_statistics: ClassVar[bool] = True
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._importance = [torch.zeros_like(p) for p in self.params]
+        self.alpha = [torch.zeros_like(p) for p in self.params]
+        self.beta = [torch.ones_like(p) for p in self.params]
+        self.example_k = max(1, math.floor(hyper.example_topk_fraction * self.dimension))
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        check_ratio("retention_ratio (r)", hyper.retention_ratio)
+        check_ratio("example_topk_fraction", hyper.example_topk_fraction)
+        for name, value in (("ema_mean_decay (γ1)", hyper.ema_mean_decay), ("ema_variance_decay (γ2)", hyper.ema_variance_decay)):
+            if not 0 <= value < 1:
+                raise DPAuditError(f"{name} must be in [0, 1); got {value}")
+        check_positive("standardise_constant (μ)", hyper.standardise_constant)
+        if not 0 < hyper.pretrain_fraction < 1:
+            raise DPAuditError(f"pretrain_fraction must be in (0, 1); got {hyper.pretrain_fraction}")
+        total = hyper.steps_per_epoch * hyper.epochs
+        if not 1 <= hyper.pretrain_steps < total:
+            raise DPAuditError(f"the pre-training must leave steps for the main phase: T_pre = {hyper.pretrain_steps} of T = {total}")
+
+    def _scale(self) -> list[torch.Tensor]:
+        return [beta.sqrt() + self.hyper.standardise_constant for beta in self.beta]
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        if self.mask is None:
+            super().accumulate(grads)
+            return
+        standardised = [m * (g - a) / s for g, a, s, m in zip(grads, self.alpha, self._scale(), self.mask)]
+        flat = torch.cat([z.flatten(1) for z in standardised], 1)
+        if self.example_k < flat.shape[1]:
+            keep = torch.zeros_like(flat).scatter_(1, torch.topk(flat.abs(), self.example_k, dim=1).indices, 1.0)
+            flat = flat * keep
+        norms = flat.norm(dim=1)
+        flat = flat * torch.clamp(self.hyper.clip_norm / (norms + CLIP_EPSILON), max=1.0)[:, None]
+        for total, part in zip(self._sum, flat.sum(0).split([p.numel() for p in self.params])):
+            total.add_(part.view_as(total))
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> tuple[float, float, str]:
+        pretraining = self.mask is None
+        if pretraining:
+            released = self._release(self.hyper.sigma_dp)
+            clean = [total / max(realized_batch_size, 1) for total in self._sum]
+            for importance, value in zip(self._importance, released if self.noisy_importance else clean):
+                importance.add_(value.abs())
+            self._apply(released)
+            if self.steps_taken == self.hyper.pretrain_steps:
+                self._choose_mask()
+        else:
+            scale = self._scale()
+            released = [m * (value * s + a) for value, s, a, m in zip(self._release(self.hyper.sigma_dp), scale,
+                                                                      self.alpha, self.mask)]
+            self._apply(released)
+            if self.adaptive_statistics:
+                for alpha, beta, value in zip(self.alpha, self.beta, released):
+                    deviation = (value - alpha) ** 2
+                    alpha.mul_(self.hyper.ema_mean_decay).add_((1 - self.hyper.ema_mean_decay) * value)
+                    beta.mul_(self.hyper.ema_variance_decay).add_(
+                        (1 - self.hyper.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP))
+        return self.hyper.noise_multiplier, self.hyper.sample_rate, "pretrain" if pretraining else "train"
+
+    def _choose_mask(self) -> None:
+        self.score = _flat(self._importance) / self.hyper.pretrain_steps
+        if self._velocity is not None:
+            for velocity in self._velocity:
+                velocity.zero_()
+        self._set_support(_top_k(self.score, math.floor(self.hyper.retention_ratio * self.dimension)))
+        for param, m in zip(self.params, self.mask):
+            param.mul_(m)
+
+
+@register("adadpigu", dp_claim=True, description="DP importance mask from pre-training, then standardised per-record top-k, clipping and noise (seed 000)")
+class AdaDPIGUPaper(AdaDPIGU):
+    pass
+
+
+@register(
+    "adadpigu-code",
+    dp_claim=False,
+    description="AdaDPIGU as the official code: mask from un-noised clipped gradients, no standardisation "
+    "statistics (α = 0, β = 1); run it with sampling: shuffle as the code does (no DP claim)",
+)
+class AdaDPIGUCode(AdaDPIGU):
+    noisy_importance = False
+    adaptive_statistics = False

@@ -8,6 +8,7 @@ configuration and one Monte Carlo trial (seed 004 §3.2–3.3) and writes::
     out_dir/<model>/metrics.json     per epoch: training loss, test loss and accuracy
     out_dir/<model>/ledger.json      per step: noise multiplier z, sample rate q (run-length encoded)
     out_dir/<model>/epoch_EEEE.pt    state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
+    out_dir/target/diagnostics.json  gradient histogram and support quality (``dpaudit.diagnostics``)
 
 where <model> is ``target``, ``shadow_00``, ``shadow_01``, … Every file is written atomically.
 """
@@ -57,6 +58,7 @@ class TrainedModel:
     metrics: EpochMetrics
     ledger: PrivacyLedger
     checkpoints: dict[int, Path]
+    diagnostics: Any = None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -218,13 +220,28 @@ def train_model(
     out = Path(out_dir) if out_dir is not None else None
     steps = steps_per_epoch(dataset_size=n, batch_size=config.batch_size)
     bar = tqdm(total=steps * config.epochs, desc=label, disable=not progress, leave=False, unit="step")
+    diagnostics = None
+    if config.diagnostics and model_index == 0:
+        from dpaudit.diagnostics import TrainingDiagnostics
+
+        diagnostics = TrainingDiagnostics(
+            model=model, train_data=train_data, held_out=test_data, batch_size=config.batch_size, seed=sampling_seed,
+            histogram_epoch=config.histogram_epoch or min(5, config.epochs),
+            path=out / "diagnostics.json" if out is not None else None,
+        )
     model.train()
     for epoch in range(1, config.epochs + 1):
         optimizer.begin_epoch(epoch)
+        if diagnostics is not None:
+            diagnostics.observe_support(optimizer, epoch=epoch)
         batch_losses = []
         for index in batch_indices(dataset_size=n, batch_size=config.batch_size, sampling=config.sampling, rng=rng):
             batch_losses.append(_accumulate_batch(model, optimizer, per_sample, images, labels, index, config))
+            if diagnostics is not None:
+                diagnostics.before_step(optimizer, epoch=epoch)
             cost = optimizer.step(realized_batch_size=len(index))
+            if diagnostics is not None:
+                diagnostics.observe_support(optimizer, epoch=epoch)
             if cost is not None:
                 ledger.record(noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train")
             bar.update()
@@ -241,6 +258,8 @@ def train_model(
         diverged = (observed and not math.isfinite(train_loss)) or not all(
             torch.isfinite(p).all() for p in model.parameters()
         )
+        if diagnostics is not None:
+            diagnostics.save()
         if out is not None:
             write_json(out / "metrics.json", {"model": label, **asdict(metrics)})
             write_json(out / "ledger.json", ledger.to_dict())
@@ -258,7 +277,7 @@ def train_model(
                 f"(try a smaller lr or clip_norm){kept}"
             )
     bar.close()
-    return TrainedModel(model, metrics, ledger, checkpoints)
+    return TrainedModel(model, metrics, ledger, checkpoints, diagnostics)
 
 
 def _accumulate_batch(model, optimizer, per_sample, images, labels, index, config) -> float | None:

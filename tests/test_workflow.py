@@ -37,9 +37,9 @@ def _job_count(output: str, rule: str) -> int:
 
 
 @pytest.mark.parametrize("preset, trainings, optimizer_runs", [
-    (None, 4 * 3 + 6 * 3, 10 * 1 * 2),  # optimizers × target ε × trials
+    (None, 4 * 3 + 6 * 3, 14 * 1 * 2),  # optimizers × target ε × trials
     ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1),
-    ("configs/paper.yaml", 6 * 10 + 6 * 10, 9 * 5 * 5),
+    ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5),
 ])
 def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])

@@ -5,11 +5,11 @@ def cli_flags(values):
     """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated)."""
     parts = []
     for key, value in values.items():
-        if value is False or value is None:
+        if value is None:
             continue
         flag = "--" + key.replace("_", "-")
-        if value is True:
-            parts.append(flag)
+        if isinstance(value, bool):
+            parts.append(flag if value else "--no-" + key.replace("_", "-"))
         elif isinstance(value, (list, tuple)):
             parts.append(f"{flag} {','.join(str(v) for v in value)}")
         else:
