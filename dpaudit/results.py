@@ -133,5 +133,25 @@ def summarize(run_paths: Iterable[str | Path]) -> tuple[dict[str, Any], list[dic
                 accountant: float(np.mean([run.epsilon_theory[accountant][-1] for run in group]))
                 for accountant in group[0].epsilon_theory
             }
+        diagnostics = [diagnostics_summary(run.path) for run in group]
+        if all(diagnostics):
+            metrics[name]["diagnostics"] = {key: float(np.mean([d[key] for d in diagnostics]))
+                                            for key in diagnostics[0] if all(d.get(key) is not None for d in diagnostics)}
         rows += [{"config": name, "epoch": int(e), "epsilon_hat": float(v)} for e, v in zip(group[0].attack_epochs, epsilon)]
     return metrics, rows
+
+
+def diagnostics_summary(run: str | Path) -> dict[str, float | None]:
+    """Headline numbers of ``target/diagnostics.json`` (empty if the run has none): the share of
+    clipped mean-gradient values within ±0.01 at the histogram epoch and, for the first support, the
+    share of the oracle's squared gradient it captures against a random support's k/d."""
+    path = Path(run) / "target" / "diagnostics.json"
+    if not path.is_file():
+        return {}
+    record = read_json(path)
+    summary = {"gradient_fraction_within_0.01": record["gradient_histogram"]["fraction_within_0.01"]}
+    if record["supports"]:
+        first = record["supports"][0]
+        summary.update(support_oracle_capture=first["oracle_capture"], support_random_baseline=first["random_baseline"],
+                       support_oracle_topk_overlap=first["oracle_topk_overlap"])
+    return summary
