@@ -13,9 +13,11 @@ validate(config, "workflow/schemas/params.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/seed004.smk"
 include: "workflow/rules/optimizers.smk"
+include: "workflow/rules/audit.smk"
 
 
 rule all:
     input:
         rules.seed004_all.input,
         rules.optimizers_all.input,
+        rules.audit_all.input,

@@ -14,15 +14,19 @@ from dpaudit.estimate import empirical_epsilon
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("attacks", "data", "estimate", "models", "optim", "theory", "train")
+_SUBMODULES = ("attacks", "audit", "data", "estimate", "models", "optim", "theory", "train")
+_AUDIT_FUNCTIONS = ("audit_scores", "audit_model")
 
-__all__ = ["DPAuditError", "empirical_epsilon", "__version__", *_SUBMODULES]
+__all__ = ["DPAuditError", "empirical_epsilon", "__version__", *_AUDIT_FUNCTIONS, *_SUBMODULES]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpaudit import attacks, data, models, optim, theory, train  # noqa: F401
+    from dpaudit import attacks, audit, data, models, optim, theory, train  # noqa: F401
+    from dpaudit.audit import audit_model, audit_scores  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"dpaudit.{name}")
+    if name in _AUDIT_FUNCTIONS:
+        return getattr(importlib.import_module("dpaudit.audit"), name)
     raise AttributeError(f"module 'dpaudit' has no attribute {name!r}")

@@ -298,6 +298,113 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+AUDIT_ATTACKS = ("loss", "confidence", "shadow", "canary")
+
+
+def _read_score_csv(path: Path):
+    """(member scores, non-member scores) from a CSV with columns ``score`` and ``is_member`` (1/0)."""
+    import csv
+
+    import numpy as np
+
+    if not path.is_file():
+        raise DPAuditError(f"score file not found: {path}")
+    with open(path, encoding="utf-8", newline="") as stream:
+        reader = csv.DictReader(stream)
+        missing = {"score", "is_member"} - set(reader.fieldnames or ())
+        if missing:
+            raise DPAuditError(f"{path} lacks the column(s) {', '.join(sorted(missing))} (need score, is_member)")
+        try:
+            rows = [(float(row["score"]), int(row["is_member"])) for row in reader]
+        except ValueError as error:
+            raise DPAuditError(f"{path}: {error}") from None
+    scores = np.array([s for s, _ in rows], dtype=float)
+    member = np.array([m for _, m in rows])
+    if not set(member.tolist()) <= {0, 1}:
+        raise DPAuditError(f"{path}: is_member must be 0 or 1")
+    return scores[member == 1], scores[member == 0]
+
+
+def _run_scores(args: argparse.Namespace):
+    """(members, non-members, epoch, theory dict) of one attack, pooled over the given runs (trials)."""
+    import numpy as np
+
+    from dpaudit._io import read_json
+    from dpaudit.train import load_run_config
+
+    members, nonmembers, theory, epoch = [], [], {}, None
+    for run in args.run:
+        config = load_run_config(run)
+        epoch = args.epoch or max(config.eval_epochs)
+        theory["epsilon_run"] = read_json(run / "config.json")["derived"].get("planned_epsilon")
+        if args.attack in ("loss", "confidence"):
+            from dpaudit.attacks.loss import run_loss_scores
+
+            scores = run_loss_scores(run, epoch=epoch, signal=args.attack)
+        elif args.attack == "shadow":
+            path = run / f"scores_epoch_{epoch:04d}.csv"
+            if not path.is_file():
+                raise DPAuditError(f"no shadow-attack scores at {path}; run `dpaudit attack --run {run}` first")
+            scores = _read_score_csv(path)
+        else:
+            from dpaudit.attacks.canary import CanaryObservations
+
+            observed = CanaryObservations.load(run / "target" / "canaries.npz")
+            scores = observed.scores()
+            theory["epsilon_mechanism"] = max(theory.get("epsilon_mechanism", 0.0),
+                                              observed.mechanism_epsilon(delta=args.delta))
+            theory["mechanism"] = "one Gaussian step at the runs' smallest noise multiplier, no subsampling"
+            epoch = None
+        members.append(scores[0])
+        nonmembers.append(scores[1])
+    return np.concatenate(members), np.concatenate(nonmembers), epoch, theory
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from dpaudit._io import write_json
+    from dpaudit.audit import audit_scores
+    from dpaudit.figures.roc import plot_roc
+
+    from dpaudit.estimate import _check_confidence, _check_delta
+
+    if (args.scores is None) == (args.run is None):
+        raise DPAuditError("give exactly one of --scores FILE.csv and --run RUN")
+    _check_delta(args.delta, allow_zero=False)
+    _check_confidence(args.confidence)
+    if args.scores is not None:
+        members, nonmembers = _read_score_csv(args.scores)
+        epoch, theory, source = None, {}, str(args.scores)
+        out = args.out or args.scores.with_name(args.scores.stem + "_audit.json")
+    else:
+        members, nonmembers, epoch, theory = _run_scores(args)
+        source = " ".join(str(run) for run in args.run)
+        out = args.out or args.run[0] / f"audit_{args.attack}.json"
+    report = audit_scores(members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed)
+    payload = {"source": source, "attack": args.attack if args.run else "scores", "epoch": epoch, **theory,
+               "report": report.to_dict()}
+    write_json(out, payload)
+    label = payload["attack"]
+    plot_roc({label: payload["report"]}, stem=out.with_suffix(""), title=f"{label} attack: {source}")
+    print(report.summary())
+    for key in ("epsilon_run", "epsilon_mechanism"):
+        if theory.get(key) is not None:
+            print(f"theoretical ε ({key.split('_')[1]}) = {theory[key]:.4g}")
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+def _cmd_audit_table(args: argparse.Namespace) -> int:
+    from dpaudit.results import audit_table
+
+    metrics, markdown = audit_table(args.files)
+    from dpaudit._io import atomic_write_bytes, write_json
+
+    write_json(args.metrics, metrics)
+    atomic_write_bytes(args.markdown, markdown.encode())
+    print(markdown, end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpaudit",
@@ -320,6 +427,33 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_config_arguments(train)
     train.set_defaults(handler=_cmd_train)
+
+    audit = commands.add_parser(
+        "audit",
+        help="ε̂ point estimate, lower bound and ceiling, AUC, TPR at low FPR, log-log ROC",
+        description="Audit membership scores: from a CSV (columns score, is_member; higher score = member) or "
+        "from a trained run with one attack (loss, confidence, shadow — after `dpaudit attack` — or canary — "
+        "after training with --canaries M). Writes JSON and a log-log ROC plot (PNG + PDF).",
+    )
+    audit.add_argument("--scores", type=Path, help="CSV of scores with columns score and is_member")
+    audit.add_argument("--run", type=Path, nargs="+",
+                       help="output folder(s) of `dpaudit train`; several (independent trials) are pooled")
+    audit.add_argument("--attack", choices=AUDIT_ATTACKS, default="loss", help="attack on --run (default: loss)")
+    audit.add_argument("--epoch", type=int, help="checkpoint epoch to attack (default: the last)")
+    audit.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
+    audit.add_argument("--confidence", type=float, default=0.95, help="confidence 1 − α of the lower bound (default: 0.95)")
+    audit.add_argument("--seed", type=int, default=0, help="seed of the threshold-selection split (default: 0)")
+    audit.add_argument("--out", type=Path,
+                       help="JSON to write (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
+    audit.set_defaults(handler=_cmd_audit)
+
+    table = commands.add_parser("audit-table", help="collect `dpaudit audit --run` results into one table",
+                                description="Mean over trials of each run and attack: ε̂ point, ε̂ lower bound, "
+                                "ceiling, theoretical ε and lower/theory; JSON metrics and a Markdown table.")
+    table.add_argument("files", nargs="+", type=Path, help="…/<run>/trial_<t>/audit_<attack>.json files")
+    table.add_argument("--metrics", required=True, type=Path, help="JSON to write")
+    table.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
+    table.set_defaults(handler=_cmd_audit_table)
 
     attack = commands.add_parser(
         "attack",

@@ -55,6 +55,8 @@ class TrainConfig:
         standardise_constant: μ of AdaDPIGU's standardisation (g − α) / (√β + μ), > 0.
         diagnostics: record the target's gradient histogram and support diagnostics (diagnostics.json).
         histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); seed 000 Fig 2).
+        canaries: m white-box Dirac gradient canaries observed in the target's released updates
+            (``dpaudit.attacks.canary``; 0: none). They do not touch the model.
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -104,6 +106,7 @@ class TrainConfig:
     standardise_constant: float = 1e-6
     diagnostics: bool = True
     histogram_epoch: int | None = None
+    canaries: int = 0
     sampling: str = "poisson"
     eval_epochs: tuple[int, ...] = ()
     target_size: int = 300
@@ -134,6 +137,7 @@ class TrainConfig:
         check_positive_int("target_size", self.target_size)
         check_positive_int("num_shadows", self.num_shadows, allow_zero=True)
         check_positive_int("microbatch_size", self.microbatch_size)
+        check_positive_int("canaries", self.canaries, allow_zero=True)
         check_positive_int("trial", self.trial, allow_zero=True)
         check_positive_int("seed", self.seed, allow_zero=True)
         check_choice("sampling", self.sampling, SAMPLING_SCHEMES)

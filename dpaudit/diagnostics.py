@@ -117,7 +117,9 @@ class TrainingDiagnostics:
         if mask is None:
             self._previous = None
             return
-        self.supports.append(self._support_quality(mask, optimizer.score, epoch=epoch, step=optimizer.steps_taken))
+        d = sum(p.numel() for p in self.model.parameters() if p.requires_grad)  # without canary coordinates
+        score = None if optimizer.score is None else optimizer.score[:d]
+        self.supports.append(self._support_quality(mask[:d], score, epoch=epoch, step=optimizer.steps_taken))
 
     def save(self) -> None:
         if self.path is not None:

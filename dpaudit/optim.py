@@ -176,6 +176,8 @@ class Optimizer:
     """
 
     per_sample: ClassVar[bool] = True
+    record_updates: bool = False
+    last_update: list[torch.Tensor] | None = None
 
     def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters, *, generator: torch.Generator):
         self.params = list(params)
@@ -224,7 +226,13 @@ class Optimizer:
 
     @torch.no_grad()
     def _apply(self, updates: Sequence[torch.Tensor]) -> None:
-        """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums."""
+        """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums.
+
+        With ``record_updates`` set, ``last_update`` keeps a copy of u, the step's release before
+        momentum (what a white-box observer of every update infers).
+        """
+        if self.record_updates:
+            self.last_update = [update.detach().clone() for update in updates]
         if self._velocity is not None:
             for velocity, update in zip(self._velocity, updates):
                 velocity.mul_(self.hyper.momentum).add_(update)

@@ -155,3 +155,49 @@ def diagnostics_summary(run: str | Path) -> dict[str, float | None]:
         summary.update(support_oracle_capture=first["oracle_capture"], support_random_baseline=first["random_baseline"],
                        support_oracle_topk_overlap=first["oracle_topk_overlap"])
     return summary
+
+
+def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
+    """``dpaudit audit --run`` results (one file per run folder and attack; several files of one pair are
+    averaged), with the Gaussian-DP estimate beside the bounds.
+
+    The theoretical ε of the canary attack is that of the mechanism each canary trial faces (one Gaussian
+    step at the run's smallest noise multiplier); of the others, the run's composed ε.
+
+    Returns:
+        (metrics keyed "<run>/<attack>", a Markdown table).
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for path in files:
+        path = Path(path)
+        try:
+            payload = read_json(path)
+        except (FileNotFoundError, ValueError) as error:
+            raise DPAuditError(f"cannot read audit result {path}: {error}") from None
+        groups[(path.parent.name, payload["attack"])].append(payload)
+    metrics: dict[str, Any] = {}
+    lines = ["| run | attack | trials (members + non-members) | ε̂ point | ε̂ GDP (estimate) | ε̂ lower (95 %) | ceiling | "
+             "theoretical ε | lower / theory | AUC | TPR @ 0.1 % FPR |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (run, attack), results in sorted(groups.items()):
+        reports = [r["report"] for r in results]
+        theory_key = "epsilon_mechanism" if attack == "canary" else "epsilon_run"
+        theory = float(np.mean([r.get(theory_key) or np.nan for r in results]))
+
+        def mean(key):
+            return float(np.mean([float(rep[key]) for rep in reports]))
+
+        row = {"epsilon_point": mean("epsilon_point"), "epsilon_lower": mean("epsilon_lower"),
+               "epsilon_gdp": mean("epsilon_gdp"), "samples": int(np.mean([rep["n_members"] + rep["n_nonmembers"]
+                                                                            for rep in reports])),
+               "epsilon_ceiling": mean("epsilon_ceiling"), "epsilon_theory": theory,
+               "theory": "one Gaussian step (canary's mechanism)" if attack == "canary" else "whole run",
+               "ratio_lower_to_theory": mean("epsilon_lower") / theory if theory > 0 else float("nan"),
+               "auc": mean("auc"), "tpr_at_0.1%_fpr": float(np.mean([float(rep["tpr_at_fpr"]["0.001"]) for rep in reports])),
+               "files": len(results)}
+        metrics[f"{run}/{attack}"] = row
+        label = f"{theory:.2f} ({'per step' if attack == 'canary' else 'run'})"
+        lines.append(f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} | {row['epsilon_gdp']:.2f} | "
+                     f"{row['epsilon_lower']:.2f} | "
+                     f"{row['epsilon_ceiling']:.2f} | {label} | {row['ratio_lower_to_theory']:.2f} | {row['auc']:.3f} | "
+                     f"{row['tpr_at_0.1%_fpr']:.4f} |")
+    return metrics, "\n".join(lines) + "\n"

@@ -207,9 +207,16 @@ def train_model(
     spec = optim.get_spec(config.optimizer)
     n = len(train_data)
     generator = torch.Generator(device=device).manual_seed(noise_seed)
-    optimizer = spec.cls(
-        [p for p in model.parameters() if p.requires_grad], config.hyperparameters(n), generator=generator
-    )
+    model_params = [p for p in model.parameters() if p.requires_grad]
+    canaries = None
+    if config.canaries and model_index == 0:
+        from dpaudit.attacks.canary import DiracCanaries
+
+        canaries = DiracCanaries(count=config.canaries, clip_norm=config.clip_norm or 1.0, seed=noise_seed,
+                                 device=device, dtype=model_params[0].dtype)
+    optimizer = spec.cls(model_params + ([canaries.parameter] if canaries else []), config.hyperparameters(n),
+                         generator=generator)
+    optimizer.record_updates = canaries is not None
     per_sample = PerSampleGradients(model, config.grad_sample) if optimizer.per_sample else None
     rng = np.random.default_rng(sampling_seed)
     images = torch.from_numpy(train_data.images).to(device)
@@ -236,10 +243,15 @@ def train_model(
             diagnostics.observe_support(optimizer, epoch=epoch)
         batch_losses = []
         for index in batch_indices(dataset_size=n, batch_size=config.batch_size, sampling=config.sampling, rng=rng):
-            batch_losses.append(_accumulate_batch(model, optimizer, per_sample, images, labels, index, config))
+            batch_losses.append(_accumulate_batch(model, optimizer, per_sample, images, labels, index, config,
+                                                  padding=canaries.parameter if canaries else None))
+            if canaries is not None:
+                canaries.insert(optimizer, model_params)
             if diagnostics is not None:
                 diagnostics.before_step(optimizer, epoch=epoch)
             cost = optimizer.step(realized_batch_size=len(index))
+            if canaries is not None:
+                canaries.observe(optimizer, cost)
             if diagnostics is not None:
                 diagnostics.observe_support(optimizer, epoch=epoch)
             if cost is not None:
@@ -260,6 +272,8 @@ def train_model(
         )
         if diagnostics is not None:
             diagnostics.save()
+        if canaries is not None and out is not None:
+            canaries.result().save(out / "canaries.npz")
         if out is not None:
             write_json(out / "metrics.json", {"model": label, **asdict(metrics)})
             write_json(out / "ledger.json", ledger.to_dict())
@@ -280,22 +294,31 @@ def train_model(
     return TrainedModel(model, metrics, ledger, checkpoints, diagnostics)
 
 
-def _accumulate_batch(model, optimizer, per_sample, images, labels, index, config) -> float | None:
-    """Feed one batch's gradients to the optimizer in chunks; return the batch-mean loss (None if empty)."""
+def _accumulate_batch(model, optimizer, per_sample, images, labels, index, config, padding=None) -> float | None:
+    """Feed one batch's gradients to the optimizer in chunks; return the batch-mean loss (None if empty).
+
+    ``padding``: an extra optimizer tensor no loss touches (white-box canaries); it gets zero gradients.
+    """
     if len(index) == 0:
         return None
     index = torch.as_tensor(index, device=images.device)
     if per_sample is None:
         loss = F.cross_entropy(model(images[index]), labels[index])
-        grads = torch.autograd.grad(loss, optimizer.params)
-        optimizer.accumulate([g.detach() for g in grads])
+        grads = [g.detach() for g in torch.autograd.grad(loss, per_sample_params(model))]
+        optimizer.accumulate(grads + ([torch.zeros_like(padding)] if padding is not None else []))
         return loss.item()
     total = 0.0
     for chunk in torch.split(index, config.microbatch_size):
         grads, losses = per_sample(images[chunk], labels[chunk])
+        if padding is not None:
+            grads = list(grads) + [padding.new_zeros((len(chunk), *padding.shape))]
         optimizer.accumulate(grads)
         total += float(losses.sum())
     return total / len(index)
+
+
+def per_sample_params(model: nn.Module) -> list[torch.Tensor]:
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:

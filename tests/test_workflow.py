@@ -36,12 +36,12 @@ def _job_count(output: str, rule: str) -> int:
     return 0
 
 
-@pytest.mark.parametrize("preset, trainings, optimizer_runs", [
-    (None, 4 * 3 + 6 * 3, 14 * 1 * 2),  # optimizers × target ε × trials
-    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1),
-    ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5),
+@pytest.mark.parametrize("preset, trainings, optimizer_runs, audit_runs, trials_per_run", [
+    (None, 4 * 3 + 6 * 3, 14 * 1 * 2, 4 * 2, 2),  # optimizers × target ε × trials; audit: ε × trials
+    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1, 1, 1),
+    ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5),
 ])
-def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs):
+def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
     assert _job_count(output, "seed004_train") == trainings
@@ -49,6 +49,8 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     assert _job_count(output, "seed004_data_figure") == 3
     for rule in ("optimizers_train", "optimizers_attack", "optimizers_epsilon"):
         assert _job_count(output, rule) == optimizer_runs
+    assert _job_count(output, "audit_train") == audit_runs
+    assert _job_count(output, "audit_score") == 3 * audit_runs // trials_per_run  # loss, shadow, canary; trials pooled
 
 
 def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
@@ -65,8 +67,9 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
     [
         ("{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3}",
          "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5}", "Error validating config file"),
-        ("{name: auto-v, lr: 0.5}", "{name: auto-w, lr: 0.5}", "unknown optimizer 'auto-w'"),
+        ("{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}", "unknown optimizer 'auto-w'"),
         ("target_epsilons: [4]", "target_epsilons: [0]", "Error validating config file"),
+        ("attacks: [loss, shadow, canary]", "attacks: [loss, lira-online]", "Error validating config file"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):

@@ -1,0 +1,247 @@
+"""One-call audit of membership-inference scores: every ε estimate and bound, AUC, TPR at low FPR, ROC.
+
+``audit_scores(member_scores, nonmember_scores)`` sorts the scores once and reuses the counts for the
+ROC, AUC, TPR at FPR, the eq. 20 point estimate, the simultaneous ("bonferroni") Clopper–Pearson bound
+and the Gaussian-DP estimate; the split bound sorts its two halves. numpy and scipy only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpaudit import estimate as _est
+from dpaudit._validation import DPAuditError
+
+#: FPR targets reported in :attr:`AuditReport.tpr_at_fpr`.
+REPORT_FPRS = (0.001, 0.01)
+
+#: Most ROC points kept in a report.
+MAX_ROC_POINTS = 1000
+
+
+def _json_float(value: float) -> float | str:
+    """Finite floats stay floats; ±inf and NaN become the strings "inf", "-inf", "nan"."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+@dataclass(frozen=True, eq=False)
+class AuditReport:
+    """Everything one audit of member vs non-member scores says about ε.
+
+    Attributes:
+        epsilon_point: eq. 20 point estimate (nats) over all thresholds; an estimate, not a bound.
+        epsilon_lower: Clopper–Pearson lower bound on ε (nats), threshold chosen on a held-out half,
+            holding with probability ≥ ``confidence``.
+        epsilon_lower_bonferroni: the same bound over all thresholds on all data, simultaneous band.
+        epsilon_gdp: Gaussian-DP estimate (Nasr et al. 2023) in nats; assumes a Gaussian trade-off curve.
+        gdp_mu: the μ̂ behind ``epsilon_gdp``.
+        epsilon_ceiling: the largest ``epsilon_lower`` a perfect attack could certify with the split's
+            held-out sizes at this δ and confidence.
+        epsilon_ceiling_bonferroni: the same for ``epsilon_lower_bonferroni``.
+        threshold_lower: the certified threshold of ``epsilon_lower`` (score ≥ threshold predicts member).
+        auc: area under the ROC curve, P[member > non-member] + ½ P[tie].
+        tpr_at_fpr: ``{0.001: tpr, 0.01: tpr}``, best deterministic threshold with FPR ≤ target.
+        methods: field name → one-line description of how it was computed.
+        n_members: member scores given.
+        n_nonmembers: non-member scores given.
+        delta: δ of every ε here.
+        confidence: 1 − α of the bounds and of the GDP estimate's band.
+        seed: seed of the split.
+        roc: ``{"fpr": array, "tpr": array}``, the ROC curve thinned to ≤ 1000 points (both end points and
+            the low-FPR corners kept; see :func:`thin_roc`).
+    """
+
+    epsilon_point: float
+    epsilon_lower: float
+    epsilon_lower_bonferroni: float
+    epsilon_gdp: float
+    gdp_mu: float
+    epsilon_ceiling: float
+    epsilon_ceiling_bonferroni: float
+    threshold_lower: float
+    auc: float
+    tpr_at_fpr: dict[float, float]
+    methods: dict[str, str]
+    n_members: int
+    n_nonmembers: int
+    delta: float
+    confidence: float
+    seed: int
+    roc: dict[str, np.ndarray] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy: plain floats and ints, lists for the ROC, string keys for ``tpr_at_fpr``.
+
+        Non-finite floats (none arise from finite scores, but a threshold can be ±inf) are written as the
+        strings "inf", "-inf" or "nan", so ``json.dumps(report.to_dict(), allow_nan=False)`` always works.
+        ``tpr_at_fpr`` keys are ``repr(fpr)``, e.g. "0.001".
+        """
+        out: dict[str, Any] = {}
+        for name in ("epsilon_point", "epsilon_lower", "epsilon_lower_bonferroni", "epsilon_gdp", "gdp_mu",
+                     "epsilon_ceiling", "epsilon_ceiling_bonferroni", "threshold_lower", "auc", "delta",
+                     "confidence"):
+            out[name] = _json_float(getattr(self, name))
+        out["tpr_at_fpr"] = {repr(float(key)): _json_float(value) for key, value in self.tpr_at_fpr.items()}
+        out["methods"] = dict(self.methods)
+        out["n_members"] = int(self.n_members)
+        out["n_nonmembers"] = int(self.n_nonmembers)
+        out["seed"] = int(self.seed)
+        out["roc"] = {key: [_json_float(value) for value in np.asarray(values, dtype=float)]
+                      for key, values in self.roc.items()}
+        return out
+
+    def summary(self) -> str:
+        """One paragraph of text for logs and reports."""
+        level = f"{100 * self.confidence:g}%"
+        tprs = ", ".join(f"{value:.3g} at FPR {key:g}" for key, value in self.tpr_at_fpr.items())
+        limited = " (at the sample-size ceiling: more scores, not a stronger attack, would raise it)" \
+            if self.epsilon_lower >= self.epsilon_ceiling else ""
+        return (f"Audit of {self.n_members} member and {self.n_nonmembers} non-member scores at δ = {self.delta:g}: "
+                f"AUC {self.auc:.3f}; TPR {tprs}. Point estimate ε̂ = {self.epsilon_point:.2f} (eq. 20, not a bound). "
+                f"With {level} confidence ε ≥ {self.epsilon_lower:.2f} (threshold chosen on a held-out half; "
+                f"ceiling {self.epsilon_ceiling:.2f}){limited} and ε ≥ {self.epsilon_lower_bonferroni:.2f} "
+                f"(all thresholds, simultaneous; ceiling {self.epsilon_ceiling_bonferroni:.2f}). Gaussian-DP "
+                f"estimate ε ≈ {self.epsilon_gdp:.2f} (μ̂ = {self.gdp_mu:.2f}; assumes a Gaussian trade-off "
+                f"curve, not a bound).")
+
+
+def thin_roc(fpr, tpr, *, max_points: int = MAX_ROC_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Keep at most ``max_points`` ROC points: both end points, ~half evenly spaced along the curve's
+    index, ~half at log-spaced FPR targets (the last point at or below each target), so log–log plots
+    keep their low-FPR detail.
+
+    Args:
+        fpr: non-decreasing false-positive rates.
+        tpr: matching true-positive rates.
+        max_points: the most points to keep (≥ 4).
+
+    Returns:
+        ``(fpr, tpr)`` subsets, in order.
+    """
+    fpr = np.asarray(fpr, dtype=float)
+    tpr = np.asarray(tpr, dtype=float)
+    if fpr.size <= max_points:
+        return fpr.copy(), tpr.copy()
+    half = max_points // 2
+    even = np.linspace(0, fpr.size - 1, half).round().astype(np.int64)
+    positive = fpr[fpr > 0]
+    smallest = positive[0] if positive.size else 1.0
+    targets = np.geomspace(smallest, 1.0, max_points - half - 2)
+    logged = np.searchsorted(fpr, targets, side="right") - 1
+    keep = np.unique(np.concatenate([[0, fpr.size - 1], even, np.clip(logged, 0, fpr.size - 1)]))
+    return fpr[keep], tpr[keep]
+
+
+def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confidence: float = 0.95,
+                 seed: int = 0) -> AuditReport:
+    """Audit membership-inference scores (higher = member): estimates, lower bounds and the ROC.
+
+    Args:
+        member_scores: 1-D finite scores of members, one independent trial each (≥ 2).
+        nonmember_scores: 1-D finite scores of non-members (≥ 2).
+        delta: the DP δ of every ε, in (0, 1).
+        confidence: 1 − α of the lower bounds (and of the GDP estimate's band), in (0, 1).
+        seed: non-negative integer seed of the split bound's random halves.
+
+    Returns:
+        An :class:`AuditReport`.
+
+    Raises:
+        DPAuditError: empty or non-finite scores, fewer than 2 scores in a class, δ outside (0, 1),
+            confidence outside (0, 1), a bad seed.
+    """
+    members = _est._check_scores("member_scores", member_scores)
+    nonmembers = _est._check_scores("nonmember_scores", nonmember_scores)
+    delta = _est._check_delta(delta, allow_zero=False)
+    alpha = _est._check_confidence(confidence)
+    seed = _est._check_seed(seed)
+    _est._check_split_sizes(members, nonmembers)
+    confidence = float(confidence)
+
+    curve = _est._curve(members, nonmembers)
+    split = _est._lower_split(members, nonmembers, delta, alpha, seed)
+    bonferroni = _est._lower_bonferroni(curve, delta, alpha)
+    gdp = _est._gdp(curve, delta, alpha)
+    ceiling = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers, delta=delta,
+                                   confidence=confidence, selection="split")
+    ceiling_bonferroni = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers,
+                                              delta=delta, confidence=confidence, selection="bonferroni")
+    if split.epsilon > ceiling or bonferroni.epsilon > ceiling_bonferroni:  # pragma: no cover - invariant
+        raise DPAuditError("internal error: a lower bound exceeds its sample-size ceiling")
+    roc_fpr, roc_tpr = thin_roc(curve.fpr, curve.tpr)
+    methods = {
+        "epsilon_point": "eq. 20 (Kairouz-Oh-Viswanath) point estimate, max over all thresholds of the finite "
+                         "ratios; not a bound",
+        "epsilon_lower": split.method,
+        "epsilon_lower_bonferroni": bonferroni.method,
+        "epsilon_gdp": gdp.method,
+        "epsilon_ceiling": "largest epsilon_lower a perfect attack could certify with the held-out half sizes",
+        "epsilon_ceiling_bonferroni": "largest epsilon_lower_bonferroni a perfect attack could certify",
+        "auc": "area under the ROC curve (Mann-Whitney, ties count one half)",
+        "tpr_at_fpr": "largest TPR over deterministic thresholds with FPR <= target (no interpolation)",
+    }
+    return AuditReport(
+        epsilon_point=_est._point(curve, delta),
+        epsilon_lower=split.epsilon,
+        epsilon_lower_bonferroni=bonferroni.epsilon,
+        epsilon_gdp=gdp.epsilon,
+        gdp_mu=gdp.mu,
+        epsilon_ceiling=ceiling,
+        epsilon_ceiling_bonferroni=ceiling_bonferroni,
+        threshold_lower=split.threshold,
+        auc=_est._auc(curve),
+        tpr_at_fpr={target: _est._tpr_at(curve, target) for target in REPORT_FPRS},
+        methods=methods,
+        n_members=curve.n_members,
+        n_nonmembers=curve.n_nonmembers,
+        delta=delta,
+        confidence=confidence,
+        seed=seed,
+        roc={"fpr": roc_fpr, "tpr": roc_tpr},
+    )
+
+
+__all__ = ["AuditReport", "MAX_ROC_POINTS", "REPORT_FPRS", "audit_scores", "thin_roc"]
+
+
+AUDIT_MODEL_ATTACKS = ("loss", "confidence")
+
+
+def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: float = 1e-5, confidence: float = 0.95,
+                seed: int = 0, device: str = "cpu") -> AuditReport:
+    """Attack a trained model on known members and non-members and audit the scores.
+
+    Args:
+        model: a trained ``torch.nn.Module`` (logits out).
+        members: ``dpaudit.data.ArrayDataset`` of records the model trained on.
+        nonmembers: ``ArrayDataset`` of records from the same distribution it did not train on.
+        attack: "loss" (−cross-entropy, Yeom et al. 2018) or "confidence" (true-class probability).
+        delta, confidence, seed: as :func:`audit_scores` (δ, 1 − α, the threshold-selection split).
+        device: where the model runs.
+
+    Returns:
+        The :class:`AuditReport` of the attack's scores.
+
+    Raises:
+        DPAuditError: on an unknown attack or bad δ / confidence, before the model is run.
+    """
+    from dpaudit._validation import check_choice
+
+    check_choice("attack", attack, AUDIT_MODEL_ATTACKS)
+    _est._check_delta(delta, allow_zero=False)
+    _est._check_confidence(confidence)
+    for name, data in (("members", members), ("nonmembers", nonmembers)):
+        if not hasattr(data, "images") or len(data.labels) == 0:
+            raise DPAuditError(f"{name} must be a non-empty dpaudit.data.ArrayDataset")
+    from dpaudit.attacks.loss import loss_scores
+
+    member_scores = loss_scores(model, members, signal=attack, device=device)
+    nonmember_scores = loss_scores(model, nonmembers, signal=attack, device=device)
+    return audit_scores(member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed)

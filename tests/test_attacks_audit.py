@@ -1,0 +1,149 @@
+"""White-box gradient canaries and the loss-threshold attack: the observation model from first
+principles, perfect separation without noise, and the audit entry points."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit._validation import DPAuditError
+from dpaudit.attacks.canary import CanaryObservations
+from dpaudit.config import TrainConfig
+
+
+def _train(tmp_path, **overrides):
+    from dpaudit.train import train_configuration
+
+    values = dict(dataset="digits", model="mlp", optimizer="dpsgd-gc", clip_norm=1.0, sigma_dp=0.02, batch_size=30,
+                  epochs=2, target_size=120, num_shadows=0, lr=0.2, canaries=400)
+    values.update(overrides)
+    train_configuration(TrainConfig(**values), out_dir=tmp_path, progress=False)
+    return CanaryObservations.load(tmp_path / "target" / "canaries.npz")
+
+
+def test_dpsgd_canary_observations_are_the_gaussian_mechanism(tmp_path):
+    observed = _train(tmp_path)
+    assert observed.bits.shape == observed.observations.shape == (8, 400)
+    members, nonmembers = observed.scores()
+    b, sigma = 30, 0.02  # each included canary adds C/b to its coordinate; noise N(0, σ_DP²)
+    se = sigma * np.sqrt(1 / len(members) + 1 / len(nonmembers))
+    assert abs(members.mean() - nonmembers.mean() - 1.0 / b) < 5 * se
+    assert abs(nonmembers.mean()) < 5 * sigma / np.sqrt(len(nonmembers))
+    pooled = np.concatenate([members - members.mean(), nonmembers - nonmembers.mean()])
+    assert pooled.std() == pytest.approx(sigma, rel=0.05)
+    z = sigma * b / 1.0
+    assert np.allclose(observed.noise_multipliers, z)
+    from dpaudit.estimate import gdp_epsilon
+
+    assert observed.mechanism_epsilon(delta=1e-5) == pytest.approx(gdp_epsilon(mu=1 / z, delta=1e-5))
+
+
+def test_canaries_without_noise_are_perfectly_separated(tmp_path):
+    from dpaudit.attacks.canary import canary_summary
+
+    observed = _train(tmp_path, optimizer="sgd", sigma_dp=None, clip_norm=None)
+    members, nonmembers = observed.scores()
+    assert members.min() > nonmembers.max()
+    summary = canary_summary(observed, delta=1e-5, confidence=0.95)
+    report = summary["report"]
+    assert report["epsilon_lower"] == pytest.approx(report["epsilon_ceiling"])
+    assert summary["epsilon_mechanism"] == float("inf")
+
+
+def test_frozen_canary_coordinates_reveal_nothing(tmp_path):
+    observed = _train(tmp_path, optimizer="on-rand", active_ratio=0.2, epochs=3)
+    last_epoch = observed.observations[-4:]
+    frozen = np.all(last_epoch == 0, axis=0)
+    assert frozen.any() and not frozen.all()  # a random 20 % support of all coordinates, canaries included
+
+
+def test_loss_scores_are_negative_cross_entropy():
+    from dpaudit.attacks.loss import loss_scores
+    from dpaudit.data import load_dataset
+    from dpaudit.models import build_model
+
+    data = load_dataset("digits", split="test").subset(np.arange(20))
+    model = build_model("mlp", input_shape=data.images.shape[1:], num_classes=10, seed=1)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(data.images)).double()
+    expected = -torch.nn.functional.cross_entropy(logits, torch.from_numpy(data.labels), reduction="none").numpy()
+    np.testing.assert_allclose(loss_scores(model, data), expected, rtol=1e-5)
+    np.testing.assert_allclose(loss_scores(model, data, signal="confidence"), np.exp(expected), rtol=1e-5)
+    with pytest.raises(DPAuditError, match="signal"):
+        loss_scores(model, data, signal="entropy")
+
+
+def test_bad_canary_count_is_a_one_line_error():
+    with pytest.raises(DPAuditError, match="canaries") as caught:
+        TrainConfig(dataset="digits", model="mlp", clip_norm=1.0, sigma_dp=0.1, target_size=60, batch_size=20,
+                    num_shadows=0, canaries=-1).validated()
+    assert "\n" not in str(caught.value)
+
+
+def test_missing_canaries_file_is_a_clear_error(tmp_path):
+    with pytest.raises(DPAuditError, match="--canaries"):
+        CanaryObservations.load(tmp_path / "target" / "canaries.npz")
+
+
+def test_audit_command_from_a_run_and_from_a_score_file(tmp_path, capsys):
+    from dpaudit.cli import main
+
+    _train(tmp_path / "run", canaries=100)
+    assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary"]) == 0
+    payload = json.loads((tmp_path / "run" / "audit_canary.json").read_text())
+    assert payload["epsilon_mechanism"] > 0 and payload["report"]["n_members"] + payload["report"]["n_nonmembers"] == 800
+    assert (tmp_path / "run" / "audit_canary.png").is_file()
+    assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "loss"]) == 0
+    assert json.loads((tmp_path / "run" / "audit_loss.json").read_text())["report"]["n_members"] == 120
+    scores = tmp_path / "scores.csv"
+    scores.write_text("record,is_member,score\n" + "".join(f"{i},{i % 2},{(i % 2) * 10 + i / 100}\n" for i in range(40)))
+    assert main(["audit", "--scores", str(scores)]) == 0
+    report = json.loads((tmp_path / "scores_audit.json").read_text())["report"]
+    assert report["auc"] == 1.0 and report["epsilon_lower"] == pytest.approx(report["epsilon_ceiling"])
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["audit"], "exactly one of --scores"),
+        (["audit", "--scores", "missing.csv"], "score file not found"),
+        (["audit", "--scores", "bad.csv"], "lacks the column"),
+        (["audit", "--scores", "nan.csv"], "NaN|finite"),
+        (["audit", "--scores", "good.csv", "--delta", "1.5"], "delta"),
+        (["audit", "--scores", "good.csv", "--confidence", "1"], "confidence"),
+        (["audit", "--run", "norun"], "no training run"),
+    ],
+)
+def test_bad_audit_input_is_a_one_line_error(tmp_path, monkeypatch, capsys, argv, message):
+    from dpaudit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.csv").write_text("x,y\n1,2\n")
+    (tmp_path / "nan.csv").write_text("score,is_member\nnan,1\n0.5,0\n")
+    (tmp_path / "good.csv").write_text("score,is_member\n1,1\n0,0\n")
+    assert main(argv) != 0
+    error = capsys.readouterr().err.strip()
+    assert re.search(message, error) and "\n" not in error and "Traceback" not in error
+
+
+def test_audit_model_on_a_trained_model(tmp_path):
+    import dpaudit
+    from dpaudit.data import load_dataset
+    from dpaudit.train import train_model
+
+    data = load_dataset("digits", split="train")
+    members, nonmembers = data.subset(np.arange(100)), data.subset(np.arange(100, 200))
+    config = TrainConfig(dataset="digits", model="mlp", optimizer="sgd", epochs=30, batch_size=20, lr=0.5,
+                         target_size=100, num_shadows=0).validated()
+    trained = train_model(config=config, train_data=members, test_data=None, model_index=0, progress=False)
+    report = dpaudit.audit_model(trained.model, members, nonmembers, attack="loss")
+    assert report.auc > 0.5 and report.n_members == report.n_nonmembers == 100
+    with pytest.raises(DPAuditError, match="attack"):
+        dpaudit.audit_model(trained.model, members, nonmembers, attack="lira")
+    with pytest.raises(DPAuditError, match="delta"):
+        dpaudit.audit_model(trained.model, members, nonmembers, delta=0)
