@@ -10,6 +10,9 @@ For DP-SGD, u_tj = b_tj·C/b + N(0, σ_DP²) independently over (t, j): each tri
 mechanism with sensitivity C and noise multiplier z_t (no subsampling: the canary is in the batch
 whenever its bit is 1), i.e. exactly (1/z_t)-GDP. So the ε this audit can certify is that of one such
 step at the smallest z of the run — "the mechanism the canary faces" — not the run's composed ε.
+
+The canary tensor is one of the optimizer's coordinates: sparse optimizers rank and mask it like the
+model's (k = ⌊ρ(d + m)⌋), so a frozen canary coordinate releases nothing (its trials are uninformative).
 """
 
 from __future__ import annotations
