@@ -394,11 +394,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit_table(args: argparse.Namespace) -> int:
+    from dpaudit._io import atomic_write_bytes, write_json
     from dpaudit.results import audit_table
 
     metrics, markdown = audit_table(args.files)
-    from dpaudit._io import atomic_write_bytes, write_json
-
     write_json(args.metrics, metrics)
     atomic_write_bytes(args.markdown, markdown.encode())
     print(markdown, end="")

@@ -23,6 +23,8 @@ from torch import nn
 
 from dpaudit._io import write_json
 from dpaudit.data import ArrayDataset
+from dpaudit.models import parameter_count, trainable_parameters
+from dpaudit.optim import top_k_indices
 
 HISTOGRAM_EDGES = np.linspace(-0.05, 0.05, 201)
 SMALL_GRADIENT = 0.01
@@ -35,10 +37,6 @@ def _share(weights: torch.Tensor, chosen: torch.Tensor) -> float:
     """Σ_{p ∈ chosen} w_p / Σ_p w_p (0 when the total is 0)."""
     total = float(weights.sum())
     return float(weights[chosen].sum()) / total if total > 0 else 0.0
-
-
-def _top(values: torch.Tensor, k: int) -> torch.Tensor:
-    return torch.argsort(-values, stable=True)[:k]
 
 
 class GradientHistogram:
@@ -117,7 +115,7 @@ class TrainingDiagnostics:
         if mask is None:
             self._previous = None
             return
-        d = sum(p.numel() for p in self.model.parameters() if p.requires_grad)  # without canary coordinates
+        d = parameter_count(self.model)  # the optimizer's coordinates may end with canaries
         score = None if optimizer.score is None else optimizer.score[:d]
         self.supports.append(self._support_quality(mask[:d], score, epoch=epoch, step=optimizer.steps_taken))
 
@@ -130,7 +128,7 @@ class TrainingDiagnostics:
 
     def _mean_gradient(self, data: ArrayDataset, index: np.ndarray, chunk: int = 1024) -> torch.Tensor:
         """Flat mean cross-entropy gradient (no clipping, no noise) over ``data[index]``, float64 on CPU."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = trainable_parameters(self.model)
         device = params[0].device
         total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
         for start in range(0, len(index), chunk):
@@ -155,7 +153,7 @@ class TrainingDiagnostics:
         random_capture = np.array([[_share(oracle, order[:kk]) for kk in ks] for order in random_supports])
         curves = {
             "active_ratio": list(CURVE_RATIOS),
-            "energy_oracle_topk": [_share(energy, _top(energy, kk)) for kk in ks],
+            "energy_oracle_topk": [_share(energy, top_k_indices(energy, kk)) for kk in ks],
             "oracle_capture_random_mean": random_capture.mean(0).tolist(),
             "oracle_capture_random_std": random_capture.std(0).tolist(),
         }
@@ -167,7 +165,7 @@ class TrainingDiagnostics:
             "random_baseline": k / d,
             "oracle_capture": _share(oracle, chosen),
             "energy_capture": _share(energy, chosen),
-            "oracle_topk_overlap": len(np.intersect1d(chosen.numpy(), _top(oracle, k).numpy())) / k if k else 0.0,
+            "oracle_topk_overlap": len(np.intersect1d(chosen.numpy(), top_k_indices(oracle, k).numpy())) / k if k else 0.0,
             "previous_overlap": (float((mask.cpu().bool() & self._previous).sum()) / k
                                  if self._previous is not None and k else None),
             "proxy_concentration": None,
@@ -176,6 +174,6 @@ class TrainingDiagnostics:
         if score is not None:
             visible = score.detach().double().cpu().clamp(min=0)
             record["proxy_concentration"] = _share(visible, chosen)
-            curves["oracle_capture_score_topk"] = [_share(oracle, _top(score.detach().cpu(), kk)) for kk in ks]
+            curves["oracle_capture_score_topk"] = [_share(oracle, top_k_indices(score.detach().cpu(), kk)) for kk in ks]
         self._previous = mask.cpu().bool()
         return record

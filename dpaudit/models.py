@@ -167,6 +167,11 @@ def _resnet18(*, input_shape, num_classes, cifar_stem: bool) -> nn.Module:
     return model
 
 
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters training updates (``requires_grad``), in ``model.parameters()`` order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def parameter_count(model: nn.Module) -> int:
     """Number of trainable parameters d."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return sum(p.numel() for p in trainable_parameters(model))

@@ -567,7 +567,7 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.flatten() for t in tensors])
 
 
-def _top_k(score: torch.Tensor, k: int) -> torch.Tensor:
+def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k largest entries, ties broken by the smaller coordinate index."""
     return torch.argsort(-score, stable=True)[:k]
 
@@ -673,7 +673,7 @@ class TwoPhaseSparse(MaskedSupport):
         # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
         self.score = _flat(self._squares) / self.hyper.warmup_steps - self.hyper.warmup_sigma_dp**2
         k = math.floor(self.hyper.active_ratio * self.dimension)
-        order = _top_k(self.score, k) if self.learned else self._random_order(1)[:k]
+        order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
         if self._velocity is not None:
             for velocity in self._velocity:
                 velocity.zero_()
@@ -731,7 +731,7 @@ class OnlineSparse(MaskedSupport):
             if self.mask is not None:
                 self._set_support(None)
             return
-        order = _top_k(self.score, k) if self.learned else self._random_order(epoch)[:k]
+        order = top_k_indices(self.score, k) if self.learned else self._random_order(epoch)[:k]
         self._set_support(order)
 
     @torch.no_grad()
@@ -837,7 +837,7 @@ class AdaDPIGU(MaskedSupport):
         if self._velocity is not None:
             for velocity in self._velocity:
                 velocity.zero_()
-        self._set_support(_top_k(self.score, math.floor(self.hyper.retention_ratio * self.dimension)))
+        self._set_support(top_k_indices(self.score, math.floor(self.hyper.retention_ratio * self.dimension)))
         for param, m in zip(self.params, self.mask):
             param.mul_(m)
 

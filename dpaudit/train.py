@@ -98,7 +98,7 @@ class PerSampleGradients:
 
     def __init__(self, model: nn.Module, backend: str):
         self.model = model
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = model_registry.trainable_parameters(model)
         self.backend = backend
         if backend == "opacus":
             from opacus import GradSampleModule
@@ -207,7 +207,7 @@ def train_model(
     spec = optim.get_spec(config.optimizer)
     n = len(train_data)
     generator = torch.Generator(device=device).manual_seed(noise_seed)
-    model_params = [p for p in model.parameters() if p.requires_grad]
+    model_params = model_registry.trainable_parameters(model)
     canaries = None
     if config.canaries and model_index == 0:
         from dpaudit.attacks.canary import DiracCanaries
@@ -304,7 +304,7 @@ def _accumulate_batch(model, optimizer, per_sample, images, labels, index, confi
     index = torch.as_tensor(index, device=images.device)
     if per_sample is None:
         loss = F.cross_entropy(model(images[index]), labels[index])
-        grads = [g.detach() for g in torch.autograd.grad(loss, per_sample_params(model))]
+        grads = [g.detach() for g in torch.autograd.grad(loss, model_registry.trainable_parameters(model))]
         optimizer.accumulate(grads + ([torch.zeros_like(padding)] if padding is not None else []))
         return loss.item()
     total = 0.0
@@ -315,10 +315,6 @@ def _accumulate_batch(model, optimizer, per_sample, images, labels, index, confi
         optimizer.accumulate(grads)
         total += float(losses.sum())
     return total / len(index)
-
-
-def per_sample_params(model: nn.Module) -> list[torch.Tensor]:
-    return [p for p in model.parameters() if p.requires_grad]
 
 
 def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:

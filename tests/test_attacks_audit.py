@@ -43,15 +43,14 @@ def test_dpsgd_canary_observations_are_the_gaussian_mechanism(tmp_path):
 
 
 def test_canaries_without_noise_are_perfectly_separated(tmp_path):
-    from dpaudit.attacks.canary import canary_summary
+    from dpaudit.audit import audit_scores
 
     observed = _train(tmp_path, optimizer="sgd", sigma_dp=None, clip_norm=None)
     members, nonmembers = observed.scores()
     assert members.min() > nonmembers.max()
-    summary = canary_summary(observed, delta=1e-5, confidence=0.95)
-    report = summary["report"]
-    assert report["epsilon_lower"] == pytest.approx(report["epsilon_ceiling"])
-    assert summary["epsilon_mechanism"] == float("inf")
+    report = audit_scores(members, nonmembers, delta=1e-5, confidence=0.95)
+    assert report.epsilon_lower == pytest.approx(report.epsilon_ceiling)
+    assert observed.mechanism_epsilon(delta=1e-5) == float("inf")
 
 
 def test_frozen_canary_coordinates_reveal_nothing(tmp_path):

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -136,15 +134,3 @@ class DiracCanaries:
         return CanaryObservations(np.array(self._bits, dtype=bool), np.array(self._observations),
                                   np.array(self._noise), self.clip_norm)
 
-
-def canary_summary(observations: CanaryObservations, *, delta: float, confidence: float, seed: int = 0) -> dict[str, Any]:
-    """The audit report of one run's canaries, with the mechanism's ε beside it."""
-    from dpaudit.audit import audit_scores
-
-    members, nonmembers = observations.scores()
-    report = audit_scores(members, nonmembers, delta=delta, confidence=confidence, seed=seed)
-    return {"attack": "canary", "mechanism": "one Gaussian step at the run's smallest noise multiplier "
-            "(the canary is in the batch whenever its bit is 1; no subsampling)",
-            "epsilon_mechanism": observations.mechanism_epsilon(delta=delta),
-            "smallest_noise_multiplier": float(np.min(observations.noise_multipliers)),
-            "report": report.to_dict()}
