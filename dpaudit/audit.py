@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit import estimate as _est
-from dpaudit._validation import DPAuditError
+from dpaudit._validation import DPAuditError, check_choice
 
 #: FPR targets reported in :attr:`AuditReport.tpr_at_fpr`.
 REPORT_FPRS = (0.001, 0.01)
@@ -37,8 +37,8 @@ class AuditReport:
 
     Attributes:
         epsilon_point: eq. 20 point estimate (nats) over all thresholds; an estimate, not a bound.
-        epsilon_lower: Clopper–Pearson lower bound on ε (nats), threshold chosen on a held-out half,
-            holding with probability ≥ ``confidence``.
+        epsilon_lower: Clopper–Pearson lower bound on ε (nats), threshold chosen on held-out scores
+            (``selection``), holding with probability ≥ ``confidence``.
         epsilon_lower_bonferroni: the same bound over all thresholds on all data, simultaneous band.
         epsilon_gdp: Gaussian-DP estimate (Nasr et al. 2023) in nats; assumes a Gaussian trade-off curve.
         gdp_mu: the μ̂ behind ``epsilon_gdp``.
@@ -54,6 +54,7 @@ class AuditReport:
         delta: δ of every ε here.
         confidence: 1 − α of the bounds and of the GDP estimate's band.
         seed: seed of the split.
+        selection: "split" or "gaussian", how ``epsilon_lower`` chose its threshold.
         roc: ``{"fpr": array, "tpr": array}``, the ROC curve thinned to ≤ 1000 points (both end points and
             the low-FPR corners kept; see :func:`thin_roc`).
     """
@@ -74,6 +75,7 @@ class AuditReport:
     delta: float
     confidence: float
     seed: int
+    selection: str
     roc: dict[str, np.ndarray] = field(repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,6 +95,7 @@ class AuditReport:
         out["n_members"] = int(self.n_members)
         out["n_nonmembers"] = int(self.n_nonmembers)
         out["seed"] = int(self.seed)
+        out["selection"] = self.selection
         out["roc"] = {key: [_json_float(value) for value in np.asarray(values, dtype=float)]
                       for key, values in self.roc.items()}
         return out
@@ -105,7 +108,7 @@ class AuditReport:
             if self.epsilon_lower >= self.epsilon_ceiling else ""
         return (f"Audit of {self.n_members} member and {self.n_nonmembers} non-member scores at δ = {self.delta:g}: "
                 f"AUC {self.auc:.3f}; TPR {tprs}. Point estimate ε̂ = {self.epsilon_point:.2f} (eq. 20, not a bound). "
-                f"With {level} confidence ε ≥ {self.epsilon_lower:.2f} (threshold chosen on a held-out half; "
+                f"With {level} confidence ε ≥ {self.epsilon_lower:.2f} ({self.methods['epsilon_lower']}; "
                 f"ceiling {self.epsilon_ceiling:.2f}){limited} and ε ≥ {self.epsilon_lower_bonferroni:.2f} "
                 f"(all thresholds, simultaneous; ceiling {self.epsilon_ceiling_bonferroni:.2f}). Gaussian-DP "
                 f"estimate ε ≈ {self.epsilon_gdp:.2f} (μ̂ = {self.gdp_mu:.2f}; assumes a Gaussian trade-off "
@@ -140,7 +143,7 @@ def thin_roc(fpr, tpr, *, max_points: int = MAX_ROC_POINTS) -> tuple[np.ndarray,
 
 
 def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confidence: float = 0.95,
-                 seed: int = 0) -> AuditReport:
+                 seed: int = 0, selection: str = "split") -> AuditReport:
     """Audit membership-inference scores (higher = member): estimates, lower bounds and the ROC.
 
     Args:
@@ -149,6 +152,10 @@ def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confid
         delta: the DP δ of every ε, in (0, 1).
         confidence: 1 − α of the lower bounds (and of the GDP estimate's band), in (0, 1).
         seed: non-negative integer seed of the split bound's random halves.
+        selection: how ``epsilon_lower`` chooses its threshold: "split" (empirically, on a held-out
+            half) or "gaussian" (normal fits to a held-out fifth; for near-Gaussian scores such as
+            white-box canaries). Fix it before seeing the scores: choosing the better of the two
+            afterwards would void the confidence.
 
     Returns:
         An :class:`AuditReport`.
@@ -162,15 +169,17 @@ def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confid
     delta = _est._check_delta(delta, allow_zero=False)
     alpha = _est._check_confidence(confidence)
     seed = _est._check_seed(seed)
+    check_choice("selection", selection, ("split", "gaussian"))
     _est._check_split_sizes(members, nonmembers)
     confidence = float(confidence)
 
     curve = _est._curve(members, nonmembers)
-    split = _est._lower_split(members, nonmembers, delta, alpha, seed)
+    split = (_est._lower_split if selection == "split" else _est._lower_gaussian)(members, nonmembers, delta, alpha,
+                                                                                   seed)
     bonferroni = _est._lower_bonferroni(curve, delta, alpha)
     gdp = _est._gdp(curve, delta, alpha)
     ceiling = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers, delta=delta,
-                                   confidence=confidence, selection="split")
+                                   confidence=confidence, selection=selection)
     ceiling_bonferroni = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers,
                                               delta=delta, confidence=confidence, selection="bonferroni")
     if split.epsilon > ceiling or bonferroni.epsilon > ceiling_bonferroni:  # pragma: no cover - invariant
@@ -182,7 +191,7 @@ def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confid
         "epsilon_lower": split.method,
         "epsilon_lower_bonferroni": bonferroni.method,
         "epsilon_gdp": gdp.method,
-        "epsilon_ceiling": "largest epsilon_lower a perfect attack could certify with the held-out half sizes",
+        "epsilon_ceiling": "largest epsilon_lower a perfect attack could certify with the certifying sample sizes",
         "epsilon_ceiling_bonferroni": "largest epsilon_lower_bonferroni a perfect attack could certify",
         "auc": "area under the ROC curve (Mann-Whitney, ties count one half)",
         "tpr_at_fpr": "largest TPR over deterministic thresholds with FPR <= target (no interpolation)",
@@ -204,6 +213,7 @@ def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confid
         delta=delta,
         confidence=confidence,
         seed=seed,
+        selection=selection,
         roc={"fpr": roc_fpr, "tpr": roc_tpr},
     )
 
@@ -215,7 +225,7 @@ AUDIT_MODEL_ATTACKS = ("loss", "confidence")
 
 
 def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: float = 1e-5, confidence: float = 0.95,
-                seed: int = 0, device: str = "cpu") -> AuditReport:
+                seed: int = 0, selection: str = "split", device: str = "cpu") -> AuditReport:
     """Attack a trained model on known members and non-members and audit the scores.
 
     Args:
@@ -223,7 +233,7 @@ def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: floa
         members: ``dpaudit.data.ArrayDataset`` of records the model trained on.
         nonmembers: ``ArrayDataset`` of records from the same distribution it did not train on.
         attack: "loss" (−cross-entropy, Yeom et al. 2018) or "confidence" (true-class probability).
-        delta, confidence, seed: as :func:`audit_scores` (δ, 1 − α, the threshold-selection split).
+        delta, confidence, seed, selection: as :func:`audit_scores` (δ, 1 − α, the threshold selection).
         device: where the model runs.
 
     Returns:
@@ -232,9 +242,8 @@ def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: floa
     Raises:
         DPAuditError: on an unknown attack or bad δ / confidence, before the model is run.
     """
-    from dpaudit._validation import check_choice
-
     check_choice("attack", attack, AUDIT_MODEL_ATTACKS)
+    check_choice("selection", selection, ("split", "gaussian"))
     _est._check_delta(delta, allow_zero=False)
     _est._check_confidence(confidence)
     for name, data in (("members", members), ("nonmembers", nonmembers)):
@@ -244,4 +253,5 @@ def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: floa
 
     member_scores = loss_scores(model, members, signal=attack, device=device)
     nonmember_scores = loss_scores(model, nonmembers, signal=attack, device=device)
-    return audit_scores(member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed)
+    return audit_scores(member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed,
+                        selection=selection)

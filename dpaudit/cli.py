@@ -298,7 +298,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-AUDIT_ATTACKS = ("loss", "confidence", "shadow", "canary")
+AUDIT_ATTACKS = ("loss", "confidence", "shadow", "lira-online", "lira-offline", "canary")
 
 
 def _read_score_csv(path: Path):
@@ -341,6 +341,10 @@ def _run_scores(args: argparse.Namespace):
             from dpaudit.attacks.loss import run_loss_scores
 
             scores = run_loss_scores(run, epoch=epoch, signal=args.attack)
+        elif args.attack.startswith("lira-"):
+            from dpaudit.attacks.lira import run_lira_scores
+
+            scores = run_lira_scores(run, epoch=epoch, variant=args.attack.removeprefix("lira-"))
         elif args.attack == "shadow":
             path = run / f"scores_epoch_{epoch:04d}.csv"
             if not path.is_file():
@@ -379,7 +383,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         members, nonmembers, epoch, theory = _run_scores(args)
         source = " ".join(str(run) for run in args.run)
         out = args.out or args.run[0] / f"audit_{args.attack}.json"
-    report = audit_scores(members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed)
+    selection = args.selection or ("gaussian" if args.run and args.attack == "canary" else "split")
+    report = audit_scores(members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed,
+                          selection=selection)
     payload = {"source": source, "attack": args.attack if args.run else "scores", "epoch": epoch, **theory,
                "report": report.to_dict()}
     write_json(out, payload)
@@ -431,8 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
         "audit",
         help="ε̂ point estimate, lower bound and ceiling, AUC, TPR at low FPR, log-log ROC",
         description="Audit membership scores: from a CSV (columns score, is_member; higher score = member) or "
-        "from a trained run with one attack (loss, confidence, shadow — after `dpaudit attack` — or canary — "
-        "after training with --canaries M). Writes JSON and a log-log ROC plot (PNG + PDF).",
+        "from a trained run with one attack (loss, confidence, shadow — after `dpaudit attack` —, lira-online and "
+        "lira-offline — runs trained with --split-design halves — or canary — after training with --canaries M). "
+        "Writes JSON and a log-log ROC plot (PNG + PDF).",
     )
     audit.add_argument("--scores", type=Path, help="CSV of scores with columns score and is_member")
     audit.add_argument("--run", type=Path, nargs="+",
@@ -442,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
     audit.add_argument("--confidence", type=float, default=0.95, help="confidence 1 − α of the lower bound (default: 0.95)")
     audit.add_argument("--seed", type=int, default=0, help="seed of the threshold-selection split (default: 0)")
+    audit.add_argument("--selection", choices=("split", "gaussian"),
+                       help="how the lower bound picks its threshold: empirically on a held-out half (split) or by "
+                       "normal fits to a held-out fifth (gaussian); default: gaussian for canary, whose scores are "
+                       "Gaussian by construction, split otherwise")
     audit.add_argument("--out", type=Path,
                        help="JSON to write (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
     audit.set_defaults(handler=_cmd_audit)

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int, check_probability
-from dpaudit.data import MIASplit, dataset_info, make_mia_split
+from dpaudit.data import HalvesSplit, MIASplit, dataset_info, make_halves_split, make_mia_split
+from dpaudit.data.splits import SPLIT_DESIGNS
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 GRAD_SAMPLE_BACKENDS = ("functorch", "opacus")
@@ -63,6 +64,9 @@ class TrainConfig:
         target_size: n, the number of target members (and of target non-members).
         num_shadows: number of shadow models.
         shadow_size: members per shadow (default ``target_size``).
+        split_design: "seed004" (target non-members from the test split, shadows on disjoint train
+            records) or "halves" (LiRA: the target on a random half of a pool of 2·target_size train
+            records, an even num_shadows on complementary halves; every record is in half the shadows).
         trial: Monte Carlo trial index; shadows and noise are re-drawn per trial.
         seed: base seed; (seed, trial, model) fixes initialisation, sampling and noise.
         data_root: folder holding the downloaded datasets.
@@ -112,6 +116,7 @@ class TrainConfig:
     target_size: int = 300
     num_shadows: int = 3
     shadow_size: int | None = None
+    split_design: str = "seed004"
     trial: int = 0
     seed: int = 0
     data_root: str = "data"
@@ -141,6 +146,9 @@ class TrainConfig:
         check_positive_int("trial", self.trial, allow_zero=True)
         check_positive_int("seed", self.seed, allow_zero=True)
         check_choice("sampling", self.sampling, SAMPLING_SCHEMES)
+        check_choice("split_design", self.split_design, SPLIT_DESIGNS)
+        if self.split_design == "halves" and self.shadow_size not in (None, self.target_size):
+            raise DPAuditError("split_design 'halves' trains every model on target_size records; leave shadow_size unset")
         check_probability("delta (δ)", self.delta)
         check_choice("accountant", self.accountant, ("rdp", "prv"))
         check_choice("grad_sample", self.grad_sample, GRAD_SAMPLE_BACKENDS)
@@ -223,8 +231,11 @@ class TrainConfig:
             shared["warmup_sigma_dp"] = self.sigma_dp
         return Hyperparameters(**shared, expected_batch_size=self.batch_size, dataset_size=dataset_size)
 
-    def make_split(self) -> MIASplit:
+    def make_split(self) -> MIASplit | HalvesSplit:
         info = dataset_info(self.dataset)
+        if self.split_design == "halves":
+            return make_halves_split(dataset=self.dataset, train_size=info.train_size, target_size=self.target_size,
+                                     num_shadows=self.num_shadows, trial=self.trial, seed=self.seed)
         return make_mia_split(
             dataset=self.dataset,
             train_size=info.train_size,

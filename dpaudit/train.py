@@ -4,7 +4,7 @@
 configuration and one Monte Carlo trial (seed 004 §3.2–3.3) and writes::
 
     out_dir/config.json              the validated configuration and derived values (z, σ_DP, q, T/epoch)
-    out_dir/split.json               member / non-member indices of the target and every shadow
+    out_dir/split.json               member / non-member indices of the target and every shadow (either design)
     out_dir/<model>/metrics.json     per epoch: training loss, test loss and accuracy
     out_dir/<model>/ledger.json      per step: noise multiplier z, sample rate q (run-length encoded)
     out_dir/<model>/epoch_EEEE.pt    state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
@@ -352,7 +352,9 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
     }
     write_json(out / "config.json", summary)
     split.save(out / "split.json")
-    held_out = test_set.subset(split.target_nonmembers)
+    # Per-epoch test metrics: the target's non-members (seed 004), or as many test records for "halves".
+    held_out = test_set.subset(split.target_nonmembers if split.nonmember_source == "test"
+                               else np.arange(min(config.target_size, len(test_set))))
     members = [("target", split.target_members)] + [
         (shadow_name(i), shadow.members) for i, shadow in enumerate(split.shadows)
     ]

@@ -50,7 +50,8 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     for rule in ("optimizers_train", "optimizers_attack", "optimizers_epsilon"):
         assert _job_count(output, rule) == optimizer_runs
     assert _job_count(output, "audit_train") == audit_runs
-    assert _job_count(output, "audit_score") == 3 * audit_runs // trials_per_run  # loss, shadow, canary; trials pooled
+    # loss, shadow, lira-online, lira-offline, canary; trials pooled
+    assert _job_count(output, "audit_score") == 5 * audit_runs // trials_per_run
 
 
 def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
@@ -69,7 +70,11 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
          "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5}", "Error validating config file"),
         ("{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}", "unknown optimizer 'auto-w'"),
         ("target_epsilons: [4]", "target_epsilons: [0]", "Error validating config file"),
-        ("attacks: [loss, shadow, canary]", "attacks: [loss, lira-online]", "Error validating config file"),
+        ("attacks: [loss, shadow, lira-online, lira-offline, canary]", "attacks: [loss, lira]",
+         "Error validating config file"),
+        # LiRA needs the paired-halves split with an even model count
+        ("    split_design: halves\n", "", "Error validating config file"),
+        ("num_shadows: 8 ", "num_shadows: 7 ", "Error validating config file"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):

@@ -34,20 +34,21 @@ def loss_scores(model: nn.Module, data: ArrayDataset, *, signal: str = "loss", d
 def run_loss_scores(run_dir: str | Path, *, epoch: int, signal: str = "loss") -> tuple[np.ndarray, np.ndarray]:
     """(member scores, non-member scores) of a ``dpaudit train`` run's target at checkpoint ``epoch``."""
     from dpaudit import models as model_registry
-    from dpaudit.data import MIASplit, dataset_info, load_dataset
+    from dpaudit.data import dataset_info, load_dataset, load_split
     from dpaudit.train import load_checkpoint, load_run_config, resolve_device
 
     run = Path(run_dir)
     config = load_run_config(run)
     if epoch not in config.eval_epochs:
         raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
-    split = MIASplit.load(run / "split.json")
+    split = load_split(run / "split.json")
     info = dataset_info(config.dataset)
     device = resolve_device(config.device)
     network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
     load_checkpoint(run / "target" / f"epoch_{epoch:04d}.pt", network)
     network.to(device)
     members = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
-    nonmembers = load_dataset(config.dataset, split="test", root=config.data_root).subset(split.target_nonmembers)
+    nonmembers = load_dataset(config.dataset, split=split.nonmember_source,
+                              root=config.data_root).subset(split.target_nonmembers)
     return (loss_scores(network, members, signal=signal, device=device),
             loss_scores(network, nonmembers, signal=signal, device=device))

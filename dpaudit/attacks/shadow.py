@@ -207,7 +207,7 @@ def attack_run(
         One ``AttackResult`` per epoch.
     """
     from dpaudit import models as model_registry
-    from dpaudit.data import MIASplit, dataset_info, load_dataset
+    from dpaudit.data import dataset_info, load_dataset, load_split
     from dpaudit.train import load_checkpoint, load_run_config, predict_logits, resolve_device, shadow_name
 
     run = Path(run_dir)
@@ -218,10 +218,11 @@ def attack_run(
     for epoch in chosen:
         if epoch not in train_config.eval_epochs:
             raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(train_config.eval_epochs)}")
-    split = MIASplit.load(run / "split.json")
+    split = load_split(run / "split.json")
     info = dataset_info(train_config.dataset)
     train_set = load_dataset(train_config.dataset, split="train", root=train_config.data_root)
     test_set = load_dataset(train_config.dataset, split="test", root=train_config.data_root)
+    nonmember_set = train_set if split.nonmember_source == "train" else test_set
     device = resolve_device(train_config.device)
     network = model_registry.build_model(train_config.model, input_shape=info.input_shape, num_classes=info.num_classes)
 
@@ -242,7 +243,7 @@ def attack_run(
             for i, s in enumerate(split.shadows)
         ]
         target_parts = features(
-            "target", epoch, train_set.subset(split.target_members), test_set.subset(split.target_nonmembers)
+            "target", epoch, train_set.subset(split.target_members), nonmember_set.subset(split.target_nonmembers)
         )
         result = shadow_attack(
             shadow_features=np.concatenate([p[0] for p in shadow_parts]),

@@ -15,17 +15,20 @@ from dpaudit.data.datasets import (
     dataset_info,
     load_dataset,
 )
-from dpaudit.data.splits import MIASplit, ShadowSplit, make_mia_split
+from dpaudit.data.splits import HalvesSplit, MIASplit, ShadowSplit, load_split, make_halves_split, make_mia_split
 
 __all__ = [
     "ArrayDataset",
     "DATASET_STATS",
     "DatasetInfo",
     "DatasetNotFoundError",
+    "HalvesSplit",
     "MIASplit",
     "ShadowSplit",
     "available_datasets",
     "dataset_info",
     "load_dataset",
+    "load_split",
+    "make_halves_split",
     "make_mia_split",
 ]

@@ -18,10 +18,15 @@ import numpy as np
 from dpaudit._io import read_json, write_json
 from dpaudit._validation import DPAuditError, check_choice, check_positive_int
 
-__all__ = ["MIASplit", "ShadowSplit", "make_mia_split", "TARGET_MEMBER_CHOICES"]
+__all__ = ["HalvesSplit", "MIASplit", "ShadowSplit", "load_split", "make_halves_split", "make_mia_split",
+           "SPLIT_DESIGNS", "TARGET_MEMBER_CHOICES"]
+
+#: ``TrainConfig.split_design`` values: seed 004's disjoint shadows, or LiRA's paired halves of one pool.
+SPLIT_DESIGNS = ("seed004", "halves")
 
 TARGET_MEMBER_CHOICES = ("first", "random")
 _FORMAT = "dpaudit.mia_split/1"
+_HALVES_FORMAT = "dpaudit.halves_split/1"
 
 
 def _as_index_array(name: str, values: Any) -> np.ndarray:
@@ -142,6 +147,9 @@ class MIASplit:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    #: The dataset split the target's non-members come from.
+    nonmember_source = "test"
 
     @property
     def num_shadows(self) -> int:
@@ -293,3 +301,135 @@ def make_mia_split(
         target_nonmembers=np.arange(target_size, dtype=np.int64),
         shadows=tuple(shadows),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class HalvesSplit:
+    """LiRA's design (Carlini et al. 2022): every model trains on one half of a shared pool of TRAIN records.
+
+    Model 0, the target, trains on a random half; its non-members are the rest of the pool, drawn from
+    the same distribution as its members. The shadows come in complementary pairs (shadow 2j on a random
+    half, shadow 2j+1 on the other half), so every record is a member of exactly half the shadows, and
+    every shadow's membership is independent of the target's. (Pairing the target with a shadow would
+    make that shadow's membership the opposite of the target's on every record, and its model-wide
+    quirks would then separate members from non-members by themselves.)
+
+    Attributes:
+        dataset: Dataset name the indices refer to.
+        trial: Monte Carlo trial number.
+        seed: Base seed; the split was drawn from ``numpy.random.default_rng([seed, trial, 2])``.
+        pool: TRAIN-split indices shared by all models (even length).
+        keep: ``[1 + shadows, len(pool)]`` booleans, True where a model trains on a pool record.
+    """
+
+    dataset: str
+    trial: int
+    seed: int
+    pool: np.ndarray
+    keep: np.ndarray
+
+    nonmember_source = "train"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dataset, str) or not self.dataset:
+            raise DPAuditError(f"dataset must be a non-empty string, got {self.dataset!r}")
+        object.__setattr__(self, "trial", check_positive_int("trial", self.trial, allow_zero=True))
+        object.__setattr__(self, "seed", check_positive_int("seed", self.seed, allow_zero=True))
+        pool = _as_index_array("pool", self.pool)
+        _check_unique("pool", pool)
+        keep = np.array(self.keep, dtype=bool, copy=True)
+        if keep.ndim != 2 or keep.shape[1] != pool.size or keep.shape[0] < 3 or keep.shape[0] % 2 == 0:
+            raise DPAuditError(f"keep must be [1 + an even number ≥ 2 of shadows, {pool.size} pool records], "
+                               f"got {keep.shape}")
+        if not (keep.sum(axis=1) * 2 == pool.size).all() or not (keep[1:].sum(axis=0) * 2 == keep.shape[0] - 1).all():
+            raise DPAuditError("keep must give every model half the pool and every record to half the shadows")
+        keep.setflags(write=False)
+        object.__setattr__(self, "pool", pool)
+        object.__setattr__(self, "keep", keep)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HalvesSplit):
+            return NotImplemented
+        return ((self.dataset, self.trial, self.seed) == (other.dataset, other.trial, other.seed)
+                and np.array_equal(self.pool, other.pool) and np.array_equal(self.keep, other.keep))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def target_members(self) -> np.ndarray:
+        return self.pool[self.keep[0]]
+
+    @property
+    def target_nonmembers(self) -> np.ndarray:
+        """TRAIN-split indices (``nonmember_source``) of the pool records the target does not train on."""
+        return self.pool[~self.keep[0]]
+
+    @property
+    def shadows(self) -> tuple[ShadowSplit, ...]:
+        return tuple(ShadowSplit(self.pool[row], self.pool[~row]) for row in self.keep[1:])
+
+    @property
+    def num_shadows(self) -> int:
+        return self.keep.shape[0] - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": _HALVES_FORMAT, "dataset": self.dataset, "trial": self.trial, "seed": self.seed,
+                "pool": self.pool.tolist(), "keep": self.keep.astype(int).tolist()}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the split to ``path`` as JSON, atomically."""
+        write_json(path, self.to_dict())
+
+
+def make_halves_split(*, dataset: str, train_size: int, target_size: int, num_shadows: int, trial: int = 0,
+                      seed: int = 0) -> HalvesSplit:
+    """Draw a pool of ``2·target_size`` TRAIN records, the target's random half and paired shadow halves.
+
+    Args:
+        dataset: Name of the dataset the indices refer to (metadata).
+        train_size: Size of the dataset's train split.
+        target_size: Members per model (half the pool).
+        num_shadows: Shadow models; even, ≥ 2.
+        trial: Monte Carlo trial number (≥ 0).
+        seed: Base seed (≥ 0).
+
+    Raises:
+        DPAuditError: an odd or too small shadow count, or a pool larger than the train split.
+    """
+    target_size = check_positive_int("target_size", target_size)
+    num_shadows = check_positive_int("num_shadows", num_shadows, allow_zero=True)
+    trial = check_positive_int("trial", trial, allow_zero=True)
+    seed = check_positive_int("seed", seed, allow_zero=True)
+    if num_shadows < 2 or num_shadows % 2:
+        raise DPAuditError(f"split_design 'halves' needs an even num_shadows ≥ 2 (complementary pairs), got {num_shadows}")
+    if 2 * target_size > train_size:
+        raise DPAuditError(f"split_design 'halves' needs a pool of 2·target_size = {2 * target_size} train images, "
+                           f"the train split holds {train_size}")
+    rng = np.random.default_rng([seed, trial, 2])
+    pool = np.sort(rng.choice(train_size, size=2 * target_size, replace=False)).astype(np.int64)
+    keep = np.zeros((1 + num_shadows, pool.size), dtype=bool)
+    keep[0, rng.permutation(pool.size)[:target_size]] = True
+    for pair in range(1, 1 + num_shadows, 2):
+        keep[pair, rng.permutation(pool.size)[:target_size]] = True
+        keep[pair + 1] = ~keep[pair]
+    return HalvesSplit(dataset=dataset, trial=trial, seed=seed, pool=pool, keep=keep)
+
+
+def load_split(path: str | os.PathLike) -> MIASplit | HalvesSplit:
+    """Read a ``split.json`` of either design, validating it."""
+    try:
+        payload = read_json(path)
+    except FileNotFoundError:
+        raise DPAuditError(f"split file not found: {path}") from None
+    except ValueError as error:
+        raise DPAuditError(f"{path}: not valid JSON: {' '.join(str(error).split())}") from None
+    if isinstance(payload, dict) and payload.get("format") == _HALVES_FORMAT:
+        missing = [key for key in ("dataset", "trial", "seed", "pool", "keep") if key not in payload]
+        if missing:
+            raise DPAuditError(f"{path}: missing field(s) {', '.join(missing)}")
+        try:
+            return HalvesSplit(dataset=payload["dataset"], trial=payload["trial"], seed=payload["seed"],
+                               pool=_as_index_array("pool", payload["pool"]), keep=np.asarray(payload["keep"]))
+        except (DPAuditError, TypeError, ValueError) as error:
+            raise DPAuditError(f"{path}: {' '.join(str(error).split())}") from None
+    return MIASplit.from_dict(payload, source=str(path))
