@@ -404,6 +404,10 @@ def _cmd_audit_table(args: argparse.Namespace) -> int:
     from dpaudit.results import audit_table
 
     metrics, markdown = audit_table(args.files)
+    if args.figures is not None:
+        from dpaudit.figures.audit import plot_audit_figures
+
+        plot_audit_figures(args.files, metrics, out_dir=args.figures, title=args.title, roc_epsilon=args.roc_epsilon)
     write_json(args.metrics, metrics)
     atomic_write_bytes(args.markdown, markdown.encode())
     print(markdown, end="")
@@ -463,6 +467,11 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("files", nargs="+", type=Path, help="…/<run>/trial_<t>/audit_<attack>.json files")
     table.add_argument("--metrics", required=True, type=Path, help="JSON to write")
     table.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
+    table.add_argument("--figures", type=Path, help="also draw lower_bounds and roc_<attack> (PDF + PNG) in this folder; "
+                       "file folders must be named <optimizer>_eps<ε>")
+    table.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    table.add_argument("--roc-epsilon", type=float, help="theoretical ε of the runs the ROC figures show "
+                       "(default: the median)")
     table.set_defaults(handler=_cmd_audit_table)
 
     attack = commands.add_parser(

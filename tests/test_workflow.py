@@ -36,12 +36,14 @@ def _job_count(output: str, rule: str) -> int:
     return 0
 
 
-@pytest.mark.parametrize("preset, trainings, optimizer_runs, audit_runs, trials_per_run", [
-    (None, 4 * 3 + 6 * 3, 14 * 1 * 2, 4 * 2, 2),  # optimizers × target ε × trials; audit: ε × trials
-    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1, 1, 1),
-    ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5),
+@pytest.mark.parametrize("preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_runs", [
+    # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit: optimizers × audit ε (× trials)
+    (None, 4 * 3 + 6 * 3, 14 * 1 * 2, 4 * 2, 2, 14 * 4),
+    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1, 1, 1, 2 * 1),
+    ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13 * 4),
 ])
-def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run):
+def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
+                                    cross_runs):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
     assert _job_count(output, "seed004_train") == trainings
@@ -49,9 +51,11 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     assert _job_count(output, "seed004_data_figure") == 3
     for rule in ("optimizers_train", "optimizers_attack", "optimizers_epsilon"):
         assert _job_count(output, rule) == optimizer_runs
-    assert _job_count(output, "audit_train") == audit_runs
-    # loss, shadow, lira-online, lira-offline, canary; trials pooled
-    assert _job_count(output, "audit_score") == 5 * audit_runs // trials_per_run
+    cross_trials = 2 if preset == "configs/paper.yaml" else 1
+    assert _job_count(output, "audit_train") == audit_runs + cross_runs * cross_trials
+    # loss, shadow, lira-online, lira-offline, canary; cross: canary, loss; trials pooled
+    assert _job_count(output, "audit_score") == 5 * audit_runs // trials_per_run + 2 * cross_runs
+    assert _job_count(output, "audit_cross_table") == 1
 
 
 def test_bad_parameter_is_rejected_before_any_job(workflow_copy):

@@ -49,7 +49,7 @@ SERIES_STYLES: dict[str, dict] = {
     "b:600": {"color": "#2ca02c"},
     "b:1000": {"color": "#9467bd"},
 }
-_FALLBACK = plt.get_cmap("tab10").colors
+_FALLBACK = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]  # 10 strong, then 10 pale
 
 
 def series_style(key: str, index: int = 0) -> dict:

@@ -1,49 +1,75 @@
-# The audit core on DP-SGD-style runs at several theoretical ε: each run is trained with white-box gradient
-# canaries on its target, then every attack in `audit.attacks` scores it and `dpaudit audit` turns the
-# scores into ε̂ (point estimate, 95 % lower bound, ceiling) beside the theoretical ε.
+# The audit core. Two sections:
+# - results/audit: DP-SGD-style runs at several theoretical ε, each trained with white-box gradient canaries on
+#   its target and shadows on paired halves, scored by every attack in `audit.attacks` (metrics/audit.md);
+# - results/audit_cross: every run of `optimizers.runs` at the same ε, targets only, scored by the attacks in
+#   `audit.cross_optimizer.attacks` (metrics/audit_optimizers.md, figures/audit/).
+# `dpaudit audit` turns each run's scores (trials pooled) into ε̂: point estimate, 95 % lower bound, ceiling.
 
 AUD = config["audit"]
 AUD_COMMON = {k: v for k, v in AUD["common"].items() if k != "trials"}
-AUD_TRIALS = list(range(AUD["common"]["trials"]))
 AUD_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in AUD["runs"]}
-AUD_RUNS = [f"{name}_eps{eps:g}" for name in AUD_SETTINGS for eps in AUD["target_epsilons"]]
-AUD_FILES = expand("results/audit/{run}/audit_{attack}.json", run=AUD_RUNS, attack=AUD["attacks"])
+CROSS = AUD["cross_optimizer"]
+CROSS_COMMON = {**{k: v for k, v in AUD_COMMON.items() if k not in ("num_shadows", "split_design")},
+                "num_shadows": 0, "diagnostics": False, "canaries": CROSS["canaries"]}
+AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, attacks)
+    "audit": (AUD_SETTINGS, AUD_COMMON, AUD["common"]["trials"], AUD["attacks"]),
+    "audit_cross": (OPT_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),
+}
+
+
+def audit_runs(section):
+    return [f"{name}_eps{eps:g}" for name in AUD_SECTIONS[section][0] for eps in AUD["target_epsilons"]]
+
+
+def audit_files(section):
+    return expand("results/{section}/{run}/audit_{attack}.json", section=section, run=audit_runs(section),
+                  attack=AUD_SECTIONS[section][3])
+
+
+def audit_train_flags(wildcards):
+    settings, common, _, _ = AUD_SECTIONS[wildcards.section]
+    name, eps = wildcards.run.rsplit("_eps", 1)
+    return cli_flags({**common, "optimizer": name, **settings[name], "target_epsilon": float(eps)})
+
+
+wildcard_constraints:
+    section="audit|audit_cross",
 
 
 rule audit_all:
     input:
         "metrics/audit.json",
+        "metrics/audit_optimizers.json",
 
 
 rule audit_train:
     output:
-        "results/audit/{run}/trial_{trial}/config.json",
+        "results/{section}/{run}/trial_{trial}/config.json",
     params:
-        flags=lambda wildcards: cli_flags({**AUD_COMMON, "optimizer": wildcards.run.rsplit("_eps", 1)[0],
-                                           **AUD_SETTINGS[wildcards.run.rsplit("_eps", 1)[0]],
-                                           "target_epsilon": float(wildcards.run.rsplit("_eps", 1)[1])}),
-        out="results/audit/{run}/trial_{trial}",
+        flags=audit_train_flags,
+        out="results/{section}/{run}/trial_{trial}",
     shell:
         "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
 
 
 rule audit_shadow_attack:
     input:
-        "results/audit/{run}/trial_{trial}/config.json",
+        "results/{section}/{run}/trial_{trial}/config.json",
     output:
-        "results/audit/{run}/trial_{trial}/attack.json",
+        "results/{section}/{run}/trial_{trial}/attack.json",
     params:
-        run="results/audit/{run}/trial_{trial}",
+        run="results/{section}/{run}/trial_{trial}",
     shell:
         "dpaudit attack --quiet --run {params.run}"
 
 
 rule audit_score:  # the trials are independent training runs: their scores are pooled
     input:
-        lambda wildcards: expand("results/audit/{run}/trial_{trial}/{file}", run=wildcards.run, trial=AUD_TRIALS,
+        lambda wildcards: expand("results/{section}/{run}/trial_{trial}/{file}", section=wildcards.section,
+                                 run=wildcards.run, trial=range(AUD_SECTIONS[wildcards.section][2]),
                                  file="attack.json" if wildcards.attack == "shadow" else "config.json"),
     output:
-        "results/audit/{run}/audit_{attack}.json",
+        "results/{section}/{run}/audit_{attack}.json",
     params:
         runs=lambda wildcards, input: run_folders(input),
         delta=AUD_COMMON["delta"],
@@ -55,9 +81,24 @@ rule audit_score:  # the trials are independent training runs: their scores are 
 
 rule audit_table:
     input:
-        AUD_FILES,
+        audit_files("audit"),
     output:
         metrics="metrics/audit.json",
         table="metrics/audit.md",
     shell:
         "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table}"
+
+
+rule audit_cross_table:
+    input:
+        audit_files("audit_cross"),
+    output:
+        metrics="metrics/audit_optimizers.json",
+        table="metrics/audit_optimizers.md",
+        figures=multiext("figures/audit/lower_bounds", ".pdf", ".png"),
+        roc=expand("figures/audit/roc_{attack}.{ext}", attack=CROSS["attacks"], ext=["pdf", "png"]),
+    params:
+        title=f"every optimizer, {AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+    shell:
+        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table}"
+        " --figures figures/audit --title '{params.title}' --roc-epsilon 4"
