@@ -169,13 +169,12 @@ def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confid
     delta = _est._check_delta(delta, allow_zero=False)
     alpha = _est._check_confidence(confidence)
     seed = _est._check_seed(seed)
-    check_choice("selection", selection, ("split", "gaussian"))
+    check_choice("selection", selection, tuple(_est.SPLIT_BOUNDS))
     _est._check_split_sizes(members, nonmembers)
     confidence = float(confidence)
 
     curve = _est._curve(members, nonmembers)
-    split = (_est._lower_split if selection == "split" else _est._lower_gaussian)(members, nonmembers, delta, alpha,
-                                                                                   seed)
+    split = _est.SPLIT_BOUNDS[selection](members, nonmembers, delta, alpha, seed)
     bonferroni = _est._lower_bonferroni(curve, delta, alpha)
     gdp = _est._gdp(curve, delta, alpha)
     ceiling = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers, delta=delta,
@@ -243,7 +242,7 @@ def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: floa
         DPAuditError: on an unknown attack or bad δ / confidence, before the model is run.
     """
     check_choice("attack", attack, AUDIT_MODEL_ATTACKS)
-    check_choice("selection", selection, ("split", "gaussian"))
+    check_choice("selection", selection, tuple(_est.SPLIT_BOUNDS))
     _est._check_delta(delta, allow_zero=False)
     _est._check_confidence(confidence)
     for name, data in (("members", members), ("nonmembers", nonmembers)):

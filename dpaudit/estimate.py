@@ -533,9 +533,11 @@ _METHOD_TEXT = {
 }
 
 
-def _split_indices(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _split_indices(n: int, rng: np.random.Generator, selection: str) -> tuple[np.ndarray, np.ndarray]:
+    """(selection part, certifying part) of a random permutation of ``n`` scores."""
     order = rng.permutation(n)
-    return order[: n // 2], order[n // 2:]
+    size = _selection_size(n, selection)
+    return order[:size], order[size:]
 
 
 def _selection_size(n: int, selection: str) -> int:
@@ -568,10 +570,8 @@ def _lower_gaussian(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
     from scipy import stats
 
     rng = np.random.default_rng(seed)
-    order_m, order_n = rng.permutation(members.size), rng.permutation(nonmembers.size)
-    k_m, k_n = _selection_size(members.size, "gaussian"), _selection_size(nonmembers.size, "gaussian")
-    fit_m, cert_m = members[order_m[:k_m]], members[order_m[k_m:]]
-    fit_n, cert_n = nonmembers[order_n[:k_n]], nonmembers[order_n[k_n:]]
+    fit_m, cert_m = (members[part] for part in _split_indices(members.size, rng, "gaussian"))
+    fit_n, cert_n = (nonmembers[part] for part in _split_indices(nonmembers.size, rng, "gaussian"))
     scale = max(float(np.ptp(np.concatenate([fit_m, fit_n]))), abs(float(fit_m.mean())), 1.0)
     mean_m, mean_n = float(fit_m.mean()), float(fit_n.mean())
     std_m = max(float(fit_m.std()), 1e-9 * scale)
@@ -590,8 +590,8 @@ def _lower_gaussian(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
 
 def _lower_split(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
     rng = np.random.default_rng(seed)
-    sel_m, cert_m = _split_indices(members.size, rng)
-    sel_n, cert_n = _split_indices(nonmembers.size, rng)
+    sel_m, cert_m = _split_indices(members.size, rng, "split")
+    sel_n, cert_n = _split_indices(nonmembers.size, rng, "split")
     selection = _curve(members[sel_m], nonmembers[sel_n])
     alpha_fp, alpha_fn = _side_alphas(alpha, "split", 0, 0)
     bound = _kov_epsilon(_cp_upper(selection.fp, selection.n_nonmembers, alpha_fp),
@@ -605,6 +605,10 @@ def _lower_split(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
     else:
         cut = upper / 2 + lower / 2  # middle of the gap with the same selection-half counts
     return _certify_cut(cut, members[cert_m], nonmembers[cert_n], delta, alpha, "split", seed)
+
+
+#: Selections that hold scores out to choose the threshold, and the bound each computes.
+SPLIT_BOUNDS = {"split": _lower_split, "gaussian": _lower_gaussian}
 
 
 def _lower_bonferroni(curve: _Curve, delta, alpha) -> EpsilonBound:
@@ -673,10 +677,9 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float, confid
     alpha = _check_confidence(confidence)
     check_choice("selection", selection, _SELECTIONS)
     seed = _check_seed(seed)
-    if selection != "bonferroni":
+    if selection in SPLIT_BOUNDS:
         _check_split_sizes(members, nonmembers)
-        split = _lower_split if selection == "split" else _lower_gaussian
-        return split(members, nonmembers, delta, alpha, seed)
+        return SPLIT_BOUNDS[selection](members, nonmembers, delta, alpha, seed)
     return _lower_bonferroni(_curve(members, nonmembers), delta, alpha)
 
 

@@ -387,6 +387,33 @@ def shadow_name(index: int) -> str:
     return f"shadow_{index:02d}"
 
 
+def open_run(run_dir: str | Path, *, epoch: int):
+    """What attacks on one checkpoint epoch of a ``dpaudit train`` run need.
+
+    Returns:
+        ``(config, split, load, device)``: ``load(name)`` puts the epoch checkpoint of model ``name``
+        (``"target"``, ``shadow_name(i)``) into one shared network on ``device`` and returns it.
+
+    Raises:
+        DPAuditError: no run at ``run_dir``, or no checkpoint at ``epoch``.
+    """
+    from dpaudit.data import load_split
+
+    run = Path(run_dir)
+    config = load_run_config(run)
+    if epoch not in config.eval_epochs:
+        raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
+    split = load_split(run / "split.json")
+    info = dataset_info(config.dataset)
+    device = resolve_device(config.device)
+    network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
+
+    def load(name: str) -> nn.Module:
+        return load_checkpoint(run / name / f"epoch_{epoch:04d}.pt", network).to(device)
+
+    return config, split, load, device
+
+
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The ``TrainConfig`` a run directory was trained with."""
     path = Path(run_dir) / "config.json"

@@ -119,29 +119,19 @@ def run_lira_scores(run_dir: str | Path, *, epoch: int, variant: str = "online",
         variant: "online" or "offline".
         variance: "global" or "per-example".
     """
-    from dpaudit import models as model_registry
-    from dpaudit.data import HalvesSplit, dataset_info, load_dataset, load_split
-    from dpaudit.train import load_checkpoint, load_run_config, predict_logits, resolve_device, shadow_name
+    from dpaudit.data import HalvesSplit, load_dataset
+    from dpaudit.train import open_run, predict_logits, shadow_name
 
     check_choice("variant", variant, LIRA_VARIANTS)
     check_choice("variance", variance, VARIANCES)
-    run = Path(run_dir)
-    config = load_run_config(run)
-    if epoch not in config.eval_epochs:
-        raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
-    split = load_split(run / "split.json")
+    config, split, load, device = open_run(run_dir, epoch=epoch)
     if not isinstance(split, HalvesSplit):
         raise DPAuditError(f"LiRA needs a run trained with split_design 'halves' (every record in half the shadow "
-                           f"models); {run} used '{config.split_design}'")
-    info = dataset_info(config.dataset)
-    device = resolve_device(config.device)
-    network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
+                           f"models); {run_dir} used '{config.split_design}'")
     pool = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.pool)
 
     def signal(name: str) -> np.ndarray:
-        load_checkpoint(run / name / f"epoch_{epoch:04d}.pt", network)
-        network.to(device)
-        return logit_confidence(predict_logits(network, pool.images, device=device), pool.labels)
+        return logit_confidence(predict_logits(load(name), pool.images, device=device), pool.labels)
 
     target = signal("target")
     shadows = np.stack([signal(shadow_name(i)) for i in range(split.num_shadows)])

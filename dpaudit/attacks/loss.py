@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpaudit._validation import DPAuditError, check_choice
+from dpaudit._validation import check_choice
 from dpaudit.data import ArrayDataset
 
 LOSS_SIGNALS = ("loss", "confidence")
@@ -33,20 +33,11 @@ def loss_scores(model: nn.Module, data: ArrayDataset, *, signal: str = "loss", d
 
 def run_loss_scores(run_dir: str | Path, *, epoch: int, signal: str = "loss") -> tuple[np.ndarray, np.ndarray]:
     """(member scores, non-member scores) of a ``dpaudit train`` run's target at checkpoint ``epoch``."""
-    from dpaudit import models as model_registry
-    from dpaudit.data import dataset_info, load_dataset, load_split
-    from dpaudit.train import load_checkpoint, load_run_config, resolve_device
+    from dpaudit.data import load_dataset
+    from dpaudit.train import open_run
 
-    run = Path(run_dir)
-    config = load_run_config(run)
-    if epoch not in config.eval_epochs:
-        raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
-    split = load_split(run / "split.json")
-    info = dataset_info(config.dataset)
-    device = resolve_device(config.device)
-    network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
-    load_checkpoint(run / "target" / f"epoch_{epoch:04d}.pt", network)
-    network.to(device)
+    config, split, load, device = open_run(run_dir, epoch=epoch)
+    network = load("target")
     members = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
     nonmembers = load_dataset(config.dataset, split=split.nonmember_source,
                               root=config.data_root).subset(split.target_nonmembers)

@@ -64,6 +64,23 @@ def _check_disjoint(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray) -> N
         )
 
 
+def _check_identity(split) -> None:
+    """Validate a split's dataset name, trial and seed (normalising the integers in place)."""
+    if not isinstance(split.dataset, str) or not split.dataset:
+        raise DPAuditError(f"dataset must be a non-empty string, got {split.dataset!r}")
+    object.__setattr__(split, "trial", check_positive_int("trial", split.trial, allow_zero=True))
+    object.__setattr__(split, "seed", check_positive_int("seed", split.seed, allow_zero=True))
+
+
+def _read_payload(path: str | os.PathLike, kind: str) -> Any:
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        raise DPAuditError(f"{kind} file not found: {path}") from None
+    except ValueError as error:
+        raise DPAuditError(f"{path}: not valid JSON: {' '.join(str(error).split())}") from None
+
+
 @dataclass(frozen=True, eq=False)
 class ShadowSplit:
     """One shadow model's data: indices into the TRAIN split.
@@ -118,10 +135,7 @@ class MIASplit:
     shadows: tuple[ShadowSplit, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.dataset, str) or not self.dataset:
-            raise DPAuditError(f"dataset must be a non-empty string, got {self.dataset!r}")
-        object.__setattr__(self, "trial", check_positive_int("trial", self.trial, allow_zero=True))
-        object.__setattr__(self, "seed", check_positive_int("seed", self.seed, allow_zero=True))
+        _check_identity(self)
         members = _as_index_array("target members", self.target_members)
         nonmembers = _as_index_array("target nonmembers", self.target_nonmembers)
         _check_unique("target members", members)
@@ -211,13 +225,7 @@ class MIASplit:
     @classmethod
     def load(cls, path: str | os.PathLike) -> MIASplit:
         """Read a split written by :meth:`save`, checking indices and disjointness."""
-        try:
-            payload = read_json(path)
-        except FileNotFoundError:
-            raise DPAuditError(f"MIA split file not found: {path}") from None
-        except ValueError as error:
-            raise DPAuditError(f"{path}: not valid JSON: {' '.join(str(error).split())}") from None
-        return cls.from_dict(payload, source=str(path))
+        return cls.from_dict(_read_payload(path, "MIA split"), source=str(path))
 
 
 def make_mia_split(
@@ -331,10 +339,7 @@ class HalvesSplit:
     nonmember_source = "train"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.dataset, str) or not self.dataset:
-            raise DPAuditError(f"dataset must be a non-empty string, got {self.dataset!r}")
-        object.__setattr__(self, "trial", check_positive_int("trial", self.trial, allow_zero=True))
-        object.__setattr__(self, "seed", check_positive_int("seed", self.seed, allow_zero=True))
+        _check_identity(self)
         pool = _as_index_array("pool", self.pool)
         _check_unique("pool", pool)
         keep = np.array(self.keep, dtype=bool, copy=True)
@@ -417,12 +422,7 @@ def make_halves_split(*, dataset: str, train_size: int, target_size: int, num_sh
 
 def load_split(path: str | os.PathLike) -> MIASplit | HalvesSplit:
     """Read a ``split.json`` of either design, validating it."""
-    try:
-        payload = read_json(path)
-    except FileNotFoundError:
-        raise DPAuditError(f"split file not found: {path}") from None
-    except ValueError as error:
-        raise DPAuditError(f"{path}: not valid JSON: {' '.join(str(error).split())}") from None
+    payload = _read_payload(path, "split")
     if isinstance(payload, dict) and payload.get("format") == _HALVES_FORMAT:
         missing = [key for key in ("dataset", "trial", "seed", "pool", "keep") if key not in payload]
         if missing:
