@@ -71,14 +71,17 @@ def plot_lower_bounds(metrics: dict[str, dict[str, Any]], *, stem: str | Path, t
 def plot_audit_figures(files: list[str | Path], metrics: dict[str, dict[str, Any]], *, out_dir: str | Path,
                        title: str, roc_epsilon: float | None = None) -> list[Path]:
     """``lower_bounds.{pdf,png}`` and, per attack, ``roc_<attack>.{pdf,png}`` (every optimizer at the
-    theoretical ε closest to ``roc_epsilon``, default the median) under ``out_dir``."""
+    theoretical ε closest to ``roc_epsilon``, default the median; each curve labelled with the theoretical ε
+    its attack faces and its ε̂ lower bound) under ``out_dir``."""
     out = Path(out_dir)
     written = plot_lower_bounds(metrics, stem=out / "lower_bounds", title=title)
     payloads = [(Path(path).parent.name, read_json(path)) for path in files]
     epsilons = sorted({_run_parts(run)[1] for run, _ in payloads})
     wanted = epsilons[len(epsilons) // 2] if roc_epsilon is None else min(epsilons, key=lambda e: abs(e - roc_epsilon))
     for attack in sorted({payload["attack"] for _, payload in payloads}):
-        curves = dict(sorted((_run_parts(run)[0], payload["report"]) for run, payload in payloads
+        theory = "epsilon_mechanism" if attack == "canary" else "epsilon_run"
+        curves = dict(sorted((f"{_run_parts(run)[0]} (ε {float(payload.get(theory) or 'nan'):.2f})", payload["report"])
+                             for run, payload in payloads
                              if payload["attack"] == attack and _run_parts(run)[1] == wanted))
         written += plot_roc(curves, stem=out / f"roc_{attack}", title=f"{attack} attack, ε = {wanted:g}: {title}")
     return written
