@@ -23,6 +23,7 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
     import matplotlib.pyplot as plt
 
     with figure_style():
+        many = len(curves) > 4  # then the legend goes beside the panel, not over the curves
         fig, ax = plt.subplots(figsize=(4.2, 4.0))
         smallest = 1.0
         for index, (label, report) in enumerate(curves.items()):
@@ -47,6 +48,6 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
         ax.set_title(title)
         fprs = " and ".join(f"{100 * float(target):g} %" for target in next(iter(curves.values()))["tpr_at_fpr"]) \
             if curves else ""
-        ax.legend(loc="lower right", title=f"TPR at FPR {fprs} (dots)" if fprs else None, title_fontsize=7,
-                  fontsize=7 if len(curves) <= 4 else 5.5)
+        ax.legend(loc="center left" if many else "lower right", bbox_to_anchor=(1.02, 0.5) if many else None,
+                  title=f"TPR at FPR {fprs} (dots)" if fprs else None, title_fontsize=7, fontsize=6.5 if many else 7)
         return save_figure(fig, stem)
