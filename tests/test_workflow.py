@@ -142,8 +142,11 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
                       .replace("{name: d2p2-sgd, lr: 0.005}", "{name: d2p2-sgd, lr: 0.01}"))
     second = repro()
     trained = [line for line in second.splitlines() if "dpaudit train" in line]
-    assert len(trained) == 2 * 2 + 1  # the new D = 5 runs (2 batch sizes × 2 trials) and d2p2-sgd, nothing else
+    # the new D = 5 runs (2 batch sizes × 2 trials) and d2p2-sgd in the optimizer and cross-optimizer audit
+    # sections (both take optimizers.runs), nothing else
+    assert len(trained) == 2 * 2 + 2
     assert sum("--domain-radius 5.0" in line for line in trained) == 4
-    assert sum("--optimizer d2p2-sgd" in line and "--lr 0.01" in line for line in trained) == 1
+    assert sum("--optimizer d2p2-sgd" in line and "--lr 0.01" in line for line in trained) == 2
+    assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
     assert (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
