@@ -14,6 +14,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/seed004.smk"
 include: "workflow/rules/optimizers.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/papers.smk"
 
 
 rule all:
@@ -21,3 +22,17 @@ rule all:
         rules.seed004_all.input,
         rules.optimizers_all.input,
         rules.audit_all.input,
+        rules.papers_all.input,
+        "figures/manifest.json",
+
+
+rule manifest:
+    input:
+        expand("figures/dpsgd_dc/{name}.manifest.json", name=THEORY_FIGURES + list(DATA_FIGURES) + ["table1"]),
+        "figures/audit/audit.manifest.json",
+        [f"figures/{name}.manifest.json" for name in PAPER_FIGURES],
+    output:
+        manifest="figures/manifest.json",
+        table="figures/claims.md",
+    shell:
+        "dpaudit manifest {input} --out {output.manifest} --table {output.table}"

@@ -91,6 +91,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if derived["planned_epsilon"] is not None:
         print(f"theoretical ε = {derived['planned_epsilon']:.4g} at δ = {config.delta:g} ({config.accountant} accountant"
               f"{', approximate: shuffled batches' if config.sampling == 'shuffle' else ''})")
+    if args.summarize:
+        from dpaudit.experiments import summarize_run
+
+        summarize_run(args.out, delta=config.delta, accountant=config.accountant or "rdp", attacks=("loss", "canary") if config.canaries else ("loss",))
     return 0
 
 
@@ -227,6 +231,8 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     if wants_runs != bool(args.runs):
         raise DPAuditError(f"figure {args.name} {'needs' if wants_runs else 'takes no'} --runs")
     options = {"runs": args.runs, "alpha": args.alpha, "L": args.L} if wants_runs else {}
+    if "preset" in inspect.signature(draw).parameters:
+        options["preset"] = args.preset
     entry = draw(out_dir=args.out, **options)
     entry["name"] = args.name
     write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
@@ -239,14 +245,18 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from dpaudit._io import atomic_write_bytes, read_json, write_json
 
+    from dpaudit.figures._paper import SKIPPED
+
     entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
-    write_json(args.out, {"figures": entries})
+    write_json(args.out, {"figures": entries, "skipped": SKIPPED})
     if args.table:
         lines = ["| figure | claim | holds on this data |", "|---|---|---|"]
         for entry in entries:
             for claim in entry["claims"]:
                 verdict = "yes" if claim["holds"] else "**no**"
                 lines.append(f"| {entry['name']} ({entry['figure']}) | {claim['claim']} | {verdict} |")
+        lines += ["", "Not regenerated:", ""] + [f"- {item['name']} ({item['figure']}): {item['skipped']}"
+                                                 for item in SKIPPED]
         atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
     held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
     total = sum(len(entry["claims"]) for entry in entries)
@@ -367,8 +377,6 @@ def _run_scores(args: argparse.Namespace):
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit._io import write_json
     from dpaudit.audit import audit_scores
-    from dpaudit.figures.roc import plot_roc
-
     from dpaudit.estimate import _check_confidence, _check_delta
 
     if (args.scores is None) == (args.run is None):
@@ -390,12 +398,36 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                "report": report.to_dict()}
     write_json(out, payload)
     label = payload["attack"]
-    plot_roc({label: payload["report"]}, stem=out.with_suffix(""), title=f"{label} attack: {source}")
+    if not args.no_plot:
+        from dpaudit.figures.roc import plot_roc
+
+        plot_roc({label: payload["report"]}, stem=out.with_suffix(""), title=f"{label} attack: {source}")
     print(report.summary())
     for key in ("epsilon_run", "epsilon_mechanism"):
         if theory.get(key) is not None:
             print(f"theoretical ε ({key.split('_')[1]}) = {theory[key]:.4g}")
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+    return 0
+
+
+def _cmd_summarize_run(args: argparse.Namespace) -> int:
+    from dpaudit._validation import check_choice
+    from dpaudit.estimate import _check_confidence, _check_delta
+    from dpaudit.experiments import SUMMARY_FILE, summarize_run
+
+    _check_delta(args.delta, allow_zero=False)
+    _check_confidence(args.confidence)
+    attacks = tuple(args.attacks.split(","))
+    for attack in attacks:
+        check_choice("attack", attack, ("loss", "canary"))
+    summary = summarize_run(args.run, delta=args.delta, accountant=args.accountant, confidence=args.confidence,
+                            attacks=attacks)
+    final = [value for value in summary["epsilon"] if value is not None]
+    print(f"{args.run}: theoretical ε = {final[-1] if final else float('inf'):.4g}; "
+          + "; ".join(f"{attack} ε̂ lower = {report['epsilon_lower']:.3g}" for attack, report in
+                      [("canary", summary.get("canary")), ("loss", (summary.get("loss") or {}).get(
+                          str(summary["config"]["eval_epochs"][-1])))] if report)
+          + f" → {args.run / SUMMARY_FILE}")
     return 0
 
 
@@ -434,6 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, type=Path, help="output folder of the run")
     train.add_argument("--config", type=Path, help="YAML file of configuration keys (flags override it)")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
+    train.add_argument("--summarize", action="store_true",
+                       help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)")
     _add_config_arguments(train)
     train.set_defaults(handler=_cmd_train)
 
@@ -459,7 +493,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "Gaussian by construction, split otherwise")
     audit.add_argument("--out", type=Path,
                        help="JSON to write (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
+    audit.add_argument("--no-plot", action="store_true", help="skip the ROC plot (PNG + PDF beside the JSON)")
     audit.set_defaults(handler=_cmd_audit)
+
+    run_summary = commands.add_parser(
+        "summarize-run", help="one run's theoretical ε per epoch, loss-attack ε̂ per checkpoint and canary ε̂ → summary.json")
+    run_summary.add_argument("--run", required=True, type=Path, help="output folder of `dpaudit train` (target)")
+    run_summary.add_argument("--attacks", default="loss,canary", help="comma-separated: loss, canary (default both)")
+    run_summary.add_argument("--accountant", default="rdp", choices=("rdp", "prv"), help="accountant (default rdp)")
+    run_summary.add_argument("--delta", type=float, default=1e-5, help="δ (default 1e-5)")
+    run_summary.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds")
+    run_summary.set_defaults(handler=_cmd_summarize_run)
 
     table = commands.add_parser("audit-table", help="collect `dpaudit audit --run` results into one table",
                                 description="Mean over trials of each run and attack: ε̂ point, ε̂ lower bound, "
@@ -544,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     figure.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/dpsgd_dc")
     figure.add_argument("--runs", nargs="+", type=Path, help="run folders (trained and attacked) the figure draws")
     figure.add_argument("--alpha", type=float, default=1.1, help="Rényi order α of the theory panels (default 1.1)")
+    figure.add_argument("--preset", default="default", help="preset named in the figure title (default: default)")
     figure.add_argument("--L", type=float, default=0.1, help="smoothness L of the theory panels (default 0.1)")
     figure.set_defaults(handler=_cmd_figure)
 

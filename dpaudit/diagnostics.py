@@ -177,3 +177,42 @@ class TrainingDiagnostics:
             curves["oracle_capture_score_topk"] = [_share(oracle, top_k_indices(score.detach().cpu(), kk)) for kk in ks]
         self._previous = mask.cpu().bool()
         return record
+
+
+def gradient_alignment(run_dir: str | Path, *, batches: int = 20, weights: dict[str, Any] | None = None,
+                       seed: int = 0) -> dict[str, Any]:
+    """How single-record gradients align with their batch (seed 002 Figs 1, 3, 6), at every checkpoint.
+
+    On ``batches`` random batches (the run's batch size, its target's training records) per checkpoint:
+    raw per-sample gradients g_i (un-clipped, no noise), their norms and cos(g_i, Σ_j g_j); for each named
+    weight function w (norms → weights), cos(Σ_i w(‖g_i‖) g_i, Σ_i g_i) per batch.
+
+    Returns:
+        ``{"epochs", "norms", "cosine" (per record), "weighted": {name: [cos per batch]}}``.
+    """
+    from dpaudit.data import load_dataset
+    from dpaudit.train import PerSampleGradients, load_run_config, open_run
+
+    weights = weights or {}
+    rng = np.random.default_rng(seed)
+    epochs = list(load_run_config(run_dir).eval_epochs)
+    norms, cosines, weighted = [], [], {name: [] for name in weights}
+    for epoch in epochs:
+        config, split, load, device = open_run(run_dir, epoch=epoch)
+        model = load("target")
+        data = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
+        per_sample = PerSampleGradients(model, config.grad_sample)
+        for _ in range(batches):
+            index = rng.choice(len(data), size=min(config.batch_size, len(data)), replace=False)
+            images, labels = torch.from_numpy(data.images[index]).to(device), torch.from_numpy(data.labels[index]).to(device)
+            grads, _ = per_sample(images, labels)
+            flat = torch.cat([g.detach().reshape(len(index), -1) for g in grads], 1).double()
+            size = flat.norm(dim=1)
+            total = flat.sum(0)
+            norms.append(size.cpu().numpy())
+            cosines.append(F.cosine_similarity(flat, total[None], dim=1).cpu().numpy())
+            for name, weight in weights.items():
+                mixed = (weight(size)[:, None] * flat).sum(0)
+                weighted[name].append(float(F.cosine_similarity(mixed, total, dim=0)))
+    return {"epochs": epochs, "norms": np.concatenate(norms).tolist(), "cosine": np.concatenate(cosines).tolist(),
+            "weighted": weighted}

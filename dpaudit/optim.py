@@ -357,6 +357,16 @@ def _check_r(hyper: Hyperparameters) -> None:
     check_positive("r", hyper.r)
 
 
+def auto_s_factor(norms, *, r: float, clip_norm: float = 1.0):
+    """Auto-S weight φ(s) = C / (s + r) of a per-sample gradient of norm s (numpy or torch)."""
+    return clip_norm / (norms + r)
+
+
+def psac_factor(norms, *, r: float, clip_norm: float = 1.0):
+    """DP-PSAC weight φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r) (numpy or torch)."""
+    return clip_norm * (norms + r) / (norms * norms + r * norms + r)
+
+
 @register("auto-s", dp_claim=True, description="automatic clipping C·g/(‖g‖ + r) (Bu et al. 2022; seed 002 Auto-S)")
 class AutoS(PrivateOptimizer):
     """φ(s) = C / (s + r); ‖φ(s)g‖ = C·s/(s + r) < C."""
@@ -367,7 +377,7 @@ class AutoS(PrivateOptimizer):
         _check_r(hyper)
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return self.hyper.clip_norm / (norms + self.hyper.r)
+        return auto_s_factor(norms, r=self.hyper.r, clip_norm=self.hyper.clip_norm)
 
 
 register("nsgd", dp_claim=True, description="alias of auto-s (NSGD, Yang et al. 2022)")(AutoS)
@@ -386,8 +396,7 @@ class DPPSAC(AutoS):
     """φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r); ‖φ(s)g‖ = C (1 − r/(s² + rs + r)) < C."""
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        r = self.hyper.r
-        return self.hyper.clip_norm * (norms + r) / (norms * norms + r * norms + r)
+        return psac_factor(norms, r=self.hyper.r, clip_norm=self.hyper.clip_norm)
 
 
 @register(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 import platform
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class EpochMetrics:
     train_loss: list[float] = field(default_factory=list)
     test_loss: list[float] = field(default_factory=list)
     test_accuracy: list[float] = field(default_factory=list)
+    train_accuracy: list[float] = field(default_factory=list)
+    elapsed_seconds: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -237,6 +240,7 @@ def train_model(
             path=out / "diagnostics.json" if out is not None else None,
         )
     model.train()
+    started = time.perf_counter()
     for epoch in range(1, config.epochs + 1):
         optimizer.begin_epoch(epoch)
         if diagnostics is not None:
@@ -261,11 +265,14 @@ def train_model(
         observed = [loss for loss in batch_losses if loss is not None]  # None: an empty Poisson batch
         train_loss = float(np.mean(observed)) if observed else float("nan")
         test_loss, test_accuracy = evaluate(model, test_data, device=device) if test_data is not None else (None, None)
+        train_accuracy = evaluate(model, train_data, device=device)[1] if test_data is not None else None
         metrics.epoch.append(epoch)
         metrics.steps.append(ledger.steps if ledger.runs else epoch * steps)
         metrics.train_loss.append(train_loss)
         metrics.test_loss.append(test_loss)
         metrics.test_accuracy.append(test_accuracy)
+        metrics.train_accuracy.append(train_accuracy)
+        metrics.elapsed_seconds.append(time.perf_counter() - started)
         bar.set_postfix(loss=f"{train_loss:.3f}")
         diverged = (observed and not math.isfinite(train_loss)) or not all(
             torch.isfinite(p).all() for p in model.parameters()

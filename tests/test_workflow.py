@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -28,6 +29,12 @@ def _snakemake(folder, *args, check=True):
     return result
 
 
+PAPER_FIGURES = {"adadpigu": ["figure2", "figure5", "figure6", "figure7", "figure8", "table3", "table4"],
+                 "tp_topk": ["figure1", "figure2", "table2", "table3", "table4"],
+                 "dp_psac": ["figure1", "figure2", "figure3", "figure4", "figure5", "table2"],
+                 "d2p2_sgd": ["figure2", "figure4", "figure5", "figure6", "table2"]}
+
+
 def _job_count(output: str, rule: str) -> int:
     for line in output.splitlines():
         parts = line.split()
@@ -38,8 +45,8 @@ def _job_count(output: str, rule: str) -> int:
 
 @pytest.mark.parametrize("preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_runs", [
     # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit: optimizers × audit ε (× trials)
-    (None, 4 * 3 + 6 * 3, 14 * 1 * 2, 4 * 2, 2, 14 * 4),
-    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 2 * 1 * 1, 1, 1, 2 * 1),
+    (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14 * 4),
+    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6 * 1),
     ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13 * 4),
 ])
 def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
@@ -52,10 +59,17 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     for rule in ("optimizers_train", "optimizers_attack", "optimizers_epsilon"):
         assert _job_count(output, rule) == optimizer_runs
     cross_trials = 2 if preset == "configs/paper.yaml" else 1
-    assert _job_count(output, "audit_train") == audit_runs + cross_runs * cross_trials
+    assert _job_count(output, "audit_train") == audit_runs
+    assert _job_count(output, "audit_cross_train") == cross_runs * cross_trials
     # loss, shadow, lira-online, lira-offline, canary; cross: canary, loss; trials pooled
     assert _job_count(output, "audit_score") == 5 * audit_runs // trials_per_run + 2 * cross_runs
     assert _job_count(output, "audit_cross_table") == 1
+    # every paper figure and table (seeds 000–003) whose optimizers the preset's optimizers.runs has
+    figures = sum(_job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items()
+                  for name in names)
+    assert figures == (len([n for names in PAPER_FIGURES.values() for n in names]) if preset != "configs/smoke.yaml"
+                       else 21)
+    assert _job_count(output, "papers_train") > 0 and _job_count(output, "manifest") == 1
 
 
 def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
@@ -120,7 +134,9 @@ def test_jobs_are_dispatched_through_an_executor_plugin(workflow_copy):
 
 def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     shutil.copy(ROOT / "dvc.yaml", workflow_copy / "dvc.yaml")
-    shutil.copy(workflow_copy / "configs" / "smoke.yaml", workflow_copy / "params.yaml")
+    smoke = yaml.safe_load((workflow_copy / "configs" / "smoke.yaml").read_text())
+    smoke["papers"]["experiments"] = {"nonprivate": smoke["papers"]["experiments"]["nonprivate"]}  # keeps it short
+    (workflow_copy / "params.yaml").write_text(yaml.safe_dump(smoke, sort_keys=False, allow_unicode=True))
     subprocess.run(["git", "init", "-q"], cwd=workflow_copy, check=True)
     dvc = [sys.executable, "-m", "dvc"]
     subprocess.run([*dvc, "init", "-q"], cwd=workflow_copy, check=True)
@@ -138,8 +154,10 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     assert "seed004_train" in first
     gc_config = (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns
     assert (workflow_copy / "metrics" / "optimizers.json").is_file()
-    params.write_text(params.read_text().replace("domain_radii: [2, 4]", "domain_radii: [2, 5]")
-                      .replace("{name: d2p2-sgd, lr: 0.005}", "{name: d2p2-sgd, lr: 0.01}"))
+    edited = yaml.safe_load(params.read_text())
+    edited["seed004"]["dc"]["domain_radii"] = [2, 5]
+    next(run for run in edited["optimizers"]["runs"] if run["name"] == "d2p2-sgd")["lr"] = 0.01
+    params.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
     second = repro()
     trained = [line for line in second.splitlines() if "dpaudit train" in line]
     # the new D = 5 runs (2 batch sizes × 2 trials) and d2p2-sgd in the optimizer and cross-optimizer audit

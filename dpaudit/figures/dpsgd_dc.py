@@ -14,6 +14,7 @@ import numpy as np
 
 from dpaudit import theory
 from dpaudit._io import atomic_write_bytes
+from dpaudit.figures._paper import latex_escape
 from dpaudit.figures.style import figure_style, save_figure, series_style
 from dpaudit.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
 
@@ -144,19 +145,13 @@ def table1(*, out_dir: str | Path) -> dict[str, Any]:
     lines = ["| " + " | ".join(TABLE1_HEADER) + " |", "|" + "---|" * len(TABLE1_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in TABLE1_ROWS]
     markdown = atomic_write_bytes(out / "table1.md", ("\n".join(lines) + "\n").encode())
-    latex_rows = [" & ".join(_latex_escape(cell) for cell in row) + r" \\" for row in TABLE1_ROWS]
+    latex_rows = [" & ".join(latex_escape(cell) for cell in row) + r" \\" for row in TABLE1_ROWS]
     latex = "\n".join(
         [r"\begin{tabular}{p{2.6cm}p{3.6cm}p{1.6cm}p{3.6cm}p{3.6cm}p{1.2cm}}", r"\toprule",
          " & ".join(TABLE1_HEADER) + r" \\", r"\midrule", *latex_rows, r"\bottomrule", r"\end{tabular}"]
     )
     tex = atomic_write_bytes(out / "table1.tex", (latex + "\n").encode())
     return _entry("Table 1", "RDP guarantees and assumptions", [markdown, tex], [])
-
-
-def _latex_escape(text: str) -> str:
-    for char, replacement in (("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
-        text = text.replace(char, replacement)
-    return text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ def audit_files(section):
                   attack=AUD_SECTIONS[section][3])
 
 
-def audit_train_flags(wildcards):
-    settings, common, _, _ = AUD_SECTIONS[wildcards.section]
+def audit_train_flags(wildcards, section):
+    settings, common, _, _ = AUD_SECTIONS[section]
     name, eps = wildcards.run.rsplit("_eps", 1)
     return cli_flags({**common, "optimizer": name, **settings[name], "target_epsilon": float(eps)})
 
@@ -38,18 +38,31 @@ wildcard_constraints:
 
 rule audit_all:
     input:
+        audit_files("audit"),  # the runs' audits too, so that a fresh clone re-runs them
+        audit_files("audit_cross"),
         "metrics/audit.json",
         "metrics/audit_optimizers.json",
 
 
 rule audit_train:
     output:
-        "results/{section}/{run}/trial_{trial}/config.json",
+        "results/audit/{run}/trial_{trial}/config.json",
     params:
-        flags=audit_train_flags,
-        out="results/{section}/{run}/trial_{trial}",
+        flags=lambda wildcards: audit_train_flags(wildcards, "audit"),
+        out="results/audit/{run}/trial_{trial}",
     shell:
         "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
+
+
+rule audit_cross_train:  # also summarises the run for the paper tables at matched ε (dpaudit.experiments)
+    output:
+        "results/audit_cross/{run}/trial_{trial}/config.json",
+        "results/audit_cross/{run}/trial_{trial}/summary.json",
+    params:
+        flags=lambda wildcards: audit_train_flags(wildcards, "audit_cross"),
+        out="results/audit_cross/{run}/trial_{trial}",
+    shell:
+        "dpaudit train --quiet --summarize --out {params.out} --trial {wildcards.trial} {params.flags}"
 
 
 rule audit_shadow_attack:
@@ -76,7 +89,7 @@ rule audit_score:  # the trials are independent training runs: their scores are 
         confidence=AUD["confidence"],
     shell:
         "dpaudit audit --run {params.runs} --attack {wildcards.attack} --delta {params.delta}"
-        " --confidence {params.confidence} --out {output} > /dev/null"
+        " --confidence {params.confidence} --no-plot --out {output} > /dev/null"
 
 
 rule audit_table:
@@ -97,6 +110,7 @@ rule audit_cross_table:
         table="metrics/audit_optimizers.md",
         figures=multiext("figures/audit/lower_bounds", ".pdf", ".png"),
         roc=expand("figures/audit/roc_{attack}.{ext}", attack=CROSS["attacks"], ext=["pdf", "png"]),
+        manifest="figures/audit/audit.manifest.json",
     params:
         title=f"every optimizer, {AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
     shell:

@@ -104,13 +104,3 @@ rule seed004_table1:
         multiext("figures/dpsgd_dc/table1", ".md", ".tex", ".manifest.json"),
     shell:
         "dpaudit figure dpsgd_dc/table1 --out figures/dpsgd_dc"
-
-
-rule manifest:
-    input:
-        expand("figures/dpsgd_dc/{name}.manifest.json", name=THEORY_FIGURES + list(DATA_FIGURES) + ["table1"]),
-    output:
-        manifest="figures/manifest.json",
-        table="figures/claims.md",
-    shell:
-        "dpaudit manifest {input} --out {output.manifest} --table {output.table}"

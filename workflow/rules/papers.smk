@@ -1,0 +1,136 @@
+# Seeds 000–003 figures. Each experiment of `papers.experiments` is a set of target-only runs; a run is named by
+# its settings (dpaudit.experiments.run_id), so a run several experiments share is trained once. Every run is
+# summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
+# summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
+from pathlib import Path
+
+from dpaudit.experiments import experiment_trials, plan_experiments
+
+PAPERS = config["papers"]
+TUNED = {settings.get("optimizer", name): {k: v for k, v in settings.items() if k != "optimizer"}
+         for name, settings in OPT_SETTINGS.items()}
+PAPER_EXPERIMENTS, PAPER_RUNS = plan_experiments(PAPERS, tuned=TUNED)
+PAPER_TRIALS = {}
+for _name, _ids in PAPER_EXPERIMENTS.items():
+    for _id in _ids:
+        PAPER_TRIALS[_id] = max(PAPER_TRIALS.get(_id, 1), experiment_trials(PAPERS, _name))
+CROSS_EPSILONS = AUD["target_epsilons"]
+PRESET = config.get("preset", "default")
+
+# figure → what it draws: paper experiments, cross-audit optimizers (every ε), optimizers runs with diagnostics
+PAPER_FIGURES = {
+    "adadpigu/figure2": {"diagnostics": ["adadpigu"]},
+    "adadpigu/figure5": {"experiments": ["adadpigu_pruning"]},
+    "adadpigu/figure6": {"experiments": ["adadpigu_pruning"]},
+    "adadpigu/figure7": {"experiments": ["adadpigu_pruning"]},
+    "adadpigu/figure8": {"experiments": ["adadpigu_tradeoff"]},
+    "adadpigu/table3": {"cross": ["adadpigu"]},
+    "adadpigu/table4": {"cross": ["adadpigu", "dpsgd-gc"], "experiments": ["nonprivate"]},
+    "tp_topk/figure1": {"diagnostics": ["tp-topk"]},
+    "tp_topk/figure2": {"cross": ["tp-topk", "dpsgd-gc"]},
+    "tp_topk/table2": {"cross": ["dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk"]},
+    "tp_topk/table3": {"experiments": ["tp_active_ratio"]},
+    "tp_topk/table4": {"experiments": ["tp_split"]},
+    "dp_psac/figure1": {"experiments": ["psac_grid"]},
+    "dp_psac/figure2": {},
+    "dp_psac/figure3": {"experiments": ["psac_grid"]},
+    "dp_psac/figure4": {"experiments": ["psac_grid"]},
+    "dp_psac/figure5": {},
+    "dp_psac/table2": {"cross": ["dpsgd-gc", "auto-s", "dp-psac"]},
+    "d2p2_sgd/figure2": {"experiments": ["d2p2_methods", "nonprivate"]},
+    "d2p2_sgd/figure4": {"experiments": ["d2p2_sigma"]},
+    "d2p2_sgd/figure5": {"experiments": ["d2p2_sigma"]},
+    "d2p2_sgd/figure6": {"experiments": ["d2p2_sigma", "d2p2_batch", "d2p2_reduction"]},
+    "d2p2_sgd/table2": {"cross": ["dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd"]},
+}
+# a preset lacking an experiment or an optimizer (optimizers.runs) a figure needs draws the other figures only
+PAPER_FIGURES = {name: needs for name, needs in PAPER_FIGURES.items()
+                 if set(needs.get("cross", []) + needs.get("diagnostics", [])) <= set(OPT_SETTINGS)
+                 and set(needs.get("experiments", [])) <= set(PAPER_EXPERIMENTS)}
+PAPER_TABLES = {name for name in PAPER_FIGURES if name.split("/")[1].startswith("table")}
+
+
+def paper_figure_inputs(name):
+    needs = PAPER_FIGURES[name]
+    files = [f"results/papers/{run}/trial_{trial}/summary.json" for experiment in needs.get("experiments", [])
+             for run in PAPER_EXPERIMENTS[experiment] for trial in range(PAPER_TRIALS[run])]
+    files += [f"results/audit_cross/{optimizer}_eps{eps:g}/trial_{trial}/summary.json"
+              for optimizer in needs.get("cross", []) for eps in CROSS_EPSILONS for trial in range(CROSS["trials"])]
+    files += [f"results/optimizers/{optimizer}_eps{OPT['target_epsilons'][0]:g}/trial_0/config.json"
+              for optimizer in needs.get("diagnostics", [])]
+    return list(dict.fromkeys(files))
+
+
+def paper_figure_outputs(name):
+    suffixes = [".md", ".tex"] if name in PAPER_TABLES else [".pdf", ".png"]
+    return [f"figures/{name}{suffix}" for suffix in suffixes + [".manifest.json"]]
+
+
+def paper_train_flags(wildcards):
+    return cli_flags(PAPER_RUNS[wildcards.run])
+
+
+wildcard_constraints:
+    run="[^/]+",
+
+
+rule papers_all:
+    input:
+        # the runs too, so that a fresh clone (figures committed, results/ empty) re-runs them and redraws
+        [path for name in PAPER_FIGURES for path in paper_figure_inputs(name)],
+        [output for name in PAPER_FIGURES for output in paper_figure_outputs(name)],
+
+
+rule papers_train:  # trains and summarises in one process
+    output:
+        "results/papers/{run}/trial_{trial}/config.json",
+        "results/papers/{run}/trial_{trial}/summary.json",
+    params:
+        flags=paper_train_flags,
+        out="results/papers/{run}/trial_{trial}",
+    shell:
+        "dpaudit train --quiet --summarize --out {params.out} --trial {wildcards.trial} {params.flags}"
+
+
+for _figure in PAPER_FIGURES:
+
+    rule:
+        name:
+            f"figure_{_figure.replace('/', '_')}"
+        input:
+            paper_figure_inputs(_figure),
+        output:
+            paper_figure_outputs(_figure),
+        params:
+            name=_figure,
+            folder=f"figures/{_figure.split('/')[0]}",
+            runs=lambda wildcards, input: (" --runs " + " ".join(sorted({str(Path(path).parent) for path in input})))
+            if input else "",
+        shell:
+            "dpaudit figure {params.name} --out {params.folder} --preset {PRESET}{params.runs}"
+
+
+
+def paper_outputs(paper):
+    return [output for name in PAPER_FIGURES if name.startswith(paper + "/") for output in paper_figure_outputs(name)]
+
+
+# one paper's figures and tables alone, e.g. `snakemake --cores all paper_d2p2_sgd`
+rule paper_adadpigu:
+    input:
+        paper_outputs("adadpigu"),
+
+
+rule paper_tp_topk:
+    input:
+        paper_outputs("tp_topk"),
+
+
+rule paper_dp_psac:
+    input:
+        paper_outputs("dp_psac"),
+
+
+rule paper_d2p2_sgd:
+    input:
+        paper_outputs("d2p2_sgd"),
