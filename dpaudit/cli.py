@@ -94,7 +94,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.summarize:
         from dpaudit.experiments import summarize_run
 
-        summarize_run(args.out, delta=config.delta, accountant=config.accountant or "rdp", attacks=("loss", "canary") if config.canaries else ("loss",))
+        summarize_run(args.out, delta=config.delta, accountant=config.accountant,
+                      attacks=("loss", "canary") if config.canaries else ("loss",))
     return 0
 
 

@@ -197,10 +197,12 @@ def gradient_alignment(run_dir: str | Path, *, batches: int = 20, weights: dict[
     rng = np.random.default_rng(seed)
     epochs = list(load_run_config(run_dir).eval_epochs)
     norms, cosines, weighted = [], [], {name: [] for name in weights}
+    data = None
     for epoch in epochs:
         config, split, load, device = open_run(run_dir, epoch=epoch)
         model = load("target")
-        data = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
+        if data is None:
+            data = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
         per_sample = PerSampleGradients(model, config.grad_sample)
         for _ in range(batches):
             index = rng.choice(len(data), size=min(config.batch_size, len(data)), replace=False)

@@ -265,7 +265,7 @@ def train_model(
         observed = [loss for loss in batch_losses if loss is not None]  # None: an empty Poisson batch
         train_loss = float(np.mean(observed)) if observed else float("nan")
         test_loss, test_accuracy = evaluate(model, test_data, device=device) if test_data is not None else (None, None)
-        train_accuracy = evaluate(model, train_data, device=device)[1] if test_data is not None else None
+        train_accuracy = evaluate(model, train_data, device=device)[1] if model_index == 0 else None
         metrics.epoch.append(epoch)
         metrics.steps.append(ledger.steps if ledger.runs else epoch * steps)
         metrics.train_loss.append(train_loss)

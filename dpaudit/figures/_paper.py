@@ -129,6 +129,22 @@ def audit_cells(runs: list[dict[str, Any]]) -> list[str]:
 AUDIT_HEADER = ["ε (theory)", "ε̂ loss: point / lower", "ε̂ canary lower / ε per step"]
 
 
+def matched_epsilon_table(out_dir: str | Path, runs: Iterable[str | Path], *, preset: str, caption: str):
+    """Table 2 of seeds 001–003: test accuracy per (target ε, method) with the theoretical ε and ε̂.
+
+    Returns:
+        (summaries, runs grouped by (target ε, optimizer), final test accuracy per group, sorted target ε,
+        the files written: ``table2.md`` and ``table2.tex``).
+    """
+    found = summaries(runs)
+    groups = group(found, "target_epsilon", "optimizer")
+    rows = [[f"{eps:g}", name, percent(final(runs_)), *audit_cells(runs_)] for (eps, name), runs_ in groups.items()]
+    files = write_table(Path(out_dir) / "table2", ["target ε", "method", "test accuracy (%)", *AUDIT_HEADER], rows,
+                        caption=f"{caption} ({describe(found, preset)})")
+    accuracy = {key: final(runs_) for key, runs_ in groups.items()}
+    return found, groups, accuracy, sorted({eps for eps, _ in accuracy}), files
+
+
 def write_table(stem: str | Path, header: list[str], rows: list[list[str]], *, caption: str) -> list[Path]:
     """``stem.md`` (caption as a first line) and ``stem.tex`` (booktabs tabular with the caption)."""
     stem = Path(stem)

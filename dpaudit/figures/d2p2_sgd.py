@@ -68,9 +68,8 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     return P.entry(PAPER, "Figs 2, 3, 7–13", title, files, claims, dataset=P.describe(found, preset))
 
 
-def _by_sigma(found, optimizer, **where):
-    return P.group(found, "noise_multiplier", where=lambda r: r["config"]["optimizer"] == optimizer
-                   and all(r["config"][k] == v for k, v in where.items()))
+def _by_sigma(found, optimizer):
+    return P.group(found, "noise_multiplier", where=lambda r: r["config"]["optimizer"] == optimizer)
 
 
 def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
@@ -210,13 +209,8 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: test accuracy of the four DP methods at matched ε, with the theoretical ε and ε̂."""
-    found = P.summaries(runs)
-    groups = P.group(found, "target_epsilon", "optimizer")
-    rows = [[f"{eps:g}", name, P.percent(P.final(group)), *P.audit_cells(group)] for (eps, name), group in groups.items()]
-    files = P.write_table(Path(out_dir) / "table2", ["target ε", "method", "test accuracy (%)", *P.AUDIT_HEADER], rows,
-                          caption=f"Table 2: test accuracy at matched (ε, 1e-5) with ε̂ ({P.describe(found, preset)})")
-    accuracy = {key: P.final(group) for key, group in groups.items()}
-    epsilons = sorted({eps for eps, _ in accuracy})
+    found, _, accuracy, epsilons, files = P.matched_epsilon_table(
+        out_dir, runs, preset=preset, caption="Table 2: test accuracy at matched (ε, 1e-5) with ε̂")
     claims = [P.claim("D2P2-SGD is the best DP method at every ε",
                       all(accuracy[(e, "d2p2-sgd")] >= max(accuracy[(e, m)] for m in DYNAMIC) for e in epsilons),
                       **{f"eps{e:g}": {m: accuracy[(e, m)] for m in DYNAMIC} for e in epsilons})]

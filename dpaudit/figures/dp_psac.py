@@ -211,13 +211,8 @@ def figure5(*, out_dir: str | Path, preset: str = "default", **_: Any) -> dict[s
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: DP-SGD, Auto-S and DP-PSAC at matched ε, with the theoretical ε and ε̂."""
-    found = P.summaries(runs)
-    groups = P.group(found, "target_epsilon", "optimizer")
-    rows = [[f"{eps:g}", name, P.percent(P.final(group)), *P.audit_cells(group)] for (eps, name), group in groups.items()]
-    files = P.write_table(Path(out_dir) / "table2", ["target ε", "method", "test accuracy (%)", *P.AUDIT_HEADER], rows,
-                          caption=f"Table 2: test accuracy at matched (ε, 1e-5) with ε̂ ({P.describe(found, preset)})")
-    accuracy = {key: P.final(group) for key, group in groups.items()}
-    epsilons = sorted({eps for eps, _ in accuracy})
+    found, groups, accuracy, epsilons, files = P.matched_epsilon_table(
+        out_dir, runs, preset=preset, caption="Table 2: test accuracy at matched (ε, 1e-5) with ε̂")
     claims = [
         P.claim("DP-PSAC has the highest accuracy at every ε",
                 all(accuracy[(e, "dp-psac")] >= max(accuracy[(e, m)] for m in METHODS) for e in epsilons),

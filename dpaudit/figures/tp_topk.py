@@ -96,14 +96,8 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: test accuracy of the five variants at matched ε, with the theoretical ε and ε̂."""
-    found = P.summaries(runs)
-    groups = P.group(found, "target_epsilon", "optimizer")
-    rows = [[f"{eps:g}", optimizer, P.percent(P.final(group)), *P.audit_cells(group)]
-            for (eps, optimizer), group in groups.items()]
-    files = P.write_table(Path(out_dir) / "table2", ["target ε", "method", "test accuracy (%)", *P.AUDIT_HEADER], rows,
-                          caption=f"Table 2: five DP methods at matched (ε, 1e-5) with ε̂ ({P.describe(found, preset)})")
-    accuracy = {key: P.final(group) for key, group in groups.items()}
-    epsilons = sorted({eps for eps, _ in accuracy})
+    found, groups, accuracy, epsilons, files = P.matched_epsilon_table(
+        out_dir, runs, preset=preset, caption="Table 2: five DP methods at matched (ε, 1e-5) with ε̂")
 
     def acc(optimizer, eps):
         return accuracy.get((eps, optimizer), float("nan"))
