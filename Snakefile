@@ -34,5 +34,6 @@ rule manifest:
     output:
         manifest="figures/manifest.json",
         table="figures/claims.md",
+        gallery="figures/gallery.md",
     shell:
-        "dpaudit manifest {input} --out {output.manifest} --table {output.table}"
+        "dpaudit manifest {input} --out {output.manifest} --table {output.table} --gallery {output.gallery}"

@@ -259,6 +259,10 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         lines += ["", "Not regenerated:", ""] + [f"- {item['name']} ({item['figure']}): {item['skipped']}"
                                                  for item in SKIPPED]
         atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
+    if args.gallery:
+        from dpaudit.results import gallery_markdown
+
+        atomic_write_bytes(args.gallery, gallery_markdown(entries, root=args.gallery.parent).encode())
     held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
     total = sum(len(entry["claims"]) for entry in entries)
     print(f"{len(entries)} figures, {held} of {total} paper claims hold on this data → {args.out}")
@@ -336,7 +340,7 @@ def _read_score_csv(path: Path):
     return scores[member == 1], scores[member == 0]
 
 
-def _run_scores(args: argparse.Namespace):
+def _run_scores(args: argparse.Namespace, attack: str):
     """(members, non-members, epoch, theory dict) of one attack, pooled over the given runs (trials)."""
     import numpy as np
 
@@ -348,15 +352,15 @@ def _run_scores(args: argparse.Namespace):
         config = load_run_config(run)
         epoch = args.epoch or max(config.eval_epochs)
         theory["epsilon_run"] = read_json(run / "config.json")["derived"].get("planned_epsilon")
-        if args.attack in ("loss", "confidence"):
+        if attack in ("loss", "confidence"):
             from dpaudit.attacks.loss import run_loss_scores
 
-            scores = run_loss_scores(run, epoch=epoch, signal=args.attack)
-        elif args.attack.startswith("lira-"):
+            scores = run_loss_scores(run, epoch=epoch, signal=attack)
+        elif attack.startswith("lira-"):
             from dpaudit.attacks.lira import run_lira_scores
 
-            scores = run_lira_scores(run, epoch=epoch, variant=args.attack.removeprefix("lira-"))
-        elif args.attack == "shadow":
+            scores = run_lira_scores(run, epoch=epoch, variant=attack.removeprefix("lira-"))
+        elif attack == "shadow":
             path = run / f"scores_epoch_{epoch:04d}.csv"
             if not path.is_file():
                 raise DPAuditError(f"no shadow-attack scores at {path}; run `dpaudit attack --run {run}` first")
@@ -376,27 +380,37 @@ def _run_scores(args: argparse.Namespace):
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from dpaudit._io import write_json
-    from dpaudit.audit import audit_scores
     from dpaudit.estimate import _check_confidence, _check_delta
 
     if (args.scores is None) == (args.run is None):
         raise DPAuditError("give exactly one of --scores FILE.csv and --run RUN")
     _check_delta(args.delta, allow_zero=False)
     _check_confidence(args.confidence)
+    if args.out is not None and args.out_dir is not None:
+        raise DPAuditError("give --out (one attack) or --out-dir (one file per attack), not both")
     if args.scores is not None:
         members, nonmembers = _read_score_csv(args.scores)
-        epoch, theory, source = None, {}, str(args.scores)
         out = args.out or args.scores.with_name(args.scores.stem + "_audit.json")
-    else:
-        members, nonmembers, epoch, theory = _run_scores(args)
-        source = " ".join(str(run) for run in args.run)
-        out = args.out or args.run[0] / f"audit_{args.attack}.json"
-    selection = args.selection or ("gaussian" if args.run and args.attack == "canary" else "split")
+        _audit_one(args, members, nonmembers, attack=None, epoch=None, theory={}, source=str(args.scores), out=out)
+        return 0
+    if args.out is not None and len(args.attack) > 1:
+        raise DPAuditError("--out names one file: give one --attack, or --out-dir for several")
+    for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
+        members, nonmembers, epoch, theory = _run_scores(args, attack)
+        out = args.out or (args.out_dir or args.run[0]) / f"audit_{attack}.json"
+        _audit_one(args, members, nonmembers, attack=attack, epoch=epoch, theory=theory,
+                   source=" ".join(str(run) for run in args.run), out=out)
+    return 0
+
+
+def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> None:
+    from dpaudit._io import write_json
+    from dpaudit.audit import audit_scores
+
+    selection = args.selection or ("gaussian" if attack == "canary" else "split")
     report = audit_scores(members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed,
                           selection=selection)
-    payload = {"source": source, "attack": args.attack if args.run else "scores", "epoch": epoch, **theory,
-               "report": report.to_dict()}
+    payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
     write_json(out, payload)
     label = payload["attack"]
     if not args.no_plot:
@@ -408,7 +422,6 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         if theory.get(key) is not None:
             print(f"theoretical ε ({key.split('_')[1]}) = {theory[key]:.4g}")
     print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
-    return 0
 
 
 def _cmd_summarize_run(args: argparse.Namespace) -> int:
@@ -483,7 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--scores", type=Path, help="CSV of scores with columns score and is_member")
     audit.add_argument("--run", type=Path, nargs="+",
                        help="output folder(s) of `dpaudit train`; several (independent trials) are pooled")
-    audit.add_argument("--attack", choices=AUDIT_ATTACKS, default="loss", help="attack on --run (default: loss)")
+    audit.add_argument("--attack", choices=AUDIT_ATTACKS, nargs="+", default=["loss"],
+                       help="attack(s) on --run (default: loss)")
     audit.add_argument("--epoch", type=int, help="checkpoint epoch to attack (default: the last)")
     audit.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
     audit.add_argument("--confidence", type=float, default=0.95, help="confidence 1 − α of the lower bound (default: 0.95)")
@@ -493,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "normal fits to a held-out fifth (gaussian); default: gaussian for canary, whose scores are "
                        "Gaussian by construction, split otherwise")
     audit.add_argument("--out", type=Path,
-                       help="JSON to write (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
+                       help="JSON to write, one attack (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
+    audit.add_argument("--out-dir", type=Path, help="folder for DIR/audit_ATTACK.json, one per attack")
     audit.add_argument("--no-plot", action="store_true", help="skip the ROC plot (PNG + PDF beside the JSON)")
     audit.set_defaults(handler=_cmd_audit)
 
@@ -597,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
     manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
     manifest.add_argument("--table", type=Path, help="also write the claims as a Markdown table")
+    manifest.add_argument("--gallery", type=Path, help="also write a Markdown gallery (PNG thumbnails by paper)")
     manifest.set_defaults(handler=_cmd_manifest)
 
     summary = commands.add_parser("summarize", help="DVC metrics and plot data from trained and attacked runs")

@@ -13,6 +13,7 @@ from dpaudit.data.splits import SPLIT_DESIGNS
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 GRAD_SAMPLE_BACKENDS = ("functorch", "opacus")
+ENGINES = ("ensemble", "sequential")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,12 @@ class TrainConfig:
         data_root: folder holding the downloaded datasets.
         download: fetch a missing dataset (torchvision datasets only).
         microbatch_size: per-sample gradients are computed this many records at a time.
-        grad_sample: per-sample gradient backend, "functorch" (torch.func) or "opacus".
+        grad_sample: per-sample gradient backend of the sequential engine, "functorch" (torch.func) or "opacus".
+        engine: "ensemble" (the target and shadows train together, gradients of all models in one vmapped
+            call; ``dpaudit.ensemble``) or "sequential" (one model's gradients at a time, ``grad_sample``).
+            Both run the same algorithm with the same seeds.
+        memory_budget_mb: MiB one vmapped ensemble call may take (models × samples per call are chosen
+            to fit).
         device: "cpu", "cuda" or "auto".
     """
 
@@ -123,6 +129,8 @@ class TrainConfig:
     download: bool = False
     microbatch_size: int = 256
     grad_sample: str = "functorch"
+    engine: str = "ensemble"
+    memory_budget_mb: float = 2048
     device: str = "auto"
 
     def validated(self) -> TrainConfig:
@@ -152,6 +160,10 @@ class TrainConfig:
         check_probability("delta (δ)", self.delta)
         check_choice("accountant", self.accountant, ("rdp", "prv"))
         check_choice("grad_sample", self.grad_sample, GRAD_SAMPLE_BACKENDS)
+        check_choice("engine", self.engine, ENGINES)
+        check_positive("memory_budget_mb", self.memory_budget_mb)
+        if self.engine == "ensemble" and self.grad_sample == "opacus":
+            raise DPAuditError("grad_sample 'opacus' computes one model's gradients at a time; set engine: sequential")
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         if self.batch_size > self.target_size:
             raise DPAuditError(

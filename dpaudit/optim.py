@@ -212,6 +212,17 @@ class Optimizer:
         for total, grad in zip(self._sum, grads):
             total.add_(grad.sum(0) if self.per_sample else grad)
 
+    @classmethod
+    def accumulate_together(cls, optimizers: Sequence[Optimizer], grads: Sequence[torch.Tensor],
+                            counts: Sequence[int]) -> None:
+        """``accumulate`` for M optimizers of this class and equal hyperparameters (an ensemble).
+
+        ``grads``: per parameter, [M, W, *shape] per-sample gradients whose rows from ``counts[m]`` on
+        are padding, or [M, *shape] batch-mean shares. Subclasses may do it in one vectorised pass.
+        """
+        for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
+            optimizer.accumulate([g[row, :count] if cls.per_sample else g[row] for g in grads])
+
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float] | None:
         """Apply one update; return the step's (noise multiplier, sample rate), or None if not private."""
@@ -263,7 +274,10 @@ class PrivateOptimizer(Optimizer):
     """Weighted per-sample sum, noise of std z·C on the sum, division by the expected batch size b.
 
     Subclasses define ``factors(norms)`` = φ(‖g_i‖), with ‖φ(s)·g‖ ≤ C for every s (the sensitivity).
+    ``pure_factors``: φ depends on nothing but the norms and the hyperparameters (no state).
     """
+
+    pure_factors: ClassVar[bool] = True
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
@@ -280,6 +294,21 @@ class PrivateOptimizer(Optimizer):
         factors = self.factors(_flat_norms(grads))
         for total, grad in zip(self._sum, grads):
             total.add_(torch.einsum("i,i...->...", factors, grad))
+
+    @classmethod
+    def accumulate_together(cls, optimizers, grads, counts) -> None:
+        # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
+        if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
+            return super().accumulate_together(optimizers, grads, counts)
+        width = grads[0].shape[1]
+        padding = torch.arange(width, device=grads[0].device)[None, :] >= torch.as_tensor(counts, device=grads[0].device)[:, None]
+        norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.flatten(2), dim=2) for g in grads]),
+                                         dim=0)
+        factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
+        for index, grad in enumerate(grads):
+            sums = torch.einsum("mw,mw...->m...", factors, grad)
+            for row, optimizer in enumerate(optimizers):
+                optimizer._sum[index].add_(sums[row])
 
     def noise_factor(self) -> float:
         """Schedule factor on z at the current step (1 for static noise)."""
@@ -407,6 +436,8 @@ class DPPSAC(AutoS):
 )
 class DPPSACBatchNoise(DPPSAC):
     """Seed 002 §1.7 (6): the data-dependent noise scale that breaks the DP guarantee — a negative control."""
+
+    pure_factors = False  # factors() tracks the batch's largest clipped norm
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)

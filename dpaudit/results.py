@@ -201,3 +201,39 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
                      f"{row['epsilon_ceiling']:.2f} | {label} | {row['ratio_lower_to_theory']:.2f} | {row['auc']:.3f} | "
                      f"{row['tpr_at_0.1%_fpr']:.4f} |")
     return metrics, "\n".join(lines) + "\n"
+
+
+def gallery_markdown(entries: Iterable[dict[str, Any]], *, root: str | Path = ".", width: int = 260) -> str:
+    """Markdown gallery of manifest entries: per paper, a thumbnail (or a table link) per figure.
+
+    Args:
+        entries: figure manifest entries (``name``, ``paper``, ``figure``, ``title``, ``files``, ``claims``).
+        root: folder the Markdown file will live in; image paths are written relative to it.
+        width: thumbnail width in pixels.
+    """
+    import os
+
+    by_paper: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_paper.setdefault(entry.get("paper", "other"), []).append(entry)
+    lines = []
+    for paper, items in by_paper.items():
+        lines += [f"**{paper}**", ""]
+        cells = []
+        for entry in items:
+            held = sum(claim["holds"] for claim in entry["claims"])
+            caption = f"{entry['figure']}: {held}/{len(entry['claims'])} claims hold"
+            files = [Path(path) for path in entry["files"]]
+            image = next((path for path in files if path.suffix == ".png"), None)
+            target = image or next((path for path in files if path.suffix == ".md"), files[0])
+            link = Path(os.path.relpath(target, root)).as_posix()
+            title = entry.get("title", entry["name"]).replace('"', "'")
+            cells.append(f'<a href="{link}"><img src="{link}" width="{width}" title="{title}"></a><br>{caption}'
+                         if image else f'<a href="{link}">{entry["figure"]} (table)</a><br>{caption}')
+        for start in range(0, len(cells), 3):
+            row = cells[start:start + 3]
+            if start == 0:
+                lines += ["| " + " | ".join([" "] * len(row)) + " |", "|" + "---|" * len(row)]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    return "\n".join(lines)

@@ -15,6 +15,8 @@ where <model> is ``target``, ``shadow_00``, ``shadow_01``, … Every file is wri
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import io
 import math
 import platform
@@ -62,6 +64,23 @@ class TrainedModel:
     ledger: PrivacyLedger
     checkpoints: dict[int, Path]
     diagnostics: Any = None
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Let glibc reuse freed tensor buffers instead of unmapping and re-mapping them on every step.
+
+    By default glibc returns each large buffer (above a threshold that adapts up to 32 MiB) to the
+    system when it is freed, so every training step pays page faults for its fresh per-sample gradient
+    buffers: it doubled the time of a vmapped gradient call on 2 CPU cores. Process-wide; the price is
+    that resident memory stays at its peak. Returns False where there is no glibc (nothing changes).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 32 * 2**20) and libc.mallopt(m_trim_threshold, 2**30))
+    except (OSError, AttributeError):
+        return False
 
 
 def resolve_device(device: str) -> torch.device:
@@ -154,7 +173,8 @@ def evaluate(model: nn.Module, data: ArrayDataset, *, device: torch.device | str
 def save_checkpoint(path: str | Path, model: nn.Module, metadata: dict[str, Any]) -> Path:
     """Write the state_dict to ``path`` and ``metadata`` beside it as JSON, both atomically."""
     buffer = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+    # clone: an ensemble's parameters are views of stacked tensors, and torch.save would write the whole stack
+    torch.save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, buffer)
     path = Path(path)
     write_json(path.with_suffix(".json"), metadata)
     return atomic_write_bytes(path, buffer.getvalue())
@@ -174,17 +194,243 @@ def load_checkpoint(path: str | Path, model: nn.Module) -> nn.Module:
     return model
 
 
-def train_model(
-    *,
-    config: TrainConfig,
-    train_data: ArrayDataset,
-    test_data: ArrayDataset | None,
-    model_index: int,
-    out_dir: str | Path | None = None,
-    progress: bool = True,
-    label: str = "model",
-) -> TrainedModel:
-    """Train one model with ``config``'s optimizer on ``train_data``.
+@dataclass(frozen=True)
+class Member:
+    """One model of an ensemble: its training records, its index (0: target) and where its files go."""
+
+    train_data: ArrayDataset
+    model_index: int
+    label: str = "model"
+    out_dir: str | Path | None = None
+
+
+class _ModelRun:
+    """One model's state in the engine's lockstep loop: network, optimizer, streams, ledger, metrics, files."""
+
+    def __init__(self, config: TrainConfig, member: Member, test_data: ArrayDataset | None, device: torch.device):
+        self.config = config
+        self.label = member.label
+        self.model_index = member.model_index
+        self.train_data = member.train_data
+        self.test_data = test_data
+        self.device = device
+        init_seed, sampling_seed, noise_seed = model_seeds(seed=config.seed, trial=config.trial,
+                                                           model_index=member.model_index)
+        info = dataset_info(config.dataset)
+        self.model = model_registry.build_model(
+            config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=init_seed
+        ).to(device)
+        spec = optim.get_spec(config.optimizer)
+        self.params = model_registry.trainable_parameters(self.model)
+        self.canaries = None
+        if config.canaries and member.model_index == 0:
+            from dpaudit.attacks.canary import DiracCanaries
+
+            self.canaries = DiracCanaries(count=config.canaries, clip_norm=config.clip_norm or 1.0, seed=noise_seed,
+                                          device=device, dtype=self.params[0].dtype)
+        generator = torch.Generator(device=device).manual_seed(noise_seed)
+        self.optimizer = spec.cls(self.params + ([self.canaries.parameter] if self.canaries else []),
+                                  config.hyperparameters(len(member.train_data)), generator=generator)
+        self.optimizer.record_updates = self.canaries is not None
+        self.rng = np.random.default_rng(sampling_seed)
+        self.images = torch.from_numpy(member.train_data.images).to(device)
+        self.labels = torch.from_numpy(member.train_data.labels).to(device)
+        self.ledger = PrivacyLedger(sampling=config.sampling, dp_claim=spec.dp_claim)
+        self.metrics = EpochMetrics()
+        self.checkpoints: dict[int, Path] = {}
+        self.out = Path(member.out_dir) if member.out_dir is not None else None
+        self.diagnostics = None
+        if config.diagnostics and member.model_index == 0:
+            from dpaudit.diagnostics import TrainingDiagnostics
+
+            self.diagnostics = TrainingDiagnostics(
+                model=self.model, train_data=member.train_data, held_out=test_data, batch_size=config.batch_size,
+                seed=sampling_seed, histogram_epoch=config.histogram_epoch or min(5, config.epochs),
+                path=self.out / "diagnostics.json" if self.out is not None else None,
+            )
+        self._loss_sum = 0.0
+        self._batch_losses: list[float] = []
+
+    def batches(self):
+        return batch_indices(dataset_size=len(self.train_data), batch_size=self.config.batch_size,
+                             sampling=self.config.sampling, rng=self.rng)
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.optimizer.begin_epoch(epoch)
+        if self.diagnostics is not None:
+            self.diagnostics.observe_support(self.optimizer, epoch=epoch)
+        self._batch_losses = []
+
+    def accumulate(self, grads: list[torch.Tensor], losses: torch.Tensor) -> None:
+        """Feed one chunk of gradients (per-sample, or a share of the batch mean) to the optimizer."""
+        if self.canaries is not None:  # the canary tensor is a coordinate no loss touches
+            padding = self.canaries.parameter
+            shape = (len(losses), *padding.shape) if self.optimizer.per_sample else padding.shape
+            grads = list(grads) + [padding.new_zeros(shape)]
+        self.optimizer.accumulate(grads)
+        self.add_losses(losses)
+
+    def add_losses(self, losses: torch.Tensor) -> None:
+        self._loss_sum += float(losses.sum())
+
+    def step(self, index: np.ndarray, *, epoch: int) -> None:
+        """Close the batch: canaries, the optimizer's update, the ledger entry."""
+        if len(index):
+            self._batch_losses.append(self._loss_sum / len(index))
+        self._loss_sum = 0.0
+        if self.canaries is not None:
+            self.canaries.insert(self.optimizer, self.params)
+        if self.diagnostics is not None:
+            self.diagnostics.before_step(self.optimizer, epoch=epoch)
+        cost = self.optimizer.step(realized_batch_size=len(index))
+        if self.canaries is not None:
+            self.canaries.observe(self.optimizer, cost)
+        if self.diagnostics is not None:
+            self.diagnostics.observe_support(self.optimizer, epoch=epoch)
+        if cost is not None:
+            self.ledger.record(noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train")
+
+    def end_epoch(self, epoch: int, *, started: float) -> bool:
+        """Record the epoch's metrics, write files and the checkpoint; return whether training diverged."""
+        self.ledger.end_epoch()
+        train_loss = float(np.mean(self._batch_losses)) if self._batch_losses else float("nan")
+        test_loss, test_accuracy = (evaluate(self.model, self.test_data, device=self.device)
+                                    if self.test_data is not None else (None, None))
+        train_accuracy = evaluate(self.model, self.train_data, device=self.device)[1] if self.model_index == 0 else None
+        metrics = self.metrics
+        metrics.epoch.append(epoch)
+        metrics.steps.append(self.ledger.steps if self.ledger.runs else epoch * steps_per_epoch(
+            dataset_size=len(self.train_data), batch_size=self.config.batch_size))
+        metrics.train_loss.append(train_loss)
+        metrics.test_loss.append(test_loss)
+        metrics.test_accuracy.append(test_accuracy)
+        metrics.train_accuracy.append(train_accuracy)
+        metrics.elapsed_seconds.append(time.perf_counter() - started)
+        diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not all(
+            torch.isfinite(p).all() for p in self.model.parameters()
+        )
+        if self.diagnostics is not None:
+            self.diagnostics.save()
+        if self.out is not None:
+            if self.canaries is not None:
+                self.canaries.result().save(self.out / "canaries.npz")
+            write_json(self.out / "metrics.json", {"model": self.label, **asdict(metrics)})
+            write_json(self.out / "ledger.json", self.ledger.to_dict())
+            if epoch in self.config.eval_epochs and not diverged:
+                self.checkpoints[epoch] = save_checkpoint(
+                    self.out / f"epoch_{epoch:04d}.pt", self.model,
+                    {"model": self.label, "epoch": epoch, "steps": self.ledger.steps, "config": self.config.to_dict()},
+                )
+        return diverged
+
+    def result(self) -> TrainedModel:
+        return TrainedModel(self.model, self.metrics, self.ledger, self.checkpoints, self.diagnostics)
+
+
+def train_models(*, config: TrainConfig, members: list[Member], test_data: ArrayDataset | None,
+                 progress: bool = True, label: str | None = None) -> list[TrainedModel]:
+    """Train several models of one configuration in lockstep: the target and shadows of one trial.
+
+    Every model has its own records, initialisation, sampling and noise streams (fixed by seed, trial and
+    ``model_index``), so the result does not depend on which models train together. ``config.engine``
+    picks how gradients are computed: "ensemble" (all models in one vmapped call; ``dpaudit.ensemble``)
+    or "sequential" (one model at a time with ``config.grad_sample``: torch.func or Opacus).
+
+    Args:
+        config: a validated ``TrainConfig``.
+        members: the models; all with the same number of training records n (so the same steps per epoch).
+        test_data: records for the per-epoch test loss / accuracy (None: skip).
+        progress: show a progress bar over the training steps.
+        label: the progress bar's name (default: the members' labels).
+
+    Returns:
+        One ``TrainedModel`` per member, in order.
+
+    Raises:
+        TrainingDivergedError: a loss became NaN/inf; the epoch's files of every model and the finished
+            checkpoints are kept.
+    """
+    if not members:
+        raise DPAuditError("train_models needs at least one member")
+    sizes = {len(member.train_data) for member in members}
+    if len(sizes) > 1:
+        raise DPAuditError(f"models trained together need equal training-set sizes; got {sorted(sizes)}")
+    device = resolve_device(config.device)
+    keep_freed_memory()
+    runs = [_ModelRun(config, member, test_data, device) for member in members]
+    gradients = _gradient_engine(config, runs)
+    steps = steps_per_epoch(dataset_size=sizes.pop(), batch_size=config.batch_size)
+    name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
+    bar = tqdm(total=steps * config.epochs, desc=name, disable=not progress, leave=False, unit="step")
+    for run in runs:
+        run.model.train()
+    started = time.perf_counter()
+    for epoch in range(1, config.epochs + 1):
+        for run in runs:
+            run.begin_epoch(epoch)
+        for indices in zip(*(run.batches() for run in runs)):
+            gradients(indices)
+            for run, index in zip(runs, indices):
+                run.step(index, epoch=epoch)
+            bar.update()
+        diverged = [run.label for run in runs if run.end_epoch(epoch, started=started)]
+        if len(runs) == 1:
+            bar.set_postfix(loss=f"{runs[0].metrics.train_loss[-1]:.3f}")
+        if diverged:
+            bar.close()
+            kept = f"; checkpoints up to epoch {epoch - 1} kept" if runs[0].out is not None else ""
+            raise TrainingDivergedError(
+                f"training of {', '.join(diverged)} diverged: loss is {runs[0].metrics.train_loss[-1]} at epoch "
+                f"{epoch} (try a smaller lr or clip_norm){kept}"
+            )
+    bar.close()
+    return [run.result() for run in runs]
+
+
+def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
+    """A function feeding every run's optimizer the gradients of its batch (``indices[k]`` for run k)."""
+    per_sample = runs[0].optimizer.per_sample
+    if config.engine == "ensemble":
+        from dpaudit.ensemble import EnsembleGradients
+
+        ensemble = EnsembleGradients([run.model for run in runs], per_sample=per_sample, example=runs[0].images[0],
+                                     max_samples=config.microbatch_size, memory_budget_mb=config.memory_budget_mb)
+
+        optimizer_class = type(runs[0].optimizer)
+
+        def sink(models, counts, grads, losses):
+            together = [m for m, k in enumerate(models) if runs[k].canaries is None]
+            if together:
+                rows = torch.as_tensor(together, device=losses.device)
+                optimizer_class.accumulate_together([runs[models[m]].optimizer for m in together],
+                                                    [g.index_select(0, rows) if len(together) < len(models) else g
+                                                     for g in grads], [counts[m] for m in together])
+            for m, k in enumerate(models):
+                if runs[k].canaries is not None:  # the target's optimizer has the canary tensor too
+                    runs[k].accumulate([g[m, :counts[m]] if per_sample else g[m] for g in grads], losses[m, :counts[m]])
+                else:
+                    runs[k].add_losses(losses[m, :counts[m]])
+
+        def feed(indices):
+            batches = []
+            for run, index in zip(runs, indices):
+                index = torch.as_tensor(index, device=run.images.device)
+                batches.append((run.images[index], run.labels[index]))
+            ensemble.accumulate(batches, sink)
+
+        return feed
+    backends = [PerSampleGradients(run.model, config.grad_sample) if per_sample else None for run in runs]
+
+    def feed_each(indices):
+        for run, backend, index in zip(runs, backends, indices):
+            _accumulate_batch(run, backend, index, config.microbatch_size)
+
+    return feed_each
+
+
+def train_model(*, config: TrainConfig, train_data: ArrayDataset, test_data: ArrayDataset | None, model_index: int,
+                out_dir: str | Path | None = None, progress: bool = True, label: str = "model") -> TrainedModel:
+    """Train one model with ``config``'s optimizer on ``train_data`` (``train_models`` with one member).
 
     Args:
         config: a validated ``TrainConfig``.
@@ -201,127 +447,24 @@ def train_model(
     Raises:
         TrainingDivergedError: the loss became NaN/inf; metrics and finished checkpoints are kept.
     """
-    device = resolve_device(config.device)
-    init_seed, sampling_seed, noise_seed = model_seeds(seed=config.seed, trial=config.trial, model_index=model_index)
-    info = dataset_info(config.dataset)
-    model = model_registry.build_model(
-        config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=init_seed
-    ).to(device)
-    spec = optim.get_spec(config.optimizer)
-    n = len(train_data)
-    generator = torch.Generator(device=device).manual_seed(noise_seed)
-    model_params = model_registry.trainable_parameters(model)
-    canaries = None
-    if config.canaries and model_index == 0:
-        from dpaudit.attacks.canary import DiracCanaries
-
-        canaries = DiracCanaries(count=config.canaries, clip_norm=config.clip_norm or 1.0, seed=noise_seed,
-                                 device=device, dtype=model_params[0].dtype)
-    optimizer = spec.cls(model_params + ([canaries.parameter] if canaries else []), config.hyperparameters(n),
-                         generator=generator)
-    optimizer.record_updates = canaries is not None
-    per_sample = PerSampleGradients(model, config.grad_sample) if optimizer.per_sample else None
-    rng = np.random.default_rng(sampling_seed)
-    images = torch.from_numpy(train_data.images).to(device)
-    labels = torch.from_numpy(train_data.labels).to(device)
-    ledger = PrivacyLedger(sampling=config.sampling, dp_claim=spec.dp_claim)
-    metrics = EpochMetrics()
-    checkpoints: dict[int, Path] = {}
-    out = Path(out_dir) if out_dir is not None else None
-    steps = steps_per_epoch(dataset_size=n, batch_size=config.batch_size)
-    bar = tqdm(total=steps * config.epochs, desc=label, disable=not progress, leave=False, unit="step")
-    diagnostics = None
-    if config.diagnostics and model_index == 0:
-        from dpaudit.diagnostics import TrainingDiagnostics
-
-        diagnostics = TrainingDiagnostics(
-            model=model, train_data=train_data, held_out=test_data, batch_size=config.batch_size, seed=sampling_seed,
-            histogram_epoch=config.histogram_epoch or min(5, config.epochs),
-            path=out / "diagnostics.json" if out is not None else None,
-        )
-    model.train()
-    started = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
-        optimizer.begin_epoch(epoch)
-        if diagnostics is not None:
-            diagnostics.observe_support(optimizer, epoch=epoch)
-        batch_losses = []
-        for index in batch_indices(dataset_size=n, batch_size=config.batch_size, sampling=config.sampling, rng=rng):
-            batch_losses.append(_accumulate_batch(model, optimizer, per_sample, images, labels, index, config,
-                                                  padding=canaries.parameter if canaries else None))
-            if canaries is not None:
-                canaries.insert(optimizer, model_params)
-            if diagnostics is not None:
-                diagnostics.before_step(optimizer, epoch=epoch)
-            cost = optimizer.step(realized_batch_size=len(index))
-            if canaries is not None:
-                canaries.observe(optimizer, cost)
-            if diagnostics is not None:
-                diagnostics.observe_support(optimizer, epoch=epoch)
-            if cost is not None:
-                ledger.record(noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train")
-            bar.update()
-        ledger.end_epoch()
-        observed = [loss for loss in batch_losses if loss is not None]  # None: an empty Poisson batch
-        train_loss = float(np.mean(observed)) if observed else float("nan")
-        test_loss, test_accuracy = evaluate(model, test_data, device=device) if test_data is not None else (None, None)
-        train_accuracy = evaluate(model, train_data, device=device)[1] if model_index == 0 else None
-        metrics.epoch.append(epoch)
-        metrics.steps.append(ledger.steps if ledger.runs else epoch * steps)
-        metrics.train_loss.append(train_loss)
-        metrics.test_loss.append(test_loss)
-        metrics.test_accuracy.append(test_accuracy)
-        metrics.train_accuracy.append(train_accuracy)
-        metrics.elapsed_seconds.append(time.perf_counter() - started)
-        bar.set_postfix(loss=f"{train_loss:.3f}")
-        diverged = (observed and not math.isfinite(train_loss)) or not all(
-            torch.isfinite(p).all() for p in model.parameters()
-        )
-        if diagnostics is not None:
-            diagnostics.save()
-        if canaries is not None and out is not None:
-            canaries.result().save(out / "canaries.npz")
-        if out is not None:
-            write_json(out / "metrics.json", {"model": label, **asdict(metrics)})
-            write_json(out / "ledger.json", ledger.to_dict())
-            if epoch in config.eval_epochs and not diverged:
-                checkpoints[epoch] = save_checkpoint(
-                    out / f"epoch_{epoch:04d}.pt",
-                    model,
-                    {"model": label, "epoch": epoch, "steps": ledger.steps, "config": config.to_dict()},
-                )
-        if diverged:
-            bar.close()
-            kept = f"; checkpoints up to epoch {epoch - 1} kept in {out}" if out is not None else ""
-            raise TrainingDivergedError(
-                f"training of {label} diverged: loss is {train_loss} at epoch {epoch} "
-                f"(try a smaller lr or clip_norm){kept}"
-            )
-    bar.close()
-    return TrainedModel(model, metrics, ledger, checkpoints, diagnostics)
+    member = Member(train_data=train_data, model_index=model_index, label=label, out_dir=out_dir)
+    return train_models(config=config, members=[member], test_data=test_data, progress=progress)[0]
 
 
-def _accumulate_batch(model, optimizer, per_sample, images, labels, index, config, padding=None) -> float | None:
-    """Feed one batch's gradients to the optimizer in chunks; return the batch-mean loss (None if empty).
-
-    ``padding``: an extra optimizer tensor no loss touches (white-box canaries); it gets zero gradients.
-    """
+def _accumulate_batch(run: _ModelRun, per_sample: PerSampleGradients | None, index: np.ndarray,
+                      microbatch_size: int) -> None:
+    """One model's gradients of one batch, fed to its optimizer in chunks of ``microbatch_size`` records."""
     if len(index) == 0:
-        return None
-    index = torch.as_tensor(index, device=images.device)
+        return
+    index = torch.as_tensor(index, device=run.images.device)
     if per_sample is None:
-        loss = F.cross_entropy(model(images[index]), labels[index])
-        grads = [g.detach() for g in torch.autograd.grad(loss, model_registry.trainable_parameters(model))]
-        optimizer.accumulate(grads + ([torch.zeros_like(padding)] if padding is not None else []))
-        return loss.item()
-    total = 0.0
-    for chunk in torch.split(index, config.microbatch_size):
-        grads, losses = per_sample(images[chunk], labels[chunk])
-        if padding is not None:
-            grads = list(grads) + [padding.new_zeros((len(chunk), *padding.shape))]
-        optimizer.accumulate(grads)
-        total += float(losses.sum())
-    return total / len(index)
+        losses = F.cross_entropy(run.model(run.images[index]), run.labels[index], reduction="none")
+        grads = torch.autograd.grad(losses.mean(), run.params)
+        run.accumulate([g.detach() for g in grads], losses.detach())
+        return
+    for chunk in torch.split(index, microbatch_size):
+        grads, losses = per_sample(run.images[chunk], run.labels[chunk])
+        run.accumulate(grads, losses)
 
 
 def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
@@ -365,16 +508,12 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
     members = [("target", split.target_members)] + [
         (shadow_name(i), shadow.members) for i, shadow in enumerate(split.shadows)
     ]
+    by_size: dict[int, list[Member]] = {}
     for model_index, (name, indices) in enumerate(members):
-        train_model(
-            config=config,
-            train_data=train_set.subset(indices),
-            test_data=held_out,
-            model_index=model_index,
-            out_dir=out / name,
-            progress=progress,
-            label=name,
-        )
+        by_size.setdefault(len(indices), []).append(
+            Member(train_data=train_set.subset(indices), model_index=model_index, label=name, out_dir=out / name))
+    for group in by_size.values():
+        train_models(config=config, members=group, test_data=held_out, progress=progress)
     return summary
 
 

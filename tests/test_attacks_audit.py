@@ -98,6 +98,15 @@ def test_audit_command_from_a_run_and_from_a_score_file(tmp_path, capsys):
     assert (tmp_path / "run" / "audit_canary.png").is_file()
     assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "loss"]) == 0
     assert json.loads((tmp_path / "run" / "audit_loss.json").read_text())["report"]["n_members"] == 120
+    both = tmp_path / "both"
+    assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary", "loss", "--out-dir", str(both),
+                 "--no-plot"]) == 0
+    for attack in ("canary", "loss"):  # one process, the same reports as one attack at a time
+        alone = json.loads((tmp_path / "run" / f"audit_{attack}.json").read_text())
+        assert json.loads((both / f"audit_{attack}.json").read_text())["report"] == alone["report"]
+    assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary", "loss", "--out",
+                 str(tmp_path / "x.json")]) == 2
+    assert "--out-dir" in capsys.readouterr().err
     scores = tmp_path / "scores.csv"
     scores.write_text("record,is_member,score\n" + "".join(f"{i},{i % 2},{(i % 2) * 10 + i / 100}\n" for i in range(40)))
     assert main(["audit", "--scores", str(scores)]) == 0

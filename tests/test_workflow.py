@@ -61,8 +61,9 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     cross_trials = 2 if preset == "configs/paper.yaml" else 1
     assert _job_count(output, "audit_train") == audit_runs
     assert _job_count(output, "audit_cross_train") == cross_runs * cross_trials
-    # loss, shadow, lira-online, lira-offline, canary; cross: canary, loss; trials pooled
-    assert _job_count(output, "audit_score") == 5 * audit_runs // trials_per_run + 2 * cross_runs
+    # one job per run scores all its attacks (audit: 5, cross: 2), trials pooled
+    assert _job_count(output, "audit_score") == audit_runs // trials_per_run
+    assert _job_count(output, "audit_cross_score") == cross_runs
     assert _job_count(output, "audit_cross_table") == 1
     # every paper figure and table (seeds 000–003) whose optimizers the preset's optimizers.runs has
     figures = sum(_job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items()
@@ -84,8 +85,8 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
 @pytest.mark.parametrize(
     "old, new, message",
     [
-        ("{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3}",
-         "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5}", "Error validating config file"),
+        ("{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3, projection_refresh: run}",
+         "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5, projection_refresh: run}", "Error validating config file"),
         ("{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}", "unknown optimizer 'auto-w'"),
         ("target_epsilons: [4]", "target_epsilons: [0]", "Error validating config file"),
         ("attacks: [loss, shadow, lira-online, lira-offline, canary]", "attacks: [loss, lira]",

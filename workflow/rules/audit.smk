@@ -76,20 +76,43 @@ rule audit_shadow_attack:
         "dpaudit attack --quiet --run {params.run}"
 
 
-rule audit_score:  # the trials are independent training runs: their scores are pooled
+def score_inputs(section):
+    """The trial runs' files one scoring job reads (shadow scores come from `dpaudit attack`)."""
+    files = ["config.json"] + (["attack.json"] if "shadow" in AUD_SECTIONS[section][3] else [])
+    return lambda wildcards: expand("results/{section}/{run}/trial_{trial}/{file}", section=section, run=wildcards.run,
+                                    trial=range(AUD_SECTIONS[section][2]), file=files)
+
+
+SCORE_COMMAND = ("dpaudit audit --run {params.runs} --attack {params.attacks} --delta {params.delta}"
+                 " --confidence {params.confidence} --no-plot --out-dir {params.out} > /dev/null")
+
+
+rule audit_score:  # every attack on one run in one process (torch starts once); the trials are pooled
     input:
-        lambda wildcards: expand("results/{section}/{run}/trial_{trial}/{file}", section=wildcards.section,
-                                 run=wildcards.run, trial=range(AUD_SECTIONS[wildcards.section][2]),
-                                 file="attack.json" if wildcards.attack == "shadow" else "config.json"),
+        score_inputs("audit"),
     output:
-        "results/{section}/{run}/audit_{attack}.json",
+        expand("results/audit/{{run}}/audit_{attack}.json", attack=AUD["attacks"]),
     params:
         runs=lambda wildcards, input: run_folders(input),
+        attacks=" ".join(AUD["attacks"]),
+        out="results/audit/{run}",
         delta=AUD_COMMON["delta"],
         confidence=AUD["confidence"],
     shell:
-        "dpaudit audit --run {params.runs} --attack {wildcards.attack} --delta {params.delta}"
-        " --confidence {params.confidence} --no-plot --out {output} > /dev/null"
+        SCORE_COMMAND
+
+
+use rule audit_score as audit_cross_score with:
+    input:
+        score_inputs("audit_cross"),
+    output:
+        expand("results/audit_cross/{{run}}/audit_{attack}.json", attack=CROSS["attacks"]),
+    params:
+        runs=lambda wildcards, input: run_folders(input),
+        attacks=" ".join(CROSS["attacks"]),
+        out="results/audit_cross/{run}",
+        delta=AUD_COMMON["delta"],
+        confidence=AUD["confidence"],
 
 
 rule audit_table:

@@ -1,0 +1,135 @@
+"""Wall time of K models of one configuration: the ensemble engine vs one model at a time; prints JSON.
+
+    python benchmarks/ensemble.py [--models 11] [--steps 100] [--batch-size 36] [--device cpu]
+                                  [--architectures cnn-digits cnn]
+
+For each architecture (``cnn-digits`` on digits; ``cnn`` and ``resnet18-gn-cifar`` on random 32×32×3
+images, which time the same as CIFAR-10) it trains K models for the same number of steps with
+(a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise), (b) DP-SGD with
+Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one model after the
+other, (c) non-private SGD, one model after the other
+(b = ceil(n/b)·epochs steps each). ``speedup_vs_opacus_sequential`` = b/a and
+``ratio_to_nonprivate_sequential`` = a/c.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from dpaudit.config import TrainConfig
+from dpaudit.data import ArrayDataset, load_dataset
+from dpaudit.models import build_model, parameter_count
+from dpaudit.train import Member, train_models
+
+DATASETS = {"cnn-digits": "digits", "cnn": "cifar10", "resnet18-gn-cifar": "cifar10", "resnet18-gn": "cifar10"}
+
+
+def training_set(dataset: str, size: int) -> ArrayDataset:
+    if dataset == "digits":
+        return load_dataset("digits").subset(np.arange(size))
+    rng = np.random.default_rng(0)
+    return ArrayDataset(dataset, rng.normal(size=(size, 3, 32, 32)).astype(np.float32),
+                        rng.integers(0, 10, size).astype(np.int64), 10)
+
+
+def timed(config: TrainConfig, members: list[Member], *, together: bool) -> float:
+    groups = [members] if together else [[member] for member in members]
+    start = time.perf_counter()
+    for group in groups:
+        train_models(config=config, members=group, test_data=None, progress=False)
+    if config.device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def opacus_privacy_engine(config: TrainConfig, members: list[Member]) -> float:
+    """Seconds to train each member with Opacus's PrivacyEngine, one after the other (same steps, q, z, C)."""
+    import warnings
+
+    import torch.nn.functional as F
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dpaudit.data import dataset_info
+
+    info = dataset_info(config.dataset)
+    start = time.perf_counter()
+    for member in members:
+        model = build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes,
+                            seed=member.model_index).to(config.device)
+        data = TensorDataset(torch.from_numpy(member.train_data.images), torch.from_numpy(member.train_data.labels))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
+                module=model, optimizer=torch.optim.SGD(model.parameters(), lr=config.lr),
+                data_loader=DataLoader(data, batch_size=config.batch_size), noise_multiplier=1.0,
+                max_grad_norm=config.clip_norm, poisson_sampling=True)
+            for _ in range(config.epochs):
+                for images, labels in loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(images.to(config.device)), labels.to(config.device)).backward()
+                    optimizer.step()
+    if config.device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=11, help="K, models trained (default: 11 = target + 10 shadows)")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per model (default: 100)")
+    parser.add_argument("--batch-size", type=int, default=36, help="expected batch size b (default: 36)")
+    parser.add_argument("--dataset-size", type=int, default=360, help="records per model n (default: 360)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--architectures", nargs="+", default=["cnn-digits", "cnn"], choices=sorted(DATASETS))
+    parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per vmapped call (default: 2048)")
+    args = parser.parse_args()
+    steps_per_epoch = math.ceil(args.dataset_size / args.batch_size)
+    epochs = max(1, round(args.steps / steps_per_epoch))
+    results = {}
+    for architecture in args.architectures:
+        dataset = DATASETS[architecture]
+        data = training_set(dataset, args.dataset_size)
+        members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
+        private = TrainConfig(dataset=dataset, model=architecture, optimizer="dpsgd-gc", epochs=epochs,
+                              batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0,
+                              sampling="poisson", target_size=args.dataset_size, num_shadows=0, diagnostics=False,
+                              device=args.device, memory_budget_mb=args.memory_budget_mb).validated()
+        variants = {
+            "ensemble_dpsgd": (private, True),
+            "engine_opacus_hooks_sequential_dpsgd": (replace(private, engine="sequential", grad_sample="opacus"), False),
+            "nonprivate_sequential_sgd": (replace(private, optimizer="sgd", engine="sequential"), False),
+        }
+        timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
+        opacus_privacy_engine(replace(private, epochs=1), members[:1])
+        seconds = {name: timed(config, members, together=together) for name, (config, together) in variants.items()}
+        seconds["opacus_sequential_dpsgd"] = opacus_privacy_engine(private, members)
+        results[architecture] = {
+            "seconds": seconds,
+            "speedup_vs_opacus_sequential": seconds["opacus_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
+            "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
+            "speedup_vs_engine_opacus_hooks_sequential":
+                seconds["engine_opacus_hooks_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
+            "parameters": parameter_count(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)),
+        }
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
+    print(json.dumps({
+        "models_K": args.models, "steps_per_model": epochs * steps_per_epoch, "batch_size": args.batch_size,
+        "dataset_size": args.dataset_size, "device": args.device, "device_name": device_name,
+        "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "results": results,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "opacus": __import__("opacus").__version__, "numpy": np.__version__},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The ensemble engine: same algorithm as one model at a time, chunking under a memory budget."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit import optim
+from dpaudit._validation import DPAuditError
+from dpaudit.config import TrainConfig
+from dpaudit.data import load_dataset
+from dpaudit.ensemble import ChunkPlan, EnsembleGradients, bytes_per_model_sample, plan_chunks
+from dpaudit.models import build_model
+from dpaudit.train import Member, train_models
+
+# settings each optimizer needs beyond the common ones (T = 3 epochs × 4 steps = 12 steps)
+EXTRA = {
+    "dpsgd-dc": {"domain_radius": 3.0},
+    "tp-topk": {"warmup_fraction": 0.34}, "tp-rand": {"warmup_fraction": 0.34},
+    "adadpigu": {"pretrain_fraction": 0.34}, "adadpigu-code": {"pretrain_fraction": 0.34},
+    "dp2-sgd": {"lr": 0.01}, "d2p2-sgd": {"lr": 0.01}, "dp2-sgd-as-published": {"lr": 0.01},
+    "d2p2-sgd-as-published": {"lr": 0.01},
+}
+
+
+def _config(optimizer: str, **changes) -> TrainConfig:
+    values = dict(dataset="digits", model="cnn-digits", optimizer=optimizer, epochs=3, batch_size=15, lr=0.2,
+                  clip_norm=1.0, sigma_dp=0.02, sampling="poisson", target_size=60, num_shadows=0,
+                  diagnostics=False, seed=5, device="cpu", microbatch_size=8)
+    values.update(EXTRA.get(optimizer, {}))
+    values.update(changes)
+    return TrainConfig(**values).validated()
+
+
+def _members(count: int):
+    """Digits with a little continuous jitter: integer pixels make exact max-pool ties, where two equally
+    valid sub-gradients are picked by floating-point noise (a different kernel may pick the other one)."""
+    digits = load_dataset("digits")
+    jitter = np.random.default_rng(0).normal(0, 1e-2, digits.images.shape).astype(np.float32)
+    data = replace(digits, images=digits.images + jitter)
+    return [Member(train_data=data.subset(np.arange(60 * k, 60 * (k + 1))), model_index=k, label=f"m{k}")
+            for k in range(count)]
+
+
+def _train(config, members):
+    return train_models(config=config, members=members, test_data=None, progress=False)
+
+
+@pytest.mark.parametrize("optimizer", optim.available())
+def test_ensemble_trains_the_same_models_as_one_at_a_time(optimizer):
+    """Poisson batches of unequal sizes (padding), microbatch chunks, the target's canaries: 12 steps, 3 models."""
+    members = _members(3)
+    together = _train(_config(optimizer, engine="ensemble", canaries=20), members)
+    alone = [_train(_config(optimizer, engine="sequential", canaries=20), [member])[0] for member in members]
+    for ensemble_model, single_model in zip(together, alone):
+        assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
+        for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(ensemble_model.metrics.train_loss, single_model.metrics.train_loss, rtol=1e-4)
+    assert not torch.equal(next(together[0].model.parameters()), next(together[1].model.parameters()))
+
+
+def test_chunking_under_a_tiny_budget_gives_the_same_models():
+    members = _members(3)
+    whole = _train(_config("dpsgd-gc", memory_budget_mb=2048), members)
+    pieces = _train(_config("dpsgd-gc", memory_budget_mb=1e-6), members)  # one model × one sample per call
+    for a_model, b_model in zip(whole, pieces):
+        for a, b in zip(a_model.model.parameters(), b_model.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_plan_chunks_fits_the_budget():
+    mib = 2**20
+    assert plan_chunks(models=11, samples=256, bytes_per_model_sample=mib, memory_budget_mb=1100) == ChunkPlan(11, 100, mib)
+    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=mib, memory_budget_mb=1e6) == ChunkPlan(11, 64, mib)
+    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=mib, memory_budget_mb=5) == ChunkPlan(5, 1, mib)
+    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=10 * mib, memory_budget_mb=1) == ChunkPlan(1, 1, 10 * mib)
+    with pytest.raises(DPAuditError, match="memory_budget_mb"):
+        plan_chunks(models=1, samples=1, bytes_per_model_sample=1, memory_budget_mb=0)
+
+
+def test_resnet18_ensemble_plan_stays_under_the_budget():
+    model = build_model("resnet18-gn-cifar", input_shape=(3, 32, 32), num_classes=10, seed=0)
+    per_pair = bytes_per_model_sample(model, example=torch.zeros(3, 32, 32))
+    assert per_pair > 4 * 2 * 11_000_000  # at least the two copies of 11 M per-sample gradient values
+    ensemble = EnsembleGradients([model], per_sample=True, example=torch.zeros(3, 32, 32), max_samples=256,
+                                 memory_budget_mb=2048)
+    plan = ensemble.plan
+    assert plan.models_per_call * plan.samples_per_call * per_pair <= 2048 * 2**20
+    assert plan.samples_per_call >= 1
+
+
+def test_ensemble_checkpoints_hold_one_model(tmp_path):
+    members = [replace(member, out_dir=tmp_path / member.label) for member in _members(3)]
+    _train(_config("dpsgd-gc"), members)
+    sizes = {member.label: (tmp_path / member.label / "epoch_0003.pt").stat().st_size for member in members}
+    parameters = sum(p.numel() for p in build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10).parameters())
+    assert max(sizes.values()) < 4 * parameters * 1.5  # one model's float32 values, not the stacked three
+
+
+def test_engine_choices_are_validated():
+    with pytest.raises(DPAuditError, match="engine"):
+        _config("dpsgd-gc", engine="parallel")
+    with pytest.raises(DPAuditError, match="engine: sequential"):
+        _config("dpsgd-gc", grad_sample="opacus")
+    with pytest.raises(DPAuditError, match="equal training-set sizes"):
+        data = load_dataset("digits")
+        train_models(config=_config("dpsgd-gc"), test_data=None, progress=False,
+                     members=[Member(train_data=data.subset(np.arange(60)), model_index=0),
+                              Member(train_data=data.subset(np.arange(50)), model_index=1)])
+
+
+@pytest.mark.gpu
+def test_ensemble_matches_one_at_a_time_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    members = _members(3)
+    together = _train(_config("dpsgd-gc", device="cuda"), members)
+    alone = [_train(_config("dpsgd-gc", device="cuda", engine="sequential"), [member])[0] for member in members]
+    for a_model, b_model in zip(together, alone):
+        for a, b in zip(a_model.model.parameters(), b_model.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # cuDNN picks kernels per shape
