@@ -117,7 +117,7 @@ class EnsembleGradients:
                 return (losses * weights).sum(), losses
 
             per_model = grad_and_value(weighted_mean, has_aux=True)
-        self._call = vmap(per_model, in_dims=(0, 0, 0) if per_sample else (0, 0, 0, 0))
+        self._call = vmap(per_model)  # over models: every argument has the model axis first
         self.plan = plan_chunks(models=len(self.models), samples=max_samples,
                                 bytes_per_model_sample=bytes_per_model_sample(base, example=example),
                                 memory_budget_mb=memory_budget_mb)

@@ -373,15 +373,15 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
             for run, index in zip(runs, indices):
                 run.step(index, epoch=epoch)
             bar.update()
-        diverged = [run.label for run in runs if run.end_epoch(epoch, started=started)]
+        diverged = [run for run in runs if run.end_epoch(epoch, started=started)]
         if len(runs) == 1:
             bar.set_postfix(loss=f"{runs[0].metrics.train_loss[-1]:.3f}")
         if diverged:
             bar.close()
-            kept = f"; checkpoints up to epoch {epoch - 1} kept" if runs[0].out is not None else ""
+            losses = ", ".join(f"{run.label} (loss {run.metrics.train_loss[-1]})" for run in diverged)
+            kept = f"; checkpoints up to epoch {epoch - 1} kept in {diverged[0].out}" if diverged[0].out else ""
             raise TrainingDivergedError(
-                f"training of {', '.join(diverged)} diverged: loss is {runs[0].metrics.train_loss[-1]} at epoch "
-                f"{epoch} (try a smaller lr or clip_norm){kept}"
+                f"training diverged at epoch {epoch}: {losses} (try a smaller lr or clip_norm){kept}"
             )
     bar.close()
     return [run.result() for run in runs]
