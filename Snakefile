@@ -30,6 +30,7 @@ rule manifest:
     input:
         expand("figures/dpsgd_dc/{name}.manifest.json", name=THEORY_FIGURES + list(DATA_FIGURES) + ["table1"]),
         "figures/audit/audit.manifest.json",
+        "figures/audit/validation.manifest.json",
         [f"figures/{name}.manifest.json" for name in PAPER_FIGURES],
     output:
         manifest="figures/manifest.json",

@@ -460,6 +460,46 @@ def _cmd_audit_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validation(args: argparse.Namespace) -> int:
+    from dpaudit.figures.validation import write_validation
+
+    pairs = dict(pair.split("=", 1) for pair in args.pair if "=" in pair)
+    if len(pairs) != len(args.pair):
+        raise DPAuditError(f"--pair takes VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc; got {' '.join(args.pair)}")
+    files = write_validation(args.files, pairs=pairs, attack=args.attack, out_dir=args.out, title=args.title)
+    print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    import contextlib
+    import os
+    import shlex
+
+    parser = build_parser()
+    parsed = []
+    for number, command in enumerate(args.commands, 1):  # every command is checked before the first runs
+        argv = shlex.split(command)
+        if not argv or argv[0] == "batch":
+            raise DPAuditError(f"batch command {number} must name a dpaudit command other than batch: {command!r}")
+        try:
+            parsed.append(parser.parse_args(argv))
+        except SystemExit:
+            raise DPAuditError(f"batch command {number} has bad arguments (above): {command!r}") from None
+    for number, (command, sub_args) in enumerate(zip(args.commands, parsed), 1):
+        if not args.quiet:
+            print(f"[{number}/{len(parsed)}] dpaudit {command}", file=sys.stderr, flush=True)
+        with open(os.devnull, "w", encoding="utf-8") as devnull, \
+                contextlib.redirect_stdout(devnull if args.quiet else sys.stdout):
+            try:
+                code = sub_args.handler(sub_args)
+            except DPAuditError as error:
+                raise DPAuditError(f"batch command {number} of {len(parsed)} (dpaudit {command}): {error}") from None
+        if code:
+            return code
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpaudit",
@@ -620,6 +660,29 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--metrics", required=True, type=Path, help="metrics JSON to write")
     summary.add_argument("--plot", required=True, type=Path, help="CSV of mean ε̂ per configuration and epoch")
     summary.set_defaults(handler=_cmd_summarize)
+
+    validation = commands.add_parser(
+        "validation", help="the auditor on broken optimizers beside their correct twins: figure, table, false alarms",
+        description="Flag every audit whose ε̂ lower bound exceeds the ε its run claims against the attack (one step "
+        "for canary, the run otherwise); draw each broken variant beside its twin and count false alarms over every "
+        "audit of a DP-claiming run given. Writes validation.{pdf,png,md,tex,json} and validation.manifest.json.")
+    validation.add_argument("files", nargs="+", type=Path, help="…/<run>/audit_<attack>.json files (`dpaudit audit`)")
+    validation.add_argument("--pair", nargs="+", required=True, metavar="VARIANT=TWIN",
+                            help="broken variant and its correct twin, e.g. dpsgd-no-noise=dpsgd-gc")
+    validation.add_argument("--attack", default="canary", choices=AUDIT_ATTACKS,
+                            help="the attack whose audits the pairs show (default: canary)")
+    validation.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/audit")
+    validation.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    validation.set_defaults(handler=_cmd_validation)
+
+    batch = commands.add_parser(
+        "batch", help="run several dpaudit commands in one process (torch starts once)",
+        description="Run dpaudit commands one after another in this process, each given as one quoted string, "
+        "e.g. dpaudit batch 'train --out r --epochs 2' 'attack --run r'. All are parsed before the first runs; "
+        "the first that fails stops the batch, and what finished before it stays.")
+    batch.add_argument("commands", nargs="+", metavar="COMMAND", help="a dpaudit command line without `dpaudit`")
+    batch.add_argument("--quiet", action="store_true", help="no progress lines; the commands' output is discarded")
+    batch.set_defaults(handler=_cmd_batch)
 
     listing = commands.add_parser("list", help="list datasets, models, optimizers, bounds or figures")
     listing.add_argument("what", choices=("datasets", "models", "optim", "bounds", "figures"))

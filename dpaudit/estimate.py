@@ -37,7 +37,7 @@ def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
 
     This is the papers' point estimate, not a confidence bound. Edge cases follow the formula
     exactly and are reported, not clipped: a zero rate gives +inf (with a warning), a worse-than-random
-    attack gives a negative value.
+    attack gives a negative value, and a side with 1 − δ − rate ≤ 0 counts as −inf (its limit).
 
     Args:
         fpr: false-positive rate(s) in [0, 1] (non-members predicted "member").
@@ -55,9 +55,10 @@ def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
         if values.size and (not np.all(np.isfinite(values)) or values.min() < 0 or values.max() > 1):
             raise DPAuditError(f"{name} must lie in [0, 1], got {values if values.ndim else float(values)}")
     with np.errstate(divide="ignore", invalid="ignore"):
-        first = np.log((1 - delta - fpr_arr) / fnr_arr)
-        second = np.log((1 - delta - fnr_arr) / fpr_arr)
-        result = np.fmax(first, second)
+        # a side whose 1 − δ − rate is ≤ 0 certifies nothing (its limit is −inf), not NaN
+        first = np.where(1 - delta - fpr_arr > 0, np.log((1 - delta - fpr_arr) / fnr_arr), -np.inf)
+        second = np.where(1 - delta - fnr_arr > 0, np.log((1 - delta - fnr_arr) / fpr_arr), -np.inf)
+        result = np.maximum(first, second)
     if np.any(np.isposinf(result)):
         warnings.warn("a zero FPR or FNR gives ε̂ = +inf (perfect separation on this sample)", stacklevel=2)
     if result.ndim == 0:

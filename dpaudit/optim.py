@@ -342,6 +342,24 @@ class DPSGD(PrivateOptimizer):
         return (self.hyper.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
 
 
+@register("dpsgd-no-noise", dp_claim=False,
+          description="DP-SGD that adds no noise but accounts as if it did (broken on purpose: auditor check; no DP claim)")
+class DPSGDNoNoise(DPSGD):
+    """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
+
+    def _noise(self, shape) -> torch.Tensor:
+        return torch.zeros(shape, device=self.params[0].device, dtype=self.params[0].dtype)
+
+
+@register("dpsgd-no-clip", dp_claim=False,
+          description="DP-SGD without clipping, noise calibrated to C (broken on purpose: auditor check; no DP claim)")
+class DPSGDNoClip(DPSGD):
+    """Σ g_i / b + N(0, σ_DP²): the sensitivity is unbounded, the noise is that of C."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(norms)
+
+
 @register(
     "dpsgd-dc",
     dp_claim=True,

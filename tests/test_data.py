@@ -251,6 +251,21 @@ def test_digits_shapes_split_and_determinism():
     np.testing.assert_array_equal(again.labels, train.labels)
 
 
+def test_digits_split_is_sklearns_stratified_split_read_without_importing_sklearn():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    train_index, test_index = train_test_split(np.arange(1797), test_size=599, stratify=bunch.target, random_state=0)
+    np.testing.assert_array_equal(np.flatnonzero(datasets_module._digits_test_mask()), np.sort(test_index))
+    for split, index in (("train", np.sort(train_index)), ("test", np.sort(test_index))):
+        data = load_dataset("digits", split=split, normalize=False)
+        np.testing.assert_array_equal(data.images[:, 0], (bunch.images[index] / 16.0).astype(np.float32))
+        np.testing.assert_array_equal(data.labels, bunch.target[index])
+    code = "import sys, dpaudit.data as d; d.load_dataset('digits'); assert 'sklearn' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_digits_stats_match_the_full_data_and_normalize():
     from sklearn.datasets import load_digits
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dpaudit._io import read_json, write_json
 from dpaudit.audit import audit_scores
@@ -39,3 +40,52 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
     assert metrics["dpsgd-gc_eps8/canary"]["epsilon_lower"] > metrics["tp-topk_eps8/canary"]["epsilon_lower"]
     assert metrics["dpsgd-gc_eps8/canary"]["epsilon_theory"] == 4.0
     assert "| dpsgd-gc_eps8 | canary |" in capsys.readouterr().out
+
+
+def _validation_run(root, optimizer, eps, dp_claim, shift):
+    """A run folder (config.json) and its canary and loss audits; ``shift`` separates members from non-members."""
+    trial = root / f"{optimizer}_eps{eps}" / "trial_0"
+    trial.mkdir(parents=True)
+    write_json(trial / "config.json", {"config": {"optimizer": optimizer, "target_epsilon": None},  # as train writes
+                                       "derived": {"dp_claim": dp_claim, "target_epsilon": eps}})
+    files = []
+    for attack, claimed in (("canary", eps / 2), ("loss", eps)):
+        path = _audit_file(trial.parent, attack, shift, claimed)
+        payload = read_json(path)
+        write_json(path, {**payload, "source": str(trial), "epsilon_run": eps})
+        files.append(path)
+    return files
+
+
+def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, capsys):
+    files = []
+    for eps in (1, 4):
+        files += _validation_run(tmp_path, "dpsgd-no-noise", eps, False, 8.0)  # members far apart: ε̂ ≫ claim
+        files += _validation_run(tmp_path, "dpsgd-gc", eps, True, 0.0)  # no separation: never flagged
+        files += _validation_run(tmp_path, "auto-s", eps, True, 0.0)
+    out = tmp_path / "figures"
+    assert main(["validation", *map(str, files), "--pair", "dpsgd-no-noise=dpsgd-gc", "--out", str(out),
+                 "--title", "test"]) == 0
+    for suffix in (".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"):
+        assert (out / f"validation{suffix}").stat().st_size > 200
+    report = read_json(out / "validation.json")
+    broken = [row for row in report["rows"] if row["role"] == "broken"]
+    assert [row["target_epsilon"] for row in broken] == [1, 4] and all(row["flagged"] for row in broken)
+    for row in report["rows"]:  # flagged means the lower bound exceeds the claim the attack faces
+        assert row["flagged"] == (row["lower"] > row["claimed"]) and row["claimed"] == row["target_epsilon"] / 2
+    # every audit of a DP-claiming run counts: 2 optimizers × 2 ε × 2 attacks, none flagged
+    assert report["false_alarms"]["audits"] == 8 and report["false_alarms"]["flagged"] == 0
+    assert report["false_alarms"]["rate_upper_95"] == pytest.approx(1 - 0.05 ** (1 / 8))  # Clopper–Pearson, k = 0
+    claims = read_json(out / "validation.manifest.json")["claims"]
+    assert [claim["holds"] for claim in claims] == [True, True, True]
+    assert "| dpsgd-no-noise | dpsgd-no-noise | broken | 1 |" in capsys.readouterr().out
+
+
+def test_validation_rejects_bad_pairs_in_one_line(tmp_path, capsys):
+    files = _validation_run(tmp_path, "dpsgd-gc", 1, True, 0.0)
+    for pair, message in (("dpsgd-no-noise", "--pair takes VARIANT=TWIN"),
+                          ("dpsgd-no-noise=dpsgd-gc", "no canary-attack audit given for: dpsgd-no-noise"),
+                          ("dpsgd-gc=dpsgd-gc", "dpsgd-gc claims DP")):
+        assert main(["validation", *map(str, files), "--pair", pair, "--out", str(tmp_path / "f")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err

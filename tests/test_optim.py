@@ -54,6 +54,24 @@ def test_dpsgd_gc_step_matches_hand_computation():
     assert z == pytest.approx(0.3 * 2 / 1.0) and q == pytest.approx(0.2)
 
 
+@pytest.mark.parametrize("name, clipped, noisy", [("dpsgd-no-noise", True, False), ("dpsgd-no-clip", False, True)])
+def test_broken_dpsgd_variants_depart_in_exactly_one_way_and_claim_nothing(name, clipped, noisy):
+    spec = optim.get_spec(name)
+    assert spec.dp_claim is False
+    params = _tiny_params()
+    opt = spec.cls(params, _hyper(), generator=torch.Generator().manual_seed(7))
+    grads = [torch.tensor([[3.0, 0.0], [0.3, 0.0]]), torch.tensor([[4.0], [0.4]])]  # norms 5 and 0.5
+    opt.accumulate(grads)
+    z, q = opt.step(realized_batch_size=2)
+    scale0 = 1.0 / (5.0 + 1e-6) if clipped else 1.0
+    summed = [torch.tensor([3.0 * scale0 + 0.3, 0.0]), torch.tensor([4.0 * scale0 + 0.4])]
+    reference = torch.Generator().manual_seed(7)
+    noise = [torch.randn(2, generator=reference), torch.randn(1, generator=reference)] if noisy else [0.0, 0.0]
+    for got, start, total, n in zip(params, _tiny_params(), summed, noise):
+        torch.testing.assert_close(got, start - 0.1 * (total / 2 + 0.3 * n))
+    assert z == pytest.approx(0.6) and q == pytest.approx(0.2)  # the ledger records what DP-SGD would claim
+
+
 def test_every_clipped_per_sample_gradient_has_norm_at_most_c():
     torch.manual_seed(0)
     grads = [torch.randn(64, 5, 3) * 10, torch.randn(64, 7)]

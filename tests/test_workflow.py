@@ -1,5 +1,6 @@
 """The Snakemake workflow: schema validation, presets, profiles, dispatch through an executor plugin."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -43,34 +44,36 @@ def _job_count(output: str, rule: str) -> int:
     return 0
 
 
-@pytest.mark.parametrize("preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_runs", [
-    # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit: optimizers × audit ε (× trials)
-    (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14 * 4),
-    ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6 * 1),
-    ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13 * 4),
-])
+@pytest.mark.parametrize(
+    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_variants", [
+        # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
+        # one job per optimizer (all its ε)
+        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6),
+        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 2),
+        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6),
+    ])
 def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
-                                    cross_runs):
+                                    cross_optimizers, validation_variants):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
-    assert _job_count(output, "seed004_train") == trainings
-    assert _job_count(output, "seed004_attack") == trainings
+    # each job trains one run-trial and attacks it in one process (`dpaudit batch`)
+    assert _job_count(output, "seed004_run") == trainings
     assert _job_count(output, "seed004_data_figure") == 3
-    for rule in ("optimizers_train", "optimizers_attack", "optimizers_epsilon"):
-        assert _job_count(output, rule) == optimizer_runs
-    cross_trials = 2 if preset == "configs/paper.yaml" else 1
-    assert _job_count(output, "audit_train") == audit_runs
-    assert _job_count(output, "audit_cross_train") == cross_runs * cross_trials
-    # one job per run scores all its attacks (audit: 5, cross: 2), trials pooled
+    assert _job_count(output, "optimizers_run") == optimizer_runs
+    assert _job_count(output, "audit_run") == audit_runs
+    # one job per run scores all its attacks (audit: 5), trials pooled; one per optimizer trains and scores its
+    # cross-optimizer runs at every ε
     assert _job_count(output, "audit_score") == audit_runs // trials_per_run
-    assert _job_count(output, "audit_cross_score") == cross_runs
-    assert _job_count(output, "audit_cross_table") == 1
+    assert _job_count(output, "audit_optimizer") == cross_optimizers + validation_variants
+    assert _job_count(output, "audit_cross_table") == 1 and _job_count(output, "audit_validation") == 1
     # every paper figure and table (seeds 000–003) whose optimizers the preset's optimizers.runs has
     figures = sum(_job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items()
                   for name in names)
     assert figures == (len([n for names in PAPER_FIGURES.values() for n in names]) if preset != "configs/smoke.yaml"
                        else 21)
-    assert _job_count(output, "papers_train") > 0 and _job_count(output, "manifest") == 1
+    paper_rules = {line.split()[0] for line in output.splitlines() if line.startswith("papers_") and len(line.split()) == 2}
+    paper_jobs = sum(_job_count(output, rule) for rule in paper_rules)
+    assert 0 < paper_jobs <= 12 and _job_count(output, "manifest") == 1  # one per optimizer with paper runs
 
 
 def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
@@ -79,7 +82,7 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
     result = _snakemake(workflow_copy, "-n", "--cores", "1", check=False)
     assert result.returncode != 0
     assert "Error validating config file" in result.stdout + result.stderr
-    assert "seed004_train" not in result.stdout
+    assert "seed004_run" not in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -94,6 +97,10 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
         # LiRA needs the paired-halves split with an even model count
         ("    split_design: halves\n", "", "Error validating config file"),
         ("num_shadows: 8 ", "num_shadows: 7 ", "Error validating config file"),
+        # the auditor's validation: a variant must be a registered optimizer, a twin a run of optimizers.runs
+        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clipping, dpsgd-gc]", "Error validating config file"),
+        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-dc]",
+         "audit.validation.pairs.dpsgd-no-clip: twin 'dpsgd-dc' is not a run of optimizers.runs"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):
@@ -103,7 +110,7 @@ def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, 
     result = _snakemake(workflow_copy, "-n", "--cores", "1", check=False)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
-    assert "optimizers_train" not in result.stdout
+    assert "optimizers_run" not in result.stdout
 
 
 def test_schema_knows_every_registered_optimizer():
@@ -118,7 +125,7 @@ def test_schema_knows_every_registered_optimizer():
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):
     output = _snakemake(workflow_copy, "-n", "--workflow-profile", "profiles/slurm",
                         "--configfile", "configs/paper.yaml").stdout
-    assert _job_count(output, "seed004_train") == 120
+    assert _job_count(output, "seed004_run") == 120
 
 
 def test_jobs_are_dispatched_through_an_executor_plugin(workflow_copy):
@@ -155,7 +162,7 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     first = repro()
     assert (workflow_copy / "figures" / "dpsgd_dc" / "figure3.png").is_file()
     assert (workflow_copy / "metrics" / "seed004.json").is_file()
-    assert "seed004_train" in first
+    assert "seed004_run" in first
     gc_config = (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns
     assert (workflow_copy / "metrics" / "optimizers.json").is_file()
     edited = yaml.safe_load(params.read_text())
@@ -163,7 +170,7 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     next(run for run in edited["optimizers"]["runs"] if run["name"] == "d2p2-sgd")["lr"] = 0.01
     params.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
     second = repro()
-    trained = [line for line in second.splitlines() if "dpaudit train" in line]
+    trained = re.findall(r"'train [^']*'", second)  # the `dpaudit batch` commands of the jobs that ran
     # the new D = 5 runs (2 batch sizes × 2 trials), d2p2-sgd in the optimizer and cross-optimizer audit
     # sections (both take optimizers.runs) and the 4 d2p2-sgd paper runs (they start from its tuned lr)
     assert len(trained) == 2 * 2 + 2 + 4

@@ -177,6 +177,16 @@ class DatasetInfo:
 DIGITS_SIZE = 1797
 DIGITS_TEST_SIZE = 599
 DIGITS_SPLIT_SEED = 0
+# Its test images as a bit mask (np.packbits, hex): the split `train_test_split(arange(1797), test_size=599,
+# stratify=labels, random_state=0)` gives (tests/test_data.py recomputes it), stored so that loading digits
+# does not import scikit-learn (≈ 1.4 s in every pipeline job).
+_DIGITS_TEST_MASK_HEX = (
+    "482004c8b52630c009166121d742450c5a000c1122a40028062c1e081108960a009019320430fca092c396e442284adab044"
+    "1724c942c8e24a2130806004d82140eba02000588dc58010420ea09000054ae801f01000328ecc09005a36840083b8053ca3"
+    "a69e4e0224000fcbd42804a499dd02124061e540812c604e9c376ba592174154c8404842a0a4980a5000b64b8561ee891388"
+    "cf126c82c02205068f422109f202c141bd8813c809190101948e21028410a8f52033283920c944c8c8688a21029322920309"
+    "32a6402da6862108aa608198c8a0141286124a12853cb41d20"
+)
 
 # EMNIST split -> (num_classes, train_size, test_size). torchvision keeps the "letters" labels 1..26 with
 # an unused class 0 ("N/A"), hence 27 classes; the labels are returned as stored.
@@ -312,22 +322,27 @@ def load_dataset(
     return ArrayDataset(name, np.ascontiguousarray(images, dtype=np.float32), labels, info.num_classes)
 
 
-def _load_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+def _digits_test_mask() -> np.ndarray:
+    """Boolean mask over the 1,797 digits images: True for the 599 of the fixed test split."""
+    bits = np.unpackbits(np.frombuffer(bytes.fromhex(_DIGITS_TEST_MASK_HEX), dtype=np.uint8))
+    return bits[:DIGITS_SIZE].astype(bool)
 
-    bunch = load_digits()
-    images = (np.asarray(bunch.images, dtype=np.float64) / 16.0).astype(np.float32)
-    labels = np.asarray(bunch.target, dtype=np.int64)
-    if images.shape != (DIGITS_SIZE, 8, 8):
-        raise DPAuditError(f"scikit-learn digits: expected images of shape (1797, 8, 8), got {images.shape}")
-    train_index, test_index = train_test_split(
-        np.arange(DIGITS_SIZE),
-        test_size=DIGITS_TEST_SIZE,
-        stratify=labels,
-        random_state=DIGITS_SPLIT_SEED,
-    )
-    index = np.sort(train_index if split == "train" else test_index)
+
+def _load_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
+    # scikit-learn's own file (what `sklearn.datasets.load_digits` reads), located without importing sklearn
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if spec else None
+    if path is None or not path.is_file():
+        raise DatasetNotFoundError(f"scikit-learn's digits file not found ({path}); reinstall scikit-learn")
+    with gzip.open(path, "rt") as stream:
+        table = np.loadtxt(stream, delimiter=",")
+    if table.shape != (DIGITS_SIZE, 65):
+        raise DPAuditError(f"{path}: expected a 1797 × 65 table (64 pixels + label), got {table.shape}")
+    images = (table[:, :-1].reshape(DIGITS_SIZE, 8, 8) / 16.0).astype(np.float32)
+    labels = table[:, -1].astype(np.int64)
+    index = np.flatnonzero(_digits_test_mask() if split == "test" else ~_digits_test_mask())
     return images[index][:, None, :, :], labels[index]
 
 

@@ -11,14 +11,32 @@ AUD_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for r
 CROSS = AUD["cross_optimizer"]
 CROSS_COMMON = {**{k: v for k, v in AUD_COMMON.items() if k not in ("num_shadows", "split_design")},
                 "num_shadows": 0, "diagnostics": False, "canaries": CROSS["canaries"]}
+VALIDATION = AUD["validation"]
+VALIDATION_PAIRS = dict(VALIDATION["pairs"])  # broken variant → correct twin
+for _variant, _twin in VALIDATION_PAIRS.items():  # before any job: a twin must be a run of optimizers.runs
+    if _twin not in OPT_SETTINGS:
+        raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} is not a run of optimizers.runs "
+                         f"({', '.join(OPT_SETTINGS)})")
+if VALIDATION["attack"] not in CROSS["attacks"]:
+    raise ValueError(f"params audit.validation.attack: {VALIDATION['attack']!r} is not one of "
+                     f"audit.cross_optimizer.attacks ({', '.join(CROSS['attacks'])})")
+# each broken variant trains with its twin's settings: the two differ only where the variant breaks DP
+VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], "optimizer": variant}
+                       for variant, twin in VALIDATION_PAIRS.items()}
 AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, attacks)
     "audit": (AUD_SETTINGS, AUD_COMMON, AUD["common"]["trials"], AUD["attacks"]),
     "audit_cross": (OPT_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),
+    "audit_validation": (VALIDATION_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),
 }
 
 
+def epsilon_runs(name):
+    """The runs of one optimizer setting, one per theoretical ε."""
+    return [f"{name}_eps{eps:g}" for eps in AUD["target_epsilons"]]
+
+
 def audit_runs(section):
-    return [f"{name}_eps{eps:g}" for name in AUD_SECTIONS[section][0] for eps in AUD["target_epsilons"]]
+    return [run for name in AUD_SECTIONS[section][0] for run in epsilon_runs(name)]
 
 
 def audit_files(section):
@@ -26,93 +44,89 @@ def audit_files(section):
                   attack=AUD_SECTIONS[section][3])
 
 
-def audit_train_flags(wildcards, section):
+def audit_train_flags(run, section):
     settings, common, _, _ = AUD_SECTIONS[section]
-    name, eps = wildcards.run.rsplit("_eps", 1)
+    name, eps = run.rsplit("_eps", 1)
     return cli_flags({**common, "optimizer": name, **settings[name], "target_epsilon": float(eps)})
 
 
 wildcard_constraints:
-    section="audit|audit_cross",
+    name="[^/]+",
 
 
 rule audit_all:
     input:
         audit_files("audit"),  # the runs' audits too, so that a fresh clone re-runs them
         audit_files("audit_cross"),
+        audit_files("audit_validation"),
+        "figures/audit/validation.png",
         "metrics/audit.json",
         "metrics/audit_optimizers.json",
 
 
-rule audit_train:
+rule audit_run:  # one trial: train (canaries on the target), then the shadow attack if scored, in one process
     output:
         "results/audit/{run}/trial_{trial}/config.json",
+        *(["results/audit/{run}/trial_{trial}/attack.json"] if "shadow" in AUD["attacks"] else []),
     params:
-        flags=lambda wildcards: audit_train_flags(wildcards, "audit"),
-        out="results/audit/{run}/trial_{trial}",
+        commands=lambda wildcards, output: batch_command(
+            f"train --quiet --out {Path(output[0]).parent} --trial {wildcards.trial} {audit_train_flags(wildcards.run, 'audit')}",
+            *([f"attack --quiet --run {Path(output[0]).parent}"] if "shadow" in AUD["attacks"] else [])),
     shell:
-        "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
+        "{params.commands}"
 
 
-rule audit_cross_train:  # also summarises the run for the paper tables at matched ε (dpaudit.experiments)
-    output:
-        "results/audit_cross/{run}/trial_{trial}/config.json",
-        "results/audit_cross/{run}/trial_{trial}/summary.json",
-    params:
-        flags=lambda wildcards: audit_train_flags(wildcards, "audit_cross"),
-        out="results/audit_cross/{run}/trial_{trial}",
-    shell:
-        "dpaudit train --quiet --summarize --out {params.out} --trial {wildcards.trial} {params.flags}"
+def score_command(section, run):
+    """`dpaudit audit` of every attack of a section on one run, its trials pooled."""
+    _, _, trials, attacks = AUD_SECTIONS[section]
+    folders = " ".join(f"results/{section}/{run}/trial_{trial}" for trial in range(trials))
+    return (f"audit --run {folders} --attack {' '.join(attacks)} --delta {AUD_COMMON['delta']}"
+            f" --confidence {AUD['confidence']} --no-plot --out-dir results/{section}/{run}")
 
 
-rule audit_shadow_attack:
+rule audit_score:  # every attack on one run in one process; the trials are pooled
     input:
-        "results/{section}/{run}/trial_{trial}/config.json",
-    output:
-        "results/{section}/{run}/trial_{trial}/attack.json",
-    params:
-        run="results/{section}/{run}/trial_{trial}",
-    shell:
-        "dpaudit attack --quiet --run {params.run}"
-
-
-def score_inputs(section):
-    """The trial runs' files one scoring job reads (shadow scores come from `dpaudit attack`)."""
-    files = ["config.json"] + (["attack.json"] if "shadow" in AUD_SECTIONS[section][3] else [])
-    return lambda wildcards: expand("results/{section}/{run}/trial_{trial}/{file}", section=section, run=wildcards.run,
-                                    trial=range(AUD_SECTIONS[section][2]), file=files)
-
-
-SCORE_COMMAND = ("dpaudit audit --run {params.runs} --attack {params.attacks} --delta {params.delta}"
-                 " --confidence {params.confidence} --no-plot --out-dir {params.out} > /dev/null")
-
-
-rule audit_score:  # every attack on one run in one process (torch starts once); the trials are pooled
-    input:
-        score_inputs("audit"),
+        expand("results/audit/{{run}}/trial_{trial}/{file}", trial=range(AUD["common"]["trials"]),
+               file=["config.json"] + (["attack.json"] if "shadow" in AUD["attacks"] else [])),
     output:
         expand("results/audit/{{run}}/audit_{attack}.json", attack=AUD["attacks"]),
     params:
-        runs=lambda wildcards, input: run_folders(input),
-        attacks=" ".join(AUD["attacks"]),
-        out="results/audit/{run}",
-        delta=AUD_COMMON["delta"],
-        confidence=AUD["confidence"],
+        commands=lambda wildcards: batch_command(score_command("audit", wildcards.run)),
     shell:
-        SCORE_COMMAND
+        "{params.commands}"
 
 
-use rule audit_score as audit_cross_score with:
-    input:
-        score_inputs("audit_cross"),
+rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each trial, then score each ε-run
     output:
-        expand("results/audit_cross/{{run}}/audit_{attack}.json", attack=CROSS["attacks"]),
+        expand("results/{{section}}/{{name}}_eps{eps:g}/trial_{trial}/{file}", eps=AUD["target_epsilons"],
+               trial=range(CROSS["trials"]), file=["config.json", "summary.json"]),
+        expand("results/{{section}}/{{name}}_eps{eps:g}/audit_{attack}.json", eps=AUD["target_epsilons"],
+               attack=CROSS["attacks"]),
+    wildcard_constraints:
+        section="audit_cross|audit_validation",
     params:
-        runs=lambda wildcards, input: run_folders(input),
-        attacks=" ".join(CROSS["attacks"]),
-        out="results/audit_cross/{run}",
-        delta=AUD_COMMON["delta"],
-        confidence=AUD["confidence"],
+        commands=lambda wildcards: batch_command(
+            *[f"train --quiet --summarize --out results/{wildcards.section}/{run}/trial_{trial} --trial {trial} "
+              + audit_train_flags(run, wildcards.section)
+              for run in epsilon_runs(wildcards.name) for trial in range(CROSS["trials"])],
+            *[score_command(wildcards.section, run) for run in epsilon_runs(wildcards.name)]),
+    shell:
+        "{params.commands}"
+
+
+rule audit_validation:  # the broken variants beside their twins; false alarms over every correct run's audits
+    input:
+        audit_files("audit_validation"),
+        audit_files("audit_cross"),
+        audit_files("audit"),
+    output:
+        multiext("figures/audit/validation", ".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"),
+    params:
+        pairs=" ".join(f"{variant}={twin}" for variant, twin in VALIDATION_PAIRS.items()),
+        title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+    shell:
+        "dpaudit validation {input} --pair {params.pairs} --attack " + VALIDATION["attack"]
+        + " --out figures/audit --title '{params.title}' > /dev/null"
 
 
 rule audit_table:

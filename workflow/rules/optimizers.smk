@@ -41,44 +41,23 @@ rule optimizers_all:
         "metrics/optimizers.json",
 
 
-rule optimizers_train:
+rule optimizers_run:  # train target + shadows, attack every checkpoint, replay ε per checkpoint: one process
     output:
         "results/optimizers/{run}/trial_{trial}/config.json",
+        "results/optimizers/{run}/trial_{trial}/attack.json",
+        "results/optimizers/{run}/trial_{trial}/target/epsilon.json",
     params:
-        flags=lambda wildcards: optimizer_run_flags(wildcards.run),
-        out="results/optimizers/{run}/trial_{trial}",
+        commands=lambda wildcards, output: batch_command(
+            f"train --quiet --out {Path(output[0]).parent} --trial {wildcards.trial} {optimizer_run_flags(wildcards.run)}",
+            f"attack --quiet --run {Path(output[0]).parent}",
+            f"epsilon --run {Path(output[0]).parent} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
+            f" --accountants {','.join(OPT['accountants'])} --delta {OPT_COMMON['delta']}"),
     resources:
         gpu=OPT_RESOURCES["gpu"],
         mem_mb=OPT_RESOURCES["mem_mb"],
         runtime=OPT_RESOURCES["runtime"],
     shell:
-        "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
-
-
-rule optimizers_attack:
-    input:
-        "results/optimizers/{run}/trial_{trial}/config.json",
-    output:
-        "results/optimizers/{run}/trial_{trial}/attack.json",
-    params:
-        run="results/optimizers/{run}/trial_{trial}",
-    shell:
-        "dpaudit attack --quiet --run {params.run}"
-
-
-rule optimizers_epsilon:
-    input:
-        "results/optimizers/{run}/trial_{trial}/config.json",
-    output:
-        "results/optimizers/{run}/trial_{trial}/target/epsilon.json",
-    params:
-        run="results/optimizers/{run}/trial_{trial}",
-        epochs=",".join(str(e) for e in OPT_COMMON["eval_epochs"]),
-        accountants=",".join(OPT["accountants"]),
-        delta=OPT_COMMON["delta"],
-    shell:
-        "dpaudit epsilon --run {params.run} --epochs {params.epochs} --accountants {params.accountants}"
-        " --delta {params.delta} > /dev/null"
+        "{params.commands}"
 
 
 rule optimizers_metrics:

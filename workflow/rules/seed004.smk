@@ -49,29 +49,20 @@ rule seed004_metrics:
         "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot}"
 
 
-rule seed004_train:
+rule seed004_run:  # train target + shadows, then attack every checkpoint, in one process
     output:
         "results/seed004/{run}/trial_{trial}/config.json",
+        "results/seed004/{run}/trial_{trial}/attack.json",
     params:
-        flags=lambda wildcards: run_config(wildcards.run),
-        out="results/seed004/{run}/trial_{trial}",
+        commands=lambda wildcards, output: batch_command(
+            f"train --quiet --out {Path(output[0]).parent} --trial {wildcards.trial} {run_config(wildcards.run)}",
+            f"attack --quiet --run {Path(output[0]).parent}"),
     resources:
         gpu=RESOURCES["gpu"],
         mem_mb=RESOURCES["mem_mb"],
         runtime=RESOURCES["runtime"],
     shell:
-        "dpaudit train --quiet --out {params.out} --trial {wildcards.trial} {params.flags}"
-
-
-rule seed004_attack:
-    input:
-        "results/seed004/{run}/trial_{trial}/config.json",
-    output:
-        "results/seed004/{run}/trial_{trial}/attack.json",
-    params:
-        run="results/seed004/{run}/trial_{trial}",
-    shell:
-        "dpaudit attack --quiet --run {params.run}"
+        "{params.commands}"
 
 
 rule seed004_theory_figure:

@@ -1,0 +1,187 @@
+"""The auditor's own check: optimizers broken on purpose (no DP claim) audited beside their correct twins.
+
+An audit flags a run when its ε̂ lower bound (95 %) exceeds the ε the run claims against that attack: the
+ε of one step for the white-box canary attack (the mechanism each canary faces), the run's composed ε for
+the others. A correct optimizer is flagged with probability ≤ 1 − confidence by construction of the bound;
+the false-alarm rate over every audit of a DP-claiming run measures it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit._io import read_json, write_json
+from dpaudit._validation import DPAuditError
+from dpaudit.figures.style import figure_style, save_figure
+
+
+def audit_row(path: str | Path) -> dict[str, Any]:
+    """One ``dpaudit audit --run`` result with its run's settings and whether it flags the run.
+
+    Args:
+        path: ``…/<run>/audit_<attack>.json``; its ``source`` names the trial folders (their config.json).
+    """
+    payload = read_json(path)
+    source = str(payload.get("source", "")).split()
+    if not source or not (Path(source[0]) / "config.json").is_file():
+        raise DPAuditError(f"{path}: its source run ({' '.join(source) or 'none'}) has no config.json")
+    run = read_json(Path(source[0]) / "config.json")
+    attack = payload["attack"]
+    claimed = payload.get("epsilon_mechanism" if attack == "canary" else "epsilon_run")
+    report = payload["report"]
+    lower, ceiling = float(report["epsilon_lower"]), float(report["epsilon_ceiling"])
+    settings = {key: value for key, value in run["config"].items() if key != "optimizer"}
+    return {
+        "file": str(path), "optimizer": run["config"]["optimizer"], "settings": json.dumps(settings, sort_keys=True), "target_epsilon": run["derived"]["target_epsilon"],
+        "dp_claim": bool(run["derived"]["dp_claim"]), "attack": attack,
+        "claimed": None if claimed is None else float(claimed), "lower": lower,
+        "point": float(report["epsilon_point"]), "ceiling": ceiling, "confidence": float(report["confidence"]),
+        "flagged": claimed is not None and lower > float(claimed),
+        "detectable": claimed is not None and ceiling > float(claimed),
+    }
+
+
+def _same_run(row: dict[str, Any]) -> tuple[str, Any]:
+    """What a variant's run and its twin's share: every setting but the optimizer, and the target ε."""
+    return row["settings"], row["target_epsilon"]
+
+
+def validation_report(files: list[str | Path], *, pairs: dict[str, str], attack: str = "canary") -> dict[str, Any]:
+    """Variant-beside-twin rows for ``attack`` and the false-alarm rate over every DP-claiming audit given.
+
+    Args:
+        files: audit JSON files: the variants', their twins' and any other correct runs' (for the rate).
+        pairs: broken variant → its correct twin (optimizer names).
+        attack: the attack whose audits decide "flagged" in the rows.
+    """
+    from dpaudit.estimate import clopper_pearson_upper
+
+    rows = [audit_row(path) for path in files]
+    missing = sorted({name for pair in pairs.items() for name in pair}
+                     - {row["optimizer"] for row in rows if row["attack"] == attack})
+    if missing:
+        raise DPAuditError(f"no {attack}-attack audit given for: {', '.join(missing)}")
+    for variant, twin in pairs.items():
+        if any(row["dp_claim"] for row in rows if row["optimizer"] == variant):
+            raise DPAuditError(f"{variant} claims DP: a broken variant must be registered with dp_claim=False")
+        if not all(row["dp_claim"] for row in rows if row["optimizer"] == twin):
+            raise DPAuditError(f"{twin}, the twin of {variant}, makes no DP claim")
+    correct = [row for row in rows if row["dp_claim"] and row["claimed"] is not None]
+    alarms = [row for row in correct if row["flagged"]]
+    confidence = rows[0]["confidence"]
+    upper = float(clopper_pearson_upper(len(alarms), len(correct), alpha=1 - confidence)) if correct else float("nan")
+    pair_rows = []
+    for variant, twin in pairs.items():
+        # a variant's audit pairs with its twin's at the same settings (ε, data, seed, canaries); other audits of
+        # the twin (another section's settings) count towards the false-alarm rate only
+        twins = {_same_run(r): r for r in rows if r["optimizer"] == twin and r["attack"] == attack}
+        broken = sorted((r for r in rows if r["optimizer"] == variant and r["attack"] == attack and _same_run(r) in twins),
+                        key=lambda r: r["target_epsilon"])
+        if not broken:
+            raise DPAuditError(f"no {attack}-attack audit of {variant} has a twin ({twin}) trained with its settings")
+        twins = [twins[_same_run(r)] for r in broken]
+        pair_rows += [{**row, "pair": variant, "role": "broken"} for row in broken]
+        pair_rows += [{**row, "pair": variant, "role": "correct twin"} for row in twins]
+    variants = {variant: {"flagged_at": [r["target_epsilon"] for r in pair_rows
+                                         if r["pair"] == variant and r["role"] == "broken" and r["flagged"]],
+                          "audits": sum(r["pair"] == variant and r["role"] == "broken" for r in pair_rows)}
+                for variant in pairs}
+    return {"attack": attack, "confidence": confidence, "rows": pair_rows, "variants": variants,
+            "false_alarms": {"flagged": len(alarms), "audits": len(correct),
+                             "rate": len(alarms) / len(correct) if correct else float("nan"),
+                             f"rate_upper_{100 * confidence:g}": upper,
+                             "which": [row["file"] for row in alarms]}}
+
+
+def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> list[Path]:
+    """One panel per broken variant: ε̂ lower bound against claimed ε for it and its twin, y = x, ceiling."""
+    import matplotlib.pyplot as plt
+
+    pairs = list(report["variants"])
+    columns = min(3, len(pairs))
+    grid_rows = -(-len(pairs) // columns)
+    with figure_style():
+        fig, axes = plt.subplots(grid_rows, columns, figsize=(3.4 * columns, 3.1 * grid_rows + 0.9), squeeze=False)
+        for ax in axes.flat[len(pairs):]:
+            ax.set_visible(False)
+        legend = {}
+        for ax, variant in zip(axes.flat, pairs):
+            rows = [row for row in report["rows"] if row["pair"] == variant]
+            limit = 1.1 * max([row["claimed"] for row in rows] + [min(row["lower"], row["ceiling"]) for row in rows])
+            for role, color, marker in (("correct twin", "#1f77b4", "o"), ("broken", "#d62728", "X")):
+                points = sorted((row["claimed"], row["lower"], row["flagged"]) for row in rows if row["role"] == role)
+                x, y, flagged = (np.array(values) for values in zip(*points))
+                ax.plot(x, y, color=color, linewidth=0.8, alpha=0.5)
+                for hit, label in ((True, "flagged"), (False, "not flagged")):
+                    if (flagged == hit).any():
+                        legend[f"{role}, {label}"] = ax.scatter(
+                            x[flagged == hit], y[flagged == hit], marker=marker if hit else "o", s=50 if hit else 36,
+                            zorder=3, **({"color": color} if hit else {"facecolors": "none", "edgecolors": color}))
+            legend["ε̂ = claimed ε (above: flagged)"], = ax.plot([0, limit], [0, limit], color="grey", linestyle="--",
+                                                               linewidth=1)
+            ceiling = float(np.mean([row["ceiling"] for row in rows]))
+            if ceiling < limit:
+                legend["ceiling (most a perfect attack certifies)"] = ax.axhline(ceiling, color="black", linestyle=":",
+                                                                                linewidth=1)
+            ax.set_xlim(0, limit)
+            ax.set_ylim(0, limit)
+            twin = next(row["optimizer"] for row in rows if row["role"] == "correct twin")
+            ax.set_title(f"{variant}\n(twin: {twin})", fontsize=9)
+            ax.set_xlabel("claimed ε of one step (canary's mechanism)" if report["attack"] == "canary"
+                          else "claimed ε of the run", fontsize=8)
+            ax.set_ylabel(f"ε̂ lower bound ({100 * report['confidence']:g} %)", fontsize=8)
+        alarms = report["false_alarms"]
+        fig.suptitle(f"Auditor validation ({report['attack']} attack), {title}\nfalse alarms on correct optimizers "
+                     f"(every attack): {alarms['flagged']} of {alarms['audits']} audits", fontsize=10)
+        fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 1))
+        fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=7)
+        return save_figure(fig, stem)
+
+
+def write_validation(files: list[str | Path], *, pairs: dict[str, str], attack: str, out_dir: str | Path,
+                     title: str) -> list[Path]:
+    """``validation.{pdf,png,md,tex,json}`` and ``validation.manifest.json`` under ``out_dir``."""
+    from dpaudit.figures._paper import write_table
+
+    report = validation_report(files, pairs=pairs, attack=attack)
+    out = Path(out_dir)
+    written = plot_validation(report, stem=out / "validation", title=title)
+    header = ["broken variant", "optimizer", "role", "target ε (run)", "claimed ε", "ε̂ lower", "ceiling", "flagged"]
+    table = [[row["pair"], row["optimizer"], row["role"], f"{row['target_epsilon']:g}", f"{row['claimed']:.3g}",
+              f"{row['lower']:.3g}", f"{row['ceiling']:.3g}",
+              "yes" if row["flagged"] else ("no" if row["detectable"] else "no (ceiling ≤ claim)")]
+             for row in report["rows"]]
+    alarms = report["false_alarms"]
+    upper = alarms[f"rate_upper_{100 * report['confidence']:g}"]
+    caption = (f"Auditor validation, {attack} attack: flagged = ε̂ lower bound ({100 * report['confidence']:g} %) > "
+               f"claimed ε. False alarms on correct optimizers: {alarms['flagged']} of {alarms['audits']} audits "
+               f"(every attack; rate {alarms['rate']:.3f}, {100 * report['confidence']:g} % upper bound {upper:.3f}). "
+               f"{title}")
+    written += write_table(out / "validation", header, table, caption=caption)
+    write_json(out / "validation.json", report)
+    written.append(out / "validation.json")
+    missed = sorted(variant for variant, found in report["variants"].items() if not found["flagged_at"])
+    correct_flagged = sorted({row["optimizer"] for row in report["rows"] if row["role"] == "correct twin"
+                              and row["flagged"]})
+    entry = {
+        "name": "audit/validation", "paper": "all seeds: the auditor on optimizers broken on purpose",
+        "figure": "auditor validation", "title": title, "dataset": title, "files": [str(path) for path in written],
+        "claims": [
+            {"claim": "Every broken variant (no DP claim) is flagged at some claimed ε",
+             "holds": not missed,
+             "numbers": {"flagged_at": {v: found["flagged_at"] for v, found in report["variants"].items()},
+                         "not_flagged": missed}},
+            {"claim": "No correct twin is flagged", "holds": not correct_flagged,
+             "numbers": {"flagged": correct_flagged}},
+            {"claim": f"False-alarm rate on correct optimizers ≤ {1 - report['confidence']:.2g} "
+                      "(by construction of the bound)",
+             "holds": alarms["rate"] <= 1 - report["confidence"],
+             "numbers": {key: value for key, value in alarms.items() if key != "which"}},
+        ],
+    }
+    write_json(out / "validation.manifest.json", entry)
+    return written
