@@ -33,8 +33,15 @@ def write_json(path: str | os.PathLike, payload: Any) -> Path:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """Parse a JSON file (a missing one raises FileNotFoundError); a garbled one is a one-line ``DPAuditError``."""
+    from dpaudit._validation import DPAuditError
+
     with open(path, encoding="utf-8") as stream:
-        return json.load(stream)
+        try:
+            return json.load(stream)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise DPAuditError(f"{path}: not valid JSON: {' '.join(str(error).split())}; delete it and rerun the "
+                               "step that writes it") from None
 
 
 def _to_builtin(value: Any) -> Any:

@@ -379,7 +379,9 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
         if diverged:
             bar.close()
             losses = ", ".join(f"{run.label} (loss {run.metrics.train_loss[-1]})" for run in diverged)
-            kept = f"; checkpoints up to epoch {epoch - 1} kept in {diverged[0].out}" if diverged[0].out else ""
+            where = diverged[0].out
+            kept = "" if where is None else (f"; checkpoints up to epoch {epoch - 1} kept in {where}" if epoch > 1
+                                             else f"; its metrics are in {where}")
             raise TrainingDivergedError(
                 f"training diverged at epoch {epoch}: {losses} (try a smaller lr or clip_norm){kept}"
             )
