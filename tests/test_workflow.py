@@ -100,6 +100,10 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
         ("num_shadows: 8 ", "num_shadows: 7 ", "Error validating config file"),
         # the auditor's validation: a variant must be a registered optimizer, a twin a run of optimizers.runs
         ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clipping, dpsgd-gc]", "Error validating config file"),
+        # run names become folder names: none may leave results/
+        ("    - {name: dpsgd-gc, lr: 0.2}\npapers:", "    - {name: ../../escape, lr: 0.2}\npapers:",
+         "Error validating config file"),
+        ("{name: auto-v, lr: 0.2}", "{name: auto-v.., lr: 0.2}", "Error validating config file"),
         ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-dc]",
          "audit.validation.pairs.dpsgd-no-clip: twin 'dpsgd-dc' is not a run of optimizers.runs"),
     ],
