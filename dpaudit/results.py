@@ -52,7 +52,7 @@ def load_run(path: str | Path) -> RunRecord:
         theory = read_json(run / "target" / "epsilon.json") if (run / "target" / "epsilon.json").is_file() else None
     except FileNotFoundError as error:
         raise DPAuditError(f"incomplete run {run}: missing {Path(error.filename).name}") from None
-    except (KeyError, ValueError) as error:
+    except KeyError as error:
         raise DPAuditError(f"malformed run {run}: {error}") from None
     attack_epochs = np.array([r["epoch"] for r in attack], dtype=int)
     epsilon_theory = {}
@@ -172,7 +172,7 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
         path = Path(path)
         try:
             payload = read_json(path)
-        except (FileNotFoundError, ValueError) as error:
+        except FileNotFoundError as error:
             raise DPAuditError(f"cannot read audit result {path}: {error}") from None
         groups[(path.parent.name, payload["attack"])].append(payload)
     metrics: dict[str, Any] = {}

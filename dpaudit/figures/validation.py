@@ -36,8 +36,8 @@ def audit_row(path: str | Path) -> dict[str, Any]:
     lower, ceiling = float(report["epsilon_lower"]), float(report["epsilon_ceiling"])
     settings = {key: value for key, value in run["config"].items() if key != "optimizer"}
     return {
-        "file": str(path), "optimizer": run["config"]["optimizer"], "settings": json.dumps(settings, sort_keys=True), "target_epsilon": run["derived"]["target_epsilon"],
-        "dp_claim": bool(run["derived"]["dp_claim"]), "attack": attack,
+        "file": str(path), "optimizer": run["config"]["optimizer"], "settings": json.dumps(settings, sort_keys=True),
+        "target_epsilon": run["derived"]["target_epsilon"], "dp_claim": bool(run["derived"]["dp_claim"]), "attack": attack,
         "claimed": None if claimed is None else float(claimed), "lower": lower,
         "point": float(report["epsilon_point"]), "ceiling": ceiling, "confidence": float(report["confidence"]),
         "flagged": claimed is not None and lower > float(claimed),
@@ -79,7 +79,8 @@ def validation_report(files: list[str | Path], *, pairs: dict[str, str], attack:
         # a variant's audit pairs with its twin's at the same settings (ε, data, seed, canaries); other audits of
         # the twin (another section's settings) count towards the false-alarm rate only
         twins = {_same_run(r): r for r in rows if r["optimizer"] == twin and r["attack"] == attack}
-        broken = sorted((r for r in rows if r["optimizer"] == variant and r["attack"] == attack and _same_run(r) in twins),
+        broken = sorted((r for r in rows
+                         if r["optimizer"] == variant and r["attack"] == attack and _same_run(r) in twins),
                         key=lambda r: r["target_epsilon"])
         if not broken:
             raise DPAuditError(f"no {attack}-attack audit of {variant} has a twin ({twin}) trained with its settings")

@@ -7,6 +7,7 @@
 
 AUD = config["audit"]
 AUD_COMMON = {k: v for k, v in AUD["common"].items() if k != "trials"}
+AUD_SHADOW = "shadow" in AUD["attacks"]  # the shadow attack's scores come from `dpaudit attack` after training
 AUD_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in AUD["runs"]}
 CROSS = AUD["cross_optimizer"]
 CROSS_COMMON = {**{k: v for k, v in AUD_COMMON.items() if k not in ("num_shadows", "split_design")},
@@ -67,11 +68,11 @@ rule audit_all:
 rule audit_run:  # one trial: train (canaries on the target), then the shadow attack if scored, in one process
     output:
         "results/audit/{run}/trial_{trial}/config.json",
-        *(["results/audit/{run}/trial_{trial}/attack.json"] if "shadow" in AUD["attacks"] else []),
+        *(["results/audit/{run}/trial_{trial}/attack.json"] if AUD_SHADOW else []),
     params:
         commands=lambda wildcards, output: batch_command(
-            f"train --quiet --out {Path(output[0]).parent} --trial {wildcards.trial} {audit_train_flags(wildcards.run, 'audit')}",
-            *([f"attack --quiet --run {Path(output[0]).parent}"] if "shadow" in AUD["attacks"] else [])),
+            train_command(Path(output[0]).parent, wildcards.trial, audit_train_flags(wildcards.run, "audit")),
+            *([f"attack --quiet --run {Path(output[0]).parent}"] if AUD_SHADOW else [])),
     shell:
         "{params.commands}"
 
@@ -87,7 +88,7 @@ def score_command(section, run):
 rule audit_score:  # every attack on one run in one process; the trials are pooled
     input:
         expand("results/audit/{{run}}/trial_{trial}/{file}", trial=range(AUD["common"]["trials"]),
-               file=["config.json"] + (["attack.json"] if "shadow" in AUD["attacks"] else [])),
+               file=["config.json"] + (["attack.json"] if AUD_SHADOW else [])),
     output:
         expand("results/audit/{{run}}/audit_{attack}.json", attack=AUD["attacks"]),
     params:
@@ -106,8 +107,8 @@ rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each t
         section="audit_cross|audit_validation",
     params:
         commands=lambda wildcards: batch_command(
-            *[f"train --quiet --summarize --out results/{wildcards.section}/{run}/trial_{trial} --trial {trial} "
-              + audit_train_flags(run, wildcards.section)
+            *[train_command(f"results/{wildcards.section}/{run}/trial_{trial}", trial,
+                            audit_train_flags(run, wildcards.section), summarize=True)
               for run in epsilon_runs(wildcards.name) for trial in range(CROSS["trials"])],
             *[score_command(wildcards.section, run) for run in epsilon_runs(wildcards.name)]),
     shell:

@@ -26,6 +26,11 @@ def run_folders(paths):
     return " ".join(dict.fromkeys(folders))
 
 
+def train_command(out, trial, flags, *, summarize=False):
+    """The `dpaudit train` command (for `batch_command`) of one run-trial folder."""
+    return f"train --quiet{' --summarize' if summarize else ''} --out {out} --trial {trial} {flags}"
+
+
 def batch_command(*commands):
     """One shell command running several `dpaudit` commands in one process (`dpaudit batch`): the pipeline's jobs
     are small, and starting Python and torch (≈ 3 s) once per job instead of once per step is most of what they save."""

@@ -48,7 +48,7 @@ rule optimizers_run:  # train target + shadows, attack every checkpoint, replay 
         "results/optimizers/{run}/trial_{trial}/target/epsilon.json",
     params:
         commands=lambda wildcards, output: batch_command(
-            f"train --quiet --out {Path(output[0]).parent} --trial {wildcards.trial} {optimizer_run_flags(wildcards.run)}",
+            train_command(Path(output[0]).parent, wildcards.trial, optimizer_run_flags(wildcards.run)),
             f"attack --quiet --run {Path(output[0]).parent}",
             f"epsilon --run {Path(output[0]).parent} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
             f" --accountants {','.join(OPT['accountants'])} --delta {OPT_COMMON['delta']}"),

@@ -92,8 +92,8 @@ for _optimizer, _runs in PAPER_GROUPS.items():
             [f"results/papers/{run}/trial_{trial}/{file}" for run, trial in _runs
              for file in ("config.json", "summary.json")],
         params:
-            commands=batch_command(*[f"train --quiet --summarize --out results/papers/{run}/trial_{trial}"
-                                     f" --trial {trial} {cli_flags(PAPER_RUNS[run])}" for run, trial in _runs]),
+            commands=batch_command(*[train_command(f"results/papers/{run}/trial_{trial}", trial,
+                                                   cli_flags(PAPER_RUNS[run]), summarize=True) for run, trial in _runs]),
         shell:
             "{params.commands}"
 

@@ -55,7 +55,7 @@ rule seed004_run:  # train target + shadows, then attack every checkpoint, in on
         "results/seed004/{run}/trial_{trial}/attack.json",
     params:
         commands=lambda wildcards, output: batch_command(
-            f"train --quiet --out {Path(output[0]).parent} --trial {wildcards.trial} {run_config(wildcards.run)}",
+            train_command(Path(output[0]).parent, wildcards.trial, run_config(wildcards.run)),
             f"attack --quiet --run {Path(output[0]).parent}"),
     resources:
         gpu=RESOURCES["gpu"],
