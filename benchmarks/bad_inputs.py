@@ -77,6 +77,12 @@ def main() -> None:
     checkpoint = work / "run" / "target" / "epoch_0002.pt"
     checkpoint.write_bytes(checkpoint.read_bytes()[:200])
     cases.append(("truncated checkpoint, then `attack --run`", *_run([*DPAUDIT, "attack", "--run", "run"], work)))
+    for model in ("target", "shadow_00"):  # as if a kill had left epoch 1's training state, then the disk garbled it
+        (work / "run" / model / "state_0001.pt").write_bytes(checkpoint.read_bytes()[:100])
+    cases.append(("truncated training state, then `train` again (resume)",
+                  *_run([*DPAUDIT, "train", *TINY, "--out", "run"], work)))
+    cases.append(("`train --state-every -5`", *_run([*DPAUDIT, "train", *TINY, "--state-every", "-5", "--out", "r"],
+                                                    work)))
     (work / "run" / "config.json").write_text("{not json")
     cases.append(("garbled config.json, then `audit --run`", *_run([*DPAUDIT, "audit", "--run", "run"], work)))
     (work / "scores.csv").write_text("score,member\n0.5,1\n")

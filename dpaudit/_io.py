@@ -26,6 +26,14 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return target
 
 
+def remove_partial_writes(folder: str | os.PathLike) -> int:
+    """Delete the temporary files of writes a killed process left under ``folder``; returns how many."""
+    leftovers = [path for path in Path(folder).rglob(".*.tmp") if path.is_file()] if Path(folder).is_dir() else []
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return len(leftovers)
+
+
 def write_json(path: str | os.PathLike, payload: Any) -> Path:
     """Write ``payload`` as indented JSON, atomically."""
     text = json.dumps(payload, indent=2, sort_keys=False, allow_nan=True, default=_to_builtin)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import re
 import sys
 from dataclasses import fields
@@ -76,12 +77,26 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig.from_dict(values)
 
 
+def _state_every(flag: float | None) -> float:
+    """--state-every, else $DPAUDIT_STATE_EVERY, else the engine's default (seconds)."""
+    from dpaudit.train import STATE_EVERY_SECONDS
+
+    if flag is not None:
+        return flag
+    value = os.environ.get("DPAUDIT_STATE_EVERY")
+    try:
+        return STATE_EVERY_SECONDS if value is None else float(value)
+    except ValueError:
+        raise DPAuditError(f"DPAUDIT_STATE_EVERY must be a number of seconds, got {value!r}") from None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     from dpaudit.train import train_configuration
 
     # validates (one-line errors before any data loads) and calibrates the noise once
-    summary = train_configuration(config, out_dir=args.out, progress=not args.quiet)
+    summary = train_configuration(config, out_dir=args.out, progress=not args.quiet, resume=not args.restart,
+                                  state_every=_state_every(args.state_every))
     derived = summary["derived"]
     print(
         f"trained {len(summary['models'])} models ({config.optimizer}, n={derived['dataset_size_n']}, "
@@ -522,6 +537,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     train.add_argument("--summarize", action="store_true",
                        help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)")
+    train.add_argument("--restart", action="store_true",
+                       help="train from the start, ignoring the state an interrupted run of this configuration left "
+                       "in --out (by default it resumes after its last saved epoch)")
+    train.add_argument("--state-every", type=float, metavar="SECONDS",
+                       help="save the training state for resuming at the first epoch end after this many seconds "
+                       "(0: every epoch; default: $DPAUDIT_STATE_EVERY, else 60)")
     _add_config_arguments(train)
     train.set_defaults(handler=_cmd_train)
 

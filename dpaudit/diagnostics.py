@@ -86,6 +86,8 @@ class TrainingDiagnostics:
         path: the JSON file to write (None: keep in memory).
     """
 
+    transient_state = ("model", "train_data", "held_out", "path")
+
     def __init__(self, *, model: nn.Module, train_data: ArrayDataset, held_out: ArrayDataset | None,
                  histogram_epoch: int, batch_size: int, seed: int, path: str | Path | None):
         self.model = model

@@ -178,6 +178,7 @@ class Optimizer:
     per_sample: ClassVar[bool] = True
     record_updates: bool = False
     last_update: list[torch.Tensor] | None = None
+    transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper")  # not saved for resuming (``dpaudit._state``)
 
     def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters, *, generator: torch.Generator):
         self.params = list(params)
@@ -534,6 +535,7 @@ class ProjectedNoise(AutomaticClipping):
     """
 
     clip_after_projection: ClassVar[bool] = True
+    transient_state = (*Optimizer.transient_state, "_matrices", "_matrices_step")  # redrawn from the seed on use
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)

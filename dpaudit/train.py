@@ -9,8 +9,15 @@ configuration and one Monte Carlo trial (seed 004 §3.2–3.3) and writes::
     out_dir/<model>/ledger.json      per step: noise multiplier z, sample rate q (run-length encoded)
     out_dir/<model>/epoch_EEEE.pt    state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
     out_dir/target/diagnostics.json  gradient histogram and support quality (``dpaudit.diagnostics``)
+    out_dir/<model>/state_EEEE.pt    while training: the full training state after epoch EEEE (resume)
 
 where <model> is ``target``, ``shadow_00``, ``shadow_01``, … Every file is written atomically.
+
+No lost work: at the end of an epoch, once ``state_every`` seconds have passed since the last save,
+each model's whole training state (parameters, optimizer state, the sampling, noise, canary and
+diagnostics random streams, ledger, metrics) is saved; a run started again on the same folder with the
+same configuration resumes after the last epoch every model saved and ends bit-identical to an
+uninterrupted run. The state files are removed when training completes.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import io
+import json
 import math
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,11 +42,16 @@ from tqdm.auto import tqdm
 
 from dpaudit import models as model_registry
 from dpaudit import optim
-from dpaudit._io import atomic_write_bytes, read_json, write_json
-from dpaudit._validation import DPAuditError
+from dpaudit._io import atomic_write_bytes, read_json, remove_partial_writes, write_json
+from dpaudit._state import capture, decode, encode, restore
+from dpaudit._validation import DPAuditError, check_positive
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, dataset_info, load_dataset
 from dpaudit.ledger import PrivacyLedger
+
+
+STATE_FORMAT = 1
+STATE_EVERY_SECONDS = 60.0  # the default: a kill loses at most about this much training (plus one epoch)
 
 
 class TrainingDivergedError(DPAuditError):
@@ -189,9 +203,14 @@ def load_checkpoint(path: str | Path, model: nn.Module) -> nn.Module:
         state = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(state)
     except Exception as error:  # noqa: BLE001 - any failure here means an unusable file
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DPAuditError(f"cannot load checkpoint {path}: {first_line}") from None
+        raise DPAuditError(f"cannot load checkpoint {path}: {_first_sentence(error)}") from None
     return model
+
+
+def _first_sentence(error: Exception) -> str:
+    """The cause in a loader's error message (torch appends paragraphs of advice)."""
+    text = str(error).strip()
+    return text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(error).__name__
 
 
 @dataclass(frozen=True)
@@ -326,9 +345,86 @@ class _ModelRun:
     def result(self) -> TrainedModel:
         return TrainedModel(self.model, self.metrics, self.ledger, self.checkpoints, self.diagnostics)
 
+    @property
+    def identity(self) -> str:
+        """What a saved state must have been trained with to be resumed here."""
+        return json.dumps({"config": self.config.to_dict(), "model_index": self.model_index,
+                           "records": len(self.train_data)}, sort_keys=True)
+
+    def saved_states(self) -> dict[int, Path]:
+        """Saved training states of this model's folder, by epoch."""
+        if self.out is None or not self.out.is_dir():
+            return {}
+        return {int(path.stem.split("_")[1]): path for path in self.out.glob("state_[0-9][0-9][0-9][0-9].pt")}
+
+    def save_state(self, epoch: int) -> None:
+        """Write everything the run after ``epoch`` depends on to ``state_EEEE.pt`` (atomically)."""
+        state = {
+            "format": STATE_FORMAT, "identity": self.identity, "epoch": epoch,
+            "model": {key: value.detach().clone() for key, value in self.model.state_dict().items()},
+            "optimizer": capture(self.optimizer), "sampling_rng": encode(self.rng),
+            "canaries": None if self.canaries is None else capture(self.canaries),
+            "diagnostics": None if self.diagnostics is None else capture(self.diagnostics),
+            "ledger": self.ledger.to_dict(), "metrics": asdict(self.metrics),
+            "checkpoints": {str(key): str(path) for key, path in self.checkpoints.items()},
+        }
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        atomic_write_bytes(self.out / f"state_{epoch:04d}.pt", buffer.getvalue())
+
+    def load_state(self, path: Path) -> dict[str, Any] | None:
+        """The state saved at ``path`` if it belongs to this run (None: another configuration's)."""
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception as error:  # noqa: BLE001 - any failure here means an unusable file
+            raise DPAuditError(f"cannot load training state {path}: {_first_sentence(error)}; delete it to train this run "
+                               "from the start") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or state.get("identity") != self.identity:
+            return None
+        return state
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        restore(self.optimizer, state["optimizer"])
+        self.rng = decode(state["sampling_rng"], self.rng)
+        if self.canaries is not None:
+            restore(self.canaries, state["canaries"])
+        if self.diagnostics is not None:
+            restore(self.diagnostics, state["diagnostics"])
+        self.ledger = PrivacyLedger.from_dict(state["ledger"])
+        self.metrics = EpochMetrics(**state["metrics"])
+        self.checkpoints = {int(key): Path(path) for key, path in state["checkpoints"].items()}
+
+    def drop_states(self, *, keep: int | None = None) -> None:
+        """Delete the saved training states, but for epoch ``keep``'s."""
+        for epoch, path in self.saved_states().items():
+            if epoch != keep:
+                path.unlink(missing_ok=True)
+
+
+def _resume(runs: list[_ModelRun]) -> int:
+    """Restore every run to the last epoch all of them saved for this configuration; returns that epoch (0: none).
+
+    States of another configuration, or of an epoch not every model reached, are deleted.
+    """
+    if any(run.out is None for run in runs):
+        return 0
+    saved = [run.saved_states() for run in runs]
+    for epoch in sorted(set.intersection(*(set(states) for states in saved)), reverse=True):
+        states = [run.load_state(states[epoch]) for run, states in zip(runs, saved)]
+        if all(state is not None for state in states):
+            for run, state in zip(runs, states):
+                run.restore_state(state)
+                run.drop_states(keep=epoch)
+            return epoch
+    for run in runs:
+        run.drop_states()
+    return 0
+
 
 def train_models(*, config: TrainConfig, members: list[Member], test_data: ArrayDataset | None,
-                 progress: bool = True, label: str | None = None) -> list[TrainedModel]:
+                 progress: bool = True, label: str | None = None, resume: bool = True,
+                 state_every: float = STATE_EVERY_SECONDS) -> list[TrainedModel]:
     """Train several models of one configuration in lockstep: the target and shadows of one trial.
 
     Every model has its own records, initialisation, sampling and noise streams (fixed by seed, trial and
@@ -342,6 +438,9 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
         test_data: records for the per-epoch test loss / accuracy (None: skip).
         progress: show a progress bar over the training steps.
         label: the progress bar's name (default: the members' labels).
+        resume: continue from the training states a previous, interrupted call with the same configuration
+            left in the members' folders (False: delete them and start again). Ignored without folders.
+        state_every: seconds between saves of the training state (at epoch ends; 0: every epoch).
 
     Returns:
         One ``TrainedModel`` per member, in order.
@@ -352,20 +451,30 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
     """
     if not members:
         raise DPAuditError("train_models needs at least one member")
+    check_positive("state_every (seconds)", state_every, allow_zero=True)
     sizes = {len(member.train_data) for member in members}
     if len(sizes) > 1:
         raise DPAuditError(f"models trained together need equal training-set sizes; got {sorted(sizes)}")
     device = resolve_device(config.device)
     keep_freed_memory()
     runs = [_ModelRun(config, member, test_data, device) for member in members]
+    if not resume:
+        for run in runs:
+            run.drop_states()
+    done = _resume(runs)
+    name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
+    if done:
+        print(f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.parent})",
+              file=sys.stderr, flush=True)
     gradients = _gradient_engine(config, runs)
     steps = steps_per_epoch(dataset_size=sizes.pop(), batch_size=config.batch_size)
-    name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
-    bar = tqdm(total=steps * config.epochs, desc=name, disable=not progress, leave=False, unit="step")
+    bar = tqdm(total=steps * config.epochs, initial=steps * done, desc=name, disable=not progress, leave=False,
+               unit="step")
     for run in runs:
         run.model.train()
-    started = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
+    started = time.perf_counter() - (runs[0].metrics.elapsed_seconds[-1] if done else 0.0)
+    saved = time.perf_counter()
+    for epoch in range(done + 1, config.epochs + 1):
         for run in runs:
             run.begin_epoch(epoch)
         for indices in zip(*(run.batches() for run in runs)):
@@ -385,7 +494,16 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
             raise TrainingDivergedError(
                 f"training diverged at epoch {epoch}: {losses} (try a smaller lr or clip_norm){kept}"
             )
+        if (epoch < config.epochs and all(run.out is not None for run in runs)
+                and time.perf_counter() - saved >= state_every):
+            saved = time.perf_counter()
+            for run in runs:
+                run.save_state(epoch)
+            for run in runs:  # only now: a kill between two saves leaves the previous epoch for every model
+                run.drop_states(keep=epoch)
     bar.close()
+    for run in runs:
+        run.drop_states()
     return [run.result() for run in runs]
 
 
@@ -469,14 +587,24 @@ def _accumulate_batch(run: _ModelRun, per_sample: PerSampleGradients | None, ind
         run.accumulate(grads, losses)
 
 
-def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
+def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: bool = True,
+                        resume: bool = True, state_every: float = STATE_EVERY_SECONDS) -> dict[str, Any]:
     """Train the target and all shadow models of one configuration and trial; write ``out_dir``.
+
+    Args:
+        config: the configuration (validated here, before any data loads).
+        out_dir: the run's folder.
+        progress: show progress bars.
+        resume: continue an interrupted run of the same configuration in ``out_dir`` from its last saved
+            epoch (``train_models``); False: train from the start.
+        state_every: seconds between saves of the training state (``train_models``).
 
     Returns:
         A summary dict (also written as ``out_dir/config.json``).
     """
     target_epsilon = config.target_epsilon
     config = config.validated()
+    check_positive("state_every (seconds)", state_every, allow_zero=True)
     out = Path(out_dir)
     split = config.make_split()
     train_set = load_dataset(config.dataset, split="train", root=config.data_root, download=config.download)
@@ -502,6 +630,7 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
         "models": ["target"] + [shadow_name(i) for i in range(config.num_shadows)],
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
     }
+    remove_partial_writes(out)
     write_json(out / "config.json", summary)
     split.save(out / "split.json")
     # Per-epoch test metrics: the target's non-members (seed 004), or as many test records for "halves".
@@ -515,7 +644,8 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
         by_size.setdefault(len(indices), []).append(
             Member(train_data=train_set.subset(indices), model_index=model_index, label=name, out_dir=out / name))
     for group in by_size.values():
-        train_models(config=config, members=group, test_data=held_out, progress=progress)
+        train_models(config=config, members=group, test_data=held_out, progress=progress, resume=resume,
+                     state_every=state_every)
     return summary
 
 

@@ -121,3 +121,18 @@ def test_ensemble_matches_one_at_a_time_on_cuda():
     for a_model, b_model in zip(together, alone):
         for a, b in zip(a_model.model.parameters(), b_model.model.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # cuDNN picks kernels per shape
+
+
+@pytest.mark.gpu
+def test_two_cuda_runs_keep_the_ledger_and_close_parameters():
+    """What README "Reproduction" says of GPUs: batches and ledger are device-independent; parameters of two CUDA
+    runs agree to within floating-point nondeterminism (not necessarily bit for bit)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    config = _config("dpsgd-gc", device="cuda", epochs=5)
+    first, second = _train(config, _members(3)), _train(config, _members(3))
+    on_cpu = _train(_config("dpsgd-gc", device="cpu", epochs=5), _members(3))
+    for a_model, b_model, cpu_model in zip(first, second, on_cpu):
+        assert a_model.ledger.to_dict() == b_model.ledger.to_dict() == cpu_model.ledger.to_dict()
+        for a, b in zip(a_model.model.parameters(), b_model.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)

@@ -1,10 +1,13 @@
 """The Snakemake workflow: schema validation, presets, profiles, dispatch through an executor plugin."""
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -184,6 +187,35 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
     assert (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
+
+
+def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupted(workflow_copy, tmp_path):
+    """Ctrl-C (SIGINT to Snakemake and its job) once a seed-004 run has saved epoch 3 or later of 40; `snakemake`
+    again resumes the run and writes the same files as an uninterrupted pipeline."""
+    from test_resume import assert_same_results, saved_epoch
+
+    (workflow_copy / "longer.yaml").write_text("seed004:\n  gc: {batch_sizes: [20, 30], epochs: 40, eval_epochs: [20, 40]}\n")
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(workflow_copy, interrupted)
+    run = "results/seed004/gc_b20/trial_1"
+    command = [*SNAKEMAKE, "--cores", "2", "--configfile", "configs/smoke.yaml", "longer.yaml", "--", f"{run}/attack.json"]
+    environment = {**os.environ, "DPAUDIT_STATE_EVERY": "0"}
+    subprocess.run(command, cwd=workflow_copy, env=environment, check=True, capture_output=True, timeout=300)
+    log = tmp_path / "interrupted.log"
+    # SIGINT as in a terminal: a shell's background job (CI) would start it with SIGINT ignored
+    process = subprocess.Popen(command, cwd=interrupted, env=environment, start_new_session=True,
+                               stdout=log.open("w"), stderr=subprocess.STDOUT,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline and saved_epoch(interrupted / run / "shadow_00") < 3:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=120) != 0, "the pipeline ended before it could be interrupted:\n" + log.read_text()[-3000:]
+    assert not (interrupted / run / "attack.json").exists()
+    resumed = subprocess.run(command, cwd=interrupted, env=environment, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert re.search(r"resuming target\+shadow_00 after epoch ([3-9]|\d\d) of 40", resumed.stdout + resumed.stderr)
+    assert_same_results(workflow_copy / "results", interrupted / "results")
 
 
 def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(workflow_copy, tmp_path):

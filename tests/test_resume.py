@@ -1,0 +1,174 @@
+"""No lost work: an interrupted training run resumes after its last saved epoch and ends bit-identical."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit import optim
+from dpaudit._state import capture, decode, encode, restore
+from dpaudit._validation import DPAuditError
+from dpaudit.train import _ModelRun, train_models
+from test_ensemble import _config, _members
+
+
+def _files(folder):
+    return sorted(path.relative_to(folder) for path in folder.rglob("*") if path.is_file())
+
+
+def assert_same_results(first, second):
+    """Every file under the two folders is byte-identical (metrics.json: but for its wall-clock seconds)."""
+    assert _files(first) == _files(second)
+    for path in _files(first):
+        ours, theirs = (first / path).read_bytes(), (second / path).read_bytes()
+        if path.name == "metrics.json":
+            ours, theirs = ({k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs))
+        assert ours == theirs, path
+
+
+def saved_epoch(folder):
+    """The latest epoch whose training state is saved in a model's folder (0: none); each save replaces the last."""
+    return max((int(path.stem.split("_")[1]) for path in folder.glob("state_*.pt")), default=0)
+
+
+def _train_into(folder, config, **kwargs):
+    members = [replace(member, out_dir=folder / member.label) for member in _members(2)]
+    return train_models(config=config, members=members, test_data=None, progress=False, state_every=0, **kwargs)
+
+
+def _interrupt(monkeypatch, *, epoch, model_index):
+    """Make the engine stop (as a kill would) when model ``model_index`` is about to save epoch ``epoch``."""
+    save = _ModelRun.save_state
+
+    def save_or_stop(run, at):
+        if (at, run.model_index) == (epoch, model_index):
+            raise KeyboardInterrupt
+        save(run, at)
+
+    monkeypatch.setattr(_ModelRun, "save_state", save_or_stop)
+
+
+@pytest.mark.parametrize("optimizer", optim.available())
+def test_every_optimizer_resumes_bit_identically(optimizer, tmp_path, monkeypatch, capsys):
+    """Interrupted between the two models' saves of epoch 2: both resume after epoch 1 (the last epoch both saved),
+    with momentum, canaries, diagnostics and a checkpoint before the interruption."""
+    config = _config(optimizer, momentum=0.5, canaries=20, diagnostics=True, histogram_epoch=1, eval_epochs=(1, 3))
+    _train_into(tmp_path / "whole", config)
+    with monkeypatch.context() as patch:
+        _interrupt(patch, epoch=2, model_index=1)
+        with pytest.raises(KeyboardInterrupt):
+            _train_into(tmp_path / "cut", config)
+    states = sorted(str(path.relative_to(tmp_path / "cut")) for path in (tmp_path / "cut").rglob("state_*.pt"))
+    assert states == ["m0/state_0001.pt", "m0/state_0002.pt", "m1/state_0001.pt"]
+    capsys.readouterr()
+    _train_into(tmp_path / "cut", config)
+    assert "resuming m0+m1 after epoch 1 of 3" in capsys.readouterr().err
+    assert_same_results(tmp_path / "whole", tmp_path / "cut")  # the state files are gone from both
+
+
+def test_sequential_engine_resumes_bit_identically(tmp_path, monkeypatch):
+    config = _config("tp-topk", engine="sequential", canaries=20)
+    _train_into(tmp_path / "whole", config)
+    with monkeypatch.context() as patch:
+        _interrupt(patch, epoch=2, model_index=0)
+        with pytest.raises(KeyboardInterrupt):
+            _train_into(tmp_path / "cut", config)
+    _train_into(tmp_path / "cut", config)
+    assert_same_results(tmp_path / "whole", tmp_path / "cut")
+
+
+def test_state_of_another_configuration_or_restart_trains_from_the_start(tmp_path, monkeypatch, capsys):
+    config = _config("dpsgd-gc")
+    with monkeypatch.context() as patch:
+        _interrupt(patch, epoch=2, model_index=0)
+        with pytest.raises(KeyboardInterrupt):
+            _train_into(tmp_path / "cut", config)
+    changed = replace(config, lr=0.1)
+    _train_into(tmp_path / "fresh", changed)
+    capsys.readouterr()
+    _train_into(tmp_path / "cut", changed)
+    assert "resuming" not in capsys.readouterr().err
+    assert_same_results(tmp_path / "fresh", tmp_path / "cut")
+    with monkeypatch.context() as patch:
+        _interrupt(patch, epoch=2, model_index=0)
+        with pytest.raises(KeyboardInterrupt):
+            _train_into(tmp_path / "again", changed)
+    _train_into(tmp_path / "again", changed, resume=False)
+    assert "resuming" not in capsys.readouterr().err
+    assert_same_results(tmp_path / "fresh", tmp_path / "again")
+
+
+def test_a_corrupted_state_is_a_one_line_error_naming_it(tmp_path, monkeypatch):
+    config = _config("dpsgd-gc")
+    with monkeypatch.context() as patch:
+        _interrupt(patch, epoch=2, model_index=0)
+        with pytest.raises(KeyboardInterrupt):
+            _train_into(tmp_path, config)
+    state = tmp_path / "m1" / "state_0001.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    with pytest.raises(DPAuditError, match=r"cannot load training state .*m1/state_0001\.pt: .*delete it") as error:
+        _train_into(tmp_path, config)
+    assert "\n" not in str(error.value)
+
+
+class _Recorder:
+    def __init__(self):
+        self.weights = torch.zeros(3)
+        self.rng = np.random.default_rng(1)
+        self.generator = torch.Generator().manual_seed(2)
+        self.history = [np.arange(3), 2.5, None, {"k": [1, "a"]}]
+        self.count = np.int64(4)
+
+
+def test_state_round_trip_restores_values_and_generators_in_place():
+    source, target = _Recorder(), _Recorder()
+    source.weights += 1
+    source.rng.random(5)
+    torch.randn(4, generator=source.generator)
+    source.history.append(np.ones((2, 2), dtype=bool))
+    weights, rng, generator = target.weights, target.rng, target.generator
+    restore(target, capture(source))
+    assert target.weights is weights and torch.equal(weights, source.weights)
+    assert target.rng is rng and rng.random() == source.rng.random()
+    assert target.generator is generator and torch.equal(torch.randn(3, generator=generator),
+                                                         torch.randn(3, generator=source.generator))
+    assert target.count == 4 and type(target.count) is np.int64
+    np.testing.assert_array_equal(target.history[0], np.arange(3))
+    assert target.history[1:4] == [2.5, None, {"k": [1, "a"]}] and target.history[4].dtype == bool
+    assert decode(encode({"a": [1.5]})) == {"a": [1.5]}
+
+
+def test_unsupported_state_is_named():
+    recorder = _Recorder()
+    recorder.handle = open  # noqa: SIM115 - a function is no state
+    with pytest.raises(TypeError, match="_Recorder.handle: cannot save training state of type builtin_function"):
+        capture(recorder)
+
+
+TRAIN = ["--dataset", "digits", "--optimizer", "dpsgd-gc", "--sigma-dp", "0.01", "--clip-norm", "1", "--batch-size",
+         "50", "--lr", "0.1", "--epochs", "30", "--eval-epochs", "15,30", "--target-size", "300", "--num-shadows", "2",
+         "--canaries", "50", "--device", "cpu", "--quiet", "--state-every", "0"]
+
+
+def test_a_killed_dpaudit_train_resumes_where_it_stopped(tmp_path):
+    """SIGKILL a real `dpaudit train` once epoch 3 or later is saved; the same command again resumes and ends as the
+    uninterrupted run did."""
+    command = [sys.executable, "-m", "dpaudit.cli", "train", *TRAIN]
+    subprocess.run([*command, "--out", str(tmp_path / "whole")], check=True, capture_output=True, timeout=300)
+    cut = tmp_path / "cut"
+    process = subprocess.Popen([*command, "--out", str(cut)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline and saved_epoch(cut / "shadow_01") < 3:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL, "the run ended before it could be interrupted"
+    assert not (cut / "target" / "epoch_0030.pt").exists()
+    resumed = subprocess.run([*command, "--out", str(cut)], check=True, capture_output=True, text=True, timeout=300)
+    assert "dpaudit: resuming target+2 after epoch" in resumed.stderr
+    assert_same_results(tmp_path / "whole", cut)
