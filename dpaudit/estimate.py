@@ -273,7 +273,10 @@ def _tpr_at(curve: _Curve, fpr_target: float) -> float:
 
 
 def _point(curve: _Curve, delta: float) -> float:
-    return float(np.max(_kov_epsilon(curve.fpr, curve.fn / curve.n_members, delta)))
+    point = float(np.max(_kov_epsilon(curve.fpr, curve.fn / curve.n_members, delta)))
+    if np.any((curve.fp == 0) & (curve.fn == 0)):  # perfectly separated, possibly tied: see epsilon_point
+        point = max(point, math.log((1.0 - delta) * max(curve.n_members, curve.n_nonmembers)))
+    return point
 
 
 def _side_alphas(alpha: float, selection: str, n_members: int, n_nonmembers: int) -> tuple[float, float]:
@@ -387,9 +390,11 @@ def epsilon_point(member_scores, nonmember_scores, *, delta: float) -> float:
     denominator (FNR = 0 or FPR = 0 at that threshold) would be +inf; such a ratio is left out and the
     maximum is taken over the finite ratios only (the other ratio at the same threshold still counts).
     Consequences: the result is always finite; the trivial thresholds give ln(1 − δ) ≤ 0, so the
-    result is clamped at 0; perfectly separated scores give ln(P·(1−δ)) or ln(N·(1−δ)) from the
-    threshold that misses exactly one score, not +inf (see :func:`epsilon_ceiling` for what such a
-    sample can certify). A ratio with 1 − δ − rate ≤ 0 is also left out.
+    result is clamped at 0; perfectly separated scores give ln(max(P, N)·(1−δ)), not +inf: the larger
+    of the thresholds that miss exactly one member or one non-member (see :func:`epsilon_ceiling` for
+    what such a sample can certify). Tied scores separated perfectly (say, two values, as canaries
+    without noise give) have no such thresholds and get the same value, not the 0 their finite
+    ratios alone would give. A ratio with 1 − δ − rate ≤ 0 is also left out.
 
     Args:
         member_scores: 1-D finite member scores.

@@ -67,6 +67,15 @@ def test_epsilon_point_leaves_out_infinite_ratios():
     assert epsilon_point([1.0, 1.0], [1.0, 1.0, 1.0], delta=delta) == 0.0
 
 
+def test_tied_perfect_separation_is_no_weaker_than_untied():
+    """Two values, all members above all non-members: no threshold misses exactly one score, yet the attack is
+    perfect; it gets what untied perfectly separated scores get, ln(max(P, N)·(1 − δ)) (here N = 5), not 0."""
+    delta = 1e-3
+    tied = epsilon_point([1.0, 1.0, 1.0], [0.0] * 5, delta=delta)
+    untied = epsilon_point([1.0, 1.1, 1.2], [0.0, 0.1, 0.2, 0.3, 0.4], delta=delta)
+    assert tied == untied == pytest.approx(math.log(5 * (1 - delta)))
+
+
 def _brute_roc(members, nonmembers):
     thresholds = np.concatenate([[np.inf], np.unique(np.concatenate([members, nonmembers]))[::-1]])
     fpr = np.array([np.mean([s >= t for s in nonmembers]) for t in thresholds])
