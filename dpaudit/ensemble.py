@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dpaudit import models as model_registry
@@ -85,7 +84,7 @@ class EnsembleGradients:
 
     def __init__(self, models: Sequence[nn.Module], *, per_sample: bool, example: torch.Tensor, max_samples: int,
                  memory_budget_mb: float):
-        from torch.func import functional_call, grad_and_value, vmap
+        from torch.func import grad_and_value, vmap
 
         if not models:
             raise DPAuditError("an ensemble needs at least one model")
@@ -93,7 +92,6 @@ class EnsembleGradients:
         self.per_sample = per_sample
         base = self.models[0]
         self.names = [name for name, p in base.named_parameters() if p.requires_grad]
-        buffers = dict(base.named_buffers())
         with torch.no_grad():
             self.stacked = [torch.stack([dict(m.named_parameters())[name].detach() for m in self.models])
                             for name in self.names]
@@ -102,9 +100,7 @@ class EnsembleGradients:
             for name, values in zip(self.names, self.stacked):
                 owned[name].data = values[k]
 
-        def losses_of(param_values, images, labels):
-            logits = functional_call(base, ({**dict(zip(self.names, param_values)), **buffers},), (images,))
-            return F.cross_entropy(logits, labels, reduction="none")
+        losses_of = model_registry.functional_losses(base)
 
         if per_sample:
             def loss_of_one(param_values, image, label):

@@ -172,6 +172,23 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def functional_losses(model: nn.Module):
+    """``losses(param_values, images, labels)``: per-record cross-entropy of ``model`` evaluated at
+    ``param_values`` (its trainable parameters, in ``trainable_parameters`` order) with its own buffers —
+    the pure function ``torch.func`` differentiates and vmaps over samples and models."""
+    import torch.nn.functional as F
+    from torch.func import functional_call
+
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    buffers = dict(model.named_buffers())
+
+    def losses(param_values, images, labels):
+        logits = functional_call(model, ({**dict(zip(names, param_values)), **buffers},), (images,))
+        return F.cross_entropy(logits, labels, reduction="none")
+
+    return losses
+
+
 def parameter_count(model: nn.Module) -> int:
     """Number of trainable parameters d."""
     return sum(p.numel() for p in trainable_parameters(model))

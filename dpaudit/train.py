@@ -141,14 +141,12 @@ class PerSampleGradients:
 
             self.wrapped = GradSampleModule(model, loss_reduction="sum")
         else:
-            from torch.func import functional_call, grad_and_value, vmap
+            from torch.func import grad_and_value, vmap
 
-            names = [name for name, p in model.named_parameters() if p.requires_grad]
-            buffers = dict(model.named_buffers())
+            losses = model_registry.functional_losses(model)
 
             def loss_of_one(param_values, image, label):
-                logits = functional_call(model, ({**dict(zip(names, param_values)), **buffers},), (image[None],))
-                return F.cross_entropy(logits, label[None])
+                return losses(param_values, image[None], label[None])[0]
 
             self._vmapped = vmap(grad_and_value(loss_of_one), in_dims=(None, 0, 0))
 

@@ -178,15 +178,34 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     next(run for run in edited["optimizers"]["runs"] if run["name"] == "d2p2-sgd")["lr"] = 0.01
     params.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
     second = repro()
-    trained = re.findall(r"'train [^']*'", second)  # the `dpaudit batch` commands of the jobs that ran
+    # the `dpaudit train` steps of the jobs that ran (a job's "reason" may quote its old command too)
+    trained = [step for line in second.splitlines() if line.startswith("Shell command:")
+               for step in re.findall(r"'train [^']*'", line)]
     # the new D = 5 runs (2 batch sizes × 2 trials), d2p2-sgd in the optimizer and cross-optimizer audit
     # sections (both take optimizers.runs) and the 4 d2p2-sgd paper runs (they start from its tuned lr)
-    assert len(trained) == 2 * 2 + 2 + 4
+    assert len(trained) == 2 * 2 + 2 + 4, "\n".join(trained)
     assert sum("--domain-radius 5.0" in line for line in trained) == 4
     assert sum("--optimizer d2p2-sgd" in line and "--lr 0.01" in line for line in trained) == 2 + 4
     assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
     assert (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
+
+
+def test_editing_a_run_setting_reruns_exactly_its_jobs(workflow_copy):
+    """Snakemake's params trigger sees the `dpaudit train` flags of the training rules (a params function that
+    takes `output` once hid them: an edit of params.yaml left the finished runs in place)."""
+    targets = ["results/seed004/gc_b20/trial_0/attack.json", "results/optimizers/d2p2-sgd_eps4/trial_0/attack.json",
+               "results/audit/dpsgd-gc_eps4/trial_0/config.json"]
+    _snakemake(workflow_copy, "--cores", "2", "--configfile", "configs/smoke.yaml", "--", *targets)
+    smoke = workflow_copy / "configs" / "smoke.yaml"
+    edited = yaml.safe_load(smoke.read_text())
+    edited["seed004"]["gc"]["eval_epochs"] = [1, 4]
+    next(run for run in edited["optimizers"]["runs"] if run["name"] == "d2p2-sgd")["lr"] = 0.01
+    smoke.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
+    result = _snakemake(workflow_copy, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml", "--", *targets)
+    planned = result.stdout + result.stderr
+    assert _job_count(planned, "seed004_run") == 1 and _job_count(planned, "optimizers_run") == 1
+    assert _job_count(planned, "audit_run") == 0
 
 
 def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupted(workflow_copy, tmp_path):

@@ -70,9 +70,9 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
         "results/audit/{run}/trial_{trial}/config.json",
         *(["results/audit/{run}/trial_{trial}/attack.json"] if AUD_SHADOW else []),
     params:
-        commands=lambda wildcards, output: batch_command(
-            train_command(Path(output[0]).parent, wildcards.trial, audit_train_flags(wildcards.run, "audit")),
-            *([f"attack --quiet --run {Path(output[0]).parent}"] if AUD_SHADOW else [])),
+        commands=lambda wildcards: batch_command(
+            train_command(trial_folder("audit", wildcards), wildcards.trial, audit_train_flags(wildcards.run, "audit")),
+            *([f"attack --quiet --run {trial_folder('audit', wildcards)}"] if AUD_SHADOW else [])),
     shell:
         "{params.commands}"
 

@@ -47,10 +47,10 @@ rule optimizers_run:  # train target + shadows, attack every checkpoint, replay 
         "results/optimizers/{run}/trial_{trial}/attack.json",
         "results/optimizers/{run}/trial_{trial}/target/epsilon.json",
     params:
-        commands=lambda wildcards, output: batch_command(
-            train_command(Path(output[0]).parent, wildcards.trial, optimizer_run_flags(wildcards.run)),
-            f"attack --quiet --run {Path(output[0]).parent}",
-            f"epsilon --run {Path(output[0]).parent} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
+        commands=lambda wildcards: batch_command(
+            train_command(trial_folder("optimizers", wildcards), wildcards.trial, optimizer_run_flags(wildcards.run)),
+            f"attack --quiet --run {trial_folder('optimizers', wildcards)}",
+            f"epsilon --run {trial_folder('optimizers', wildcards)} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
             f" --accountants {','.join(OPT['accountants'])} --delta {OPT_COMMON['delta']}"),
     resources:
         gpu=OPT_RESOURCES["gpu"],

@@ -54,9 +54,9 @@ rule seed004_run:  # train target + shadows, then attack every checkpoint, in on
         "results/seed004/{run}/trial_{trial}/config.json",
         "results/seed004/{run}/trial_{trial}/attack.json",
     params:
-        commands=lambda wildcards, output: batch_command(
-            train_command(Path(output[0]).parent, wildcards.trial, run_config(wildcards.run)),
-            f"attack --quiet --run {Path(output[0]).parent}"),
+        commands=lambda wildcards: batch_command(
+            train_command(trial_folder("seed004", wildcards), wildcards.trial, run_config(wildcards.run)),
+            f"attack --quiet --run {trial_folder('seed004', wildcards)}"),
     resources:
         gpu=RESOURCES["gpu"],
         mem_mb=RESOURCES["mem_mb"],
