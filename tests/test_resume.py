@@ -37,6 +37,13 @@ def saved_epoch(folder):
     return max((int(path.stem.split("_")[1]) for path in folder.glob("state_*.pt")), default=0)
 
 
+def wait_for_saved_epoch(process, folder, epoch, *, timeout=300):
+    """Wait until ``folder`` holds a training state of ``epoch`` or later, or ``process`` ends."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline and saved_epoch(folder) < epoch:
+        time.sleep(0.01)
+
+
 def _train_into(folder, config, **kwargs):
     members = [replace(member, out_dir=folder / member.label) for member in _members(2)]
     return train_models(config=config, members=members, test_data=None, progress=False, state_every=0, **kwargs)
@@ -163,9 +170,7 @@ def test_a_killed_dpaudit_train_resumes_where_it_stopped(tmp_path):
     subprocess.run([*command, "--out", str(tmp_path / "whole")], check=True, capture_output=True, timeout=300)
     cut = tmp_path / "cut"
     process = subprocess.Popen([*command, "--out", str(cut)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while process.poll() is None and time.monotonic() < deadline and saved_epoch(cut / "shadow_01") < 3:
-        time.sleep(0.01)
+    wait_for_saved_epoch(process, cut / "shadow_01", 3)
     process.send_signal(signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL, "the run ended before it could be interrupted"
     assert not (cut / "target" / "epoch_0030.pt").exists()

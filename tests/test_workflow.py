@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -211,7 +210,7 @@ def test_editing_a_run_setting_reruns_exactly_its_jobs(workflow_copy):
 def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupted(workflow_copy, tmp_path):
     """Ctrl-C (SIGINT to Snakemake and its job) once a seed-004 run has saved epoch 3 or later of 40; `snakemake`
     again resumes the run and writes the same files as an uninterrupted pipeline."""
-    from test_resume import assert_same_results, saved_epoch
+    from test_resume import assert_same_results, wait_for_saved_epoch
 
     (workflow_copy / "longer.yaml").write_text("seed004:\n  gc: {batch_sizes: [20, 30], epochs: 40, eval_epochs: [20, 40]}\n")
     interrupted = tmp_path / "interrupted"
@@ -225,9 +224,7 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
     process = subprocess.Popen(command, cwd=interrupted, env=environment, start_new_session=True,
                                stdout=log.open("w"), stderr=subprocess.STDOUT,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 300
-    while process.poll() is None and time.monotonic() < deadline and saved_epoch(interrupted / run / "shadow_00") < 3:
-        time.sleep(0.01)
+    wait_for_saved_epoch(process, interrupted / run / "shadow_00", 3)
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait(timeout=120) != 0, "the pipeline ended before it could be interrupted:\n" + log.read_text()[-3000:]
     assert not (interrupted / run / "attack.json").exists()
