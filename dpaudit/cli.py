@@ -488,7 +488,6 @@ def _cmd_validation(args: argparse.Namespace) -> int:
 
 def _cmd_batch(args: argparse.Namespace) -> int:
     import contextlib
-    import os
     import shlex
 
     parser = build_parser()

@@ -405,8 +405,6 @@ def _resume(runs: list[_ModelRun]) -> int:
 
     States of another configuration, or of an epoch not every model reached, are deleted.
     """
-    if any(run.out is None for run in runs):
-        return 0
     saved = [run.saved_states() for run in runs]
     for epoch in sorted(set.intersection(*(set(states) for states in saved)), reverse=True):
         states = [run.load_state(states[epoch]) for run, states in zip(runs, saved)]
@@ -456,10 +454,11 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
     device = resolve_device(config.device)
     keep_freed_memory()
     runs = [_ModelRun(config, member, test_data, device) for member in members]
-    if not resume:
+    keeps_state = all(run.out is not None for run in runs)
+    if keeps_state and not resume:
         for run in runs:
             run.drop_states()
-    done = _resume(runs)
+    done = _resume(runs) if keeps_state else 0
     name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
     if done:
         print(f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.parent})",
@@ -492,8 +491,7 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
             raise TrainingDivergedError(
                 f"training diverged at epoch {epoch}: {losses} (try a smaller lr or clip_norm){kept}"
             )
-        if (epoch < config.epochs and all(run.out is not None for run in runs)
-                and time.perf_counter() - saved >= state_every):
+        if keeps_state and epoch < config.epochs and time.perf_counter() - saved >= state_every:
             saved = time.perf_counter()
             for run in runs:
                 run.save_state(epoch)

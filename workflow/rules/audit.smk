@@ -71,8 +71,9 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
         *(["results/audit/{run}/trial_{trial}/attack.json"] if AUD_SHADOW else []),
     params:
         commands=lambda wildcards: batch_command(
-            train_command(trial_folder("audit", wildcards), wildcards.trial, audit_train_flags(wildcards.run, "audit")),
-            *([f"attack --quiet --run {trial_folder('audit', wildcards)}"] if AUD_SHADOW else [])),
+            train_command(trial_folder("audit", wildcards.run, wildcards.trial), wildcards.trial,
+                          audit_train_flags(wildcards.run, "audit")),
+            *([f"attack --quiet --run {trial_folder('audit', wildcards.run, wildcards.trial)}"] if AUD_SHADOW else [])),
     shell:
         "{params.commands}"
 
@@ -80,7 +81,7 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
 def score_command(section, run):
     """`dpaudit audit` of every attack of a section on one run, its trials pooled."""
     _, _, trials, attacks = AUD_SECTIONS[section]
-    folders = " ".join(f"results/{section}/{run}/trial_{trial}" for trial in range(trials))
+    folders = " ".join(trial_folder(section, run, trial) for trial in range(trials))
     return (f"audit --run {folders} --attack {' '.join(attacks)} --delta {AUD_COMMON['delta']}"
             f" --confidence {AUD['confidence']} --no-plot --out-dir results/{section}/{run}")
 
@@ -107,7 +108,7 @@ rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each t
         section="audit_cross|audit_validation",
     params:
         commands=lambda wildcards: batch_command(
-            *[train_command(f"results/{wildcards.section}/{run}/trial_{trial}", trial,
+            *[train_command(trial_folder(wildcards.section, run, trial), trial,
                             audit_train_flags(run, wildcards.section), summarize=True)
               for run in epsilon_runs(wildcards.name) for trial in range(CROSS["trials"])],
             *[score_command(wildcards.section, run) for run in epsilon_runs(wildcards.name)]),

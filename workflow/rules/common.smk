@@ -26,11 +26,11 @@ def run_folders(paths):
     return " ".join(dict.fromkeys(folders))
 
 
-def trial_folder(section, wildcards):
-    """results/<section>/<run>/trial_<trial>, from the wildcards alone: Snakemake's params rerun trigger compares
-    only params it can compute without the job's output paths, so a params function taking `output` would let a
-    params.yaml edit go unnoticed."""
-    return f"results/{section}/{wildcards.run}/trial_{wildcards.trial}"
+def trial_folder(section, run, trial):
+    """results/<section>/<run>/trial_<trial>. Rules pass their wildcards, never `output`: Snakemake's params rerun
+    trigger compares only params it can compute without the job's output paths, so a params function taking
+    `output` would let a params.yaml edit go unnoticed."""
+    return f"results/{section}/{run}/trial_{trial}"
 
 
 def train_command(out, trial, flags, *, summarize=False):

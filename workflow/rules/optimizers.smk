@@ -34,6 +34,15 @@ def optimizer_run_flags(run):
     return cli_flags({**OPT_COMMON, **settings, "target_epsilon": float(eps)})
 
 
+def optimizer_run_commands(run, trial):
+    folder = trial_folder("optimizers", run, trial)
+    return batch_command(
+        train_command(folder, trial, optimizer_run_flags(run)),
+        f"attack --quiet --run {folder}",
+        f"epsilon --run {folder} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
+        f" --accountants {','.join(OPT['accountants'])} --delta {OPT_COMMON['delta']}")
+
+
 rule optimizers_all:
     input:
         expand("results/optimizers/{run}/trial_{trial}/{file}", run=OPT_RUNS, trial=OPT_TRIALS,
@@ -47,11 +56,7 @@ rule optimizers_run:  # train target + shadows, attack every checkpoint, replay 
         "results/optimizers/{run}/trial_{trial}/attack.json",
         "results/optimizers/{run}/trial_{trial}/target/epsilon.json",
     params:
-        commands=lambda wildcards: batch_command(
-            train_command(trial_folder("optimizers", wildcards), wildcards.trial, optimizer_run_flags(wildcards.run)),
-            f"attack --quiet --run {trial_folder('optimizers', wildcards)}",
-            f"epsilon --run {trial_folder('optimizers', wildcards)} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
-            f" --accountants {','.join(OPT['accountants'])} --delta {OPT_COMMON['delta']}"),
+        commands=lambda wildcards: optimizer_run_commands(wildcards.run, wildcards.trial),
     resources:
         gpu=OPT_RESOURCES["gpu"],
         mem_mb=OPT_RESOURCES["mem_mb"],

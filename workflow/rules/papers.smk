@@ -92,7 +92,7 @@ for _optimizer, _runs in PAPER_GROUPS.items():
             [f"results/papers/{run}/trial_{trial}/{file}" for run, trial in _runs
              for file in ("config.json", "summary.json")],
         params:
-            commands=batch_command(*[train_command(f"results/papers/{run}/trial_{trial}", trial,
+            commands=batch_command(*[train_command(trial_folder("papers", run, trial), trial,
                                                    cli_flags(PAPER_RUNS[run]), summarize=True) for run, trial in _runs]),
         shell:
             "{params.commands}"

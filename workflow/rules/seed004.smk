@@ -55,8 +55,9 @@ rule seed004_run:  # train target + shadows, then attack every checkpoint, in on
         "results/seed004/{run}/trial_{trial}/attack.json",
     params:
         commands=lambda wildcards: batch_command(
-            train_command(trial_folder("seed004", wildcards), wildcards.trial, run_config(wildcards.run)),
-            f"attack --quiet --run {trial_folder('seed004', wildcards)}"),
+            train_command(trial_folder("seed004", wildcards.run, wildcards.trial), wildcards.trial,
+                          run_config(wildcards.run)),
+            f"attack --quiet --run {trial_folder('seed004', wildcards.run, wildcards.trial)}"),
     resources:
         gpu=RESOURCES["gpu"],
         mem_mb=RESOURCES["mem_mb"],
