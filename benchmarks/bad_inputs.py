@@ -59,6 +59,11 @@ def main() -> None:
                    "{name: auto-w, lr: 0.2}")
     snakemake_with("params.yaml: validation twin not in optimizers.runs", "- [dpsgd-no-clip, dpsgd-gc]",
                    "- [dpsgd-no-clip, dpsgd-dc]")
+    snakemake_with("params.yaml: projection-aligned canaries for a twin without a projection",
+                   "- [dp2-sgd-as-published, dp2-sgd,", "- [dp2-sgd-as-published, dpsgd-gc,")
+    cases.append(("`train --canary-design projection-aligned` with DP-SGD",
+                  *_run([*DPAUDIT, "train", *TINY, "--canaries", "10", "--canary-design", "projection-aligned",
+                         "--out", "r"], work)))
     cases.append(("`train --optimizer adam`", *_run([*DPAUDIT, "train", *TINY, "--optimizer", "adam", "--out", "r"],
                                                      work)))
     cases.append(("`train --batch-size 5000` (more than the data)",

@@ -12,6 +12,7 @@ from dpaudit.data import HalvesSplit, MIASplit, dataset_info, make_halves_split,
 from dpaudit.data.splits import SPLIT_DESIGNS
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
+CANARY_DESIGNS = ("dirac", "projection-aligned")  # dpaudit.attacks.canary
 GRAD_SAMPLE_BACKENDS = ("functorch", "opacus")
 ENGINES = ("ensemble", "sequential")
 
@@ -57,8 +58,10 @@ class TrainConfig:
         standardise_constant: μ of AdaDPIGU's standardisation (g − α) / (√β + μ), > 0.
         diagnostics: record the target's gradient histogram and support diagnostics (diagnostics.json).
         histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); seed 000 Fig 2).
-        canaries: m white-box Dirac gradient canaries observed in the target's released updates
+        canaries: m white-box gradient canaries observed in the target's released updates
             (``dpaudit.attacks.canary``; 0: none). They do not touch the model.
+        canary_design: "dirac" (one coordinate per canary) or "projection-aligned" (along the top singular
+            directions of the optimizer's random projection; dp2-sgd, d2p2-sgd and their variants only).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -117,6 +120,7 @@ class TrainConfig:
     diagnostics: bool = True
     histogram_epoch: int | None = None
     canaries: int = 0
+    canary_design: str = "dirac"
     sampling: str = "poisson"
     eval_epochs: tuple[int, ...] = ()
     target_size: int = 300
@@ -151,6 +155,7 @@ class TrainConfig:
         check_positive_int("num_shadows", self.num_shadows, allow_zero=True)
         check_positive_int("microbatch_size", self.microbatch_size)
         check_positive_int("canaries", self.canaries, allow_zero=True)
+        self._check_canary_design(spec.cls)
         check_positive_int("trial", self.trial, allow_zero=True)
         check_positive_int("seed", self.seed, allow_zero=True)
         check_choice("sampling", self.sampling, SAMPLING_SCHEMES)
@@ -201,6 +206,18 @@ class TrainConfig:
         # The split is cheap; building it now reports an impossible data budget before training.
         config.make_split()
         return config
+
+    def _check_canary_design(self, optimizer_cls) -> None:
+        check_choice("canary_design", self.canary_design, CANARY_DESIGNS)
+        if self.canary_design == "projection-aligned":
+            from dpaudit.optim import ProjectedNoise
+
+            if not issubclass(optimizer_cls, ProjectedNoise):
+                raise DPAuditError(f"canary_design 'projection-aligned' aligns canaries with a random projection; "
+                                   f"{self.optimizer} has none (use dp2-sgd, d2p2-sgd or their variants)")
+            if self.reduction_convention == "paper" and self.reduction_rate >= 1:
+                raise DPAuditError("canary_design 'projection-aligned' needs a projection that keeps coordinates "
+                                   "(reduction_rate < 1 with the paper convention)")
 
     def _calibrated_noise(self, optimizer_cls) -> tuple[float, float | None]:
         """(σ_DP, warm-up σ_DP) whose run has ε = target_epsilon at δ (this optimizer's schedule, q = b/n).

@@ -241,10 +241,14 @@ class _ModelRun:
         self.params = model_registry.trainable_parameters(self.model)
         self.canaries = None
         if config.canaries and member.model_index == 0:
-            from dpaudit.attacks.canary import DiracCanaries
+            from dpaudit.attacks.canary import GradientCanaries, canary_dimension
 
-            self.canaries = DiracCanaries(count=config.canaries, clip_norm=config.clip_norm or 1.0, seed=noise_seed,
-                                          device=device, dtype=self.params[0].dtype)
+            dimension = canary_dimension(count=config.canaries, design=config.canary_design,
+                                         reduction_rate=config.reduction_rate,
+                                         reduction_convention=config.reduction_convention)
+            self.canaries = GradientCanaries(count=config.canaries, clip_norm=config.clip_norm or 1.0, seed=noise_seed,
+                                             device=device, dtype=self.params[0].dtype, design=config.canary_design,
+                                             dimension=dimension)
         generator = torch.Generator(device=device).manual_seed(noise_seed)
         self.optimizer = spec.cls(self.params + ([self.canaries.parameter] if self.canaries else []),
                                   config.hyperparameters(len(member.train_data)), generator=generator)

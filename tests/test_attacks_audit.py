@@ -60,6 +60,41 @@ def test_frozen_canary_coordinates_reveal_nothing(tmp_path):
     assert frozen.any() and not frozen.all()  # a random 20 % support of all coordinates, canaries included
 
 
+@pytest.mark.parametrize("optimizer", ["dp2-sgd", "dp2-sgd-as-published"])
+def test_projection_aligned_canaries_see_the_sensitivity_of_the_projection(tmp_path, optimizer):
+    """With almost no noise, a member score is the canary's shift of the release along its direction:
+    C/b when each record's projected gradient is clipped (dp2-sgd), C·s_j/(√p·b) when the sum is projected
+    after clipping. s_j/√p, the top third of the singular values of a d × p N(0, 1) matrix over √p, lies
+    between √(d/p) and the Marchenko–Pastur edge √(d/p) + 1 (d = 200, p = 60: 1.83 … 2.83)."""
+    from dpaudit.attacks.canary import canary_dimension
+
+    count, b = 20, 30
+    assert canary_dimension(count=count, design="projection-aligned", reduction_rate=0.3) == 200  # p = ⌊0.3·200⌋ = 3·20
+    observed = _train(tmp_path, optimizer=optimizer, canaries=count, canary_design="projection-aligned",
+                      sigma_dp=1e-7, reduction_rate=0.3, projection_refresh="run", gamma=0.01)
+    members, nonmembers = observed.scores()
+    assert np.abs(nonmembers).max() < 1e-4
+    ratios = members * b  # in units of C/b (C = 1)
+    if optimizer == "dp2-sgd":
+        np.testing.assert_allclose(ratios, 1.0, rtol=1e-3)
+    else:
+        edge = np.sqrt(200 / 60)
+        assert edge < ratios.min() and ratios.max() < edge + 1
+        for j in range(count):  # one matrix for the run: each canary keeps its singular value
+            own = observed.observations[observed.bits[:, j].astype(bool), j] * b
+            np.testing.assert_allclose(own, own[0], rtol=1e-3)
+
+
+def test_projection_aligned_canaries_need_a_projection():
+    values = dict(dataset="digits", model="mlp", clip_norm=1.0, sigma_dp=0.1, target_size=60, batch_size=20,
+                  num_shadows=0, canaries=10)
+    with pytest.raises(DPAuditError, match="has none") as caught:
+        TrainConfig(**values, canary_design="projection-aligned").validated()
+    assert "\n" not in str(caught.value)
+    with pytest.raises(DPAuditError, match="canary_design"):
+        TrainConfig(**values, canary_design="aligned").validated()
+
+
 def test_loss_scores_are_negative_cross_entropy():
     from dpaudit.attacks.loss import loss_scores
     from dpaudit.data import load_dataset

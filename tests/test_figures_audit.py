@@ -42,11 +42,12 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
     assert "| dpsgd-gc_eps8 | canary |" in capsys.readouterr().out
 
 
-def _validation_run(root, optimizer, eps, dp_claim, shift):
+def _validation_run(root, optimizer, eps, dp_claim, shift, design=None):
     """A run folder (config.json) and its canary and loss audits; ``shift`` separates members from non-members."""
-    trial = root / f"{optimizer}_eps{eps}" / "trial_0"
+    trial = root / (design or "") / f"{optimizer}_eps{eps}" / "trial_0"
     trial.mkdir(parents=True)
-    write_json(trial / "config.json", {"config": {"optimizer": optimizer, "target_epsilon": None},  # as train writes
+    settings = {} if design is None else {"canary_design": design}  # runs from before the design existed have none
+    write_json(trial / "config.json", {"config": {"optimizer": optimizer, "target_epsilon": None, **settings},
                                        "derived": {"dp_claim": dp_claim, "target_epsilon": eps}})
     files = []
     for attack, claimed in (("canary", eps / 2), ("loss", eps)):
@@ -63,22 +64,30 @@ def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, caps
         files += _validation_run(tmp_path, "dpsgd-no-noise", eps, False, 8.0)  # members far apart: ε̂ ≫ claim
         files += _validation_run(tmp_path, "dpsgd-gc", eps, True, 0.0)  # no separation: never flagged
         files += _validation_run(tmp_path, "auto-s", eps, True, 0.0)
+        files += _validation_run(tmp_path, "dp2-sgd", eps, True, 0.0)  # Dirac canaries (the cross-optimizer audit)
+        # a pair audited with projection-aligned canaries pairs with the twin trained with them too
+        files += _validation_run(tmp_path, "dp2-sgd", eps, True, 0.0, design="projection-aligned")
+        files += _validation_run(tmp_path, "dp2-sgd-as-published", eps, False, 8.0, design="projection-aligned")
     out = tmp_path / "figures"
-    assert main(["validation", *map(str, files), "--pair", "dpsgd-no-noise=dpsgd-gc", "--out", str(out),
-                 "--title", "test"]) == 0
+    assert main(["validation", *map(str, files), "--pair", "dpsgd-no-noise=dpsgd-gc",
+                 "dp2-sgd-as-published=dp2-sgd", "--out", str(out), "--title", "test"]) == 0
     for suffix in (".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"):
         assert (out / f"validation{suffix}").stat().st_size > 200
     report = read_json(out / "validation.json")
     broken = [row for row in report["rows"] if row["role"] == "broken"]
-    assert [row["target_epsilon"] for row in broken] == [1, 4] and all(row["flagged"] for row in broken)
+    assert [row["target_epsilon"] for row in broken] == [1, 4, 1, 4] and all(row["flagged"] for row in broken)
+    assert {row["canary_design"] for row in report["rows"] if row["pair"] == "dp2-sgd-as-published"} == {
+        "projection-aligned"}
     for row in report["rows"]:  # flagged means the lower bound exceeds the claim the attack faces
         assert row["flagged"] == (row["lower"] > row["claimed"]) and row["claimed"] == row["target_epsilon"] / 2
-    # every audit of a DP-claiming run counts: 2 optimizers × 2 ε × 2 attacks, none flagged
-    assert report["false_alarms"]["audits"] == 8 and report["false_alarms"]["flagged"] == 0
-    assert report["false_alarms"]["rate_upper_95"] == pytest.approx(1 - 0.05 ** (1 / 8))  # Clopper–Pearson, k = 0
+    # every audit of a DP-claiming run counts: 4 runs × 2 ε × 2 attacks, none flagged
+    assert report["false_alarms"]["audits"] == 16 and report["false_alarms"]["flagged"] == 0
+    assert report["false_alarms"]["rate_upper_95"] == pytest.approx(1 - 0.05 ** (1 / 16))  # Clopper–Pearson, k = 0
     claims = read_json(out / "validation.manifest.json")["claims"]
     assert [claim["holds"] for claim in claims] == [True, True, True]
-    assert "| dpsgd-no-noise | dpsgd-no-noise | broken | 1 |" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "| dpsgd-no-noise | dpsgd-no-noise | broken | dirac | 1 |" in table
+    assert "| dp2-sgd-as-published | dp2-sgd | correct twin | projection-aligned | 4 |" in table
 
 
 def test_validation_rejects_bad_pairs_in_one_line(tmp_path, capsys):

@@ -79,8 +79,15 @@ def test_every_optimizer_resumes_bit_identically(optimizer, tmp_path, monkeypatc
     assert_same_results(tmp_path / "whole", tmp_path / "cut")  # the state files are gone from both
 
 
-def test_sequential_engine_resumes_bit_identically(tmp_path, monkeypatch):
-    config = _config("tp-topk", engine="sequential", canaries=20)
+@pytest.mark.parametrize("optimizer, changes", [
+    ("tp-topk", {"engine": "sequential", "canaries": 20}),
+    # projection-aligned canaries: their directions (an SVD of the optimizer's projection) are not saved but
+    # recomputed after the resume, from one matrix for the run or this step's
+    ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "run"}),
+    ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "step"}),
+], ids=["sequential-engine", "aligned-canaries-run", "aligned-canaries-step"])
+def test_other_settings_resume_bit_identically(optimizer, changes, tmp_path, monkeypatch):
+    config = _config(optimizer, **changes)
     _train_into(tmp_path / "whole", config)
     with monkeypatch.context() as patch:
         _interrupt(patch, epoch=2, model_index=0)

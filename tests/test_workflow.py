@@ -48,15 +48,16 @@ def _job_count(output: str, rule: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_variants", [
+    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs", [
         # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
-        # one job per optimizer (all its ε)
-        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6),
-        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 2),
+        # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
+        # audit settings (projection-aligned canaries)
+        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2),
+        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 3 + 1),
         ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6),
     ])
 def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
-                                    cross_optimizers, validation_variants):
+                                    cross_optimizers, validation_runs):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
     # each job trains one run-trial and attacks it in one process (`dpaudit batch`)
@@ -67,7 +68,7 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     # one job per run scores all its attacks (audit: 5), trials pooled; one per optimizer trains and scores its
     # cross-optimizer runs at every ε
     assert _job_count(output, "audit_score") == audit_runs // trials_per_run
-    assert _job_count(output, "audit_optimizer") == cross_optimizers + validation_variants
+    assert _job_count(output, "audit_optimizer") == cross_optimizers + validation_runs
     assert _job_count(output, "audit_cross_table") == 1 and _job_count(output, "audit_validation") == 1
     # every paper figure and table (seeds 000–003) whose optimizers the preset's optimizers.runs has
     figures = sum(_job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items()
@@ -108,6 +109,12 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
         ("{name: auto-v, lr: 0.2}", "{name: auto-v.., lr: 0.2}", "Error validating config file"),
         ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-dc]",
          "audit.validation.pairs.dpsgd-no-clip: twin 'dpsgd-dc' is not a run of optimizers.runs"),
+        # projection-aligned canaries: only for the random-projection optimizers, variant (schema) and twin
+        ("{canary_design: projection-aligned}]   #", "{canary_design: aligned}]   #", "Error validating config file"),
+        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-gc, {canary_design: projection-aligned}]",
+         "Error validating config file"),
+        ("- [dp2-sgd-as-published, dp2-sgd,", "- [dp2-sgd-as-published, dpsgd-gc,",
+         "projection-aligned canaries need a random projection; the twin 'dpsgd-gc' (dpsgd-gc) has none"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):
@@ -127,6 +134,8 @@ def test_schema_knows_every_registered_optimizer():
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
     assert sorted(schema["$defs"]["optimizer_name"]["enum"]) == sorted(optim.available())
+    projected = [name for name in optim.available() if issubclass(optim.get_spec(name).cls, optim.ProjectedNoise)]
+    assert sorted(schema["$defs"]["projection_optimizer_name"]["enum"]) == sorted(projected)
 
 
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):

@@ -37,6 +37,7 @@ def audit_row(path: str | Path) -> dict[str, Any]:
     settings = {key: value for key, value in run["config"].items() if key != "optimizer"}
     return {
         "file": str(path), "optimizer": run["config"]["optimizer"], "settings": json.dumps(settings, sort_keys=True),
+        "canary_design": run["config"].get("canary_design", "dirac"),
         "target_epsilon": run["derived"]["target_epsilon"], "dp_claim": bool(run["derived"]["dp_claim"]), "attack": attack,
         "claimed": None if claimed is None else float(claimed), "lower": lower,
         "point": float(report["epsilon_point"]), "ceiling": ceiling, "confidence": float(report["confidence"]),
@@ -131,7 +132,8 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
             ax.set_xlim(0, limit)
             ax.set_ylim(0, limit)
             twin = next(row["optimizer"] for row in rows if row["role"] == "correct twin")
-            ax.set_title(f"{variant}\n(twin: {twin})", fontsize=9)
+            design = "" if report["attack"] != "canary" else f", {rows[0]['canary_design']} canaries"
+            ax.set_title(f"{variant}\n(twin: {twin}{design})", fontsize=9)
             ax.set_xlabel("claimed ε of one step (canary's mechanism)" if report["attack"] == "canary"
                           else "claimed ε of the run", fontsize=8)
             ax.set_ylabel(f"ε̂ lower bound ({100 * report['confidence']:g} %)", fontsize=8)
@@ -151,8 +153,10 @@ def write_validation(files: list[str | Path], *, pairs: dict[str, str], attack: 
     report = validation_report(files, pairs=pairs, attack=attack)
     out = Path(out_dir)
     written = plot_validation(report, stem=out / "validation", title=title)
-    header = ["broken variant", "optimizer", "role", "target ε (run)", "claimed ε", "ε̂ lower", "ceiling", "flagged"]
-    table = [[row["pair"], row["optimizer"], row["role"], f"{row['target_epsilon']:g}", f"{row['claimed']:.3g}",
+    header = ["broken variant", "optimizer", "role", "canaries", "target ε (run)", "claimed ε", "ε̂ lower", "ceiling",
+              "flagged"]
+    table = [[row["pair"], row["optimizer"], row["role"], row["canary_design"] if attack == "canary" else "–",
+              f"{row['target_epsilon']:g}", f"{row['claimed']:.3g}",
               f"{row['lower']:.3g}", f"{row['ceiling']:.3g}",
               "yes" if row["flagged"] else ("no" if row["detectable"] else "no (ceiling ≤ claim)")]
              for row in report["rows"]]

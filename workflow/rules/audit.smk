@@ -13,7 +13,8 @@ CROSS = AUD["cross_optimizer"]
 CROSS_COMMON = {**{k: v for k, v in AUD_COMMON.items() if k not in ("num_shadows", "split_design")},
                 "num_shadows": 0, "diagnostics": False, "canaries": CROSS["canaries"]}
 VALIDATION = AUD["validation"]
-VALIDATION_PAIRS = dict(VALIDATION["pairs"])  # broken variant → correct twin
+VALIDATION_PAIRS = {pair[0]: pair[1] for pair in VALIDATION["pairs"]}  # broken variant → correct twin
+VALIDATION_AUDIT = {pair[0]: pair[2] if len(pair) > 2 else {} for pair in VALIDATION["pairs"]}  # e.g. canary_design
 for _variant, _twin in VALIDATION_PAIRS.items():  # before any job: a twin must be a run of optimizers.runs
     if _twin not in OPT_SETTINGS:
         raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} is not a run of optimizers.runs "
@@ -22,8 +23,20 @@ if VALIDATION["attack"] not in CROSS["attacks"]:
     raise ValueError(f"params audit.validation.attack: {VALIDATION['attack']!r} is not one of "
                      f"audit.cross_optimizer.attacks ({', '.join(CROSS['attacks'])})")
 # each broken variant trains with its twin's settings: the two differ only where the variant breaks DP
-VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], "optimizer": variant}
+VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], **VALIDATION_AUDIT[variant], "optimizer": variant}
                        for variant, twin in VALIDATION_PAIRS.items()}
+# a pair audited with its own settings trains its twin with them here too (the cross-optimizer audit has the defaults)
+for _variant, _twin in VALIDATION_PAIRS.items():
+    if VALIDATION_AUDIT[_variant]:
+        _optimizer = OPT_SETTINGS[_twin].get("optimizer", _twin)
+        if (VALIDATION_AUDIT[_variant].get("canary_design") == "projection-aligned"
+                and _optimizer not in SCHEMA["$defs"]["projection_optimizer_name"]["enum"]):
+            raise ValueError(f"params audit.validation.pairs.{_variant}: projection-aligned canaries need a random "
+                             f"projection; the twin {_twin!r} ({_optimizer}) has none")
+        if _twin in VALIDATION_SETTINGS:
+            raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} with its own audit settings "
+                             "is in another pair too")
+        VALIDATION_SETTINGS[_twin] = {**OPT_SETTINGS[_twin], **VALIDATION_AUDIT[_variant]}
 AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, attacks)
     "audit": (AUD_SETTINGS, AUD_COMMON, AUD["common"]["trials"], AUD["attacks"]),
     "audit_cross": (OPT_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),

@@ -10,12 +10,19 @@ OPT_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for r
 OPT_RUNS = [f"{name}_eps{eps:g}" for name in OPT_SETTINGS for eps in OPT["target_epsilons"]]
 
 
-def _check_optimizer_names():
-    """A run named after no optimizer fails here, before any job, not inside `dpaudit train`."""
+def _schema():
     import yaml
 
     with open(workflow.source_path("../schemas/params.schema.yaml"), encoding="utf-8") as stream:
-        known = yaml.safe_load(stream)["$defs"]["optimizer_name"]["enum"]
+        return yaml.safe_load(stream)
+
+
+SCHEMA = _schema()  # its optimizer names: a run's optimizer is checked before any job
+
+
+def _check_optimizer_names():
+    """A run named after no optimizer fails here, before any job, not inside `dpaudit train`."""
+    known = SCHEMA["$defs"]["optimizer_name"]["enum"]
     if len(OPT_SETTINGS) != len(OPT["runs"]):
         raise ValueError("params optimizers.runs: two runs share a name")
     for name, settings in OPT_SETTINGS.items():
