@@ -169,7 +169,7 @@ class GradientCanaries:
         chosen = torch.as_tensor(included, device=self.parameter.device)
         if aligned is None:
             rows = torch.zeros((included.size, self.parameter.numel()), device=self.parameter.device,
-                                   dtype=self.parameter.dtype)
+                               dtype=self.parameter.dtype)
             rows[torch.arange(included.size), chosen] = self.norm
         else:
             rows = self.norm * aligned[0].index_select(0, chosen)

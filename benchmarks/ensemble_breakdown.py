@@ -1,0 +1,84 @@
+"""Where the ensemble engine's time goes on one configuration; prints JSON.
+
+    python benchmarks/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
+
+Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
+the vmapped per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one vmap call), the clipping and summing of their output
+(the sink), the K optimizer steps with their noise, and everything else (sampling, batch assembly, loss
+bookkeeping). The gradient share bounds what removing the rest could gain: at most total / gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from contextlib import contextmanager
+
+import torch
+
+from dpaudit.ensemble import EnsembleGradients
+from dpaudit.config import TrainConfig
+from dpaudit.train import Member, _ModelRun, train_models
+
+from ensemble import DATASETS, training_set
+
+
+@contextmanager
+def timing(owner, name: str, seconds: dict[str, float], key: str):
+    """Add the wall time of every call of ``owner.name`` to ``seconds[key]`` while the context is open."""
+    original = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            seconds[key] += time.perf_counter() - start
+
+    setattr(owner, name, timed)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=11, help="K (default: 11)")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per model (default: 100)")
+    parser.add_argument("--batch-size", type=int, default=36, help="expected batch size b (default: 36)")
+    parser.add_argument("--dataset-size", type=int, default=360, help="records per model n (default: 360)")
+    parser.add_argument("--architecture", default="cnn-digits", choices=sorted(DATASETS))
+    args = parser.parse_args()
+    dataset = DATASETS[args.architecture]
+    data = training_set(dataset, args.dataset_size)
+    members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
+    epochs = max(1, round(args.steps / math.ceil(args.dataset_size / args.batch_size)))
+    config = TrainConfig(dataset=dataset, model=args.architecture, optimizer="dpsgd-gc", epochs=epochs,
+                         batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0, sampling="poisson",
+                         target_size=args.dataset_size, num_shadows=0, diagnostics=False, device="cpu").validated()
+    train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
+    seconds = dict.fromkeys(("gradients_and_sink", "sink", "optimizer_steps"), 0.0)
+    with (timing(EnsembleGradients, "_chunk", seconds, "gradients_and_sink"),
+          timing(EnsembleGradients, "accumulate", seconds, "sink"),
+          timing(_ModelRun, "step", seconds, "optimizer_steps")):
+        start = time.perf_counter()
+        train_models(config=config, members=members, test_data=None, progress=False)
+        total = time.perf_counter() - start
+    gradients = seconds["gradients_and_sink"]
+    sink = seconds["sink"] - gradients  # accumulate = gradient chunks + sink calls (+ a little slicing)
+    shares = {"vmapped_gradients": gradients, "clip_and_sum": sink,
+              "optimizer_steps_and_noise": seconds["optimizer_steps"]}
+    shares["everything_else"] = total - sum(shares.values())
+    print(json.dumps({
+        "architecture": args.architecture, "models_K": args.models, "steps_per_model": epochs * math.ceil(
+            args.dataset_size / args.batch_size), "batch_size": args.batch_size, "threads": torch.get_num_threads(),
+        "total_seconds": total, "seconds": shares, "fractions": {key: value / total for key, value in shares.items()},
+        "most_speedup_from_removing_all_but_gradients": total / gradients,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
