@@ -60,15 +60,15 @@ def main() -> None:
                          batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0, sampling="poisson",
                          target_size=args.dataset_size, num_shadows=0, diagnostics=False, device="cpu").validated()
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
-    seconds = dict.fromkeys(("gradients_and_sink", "sink", "optimizer_steps"), 0.0)
-    with (timing(EnsembleGradients, "_chunk", seconds, "gradients_and_sink"),
-          timing(EnsembleGradients, "accumulate", seconds, "sink"),
+    seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
+    with (timing(EnsembleGradients, "_chunk", seconds, "gradient_chunks"),
+          timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
           timing(_ModelRun, "step", seconds, "optimizer_steps")):
         start = time.perf_counter()
         train_models(config=config, members=members, test_data=None, progress=False)
         total = time.perf_counter() - start
-    gradients = seconds["gradients_and_sink"]
-    sink = seconds["sink"] - gradients  # accumulate = gradient chunks + sink calls (+ a little slicing)
+    gradients = seconds["gradient_chunks"]
+    sink = seconds["accumulate"] - gradients  # accumulate = gradient chunks + sink calls (+ a little slicing)
     shares = {"vmapped_gradients": gradients, "clip_and_sum": sink,
               "optimizer_steps_and_noise": seconds["optimizer_steps"]}
     shares["everything_else"] = total - sum(shares.values())

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from dpaudit._io import atomic_write_bytes, read_json, write_json
-from dpaudit._validation import DPAuditError
+from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import CANARY_DESIGNS
 
 ALIGNED_SPECTRUM = 3  # a projection-aligned canary tensor keeps p ≥ 3m singular directions; the canaries take the top m
@@ -133,8 +133,7 @@ class GradientCanaries:
 
     def __init__(self, *, count: int, clip_norm: float, seed: int, device, dtype, design: str = "dirac",
                  dimension: int | None = None, norm_factor: float = 1e3):
-        if design not in CANARY_DESIGNS:
-            raise DPAuditError(f"canary design {design!r} is not one of {', '.join(CANARY_DESIGNS)}")
+        check_choice("canary design", design, CANARY_DESIGNS)
         self.count = count
         self.design = design
         self.parameter = torch.zeros(dimension or count, device=device, dtype=dtype)
