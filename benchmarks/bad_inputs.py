@@ -64,6 +64,11 @@ def main() -> None:
     cases.append(("`train --canary-design projection-aligned` with DP-SGD",
                   *_run([*DPAUDIT, "train", *TINY, "--canaries", "10", "--canary-design", "projection-aligned",
                          "--out", "r"], work)))
+    snakemake_with("params.yaml: support canaries for a twin that learns no support",
+                   "- [adadpigu-code, adadpigu,", "- [adadpigu-code, dpsgd-gc,")
+    cases.append(("`train --canary-design support` with DP-SGD",
+                  *_run([*DPAUDIT, "train", *TINY, "--canaries", "10", "--canary-design", "support", "--out", "r"],
+                        work)))
     cases.append(("`train --optimizer adam`", *_run([*DPAUDIT, "train", *TINY, "--optimizer", "adam", "--out", "r"],
                                                      work)))
     cases.append(("`train --batch-size 5000` (more than the data)",

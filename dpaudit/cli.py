@@ -387,7 +387,11 @@ def _run_scores(args: argparse.Namespace, attack: str):
             scores = observed.scores()
             theory["epsilon_mechanism"] = max(theory.get("epsilon_mechanism", 0.0),
                                               observed.mechanism_epsilon(delta=args.delta))
-            theory["mechanism"] = "one Gaussian step at the runs' smallest noise multiplier, no subsampling"
+            theory["mechanism"] = ("the dense steps' composition, no subsampling; trials: the learned support"
+                                   if observed.design == "support" else
+                                   "one Gaussian step at the runs' smallest noise multiplier, no subsampling; "
+                                   "trials: each run's steps at its smallest noise multiplier")
+            theory["selection"] = observed.selection
             epoch = None
         members.append(scores[0])
         nonmembers.append(scores[1])
@@ -422,7 +426,7 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     from dpaudit._io import write_json
     from dpaudit.audit import audit_scores
 
-    selection = args.selection or ("gaussian" if attack == "canary" else "split")
+    selection = args.selection or theory.get("selection") or "split"
     report = audit_scores(members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed,
                           selection=selection)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
@@ -565,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--selection", choices=("split", "gaussian"),
                        help="how the lower bound picks its threshold: empirically on a held-out half (split) or by "
                        "normal fits to a held-out fifth (gaussian); default: gaussian for canary, whose scores are "
-                       "Gaussian by construction, split otherwise")
+                       "Gaussian by construction (split for support canaries, whose scores are 0/1), split otherwise")
     audit.add_argument("--out", type=Path,
                        help="JSON to write, one attack (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
     audit.add_argument("--out-dir", type=Path, help="folder for DIR/audit_ATTACK.json, one per attack")

@@ -12,7 +12,7 @@ from dpaudit.data import HalvesSplit, MIASplit, dataset_info, make_halves_split,
 from dpaudit.data.splits import SPLIT_DESIGNS
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
-CANARY_DESIGNS = ("dirac", "projection-aligned")  # dpaudit.attacks.canary
+CANARY_DESIGNS = ("dirac", "projection-aligned", "support")  # dpaudit.attacks.canary
 GRAD_SAMPLE_BACKENDS = ("functorch", "opacus")
 ENGINES = ("ensemble", "sequential")
 
@@ -60,8 +60,10 @@ class TrainConfig:
         histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); seed 000 Fig 2).
         canaries: m white-box gradient canaries observed in the target's released updates
             (``dpaudit.attacks.canary``; 0: none). They do not touch the model.
-        canary_design: "dirac" (one coordinate per canary) or "projection-aligned" (along the top singular
-            directions of the optimizer's random projection; dp2-sgd, d2p2-sgd and their variants only).
+        canary_design: "dirac" (one coordinate per canary), "projection-aligned" (along the top singular
+            directions of the optimizer's random projection; dp2-sgd, d2p2-sgd and their variants only) or
+            "support" (in or out of every dense step; scored by the learned support; AdaDPIGU and the
+            two-phase optimizers only).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -218,6 +220,12 @@ class TrainConfig:
             if self.reduction_convention == "paper" and self.reduction_rate >= 1:
                 raise DPAuditError("canary_design 'projection-aligned' needs a projection that keeps coordinates "
                                    "(reduction_rate < 1 with the paper convention)")
+        if self.canary_design == "support":
+            from dpaudit.optim import AdaDPIGU, TwoPhaseSparse
+
+            if not issubclass(optimizer_cls, (AdaDPIGU, TwoPhaseSparse)):
+                raise DPAuditError(f"canary_design 'support' audits a support learned once from dense steps; "
+                                   f"{self.optimizer} learns none (use adadpigu, tp-topk, tp-rand or their variants)")
 
     def _calibrated_noise(self, optimizer_cls) -> tuple[float, float | None]:
         """(σ_DP, warm-up σ_DP) whose run has ε = target_epsilon at δ (this optimizer's schedule, q = b/n).

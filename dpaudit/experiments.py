@@ -144,8 +144,9 @@ def summarize_run(run_dir: str | Path, *, delta: float = 1e-5, accountant: str =
         if not path.is_file():
             raise DPAuditError(f"{run} has no canaries (train with --canaries M for the canary audit)")
         observed = CanaryObservations.load(path)
-        summary["canary"] = {**report(*observed.scores(), "gaussian"),
-                             "epsilon_mechanism": observed.mechanism_epsilon(delta=delta)}
+        summary["canary"] = {**report(*observed.scores(), observed.selection),
+                             "epsilon_mechanism": observed.mechanism_epsilon(delta=delta),
+                             "audited_steps": int(observed.audited_steps().sum())}
     write_json(run / SUMMARY_FILE, summary)
     return summary
 

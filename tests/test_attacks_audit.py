@@ -42,6 +42,18 @@ def test_dpsgd_canary_observations_are_the_gaussian_mechanism(tmp_path):
     assert observed.mechanism_epsilon(delta=1e-5) == pytest.approx(gdp_epsilon(mu=1 / z, delta=1e-5))
 
 
+def test_canary_audit_scores_only_the_steps_at_the_smallest_noise():
+    bits = np.array([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0]], dtype=bool)
+    observations = np.arange(10.0).reshape(5, 2)
+    decaying = CanaryObservations(bits, observations, np.array([2.0, 1.5, 1.0, 1.0, 1.0 + 1e-6]), 1.0)
+    assert decaying.audited_steps().tolist() == [False, False, True, True, False]
+    members, nonmembers = decaying.scores()
+    assert sorted(members) == [4.0, 5.0] and sorted(nonmembers) == [6.0, 7.0]
+    constant = CanaryObservations(bits, observations, np.full(5, 1.0), 1.0)
+    members, nonmembers = constant.scores()
+    assert len(members) == bits.sum() and len(nonmembers) == (~bits).sum()
+
+
 def test_canaries_without_noise_are_perfectly_separated(tmp_path):
     from dpaudit.audit import audit_scores
 
@@ -85,14 +97,38 @@ def test_projection_aligned_canaries_see_the_sensitivity_of_the_projection(tmp_p
             np.testing.assert_allclose(own, own[0], rtol=1e-3)
 
 
-def test_projection_aligned_canaries_need_a_projection():
+@pytest.mark.parametrize("optimizer", ["adadpigu-code", "adadpigu"])
+def test_support_canaries_see_a_mask_ranked_on_unnoised_gradients(tmp_path, optimizer):
+    """Canaries in (or out of) all T_pre = 4 pre-training steps. Un-noised ranking: a member's coordinate has
+    importance ≈ C/b > 0 and stays, a non-member's is exactly 0 and is pruned — perfect separation. The
+    claim is the composition of the dense steps, (√T_pre / z)-GDP, whatever the support."""
+    from dpaudit.estimate import gdp_epsilon
+
+    observed = _train(tmp_path, optimizer=optimizer, canaries=40, canary_design="support", epochs=4,
+                      pretrain_fraction=0.25, retention_ratio=0.6, sigma_dp=0.1)
+    assert observed.bits.shape == observed.observations.shape == (1, 40)
+    assert 5 < observed.bits.sum() < 35 and set(np.unique(observed.observations)) <= {0.0, 1.0}
+    z = 0.1 * 30 / 1.0
+    np.testing.assert_allclose(observed.noise_multipliers, [z] * 4)
+    assert observed.mechanism_epsilon(delta=1e-5) == pytest.approx(gdp_epsilon(mu=2 / z, delta=1e-5))
+    assert observed.selection == "split"
+    members, nonmembers = observed.scores()
+    if optimizer == "adadpigu-code":
+        assert members.min() == 1.0 and nonmembers.max() == 0.0
+    else:  # noised importance: z = 3 over 4 steps leaves the ranking of a canary coordinate mostly to chance
+        assert members.mean() < 1.0 and nonmembers.mean() > 0.0
+
+
+@pytest.mark.parametrize("design, optimizer", [("projection-aligned", "dpsgd-gc"), ("support", "dpsgd-gc"),
+                                               ("support", "on-topk")])
+def test_canary_designs_need_their_optimizers(design, optimizer):
     values = dict(dataset="digits", model="mlp", clip_norm=1.0, sigma_dp=0.1, target_size=60, batch_size=20,
                   num_shadows=0, canaries=10)
-    with pytest.raises(DPAuditError, match="has none") as caught:
-        TrainConfig(**values, canary_design="projection-aligned").validated()
+    with pytest.raises(DPAuditError, match="has none|learns none") as caught:
+        TrainConfig(**values, optimizer=optimizer, canary_design=design).validated()
     assert "\n" not in str(caught.value)
     with pytest.raises(DPAuditError, match="canary_design"):
-        TrainConfig(**values, canary_design="aligned").validated()
+        TrainConfig(**values, optimizer=optimizer, canary_design="aligned").validated()
 
 
 def test_loss_scores_are_negative_cross_entropy():

@@ -85,7 +85,9 @@ def test_every_optimizer_resumes_bit_identically(optimizer, tmp_path, monkeypatc
     # recomputed after the resume, from one matrix for the run or this step's
     ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "run"}),
     ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "step"}),
-], ids=["sequential-engine", "aligned-canaries-run", "aligned-canaries-step"])
+    # support canaries: the bits drawn for the whole pre-training (6 steps) must survive the cut after 4
+    ("adadpigu-code", {"canaries": 10, "canary_design": "support", "pretrain_fraction": 0.5}),
+], ids=["sequential-engine", "aligned-canaries-run", "aligned-canaries-step", "support-canaries"])
 def test_other_settings_resume_bit_identically(optimizer, changes, tmp_path, monkeypatch):
     config = _config(optimizer, **changes)
     _train_into(tmp_path / "whole", config)

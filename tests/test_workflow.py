@@ -51,10 +51,10 @@ def _job_count(output: str, rule: str) -> int:
     "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs", [
         # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
         # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
-        # audit settings (projection-aligned canaries)
-        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2),
-        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 3 + 1),
-        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6),
+        # audit settings (projection-aligned or support canaries)
+        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 3),
+        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 2),
+        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 1),
     ])
 def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
                                     cross_optimizers, validation_runs):
@@ -115,6 +115,13 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
          "Error validating config file"),
         ("- [dp2-sgd-as-published, dp2-sgd,", "- [dp2-sgd-as-published, dpsgd-gc,",
          "projection-aligned canaries need a random projection; the twin 'dpsgd-gc' (dpsgd-gc) has none"),
+        # support canaries: only for optimizers that learn a support from dense steps
+        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-gc, {canary_design: support}]",
+         "Error validating config file"),
+        ("- [adadpigu-code, adadpigu,", "- [adadpigu-code, dpsgd-gc,",
+         "support canaries need a support learned from dense steps; the twin 'dpsgd-gc' (dpsgd-gc) has none"),
+        ("{canary_design: support, canaries: 1000}", "{canary_design: support, canaries: 0}",
+         "Error validating config file"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):
@@ -136,6 +143,9 @@ def test_schema_knows_every_registered_optimizer():
     assert sorted(schema["$defs"]["optimizer_name"]["enum"]) == sorted(optim.available())
     projected = [name for name in optim.available() if issubclass(optim.get_spec(name).cls, optim.ProjectedNoise)]
     assert sorted(schema["$defs"]["projection_optimizer_name"]["enum"]) == sorted(projected)
+    learned = [name for name in optim.available()
+               if issubclass(optim.get_spec(name).cls, (optim.AdaDPIGU, optim.TwoPhaseSparse))]
+    assert sorted(schema["$defs"]["support_optimizer_name"]["enum"]) == sorted(learned)
 
 
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):

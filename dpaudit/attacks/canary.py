@@ -6,7 +6,7 @@ as one more record whose per-sample gradient is ``norm_factor``·C·v_j for a un
 through the optimizer's own clipping, weighting, masking, projection and noise. The adversary sees every
 released update u_t (all-updates white-box threat model) and scores trial (t, j) by ⟨u_t, v_j⟩ / s_j.
 
-Two designs choose the directions (``CANARY_DESIGNS``):
+Three designs (``CANARY_DESIGNS``); the first two choose the directions:
 
 * ``"dirac"``: v_j = e_j, s_j = 1 — one coordinate per canary (tensor size m); the score is u_tj.
 * ``"projection-aligned"``, for the random-projection optimizers (``ProjectedNoise``): the canary
@@ -17,11 +17,18 @@ Two designs choose the directions (``CANARY_DESIGNS``):
   gradient and then clipping (the DP form) still bounds canary j's shift of ⟨w, r_j⟩ (w the noisy
   release in R^p, r_j = Aᵀv_j / s_j) by C; clipping first and projecting the sum moves it by
   C·s_j/√p ≈ (1 + √(d/p))·C, which this design exposes and a Dirac canary (‖Aᵀe_j‖/√p ≈ 1) does not.
+* ``"support"``, for the optimizers that learn their support once from dense steps (AdaDPIGU's
+  pre-training, the two-phase methods' phase 1): Dirac canaries with one bit b_j per canary, drawn once, in
+  (or out of) *every* dense step, and none afterwards. The score of canary j is 1 if the learned support
+  keeps its coordinate (visible to the adversary: frozen coordinates never move), else 0. The support is
+  post-processing of the T dense releases, each a Gaussian mechanism with sensitivity C for b_j, so the
+  claim is their composition, (√(Σ_t 1/z_t²))-GDP; a support ranked on un-noised gradients breaks it.
 
 For DP-SGD, u_tj = b_tj·C/b + N(0, σ_DP²) independently over (t, j): each trial is one Gaussian
 mechanism with sensitivity C and noise multiplier z_t (no subsampling: the canary is in the batch
 whenever its bit is 1), i.e. exactly (1/z_t)-GDP. So the ε this audit can certify is that of one such
-step at the smallest z of the run — "the mechanism the canary faces" — not the run's composed ε.
+step at the smallest z of the run — "the mechanism the canary faces" — not the run's composed ε; the audit
+scores the trials of the steps at that z (all steps unless the schedule varies z).
 
 The canary tensor is one of the optimizer's coordinates: sparse optimizers rank and mask it like the
 model's (k = ⌊ρ(d + m)⌋), so a frozen canary coordinate releases nothing (its trials are uninformative).
@@ -48,33 +55,60 @@ class CanaryObservations:
     Attributes:
         bits: [T, m] 1 where canary j was in step t's batch.
         observations: [T, m] the released update at canary coordinate j in step t.
-        noise_multipliers: [T] z_t of each step (from the optimizer's ledger entries).
+        noise_multipliers: [T] z_t of each step (from the optimizer's ledger entries). For the
+            ``"support"`` design bits and observations have one row (b_j; the support's 0/1 at canary j,
+            none before the support is chosen) and these are the z_t of the dense steps the bits were in.
         clip_norm: C.
+        design: the canary design (``CANARY_DESIGNS``).
     """
 
     bits: np.ndarray
     observations: np.ndarray
     noise_multipliers: np.ndarray
     clip_norm: float
+    design: str = "dirac"
+
+    @property
+    def selection(self) -> str:
+        """``audit_scores``'s threshold selection: "split" for the support's 0/1 scores, else "gaussian"."""
+        return "split" if self.design == "support" else "gaussian"
+
+    def audited_steps(self) -> np.ndarray:
+        """[T] bool: the steps at the run's smallest z, whose trials face the mechanism `mechanism_epsilon` names.
+
+        A step with a larger z is a weaker mechanism: pooling its trials keeps the audit valid but dilutes it,
+        so a decaying or two-phase schedule is audited at its least noisy steps (a constant z keeps all).
+        """
+        z = self.noise_multipliers
+        if self.design == "support" or z.size == 0:
+            return np.ones(self.bits.shape[0], dtype=bool)
+        return z <= z.min() * (1 + 1e-9)
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
-        """(member scores, non-member scores): observations with bit 1 and with bit 0."""
-        flat_bits = self.bits.astype(bool).ravel()
-        flat = self.observations.ravel()
+        """(member scores, non-member scores) of the audited steps: observations with bit 1 and with bit 0."""
+        steps = self.audited_steps()
+        flat_bits = self.bits[steps].astype(bool).ravel()
+        flat = self.observations[steps].ravel()
         return flat[flat_bits], flat[~flat_bits]
 
     def mechanism_epsilon(self, *, delta: float) -> float:
-        """ε at δ of one Gaussian step at the smallest z of the run (the mechanism each trial faces)."""
+        """ε at δ of the mechanism each trial faces: one Gaussian step at the smallest z of the run, or for
+        the support design the composition of the dense steps."""
         from dpaudit.estimate import gdp_epsilon
 
-        z = float(np.min(self.noise_multipliers))
-        return float("inf") if z <= 0 else gdp_epsilon(mu=1.0 / z, delta=delta)
+        z = self.noise_multipliers
+        if z.size == 0 or np.min(z) <= 0:
+            return float("inf")
+        mu = float(np.sqrt(np.sum(1.0 / z**2))) if self.design == "support" else 1.0 / float(np.min(z))
+        return gdp_epsilon(mu=mu, delta=delta)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        write_json(path.with_suffix(".json"), {"clip_norm": self.clip_norm, "steps": int(self.bits.shape[0]),
+        write_json(path.with_suffix(".json"), {"clip_norm": self.clip_norm, "design": self.design,
+                                               "steps": int(self.bits.shape[0]),
                                                "canaries": int(self.bits.shape[1]),
-                                               "smallest_noise_multiplier": float(np.min(self.noise_multipliers))})
+                                               "smallest_noise_multiplier": float(np.min(self.noise_multipliers,
+                                                                                         initial=np.inf))})
         buffer = _npz_bytes(bits=self.bits.astype(np.uint8), observations=self.observations,
                             noise_multipliers=self.noise_multipliers)
         return atomic_write_bytes(path, buffer)
@@ -87,10 +121,11 @@ class CanaryObservations:
         try:
             with np.load(path, allow_pickle=False) as data:
                 bits, observations, z = data["bits"], data["observations"], data["noise_multipliers"]
-            clip_norm = float(read_json(path.with_suffix(".json"))["clip_norm"])
+            sidecar = read_json(path.with_suffix(".json"))
+            clip_norm, design = float(sidecar["clip_norm"]), sidecar.get("design", "dirac")
         except Exception as error:  # noqa: BLE001 - any failure means an unusable file
             raise DPAuditError(f"cannot read canary observations {path}: {str(error).splitlines()[0]}") from None
-        return cls(bits, observations, z, clip_norm)
+        return cls(bits, observations, z, clip_norm, design)
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
@@ -102,9 +137,9 @@ def _npz_bytes(**arrays: np.ndarray) -> bytes:
 
 
 def canary_dimension(*, count: int, design: str, reduction_rate: float = 1.0, reduction_convention: str = "code") -> int:
-    """Size of the canary tensor: m for Dirac canaries; for projection-aligned ones the smallest d whose
+    """Size of the canary tensor: m for Dirac and support canaries; for projection-aligned ones the smallest d whose
     projected dimension p (``optim.projected_dimension``) is at least ``ALIGNED_SPECTRUM``·m."""
-    if design == "dirac":
+    if design != "projection-aligned":
         return count
     from dpaudit.optim import projected_dimension
 
@@ -145,10 +180,12 @@ class GradientCanaries:
         self._noise: list[float] = []
         self._current: np.ndarray | None = None
         self._aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (A, V [m, d], s [m])
+        self._fixed_bits: np.ndarray | None = None  # support design: b_j for every dense step
+        self._support: np.ndarray | None = None  # support design: the learned support at the canaries
 
     def directions(self, optimizer) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(v_j as rows [m, d], scales s_j [m]) this step, or None for Dirac canaries (v_j = e_j, s_j = 1)."""
-        if self.design == "dirac":
+        if self.design != "projection-aligned":
             return None
         matrix = optimizer.matrices()[-1]  # the canary tensor is the optimizer's last parameter
         if self._aligned is None or self._aligned[0] is not matrix:
@@ -159,7 +196,14 @@ class GradientCanaries:
 
     def insert(self, optimizer, model_params: list[torch.Tensor]) -> None:
         """Draw this step's bits and feed the included canaries to the optimizer as extra records."""
-        bits = self.rng.random(self.count) < 0.5
+        if self.design != "support":
+            bits = self.rng.random(self.count) < 0.5
+        elif optimizer.mask is None:  # a dense step: the same canaries in every one
+            if self._fixed_bits is None:
+                self._fixed_bits = self.rng.random(self.count) < 0.5
+            bits = self._fixed_bits
+        else:
+            bits = np.zeros(self.count, dtype=bool)
         self._current = bits
         aligned = self.directions(optimizer)  # before the step: ``observe`` scores along these
         included = np.flatnonzero(bits)
@@ -181,6 +225,12 @@ class GradientCanaries:
 
     def observe(self, optimizer, cost) -> None:
         """Record each canary's score in the released update (before momentum) and the step's z."""
+        if self.design == "support":
+            if self._support is None:  # a dense step the canaries were in (or out of)
+                self._noise.append(float(cost[0]) if cost is not None else 0.0)
+                if optimizer.mask is not None:  # chosen after this step
+                    self._support = optimizer.mask[-1].detach().double().cpu().numpy().copy()
+            return
         update = optimizer.last_update[-1].detach()
         if self.design == "dirac":
             scores = update
@@ -192,5 +242,11 @@ class GradientCanaries:
         self._noise.append(float(cost[0]) if cost is not None else 0.0)
 
     def result(self) -> CanaryObservations:
+        if self.design == "support":
+            if self._support is None:  # an epoch end before the support is chosen
+                bits, observations = np.zeros((0, self.count), dtype=bool), np.zeros((0, self.count))
+            else:
+                bits, observations = self._fixed_bits[None, :], self._support[None, :]
+            return CanaryObservations(bits, observations, np.array(self._noise), self.clip_norm, self.design)
         return CanaryObservations(np.array(self._bits, dtype=bool), np.array(self._observations),
-                                  np.array(self._noise), self.clip_norm)
+                                  np.array(self._noise), self.clip_norm, self.design)

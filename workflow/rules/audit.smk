@@ -25,14 +25,16 @@ if VALIDATION["attack"] not in CROSS["attacks"]:
 # each broken variant trains with its twin's settings: the two differ only where the variant breaks DP
 VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], **VALIDATION_AUDIT[variant], "optimizer": variant}
                        for variant, twin in VALIDATION_PAIRS.items()}
+CANARY_DESIGN_NEEDS = {"projection-aligned": ("projection_optimizer_name", "a random projection"),
+                       "support": ("support_optimizer_name", "a support learned from dense steps")}
 # a pair audited with its own settings trains its twin with them here too (the cross-optimizer audit has the defaults)
 for _variant, _twin in VALIDATION_PAIRS.items():
     if VALIDATION_AUDIT[_variant]:
         _optimizer = OPT_SETTINGS[_twin].get("optimizer", _twin)
-        if (VALIDATION_AUDIT[_variant].get("canary_design") == "projection-aligned"
-                and _optimizer not in SCHEMA["$defs"]["projection_optimizer_name"]["enum"]):
-            raise ValueError(f"params audit.validation.pairs.{_variant}: projection-aligned canaries need a random "
-                             f"projection; the twin {_twin!r} ({_optimizer}) has none")
+        _design = VALIDATION_AUDIT[_variant].get("canary_design")
+        if _design in CANARY_DESIGN_NEEDS and _optimizer not in SCHEMA["$defs"][CANARY_DESIGN_NEEDS[_design][0]]["enum"]:
+            raise ValueError(f"params audit.validation.pairs.{_variant}: {_design} canaries need "
+                             f"{CANARY_DESIGN_NEEDS[_design][1]}; the twin {_twin!r} ({_optimizer}) has none")
         if _twin in VALIDATION_SETTINGS:
             raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} with its own audit settings "
                              "is in another pair too")
