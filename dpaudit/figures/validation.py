@@ -134,8 +134,13 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
             twin = next(row["optimizer"] for row in rows if row["role"] == "correct twin")
             design = "" if report["attack"] != "canary" else f", {rows[0]['canary_design']} canaries"
             ax.set_title(f"{variant}\n(twin: {twin}{design})", fontsize=9)
-            ax.set_xlabel("claimed ε of one step (canary's mechanism)" if report["attack"] == "canary"
-                          else "claimed ε of the run", fontsize=8)
+            if report["attack"] != "canary":
+                claim = "claimed ε of the run"
+            elif rows[0]["canary_design"] == "support":
+                claim = "claimed ε of the dense steps (canary's mechanism)"
+            else:
+                claim = "claimed ε of one step (canary's mechanism)"
+            ax.set_xlabel(claim, fontsize=8)
             ax.set_ylabel(f"ε̂ lower bound ({100 * report['confidence']:g} %)", fontsize=8)
         alarms = report["false_alarms"]
         fig.suptitle(f"Auditor validation ({report['attack']} attack), {title}\nfalse alarms on correct optimizers "
