@@ -83,18 +83,28 @@ def opacus_privacy_engine(config: TrainConfig, members: list[Member]) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """--models, --steps, --batch-size, --dataset-size: the workload this benchmark and its breakdown time."""
     parser.add_argument("--models", type=int, default=11, help="K, models trained (default: 11 = target + 10 shadows)")
     parser.add_argument("--steps", type=int, default=100, help="training steps per model (default: 100)")
     parser.add_argument("--batch-size", type=int, default=36, help="expected batch size b (default: 36)")
     parser.add_argument("--dataset-size", type=int, default=360, help="records per model n (default: 360)")
+
+
+def workload_epochs(args: argparse.Namespace) -> tuple[int, int]:
+    """(steps per epoch, epochs): the whole epochs nearest to --steps (at least one)."""
+    steps_per_epoch = math.ceil(args.dataset_size / args.batch_size)
+    return steps_per_epoch, max(1, round(args.steps / steps_per_epoch))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_workload_arguments(parser)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--architectures", nargs="+", default=["cnn-digits", "cnn"], choices=sorted(DATASETS))
     parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per vmapped call (default: 2048)")
     args = parser.parse_args()
-    steps_per_epoch = math.ceil(args.dataset_size / args.batch_size)
-    epochs = max(1, round(args.steps / steps_per_epoch))
+    steps_per_epoch, epochs = workload_epochs(args)
     results = {}
     for architecture in args.architectures:
         dataset = DATASETS[architecture]

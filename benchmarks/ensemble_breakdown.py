@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from contextlib import contextmanager
 
@@ -22,7 +21,7 @@ from dpaudit.ensemble import EnsembleGradients
 from dpaudit.config import TrainConfig
 from dpaudit.train import Member, _ModelRun, train_models
 
-from ensemble import DATASETS, training_set
+from ensemble import DATASETS, add_workload_arguments, training_set, workload_epochs
 
 
 @contextmanager
@@ -46,16 +45,13 @@ def timing(owner, name: str, seconds: dict[str, float], key: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", type=int, default=11, help="K (default: 11)")
-    parser.add_argument("--steps", type=int, default=100, help="training steps per model (default: 100)")
-    parser.add_argument("--batch-size", type=int, default=36, help="expected batch size b (default: 36)")
-    parser.add_argument("--dataset-size", type=int, default=360, help="records per model n (default: 360)")
+    add_workload_arguments(parser)
     parser.add_argument("--architecture", default="cnn-digits", choices=sorted(DATASETS))
     args = parser.parse_args()
     dataset = DATASETS[args.architecture]
     data = training_set(dataset, args.dataset_size)
     members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
-    epochs = max(1, round(args.steps / math.ceil(args.dataset_size / args.batch_size)))
+    steps_per_epoch, epochs = workload_epochs(args)
     config = TrainConfig(dataset=dataset, model=args.architecture, optimizer="dpsgd-gc", epochs=epochs,
                          batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0, sampling="poisson",
                          target_size=args.dataset_size, num_shadows=0, diagnostics=False, device="cpu").validated()
@@ -73,8 +69,8 @@ def main() -> None:
               "optimizer_steps_and_noise": seconds["optimizer_steps"]}
     shares["everything_else"] = total - sum(shares.values())
     print(json.dumps({
-        "architecture": args.architecture, "models_K": args.models, "steps_per_model": epochs * math.ceil(
-            args.dataset_size / args.batch_size), "batch_size": args.batch_size, "threads": torch.get_num_threads(),
+        "architecture": args.architecture, "models_K": args.models, "steps_per_model": epochs * steps_per_epoch,
+        "batch_size": args.batch_size, "threads": torch.get_num_threads(),
         "total_seconds": total, "seconds": shares, "fractions": {key: value / total for key, value in shares.items()},
         "most_speedup_from_removing_all_but_gradients": total / gradients,
     }, indent=2))

@@ -159,7 +159,7 @@ class GradientCanaries:
         clip_norm: C of the run (the canary gradient's norm is ``norm_factor``·C).
         seed: fixes the bits.
         device, dtype: of the model's parameters.
-        design: ``"dirac"`` or ``"projection-aligned"`` (module docstring).
+        design: one of ``CANARY_DESIGNS`` (module docstring).
         dimension: size of the canary tensor (``canary_dimension``; default m).
         norm_factor: ≥ 1, so that clipping or normalisation brings each canary to (about) C.
     """
@@ -225,9 +225,10 @@ class GradientCanaries:
 
     def observe(self, optimizer, cost) -> None:
         """Record each canary's score in the released update (before momentum) and the step's z."""
+        z = float(cost[0]) if cost is not None else 0.0
         if self.design == "support":
             if self._support is None:  # a dense step the canaries were in (or out of)
-                self._noise.append(float(cost[0]) if cost is not None else 0.0)
+                self._noise.append(z)
                 if optimizer.mask is not None:  # chosen after this step
                     self._support = optimizer.mask[-1].detach().double().cpu().numpy().copy()
             return
@@ -239,7 +240,7 @@ class GradientCanaries:
             scores = directions @ update / scales
         self._observations.append(scores.double().cpu().numpy().copy())
         self._bits.append(self._current)
-        self._noise.append(float(cost[0]) if cost is not None else 0.0)
+        self._noise.append(z)
 
     def result(self) -> CanaryObservations:
         if self.design == "support":
