@@ -69,6 +69,11 @@ def main() -> None:
     cases.append(("`train --canary-design support` with DP-SGD",
                   *_run([*DPAUDIT, "train", *TINY, "--canaries", "10", "--canary-design", "support", "--out", "r"],
                         work)))
+    snakemake_with("params.yaml: noise-scale canaries with 200 canaries", "{canary_design: noise-scale, canaries: 1}",
+                   "{canary_design: noise-scale, canaries: 200}")
+    cases.append(("`train --canary-design noise-scale --canaries 10`",
+                  *_run([*DPAUDIT, "train", *TINY, "--canaries", "10", "--canary-design", "noise-scale", "--out", "r"],
+                        work)))
     cases.append(("`train --optimizer adam`", *_run([*DPAUDIT, "train", *TINY, "--optimizer", "adam", "--out", "r"],
                                                      work)))
     cases.append(("`train --batch-size 5000` (more than the data)",

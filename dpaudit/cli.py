@@ -568,8 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=int, default=0, help="seed of the threshold-selection split (default: 0)")
     audit.add_argument("--selection", choices=("split", "gaussian"),
                        help="how the lower bound picks its threshold: empirically on a held-out half (split) or by "
-                       "normal fits to a held-out fifth (gaussian); default: gaussian for canary, whose scores are "
-                       "Gaussian by construction (split for support canaries, whose scores are 0/1), split otherwise")
+                       "normal fits to a held-out fifth (gaussian); default: gaussian for Dirac and aligned canaries, "
+                       "whose scores are Gaussian by construction, split otherwise")
     audit.add_argument("--out", type=Path,
                        help="JSON to write, one attack (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
     audit.add_argument("--out-dir", type=Path, help="folder for DIR/audit_ATTACK.json, one per attack")

@@ -12,7 +12,7 @@ from dpaudit.data import HalvesSplit, MIASplit, dataset_info, make_halves_split,
 from dpaudit.data.splits import SPLIT_DESIGNS
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
-CANARY_DESIGNS = ("dirac", "projection-aligned", "support")  # dpaudit.attacks.canary
+CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale")  # dpaudit.attacks.canary
 GRAD_SAMPLE_BACKENDS = ("functorch", "opacus")
 ENGINES = ("ensemble", "sequential")
 
@@ -61,9 +61,10 @@ class TrainConfig:
         canaries: m white-box gradient canaries observed in the target's released updates
             (``dpaudit.attacks.canary``; 0: none). They do not touch the model.
         canary_design: "dirac" (one coordinate per canary), "projection-aligned" (along the top singular
-            directions of the optimizer's random projection; dp2-sgd, d2p2-sgd and their variants only) or
+            directions of the optimizer's random projection; dp2-sgd, d2p2-sgd and their variants only),
             "support" (in or out of every dense step; scored by the learned support; AdaDPIGU and the
-            two-phase optimizers only).
+            two-phase optimizers only) or "noise-scale" (one canary per step, every other record's gradient
+            zeroed; scored by the noise level of the release; needs canaries = 1).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -226,6 +227,9 @@ class TrainConfig:
             if not issubclass(optimizer_cls, (AdaDPIGU, TwoPhaseSparse)):
                 raise DPAuditError(f"canary_design 'support' audits a support learned once from dense steps; "
                                    f"{self.optimizer} learns none (use adadpigu, tp-topk, tp-rand or their variants)")
+        if self.canary_design == "noise-scale" and self.canaries not in (0, 1):
+            raise DPAuditError(f"canary_design 'noise-scale' inserts one canary per step (the noise level is one "
+                               f"number per step); set canaries to 1, not {self.canaries}")
 
     def _calibrated_noise(self, optimizer_cls) -> tuple[float, float | None]:
         """(σ_DP, warm-up σ_DP) whose run has ε = target_epsilon at δ (this optimizer's schedule, q = b/n).

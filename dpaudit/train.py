@@ -285,6 +285,8 @@ class _ModelRun:
     def accumulate(self, grads: list[torch.Tensor], losses: torch.Tensor) -> None:
         """Feed one chunk of gradients (per-sample, or a share of the batch mean) to the optimizer."""
         if self.canaries is not None:  # the canary tensor is a coordinate no loss touches
+            if self.canaries.zeroes_records:  # the noise-scale audit's dataset: records with zero gradients
+                grads = [torch.zeros_like(g) for g in grads]
             padding = self.canaries.parameter
             shape = (len(losses), *padding.shape) if self.optimizer.per_sample else padding.shape
             grads = list(grads) + [padding.new_zeros(shape)]

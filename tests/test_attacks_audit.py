@@ -119,12 +119,37 @@ def test_support_canaries_see_a_mask_ranked_on_unnoised_gradients(tmp_path, opti
         assert members.mean() < 1.0 and nonmembers.mean() > 0.0
 
 
-@pytest.mark.parametrize("design, optimizer", [("projection-aligned", "dpsgd-gc"), ("support", "dpsgd-gc"),
-                                               ("support", "on-topk")])
-def test_canary_designs_need_their_optimizers(design, optimizer):
+@pytest.mark.parametrize("optimizer", ["dp-psac-batch-noise", "dp-psac"])
+def test_noise_scale_canary_sees_noise_that_depends_on_the_batch(tmp_path, optimizer):
+    """One canary per step, every other record's gradient zeroed; score: the RMS of the model's coordinates
+    of the release, the noise alone. DP-PSAC's noise is σ_DP whatever the batch; scaled to the batch's
+    largest clipped norm it is exactly 0 without the canary and > 0 with it — perfect separation."""
+    from dpaudit.audit import audit_scores
+    from dpaudit.estimate import gdp_epsilon
+
+    sigma = 0.05
+    observed = _train(tmp_path, optimizer=optimizer, r=0.1, canaries=1, canary_design="noise-scale", sigma_dp=sigma,
+                      epochs=6)
+    assert observed.bits.shape == observed.observations.shape == (24, 1)
+    assert observed.selection == "split"
+    z = sigma * 30 / 1.0
+    assert observed.mechanism_epsilon(delta=1e-5) == pytest.approx(gdp_epsilon(mu=1 / z, delta=1e-5))
+    members, nonmembers = observed.scores()
+    if optimizer == "dp-psac-batch-noise":
+        assert members.min() > 0 and nonmembers.max() == 0.0
+        report = audit_scores(members, nonmembers, delta=1e-5, selection=observed.selection)
+        assert report.epsilon_lower == pytest.approx(report.epsilon_ceiling)
+    else:  # thousands of N(0, σ²) coordinates: each step's RMS is σ within a few per cent, canary or not
+        np.testing.assert_allclose(np.concatenate([members, nonmembers]), sigma, rtol=0.05)
+
+
+@pytest.mark.parametrize("design, optimizer, canaries", [("projection-aligned", "dpsgd-gc", 10),
+                                                         ("support", "dpsgd-gc", 10), ("support", "on-topk", 10),
+                                                         ("noise-scale", "dp-psac", 10)])
+def test_canary_designs_need_their_optimizers(design, optimizer, canaries):
     values = dict(dataset="digits", model="mlp", clip_norm=1.0, sigma_dp=0.1, target_size=60, batch_size=20,
-                  num_shadows=0, canaries=10)
-    with pytest.raises(DPAuditError, match="has none|learns none") as caught:
+                  num_shadows=0, canaries=canaries)
+    with pytest.raises(DPAuditError, match="has none|learns none|set canaries to 1") as caught:
         TrainConfig(**values, optimizer=optimizer, canary_design=design).validated()
     assert "\n" not in str(caught.value)
     with pytest.raises(DPAuditError, match="canary_design"):

@@ -51,10 +51,10 @@ def _job_count(output: str, rule: str) -> int:
     "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs", [
         # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
         # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
-        # audit settings (projection-aligned or support canaries)
-        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 3),
+        # audit settings (projection-aligned, support or noise-scale canaries)
+        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 4),
         ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 2),
-        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 1),
+        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2),
     ])
 def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
                                     cross_optimizers, validation_runs):
@@ -122,6 +122,11 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
          "support canaries need a support learned from dense steps; the twin 'dpsgd-gc' (dpsgd-gc) has none"),
         ("{canary_design: support, canaries: 1000}", "{canary_design: support, canaries: 0}",
          "Error validating config file"),
+        # noise-scale canaries: one per step
+        ("{canary_design: noise-scale, canaries: 1}", "{canary_design: noise-scale, canaries: 200}",
+         "noise-scale canaries insert one canary per step"),
+        ("{canary_design: noise-scale, canaries: 1}", "{canary_design: noise-scale}",
+         "noise-scale canaries insert one canary per step"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):

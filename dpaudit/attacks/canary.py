@@ -6,7 +6,7 @@ as one more record whose per-sample gradient is ``norm_factor``·C·v_j for a un
 through the optimizer's own clipping, weighting, masking, projection and noise. The adversary sees every
 released update u_t (all-updates white-box threat model) and scores trial (t, j) by ⟨u_t, v_j⟩ / s_j.
 
-Three designs (``CANARY_DESIGNS``); the first two choose the directions:
+Four designs (``CANARY_DESIGNS``); the first two choose the directions:
 
 * ``"dirac"``: v_j = e_j, s_j = 1 — one coordinate per canary (tensor size m); the score is u_tj.
 * ``"projection-aligned"``, for the random-projection optimizers (``ProjectedNoise``): the canary
@@ -23,6 +23,13 @@ Three designs (``CANARY_DESIGNS``); the first two choose the directions:
   keeps its coordinate (visible to the adversary: frozen coordinates never move), else 0. The support is
   post-processing of the T dense releases, each a Gaussian mechanism with sensitivity C for b_j, so the
   claim is their composition, (√(Σ_t 1/z_t²))-GDP; a support ranked on un-noised gradients breaks it.
+* ``"noise-scale"``, for noise that depends on the batch: one Dirac canary (m = 1), in or out of each step,
+  and the adversary's dataset: every other record of the batch has a zero gradient (records are still
+  sampled, so the realised batch is the run's). The score of step t is the root mean square of the
+  released update over the model's coordinates, there the noise alone. A correct optimizer's noise does not
+  depend on the batch, so the score's law is the same with the canary in or out (the audit is valid, and
+  finds nothing); noise scaled to the batch's largest clipped norm is 0 without the canary. One trial per
+  step, each one Gaussian step as for Dirac canaries.
 
 For DP-SGD, u_tj = b_tj·C/b + N(0, σ_DP²) independently over (t, j): each trial is one Gaussian
 mechanism with sensitivity C and noise multiplier z_t (no subsampling: the canary is in the batch
@@ -70,8 +77,9 @@ class CanaryObservations:
 
     @property
     def selection(self) -> str:
-        """``audit_scores``'s threshold selection: "split" for the support's 0/1 scores, else "gaussian"."""
-        return "split" if self.design == "support" else "gaussian"
+        """``audit_scores``'s threshold selection: "gaussian" for the per-coordinate scores of Dirac and aligned
+        canaries, else "split" (the support's 0/1 scores; noise levels, 0 where the noise depends on the batch)."""
+        return "gaussian" if self.design in ("dirac", "projection-aligned") else "split"
 
     def audited_steps(self) -> np.ndarray:
         """[T] bool: the steps at the run's smallest z, whose trials face the mechanism `mechanism_epsilon` names.
@@ -182,6 +190,7 @@ class GradientCanaries:
         self._aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (A, V [m, d], s [m])
         self._fixed_bits: np.ndarray | None = None  # support design: b_j for every dense step
         self._support: np.ndarray | None = None  # support design: the learned support at the canaries
+        self.zeroes_records = design == "noise-scale"  # the engine zeroes every real record's gradient
 
     def directions(self, optimizer) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(v_j as rows [m, d], scales s_j [m]) this step, or None for Dirac canaries (v_j = e_j, s_j = 1)."""
@@ -235,6 +244,9 @@ class GradientCanaries:
         update = optimizer.last_update[-1].detach()
         if self.design == "dirac":
             scores = update
+        elif self.design == "noise-scale":  # the model's coordinates: no record moves them (zeroed gradients)
+            model = torch.cat([part.detach().reshape(-1) for part in optimizer.last_update[:-1]])
+            scores = model.double().pow(2).mean().sqrt().reshape(1)
         else:  # the directions of the step just taken (cached at insert; the next step may redraw A)
             _, directions, scales = self._aligned
             scores = directions @ update / scales

@@ -107,7 +107,9 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
     columns = min(3, len(pairs))
     grid_rows = -(-len(pairs) // columns)
     with figure_style():
-        fig, axes = plt.subplots(grid_rows, columns, figsize=(3.4 * columns, 3.1 * grid_rows + 0.9), squeeze=False)
+        legend_inches = 0.5  # two rows of legend under the panels
+        fig, axes = plt.subplots(grid_rows, columns, figsize=(3.4 * columns, 3.1 * grid_rows + legend_inches),
+                                 squeeze=False)
         for ax in axes.flat[len(pairs):]:
             ax.set_visible(False)
         legend = {}
@@ -145,7 +147,7 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
         alarms = report["false_alarms"]
         fig.suptitle(f"Auditor validation ({report['attack']} attack), {title}\nfalse alarms on correct optimizers "
                      f"(every attack): {alarms['flagged']} of {alarms['audits']} audits", fontsize=10)
-        fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 1))
+        fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
         fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=7)
         return save_figure(fig, stem)
 

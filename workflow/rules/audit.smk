@@ -35,6 +35,9 @@ for _variant, _twin in VALIDATION_PAIRS.items():
         if _design in CANARY_DESIGN_NEEDS and _optimizer not in SCHEMA["$defs"][CANARY_DESIGN_NEEDS[_design][0]]["enum"]:
             raise ValueError(f"params audit.validation.pairs.{_variant}: {_design} canaries need "
                              f"{CANARY_DESIGN_NEEDS[_design][1]}; the twin {_twin!r} ({_optimizer}) has none")
+        if _design == "noise-scale" and VALIDATION_AUDIT[_variant].get("canaries", CROSS["canaries"]) != 1:
+            raise ValueError(f"params audit.validation.pairs.{_variant}: noise-scale canaries insert one canary per "
+                             "step (the noise level is one number per step); set canaries: 1 in the pair's settings")
         if _twin in VALIDATION_SETTINGS:
             raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} with its own audit settings "
                              "is in another pair too")
