@@ -190,7 +190,11 @@ class GradientCanaries:
         self._aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (A, V [m, d], s [m])
         self._fixed_bits: np.ndarray | None = None  # support design: b_j for every dense step
         self._support: np.ndarray | None = None  # support design: the learned support at the canaries
-        self.zeroes_records = design == "noise-scale"  # the engine zeroes every real record's gradient
+
+    @property
+    def zeroes_records(self) -> bool:
+        """Whether the engine zeroes every real record's gradient (the noise-scale design's dataset)."""
+        return self.design == "noise-scale"
 
     def directions(self, optimizer) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(v_j as rows [m, d], scales s_j [m]) this step, or None for Dirac canaries (v_j = e_j, s_j = 1)."""
