@@ -5,10 +5,10 @@
 
 For each architecture (``cnn-digits`` on digits; ``cnn`` and ``resnet18-gn-cifar`` on random 32×32×3
 images, which time the same as CIFAR-10) it trains K models for the same number of steps with
-(a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise), (b) DP-SGD with
-Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one model after the
-other, (c) non-private SGD, one model after the other
-(b = ceil(n/b)·epochs steps each). ``speedup_vs_opacus_sequential`` = b/a and
+(a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise; per-sample gradients
+by ``grad_sample: auto``, i.e. layer by layer for sequential models, and again by torch.func's vmap),
+(b) DP-SGD with Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one
+model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each). ``speedup_vs_opacus_sequential`` = b/a and
 ``ratio_to_nonprivate_sequential`` = a/c.
 """
 
@@ -27,6 +27,7 @@ import torch
 
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, load_dataset
+from dpaudit.ensemble import EnsembleGradients
 from dpaudit.models import build_model, parameter_count
 from dpaudit.train import Member, train_models
 
@@ -102,7 +103,7 @@ def main() -> None:
     add_workload_arguments(parser)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--architectures", nargs="+", default=["cnn-digits", "cnn"], choices=sorted(DATASETS))
-    parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per vmapped call (default: 2048)")
+    parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per gradient call (default: 2048)")
     args = parser.parse_args()
     steps_per_epoch, epochs = workload_epochs(args)
     results = {}
@@ -116,6 +117,7 @@ def main() -> None:
                               device=args.device, memory_budget_mb=args.memory_budget_mb).validated()
         variants = {
             "ensemble_dpsgd": (private, True),
+            "ensemble_functorch_dpsgd": (replace(private, grad_sample="functorch"), True),
             "engine_opacus_hooks_sequential_dpsgd": (replace(private, engine="sequential", grad_sample="opacus"), False),
             "nonprivate_sequential_sgd": (replace(private, optimizer="sgd", engine="sequential"), False),
         }
@@ -129,6 +131,10 @@ def main() -> None:
             "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
             "speedup_vs_engine_opacus_hooks_sequential":
                 seconds["engine_opacus_hooks_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
+            "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
+            "ensemble_gradient_method": EnsembleGradients(
+                [build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)], per_sample=True,
+                example=torch.from_numpy(data.images[0]), max_samples=1, memory_budget_mb=1).method,
             "parameters": parameter_count(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)),
         }
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()

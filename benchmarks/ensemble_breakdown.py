@@ -3,7 +3,7 @@
     python benchmarks/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
 
 Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
-the vmapped per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one vmap call), the clipping and summing of their output
+the per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one call), the clipping and summing of their output
 (the sink), the K optimizer steps with their noise, and everything else (sampling, batch assembly, loss
 bookkeeping). The gradient share bounds what removing the rest could gain: at most total / gradient.
 """
@@ -65,7 +65,7 @@ def main() -> None:
         total = time.perf_counter() - start
     gradients = seconds["gradient_chunks"]
     sink = seconds["accumulate"] - gradients  # accumulate = gradient chunks + sink calls (+ a little slicing)
-    shares = {"vmapped_gradients": gradients, "clip_and_sum": sink,
+    shares = {"gradient_calls": gradients, "clip_and_sum": sink,
               "optimizer_steps_and_noise": seconds["optimizer_steps"]}
     shares["everything_else"] = total - sum(shares.values())
     print(json.dumps({

@@ -13,7 +13,7 @@ from dpaudit.data.splits import SPLIT_DESIGNS
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale")  # dpaudit.attacks.canary
-GRAD_SAMPLE_BACKENDS = ("functorch", "opacus")
+GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
 ENGINES = ("ensemble", "sequential")
 
 
@@ -79,11 +79,14 @@ class TrainConfig:
         data_root: folder holding the downloaded datasets.
         download: fetch a missing dataset (torchvision datasets only).
         microbatch_size: per-sample gradients are computed this many records at a time.
-        grad_sample: per-sample gradient backend of the sequential engine, "functorch" (torch.func) or "opacus".
-        engine: "ensemble" (the target and shadows train together, gradients of all models in one vmapped
-            call; ``dpaudit.ensemble``) or "sequential" (one model's gradients at a time, ``grad_sample``).
+        grad_sample: how per-sample gradients are computed: "layers" (the model's layers in closed form,
+            ``dpaudit.layerwise``; sequential CNNs and MLPs), "functorch" (torch.func's vmap, any model),
+            "opacus" (Opacus hooks; sequential engine only) or "auto" (layers where the model allows, else
+            functorch).
+        engine: "ensemble" (the target and shadows train together, gradients of all models in one call;
+            ``dpaudit.ensemble``) or "sequential" (one model's gradients at a time).
             Both run the same algorithm with the same seeds.
-        memory_budget_mb: MiB one vmapped ensemble call may take (models × samples per call are chosen
+        memory_budget_mb: MiB one ensemble gradient call may take (models × samples per call are chosen
             to fit).
         device: "cpu", "cuda" or "auto".
     """
@@ -135,7 +138,7 @@ class TrainConfig:
     data_root: str = "data"
     download: bool = False
     microbatch_size: int = 256
-    grad_sample: str = "functorch"
+    grad_sample: str = "auto"
     engine: str = "ensemble"
     memory_budget_mb: float = 2048
     device: str = "auto"
@@ -172,6 +175,14 @@ class TrainConfig:
         check_positive("memory_budget_mb", self.memory_budget_mb)
         if self.engine == "ensemble" and self.grad_sample == "opacus":
             raise DPAuditError("grad_sample 'opacus' computes one model's gradients at a time; set engine: sequential")
+        if self.grad_sample == "layers":
+            from dpaudit.layerwise import unsupported_reason
+
+            reason = unsupported_reason(model_registry.build_model(self.model, input_shape=info.input_shape,
+                                                                   num_classes=info.num_classes))
+            if reason:
+                raise DPAuditError(f"grad_sample 'layers' cannot take model {self.model!r}: {reason}; "
+                                   "use 'functorch' or 'auto'")
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         if self.batch_size > self.target_size:
             raise DPAuditError(

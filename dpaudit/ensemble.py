@@ -1,11 +1,14 @@
-"""Gradients of K models of one architecture in one vectorised call (torch.func, vmap over models).
+"""Gradients of K models of one architecture in one vectorised call.
 
 The engine (``dpaudit.train``) trains the target and shadow models of one configuration in lockstep.
 :class:`EnsembleGradients` stacks their parameters into one tensor per parameter name ([K, *shape]) and
 points every model's parameters at its slice, so optimizers, checkpoints and evaluation keep working on
-ordinary ``nn.Module`` objects while the per-sample gradients of all K models come from one
-``vmap(vmap(grad))`` call. Each model keeps its own data, sampling stream, noise stream and optimizer:
-the result is the same algorithm as training the models one at a time (``engine: sequential``).
+ordinary ``nn.Module`` objects while the per-sample gradients of all K models come from one call: the
+stacked models run as one network and each layer's per-sample gradients follow in closed form
+(``method="layers"``, ``dpaudit.layerwise``, for sequential CNNs and MLPs), or ``vmap(vmap(grad))`` over
+models and samples (``method="functorch"``, any model). Each model keeps its own data, sampling stream,
+noise stream and optimizer: the result is the same algorithm as training the models one at a time
+(``engine: sequential``).
 
 Memory: a call over m models and s samples holds about m·s per-sample gradients and activations;
 :func:`plan_chunks` picks (m, s) under a budget in MiB, so paper-scale ResNet-18 ensembles fit.
@@ -19,18 +22,20 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from dpaudit import layerwise
 from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError, check_positive
 
 FLOAT_BYTES = 4
-# per (model, sample): its gradient once in the output and once inside vmap; activations kept for the
+# per (model, sample): its gradient once in the output and once more (inside vmap, or where a consumer copies
+# the layer-wise method's permuted convolution gradients); activations kept for the
 # backward pass, their gradients and slack for the framework's temporaries
 GRADIENT_COPIES, ACTIVATION_COPIES = 2, 3
 
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """How a batch of K models × B samples is split into vmapped calls."""
+    """How a batch of K models × B samples is split into gradient calls."""
 
     models_per_call: int
     samples_per_call: int
@@ -79,13 +84,13 @@ class EnsembleGradients:
         per_sample: per-sample gradients ([n_k, *shape] per model) or the gradient of the batch mean.
         example: one input sample (for the memory estimate).
         max_samples: the most samples one model contributes per call (the engine's microbatch size).
-        memory_budget_mb: MiB for one vmapped call (``plan_chunks``).
+        memory_budget_mb: MiB for one call (``plan_chunks``).
+        method: "layers", "functorch" or "auto" (layers where ``layerwise.unsupported_reason`` accepts the
+            model, else functorch); ``self.method`` is the one in use.
     """
 
     def __init__(self, models: Sequence[nn.Module], *, per_sample: bool, example: torch.Tensor, max_samples: int,
-                 memory_budget_mb: float):
-        from torch.func import grad_and_value, vmap
-
+                 memory_budget_mb: float, method: str = "auto"):
         if not models:
             raise DPAuditError("an ensemble needs at least one model")
         self.models = list(models)
@@ -100,22 +105,10 @@ class EnsembleGradients:
             for name, values in zip(self.names, self.stacked):
                 owned[name].data = values[k]
 
-        losses_of = model_registry.functional_losses(base)
-
-        if per_sample:
-            def loss_of_one(param_values, image, label):
-                return losses_of(param_values, image[None], label[None])[0]
-
-            per_model = vmap(grad_and_value(loss_of_one), in_dims=(None, 0, 0))
-        else:
-            def weighted_mean(param_values, images, labels, weights):
-                losses = losses_of(param_values, images, labels)
-                return (losses * weights).sum(), losses
-
-            per_model = grad_and_value(weighted_mean, has_aux=True)
-        self._call = vmap(per_model)  # over models: every argument has the model axis first
+        self.method = resolve_method(base, method)
+        self._call = layerwise.LayerwiseGradients(base) if self.method == "layers" else _vmapped_gradients(base)
         self.plan = plan_chunks(models=len(self.models), samples=max_samples,
-                                bytes_per_model_sample=bytes_per_model_sample(base, example=example),
+                                bytes_per_model_sample=bytes_per_model_sample(base, example=example, method=self.method),
                                 memory_budget_mb=memory_budget_mb)
 
     def accumulate(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], sink: Callable[..., None]) -> None:
@@ -151,16 +144,57 @@ class EnsembleGradients:
         index = None if everyone else torch.as_tensor(active, device=self.stacked[0].device)
         params = [values if everyone else values.index_select(0, index) for values in self.stacked]
         if self.per_sample:
-            grads, losses = self._call(params, images, labels)
-            return list(grads), losses.detach()
+            return self._call(params, images, labels)
         weights = images.new_zeros((len(active), width))
         for row, ((_, part_labels), total) in enumerate(zip(parts, totals)):
             weights[row, : len(part_labels)] = 1.0 / total
-        grads, (_, losses) = self._call(params, images, labels, weights)
+        return self._call(params, images, labels, weights)
+
+
+def resolve_method(model: nn.Module, method: str) -> str:
+    """The gradient method "auto" means for ``model``; a one-line error if "layers" cannot take it."""
+    reason = layerwise.unsupported_reason(model)
+    if method == "auto":
+        return "functorch" if reason else "layers"
+    if method == "layers" and reason:
+        raise DPAuditError(f"grad_sample 'layers' cannot take this model: {reason}; use 'functorch' or 'auto'")
+    if method not in ("layers", "functorch"):
+        raise DPAuditError(f"unknown gradient method {method!r}; choose 'auto', 'layers' or 'functorch'")
+    return method
+
+
+def _vmapped_gradients(model: nn.Module):
+    """``f(params, images, labels[, weights]) -> (grads, losses)`` by torch.func: vmap over models (every
+    argument has the model axis first) of per-sample gradients (vmap over samples) or of Σ weights·loss."""
+    from torch.func import grad_and_value, vmap
+
+    losses_of = model_registry.functional_losses(model)
+
+    def loss_of_one(param_values, image, label):
+        return losses_of(param_values, image[None], label[None])[0]
+
+    def weighted_sum(param_values, images, labels, weights):
+        losses = losses_of(param_values, images, labels)
+        return (losses * weights).sum(), losses
+
+    per_sample = vmap(vmap(grad_and_value(loss_of_one), in_dims=(None, 0, 0)))
+    batch = vmap(grad_and_value(weighted_sum, has_aux=True))
+
+    def gradients(params, images, labels, weights=None):
+        if weights is None:
+            grads, losses = per_sample(params, images, labels)
+        else:
+            grads, (_, losses) = batch(params, images, labels, weights)
         return list(grads), losses.detach()
 
+    return gradients
 
-def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor) -> int:
-    """Estimated bytes one (model, sample) pair takes in a vmapped per-sample gradient call."""
+
+def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor, method: str = "functorch") -> int:
+    """Estimated bytes one (model, sample) pair takes in a per-sample gradient call; the layer-wise method
+    also holds one convolution's unfolded input at a time."""
     parameters = model_registry.parameter_count(model)
-    return FLOAT_BYTES * (GRADIENT_COPIES * parameters + ACTIVATION_COPIES * activation_elements(model, example))
+    values = GRADIENT_COPIES * parameters + ACTIVATION_COPIES * activation_elements(model, example)
+    if method == "layers":
+        values += layerwise.largest_unfolded_input(model, example)
+    return FLOAT_BYTES * values

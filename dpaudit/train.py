@@ -130,16 +130,25 @@ def batch_indices(*, dataset_size: int, batch_size: int, sampling: str, rng: np.
 
 
 class PerSampleGradients:
-    """Per-sample gradients and losses of cross-entropy, by torch.func or by Opacus hooks."""
+    """Per-sample gradients and losses of cross-entropy of one model, by its layers in closed form
+    (``dpaudit.layerwise``), torch.func or Opacus hooks (``backend``: a ``grad_sample`` value)."""
 
     def __init__(self, model: nn.Module, backend: str):
         self.model = model
         self.params = model_registry.trainable_parameters(model)
+        if backend in ("auto", "layers"):
+            from dpaudit.ensemble import resolve_method
+
+            backend = resolve_method(model, backend)
         self.backend = backend
         if backend == "opacus":
             from opacus import GradSampleModule
 
             self.wrapped = GradSampleModule(model, loss_reduction="sum")
+        elif backend == "layers":
+            from dpaudit.layerwise import LayerwiseGradients
+
+            self._layerwise = LayerwiseGradients(model)
         else:
             from torch.func import grad_and_value, vmap
 
@@ -159,6 +168,9 @@ class PerSampleGradients:
                 p.grad_sample = None
                 p.grad = None
             return grads, losses.detach()
+        if self.backend == "layers":  # one model: a model axis of length 1
+            grads, losses = self._layerwise([p[None] for p in self.params], images[None], labels[None])
+            return [g[0] for g in grads], losses[0]
         grads, losses = self._vmapped([p.detach() for p in self.params], images, labels)
         return list(grads), losses
 
@@ -516,7 +528,8 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
         from dpaudit.ensemble import EnsembleGradients
 
         ensemble = EnsembleGradients([run.model for run in runs], per_sample=per_sample, example=runs[0].images[0],
-                                     max_samples=config.microbatch_size, memory_budget_mb=config.memory_budget_mb)
+                                     max_samples=config.microbatch_size, memory_budget_mb=config.memory_budget_mb,
+                                     method=config.grad_sample)
 
         optimizer_class = type(runs[0].optimizer)
 

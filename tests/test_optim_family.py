@@ -181,7 +181,8 @@ def test_dp_correct_projection_bounds_each_records_release_by_c():
     for _ in range(20):
         opt._sum = [torch.zeros_like(t) for t in opt._sum]
         opt.accumulate([torch.randn(1, 300) * 1e4, torch.randn(1, 40) * 1e4])
-        assert math.sqrt(sum(float(t.pow(2).sum()) for t in opt._sum)) <= 1.5
+        # C·s/(s + r) < C exactly; with s ≈ 10⁶ the float32 result may round up to C (1 + 1e-7)
+        assert math.sqrt(sum(float(t.pow(2).sum()) for t in opt._sum)) <= 1.5 * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("refresh, same", [("step", False), ("run", True)])

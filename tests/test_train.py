@@ -69,6 +69,7 @@ def test_per_sample_gradients_match_single_backward_and_opacus(model_name):
     images, labels = torch.from_numpy(data.images), torch.from_numpy(data.labels)
     model = build_model(model_name, input_shape=(1, 8, 8), num_classes=10, seed=0)
     func_grads, losses = PerSampleGradients(model, "functorch")(images, labels)
+    layer_grads, layer_losses = PerSampleGradients(model, "layers")(images, labels)
     hook_grads, hook_losses = PerSampleGradients(build_model(model_name, input_shape=(1, 8, 8), num_classes=10, seed=0),
                                                  "opacus")(images, labels)
     params = [p for p in model.parameters()]
@@ -76,8 +77,10 @@ def test_per_sample_gradients_match_single_backward_and_opacus(model_name):
         loss = F.cross_entropy(model(images[i : i + 1]), labels[i : i + 1])
         single = torch.autograd.grad(loss, params)
         assert float(losses[i]) == pytest.approx(loss.item(), rel=1e-5)
-        for got, want in zip(func_grads, single):
+        assert float(layer_losses[i]) == pytest.approx(loss.item(), rel=1e-5)
+        for got, got_layers, want in zip(func_grads, layer_grads, single):
             torch.testing.assert_close(got[i], want, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(got_layers[i], want, rtol=1e-4, atol=1e-6)
     for a, b in zip(func_grads, hook_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(losses, hook_losses)
@@ -148,12 +151,13 @@ def test_corrupted_checkpoint_is_a_one_line_error(trained_run, tmp_path):
     assert "\n" not in str(info.value)
 
 
-def test_opacus_and_functorch_backends_train_the_same_model(tiny_config):
+def test_opacus_functorch_and_layers_backends_train_the_same_model(tiny_config):
     data = load_dataset("digits").subset(np.arange(100))
     results = []
-    for backend in ("functorch", "opacus"):
+    for backend in ("functorch", "opacus", "layers"):
         config = replace(tiny_config, epochs=2, eval_epochs=(2,), grad_sample=backend, engine="sequential",
                          microbatch_size=16).validated()
         results.append(train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False))
-    for a, b in zip(results[0].model.parameters(), results[1].model.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for other in results[1:]:
+        for a, b in zip(results[0].model.parameters(), other.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

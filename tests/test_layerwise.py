@@ -1,0 +1,109 @@
+"""Layer-wise per-sample gradients of stacked models equal torch.func's vmap(vmap(grad)), an independent route."""
+
+import pytest
+import torch
+from torch import nn
+
+from dpaudit import models as model_registry
+from dpaudit._validation import DPAuditError
+from dpaudit.config import TrainConfig
+from dpaudit.ensemble import EnsembleGradients, _vmapped_gradients, bytes_per_model_sample, resolve_method
+from dpaudit.layerwise import LayerwiseGradients, largest_unfolded_input, unsupported_reason
+
+MODELS, WIDTH = 3, 5
+PRIVATE = {"clip_norm": 1.0, "noise_multiplier": 1.0}
+
+
+def _odd_cnn() -> nn.Sequential:
+    """Every supported layer kind and option: stride, dilation, unequal padding, no bias, GroupNorm, pools."""
+    return nn.Sequential(
+        nn.Conv2d(3, 6, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1)), nn.GroupNorm(2, 6), nn.Tanh(),
+        nn.AvgPool2d(2), nn.Conv2d(6, 4, 3, bias=False), nn.LeakyReLU(), nn.MaxPool2d(1), nn.Flatten(),
+        nn.Linear(16, 7, bias=False), nn.ELU(), nn.Linear(7, 5),
+    )
+
+
+CASES = {
+    "cnn-digits": (lambda: model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10), (1, 8, 8), 10),
+    "mlp": (lambda: model_registry.build_model("mlp", input_shape=(1, 8, 8), num_classes=10), (1, 8, 8), 10),
+    "cnn (GroupNorm, 32×32)": (lambda: model_registry.build_model("cnn", input_shape=(3, 32, 32), num_classes=10),
+                               (3, 32, 32), 10),
+    "odd options": (_odd_cnn, (3, 16, 13), 5),
+}
+
+
+def _stack(build):
+    models = [build() for _ in range(MODELS)]  # different random initialisations
+    names = [name for name, _ in models[0].named_parameters()]
+    return models[0], [torch.stack([dict(m.named_parameters())[name].detach() for m in models]) for name in names]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_per_sample_gradients_equal_vmap(case):
+    build, shape, classes = CASES[case]
+    torch.manual_seed(0)
+    model, params = _stack(build)
+    images, labels = torch.randn(MODELS, WIDTH, *shape), torch.randint(0, classes, (MODELS, WIDTH))
+    want, want_losses = _vmapped_gradients(model)(params, images, labels)
+    got, losses = LayerwiseGradients(model)(params, images, labels)
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for (name, _), g, w in zip(model.named_parameters(), got, want):
+        assert g.shape == w.shape == (MODELS, WIDTH, *dict(model.named_parameters())[name].shape)
+        # atol: a conv bias right before a one-channel-per-group GroupNorm has a true gradient of 0
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6, msg=name)
+        assert not g.requires_grad
+
+
+def test_weighted_batch_gradients_equal_vmap():
+    torch.manual_seed(1)
+    model, params = _stack(CASES["cnn (GroupNorm, 32×32)"][0])
+    images, labels = torch.randn(MODELS, WIDTH, 3, 32, 32), torch.randint(0, 10, (MODELS, WIDTH))
+    weights = torch.rand(MODELS, WIDTH)
+    want, want_losses = _vmapped_gradients(model)(params, images, labels, weights)
+    got, losses = LayerwiseGradients(model)(params, images, labels, weights)
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_gradients_do_not_depend_on_the_other_models_or_on_padding_rows():
+    torch.manual_seed(2)
+    model, params = _stack(CASES["cnn-digits"][0])
+    images, labels = torch.randn(MODELS, WIDTH, 1, 8, 8), torch.randint(0, 10, (MODELS, WIDTH))
+    together, _ = LayerwiseGradients(model)(params, images, labels)
+    alone, _ = LayerwiseGradients(model)([p[1:2] for p in params], images[1:2, :2], labels[1:2, :2])
+    for g, a in zip(together, alone):
+        torch.testing.assert_close(g[1, :2], a[0], rtol=1e-5, atol=1e-7)
+
+
+def test_unsupported_models_are_named_and_fall_back_to_functorch():
+    resnet = model_registry.build_model("resnet18-gn-cifar", input_shape=(3, 32, 32), num_classes=10)
+    assert unsupported_reason(resnet) == "ResNet is not an nn.Sequential"
+    assert "acts on images" in unsupported_reason(nn.Sequential(nn.Conv2d(1, 2, 3), nn.Linear(6, 2)))
+    assert "groups" in unsupported_reason(nn.Sequential(nn.Conv2d(2, 2, 3, groups=2), nn.Flatten()))
+    assert "no layer-wise rule" in unsupported_reason(nn.Sequential(nn.Flatten(), nn.Dropout(), nn.Linear(4, 2)))
+    frozen = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    frozen[1].bias.requires_grad_(False)
+    assert unsupported_reason(frozen) == "it has frozen parameters"
+    assert resolve_method(resnet, "auto") == "functorch"
+    assert resolve_method(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), "auto") == "layers"
+    with pytest.raises(DPAuditError, match="grad_sample 'layers' cannot take this model: ResNet"):
+        resolve_method(resnet, "layers")
+    ensemble = EnsembleGradients([resnet], per_sample=True, example=torch.zeros(3, 32, 32), max_samples=4,
+                                 memory_budget_mb=64)
+    assert ensemble.method == "functorch"
+
+
+def test_config_rejects_layers_for_a_model_it_cannot_take():
+    with pytest.raises(DPAuditError, match="grad_sample 'layers' cannot take model 'resnet18-gn-cifar'") as info:
+        TrainConfig(dataset="cifar10", model="resnet18-gn-cifar", grad_sample="layers", **PRIVATE).validated()
+    assert "\n" not in str(info.value)
+    assert TrainConfig(grad_sample="layers", **PRIVATE).validated().grad_sample == "layers"
+
+
+def test_memory_estimate_counts_the_unfolded_patches():
+    model = model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10)
+    example = torch.zeros(1, 8, 8)
+    assert largest_unfolded_input(model, example) == 16 * 3 * 3 * 8 * 8  # second conv: C_in·k_h·k_w per position
+    extra = bytes_per_model_sample(model, example=example, method="layers") - bytes_per_model_sample(model, example=example)
+    assert extra == 4 * 16 * 3 * 3 * 8 * 8
