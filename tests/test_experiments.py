@@ -156,6 +156,7 @@ def test_matched_epsilon_table_flags_an_epsilon_hat_above_theory(tmp_path):
     assert "| 1 | tp-rand | 50.0 | 1.00 | 0.50 / 5.00 | 0.50 / 2.00 |" in (tmp_path / "table2.md").read_text()
 
 
+@pytest.mark.slow  # ~30 s; the numbers themselves are checked by default in test_accounting.py (MNIST column)
 def test_adadpigu_table3_reproduces_the_papers_noise_levels(tmp_path):
     """Known answer: the paper's Table 3 (σ on a 0.01 grid for MNIST q = 1/60, T = 12000 and CIFAR-10 q = 0.01,
     T = 20000), spec §2.7."""
