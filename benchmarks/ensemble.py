@@ -27,7 +27,7 @@ import torch
 
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, load_dataset
-from dpaudit.ensemble import EnsembleGradients
+from dpaudit.ensemble import resolve_method
 from dpaudit.models import build_model, parameter_count
 from dpaudit.train import Member, train_models
 
@@ -132,9 +132,8 @@ def main() -> None:
             "speedup_vs_engine_opacus_hooks_sequential":
                 seconds["engine_opacus_hooks_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
             "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
-            "ensemble_gradient_method": EnsembleGradients(
-                [build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)], per_sample=True,
-                example=torch.from_numpy(data.images[0]), max_samples=1, memory_budget_mb=1).method,
+            "ensemble_gradient_method": resolve_method(
+                build_model(architecture, input_shape=data.images.shape[1:], num_classes=10), private.grad_sample),
             "parameters": parameter_count(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)),
         }
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()

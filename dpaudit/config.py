@@ -176,13 +176,10 @@ class TrainConfig:
         if self.engine == "ensemble" and self.grad_sample == "opacus":
             raise DPAuditError("grad_sample 'opacus' computes one model's gradients at a time; set engine: sequential")
         if self.grad_sample == "layers":
-            from dpaudit.layerwise import unsupported_reason
+            from dpaudit.ensemble import resolve_method
 
-            reason = unsupported_reason(model_registry.build_model(self.model, input_shape=info.input_shape,
-                                                                   num_classes=info.num_classes))
-            if reason:
-                raise DPAuditError(f"grad_sample 'layers' cannot take model {self.model!r}: {reason}; "
-                                   "use 'functorch' or 'auto'")
+            resolve_method(model_registry.build_model(self.model, input_shape=info.input_shape,
+                                                      num_classes=info.num_classes), "layers", name=self.model)
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         if self.batch_size > self.target_size:
             raise DPAuditError(

@@ -57,22 +57,8 @@ def plan_chunks(*, models: int, samples: int, bytes_per_model_sample: int, memor
 
 def activation_elements(model: nn.Module, example: torch.Tensor) -> int:
     """Number of values the forward pass of one sample produces (outputs of every leaf module)."""
-    total = 0
-
-    def count(_module, _inputs, output):
-        nonlocal total
-        if isinstance(output, torch.Tensor):
-            total += output.numel()
-
-    leaves = [m for m in model.modules() if not list(m.children())]
-    hooks = [m.register_forward_hook(count) for m in leaves]
-    try:
-        with torch.no_grad():
-            model(example[None])
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return total
+    return sum(output.numel() for _, output in model_registry.leaf_outputs(model, example)
+               if isinstance(output, torch.Tensor))
 
 
 class EnsembleGradients:
@@ -151,13 +137,15 @@ class EnsembleGradients:
         return self._call(params, images, labels, weights)
 
 
-def resolve_method(model: nn.Module, method: str) -> str:
-    """The gradient method "auto" means for ``model``; a one-line error if "layers" cannot take it."""
+def resolve_method(model: nn.Module, method: str, *, name: str | None = None) -> str:
+    """The gradient method "auto" means for ``model`` (registered as ``name``, if given, for the message);
+    a one-line error if "layers" cannot take it."""
     reason = layerwise.unsupported_reason(model)
     if method == "auto":
         return "functorch" if reason else "layers"
     if method == "layers" and reason:
-        raise DPAuditError(f"grad_sample 'layers' cannot take this model: {reason}; use 'functorch' or 'auto'")
+        which = "this model" if name is None else f"model {name!r}"
+        raise DPAuditError(f"grad_sample 'layers' cannot take {which}: {reason}; use 'functorch' or 'auto'")
     if method not in ("layers", "functorch"):
         raise DPAuditError(f"unknown gradient method {method!r}; choose 'auto', 'layers' or 'functorch'")
     return method

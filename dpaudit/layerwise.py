@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpaudit.models import leaf_outputs
+
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Identity)
 PER_CHANNEL_POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool2d)
 
@@ -65,21 +67,8 @@ def unsupported_reason(model: nn.Module, *, image_input: bool = True) -> str | N
 
 def largest_unfolded_input(model: nn.Module, example: torch.Tensor) -> int:
     """Values in the largest unfolded convolution input of one sample (the patches U_i), 0 without convolutions."""
-    largest = 0
-
-    def count(module, _inputs, output):
-        nonlocal largest
-        kernel = module.kernel_size[0] * module.kernel_size[1]
-        largest = max(largest, module.in_channels * kernel * output.shape[-2] * output.shape[-1])
-
-    hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.Conv2d)]
-    try:
-        with torch.no_grad():
-            model(example[None])
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return largest
+    return max((conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * output.shape[-2] * output.shape[-1]
+                for conv, output in leaf_outputs(model, example) if isinstance(conv, nn.Conv2d)), default=0)
 
 
 class LayerwiseGradients:

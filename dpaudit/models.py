@@ -189,6 +189,21 @@ def functional_losses(model: nn.Module):
     return losses
 
 
+def leaf_outputs(model: nn.Module, example: torch.Tensor) -> list[tuple[nn.Module, torch.Tensor]]:
+    """(module, output) of every leaf module in a no-grad forward pass of one sample ``example``."""
+    outputs = []
+    leaves = [m for m in model.modules() if not list(m.children())]
+    hooks = [m.register_forward_hook(lambda module, _inputs, output: outputs.append((module, output)))
+             for m in leaves]
+    try:
+        with torch.no_grad():
+            model(example[None])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return outputs
+
+
 def parameter_count(model: nn.Module) -> int:
     """Number of trainable parameters d."""
     return sum(p.numel() for p in trainable_parameters(model))
