@@ -1,7 +1,7 @@
 """Wall time of K models of one configuration: the ensemble engine vs one model at a time; prints JSON.
 
     python benchmarks/ensemble.py [--models 11] [--steps 100] [--batch-size 36] [--device cpu]
-                                  [--architectures cnn-digits cnn]
+                                  [--architectures cnn-digits cnn] [--repeats 3]
 
 For each architecture (``cnn-digits`` on digits; ``cnn`` and ``resnet18-gn-cifar`` on random 32×32×3
 images, which time the same as CIFAR-10) it trains K models for the same number of steps with
@@ -10,6 +10,10 @@ by ``grad_sample: auto``, i.e. layer by layer for sequential models, and again b
 (b) DP-SGD with Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one
 model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each). ``speedup_vs_opacus_sequential`` = b/a and
 ``ratio_to_nonprivate_sequential`` = a/c.
+
+Every variant runs ``--repeats`` times, in rounds (each round runs all variants once, in the same order);
+``seconds`` is each variant's fastest round (on a shared machine the least disturbed one, as ``timeit``
+reports) and ``seconds_per_round`` lists them all.
 """
 
 from __future__ import annotations
@@ -104,7 +108,10 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--architectures", nargs="+", default=["cnn-digits", "cnn"], choices=sorted(DATASETS))
     parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per gradient call (default: 2048)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of all variants; each keeps its fastest (default: 3)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     steps_per_epoch, epochs = workload_epochs(args)
     results = {}
     for architecture in args.architectures:
@@ -123,10 +130,15 @@ def main() -> None:
         }
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
         opacus_privacy_engine(replace(private, epochs=1), members[:1])
-        seconds = {name: timed(config, members, together=together) for name, (config, together) in variants.items()}
-        seconds["opacus_sequential_dpsgd"] = opacus_privacy_engine(private, members)
+        rounds = []
+        for _ in range(args.repeats):
+            seconds = {name: timed(config, members, together=together) for name, (config, together) in variants.items()}
+            seconds["opacus_sequential_dpsgd"] = opacus_privacy_engine(private, members)
+            rounds.append(seconds)
+        seconds = {name: min(round_[name] for round_ in rounds) for name in rounds[0]}
         results[architecture] = {
             "seconds": seconds,
+            "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in seconds},
             "speedup_vs_opacus_sequential": seconds["opacus_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
             "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
             "speedup_vs_engine_opacus_hooks_sequential":
@@ -139,6 +151,7 @@ def main() -> None:
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
     print(json.dumps({
         "models_K": args.models, "steps_per_model": epochs * steps_per_epoch, "batch_size": args.batch_size,
+        "repeats": args.repeats,
         "dataset_size": args.dataset_size, "device": args.device, "device_name": device_name,
         "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "results": results,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,

@@ -73,10 +73,12 @@ class EnsembleGradients:
         memory_budget_mb: MiB for one call (``plan_chunks``).
         method: "layers", "functorch" or "auto" (layers where ``layerwise.unsupported_reason`` accepts the
             model, else functorch); ``self.method`` is the one in use.
+        factored: with method "layers", per-sample Linear weight gradients come as
+            ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sum``).
     """
 
     def __init__(self, models: Sequence[nn.Module], *, per_sample: bool, example: torch.Tensor, max_samples: int,
-                 memory_budget_mb: float, method: str = "auto"):
+                 memory_budget_mb: float, method: str = "auto", factored: bool = False):
         if not models:
             raise DPAuditError("an ensemble needs at least one model")
         self.models = list(models)
@@ -92,9 +94,11 @@ class EnsembleGradients:
                 owned[name].data = values[k]
 
         self.method = resolve_method(base, method)
-        self._call = layerwise.LayerwiseGradients(base) if self.method == "layers" else _vmapped_gradients(base)
+        self._call = (layerwise.LayerwiseGradients(base, factored=factored) if self.method == "layers"
+                      else _vmapped_gradients(base))
         self.plan = plan_chunks(models=len(self.models), samples=max_samples,
-                                bytes_per_model_sample=bytes_per_model_sample(base, example=example, method=self.method),
+                                bytes_per_model_sample=bytes_per_model_sample(
+                                    base, example=example, method=self.method, factored=factored),
                                 memory_budget_mb=memory_budget_mb)
 
     def accumulate(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], sink: Callable[..., None]) -> None:
@@ -178,11 +182,16 @@ def _vmapped_gradients(model: nn.Module):
     return gradients
 
 
-def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor, method: str = "functorch") -> int:
+def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor, method: str = "functorch",
+                           factored: bool = False) -> int:
     """Estimated bytes one (model, sample) pair takes in a per-sample gradient call; the layer-wise method
-    also holds one convolution's unfolded input at a time."""
-    parameters = model_registry.parameter_count(model)
-    values = GRADIENT_COPIES * parameters + ACTIVATION_COPIES * activation_elements(model, example)
+    also holds one convolution's unfolded input at a time, and with ``factored`` a Linear weight's
+    per-sample gradient takes O + F values instead of O·F."""
+    gradient_values, unfolded = model_registry.parameter_count(model), 0
     if method == "layers":
-        values += layerwise.largest_unfolded_input(model, example)
+        unfolded = layerwise.largest_unfolded_input(model, example)
+        if factored:
+            gradient_values -= sum(layer.weight.numel() - sum(layer.weight.shape)
+                                   for layer in model.modules() if isinstance(layer, nn.Linear))
+    values = GRADIENT_COPIES * gradient_values + ACTIVATION_COPIES * activation_elements(model, example) + unfolded
     return FLOAT_BYTES * values

@@ -6,20 +6,23 @@ one batched matrix product), where W is the number of samples each model sees. O
 summed losses gives every layer's output gradient per sample; each layer's per-sample parameter gradients
 follow in closed form (as Opacus's grad samplers do):
 
-- Linear: ∂ℓ_i/∂W = g_i a_iᵀ, ∂ℓ_i/∂b = g_i;
-- Conv2d: ∂ℓ_i/∂W = G_i U_i, with U_i the sample's unfolded input patches (one batched matrix product
-  over models × samples), ∂ℓ_i/∂b = Σ_positions g_i;
+- Linear: ∂ℓ_i/∂W = g_i a_iᵀ, ∂ℓ_i/∂b = g_i (with ``factored=True`` the weight's are kept as
+  :class:`OuterProducts`, never built: their norms are ‖g_i‖·‖a_i‖ and a weighted sum over samples is one
+  batched matrix product, the "ghost clipping" of Goodfellow 2015 and Li et al. 2022);
+- Conv2d: ∂ℓ_i/∂W = the weight gradient of the sample's own convolution (one convolution backward with
+  M·W groups, one per model and sample), ∂ℓ_i/∂b = Σ_positions g_i;
 - GroupNorm: ∂ℓ_i/∂γ = Σ_positions g_i x̂_i, ∂ℓ_i/∂β = Σ_positions g_i.
 
-This is the same gradient ``vmap(vmap(grad))`` computes (``tests/test_layerwise.py`` compares them), at
-about half its cost on a CPU: vmap turns per-sample convolution gradients into convolutions with M·W groups,
-and pools on the layouts it produces, both of which CPU kernels run slowly. Models of other kinds (ResNet)
-keep the vmap path.
+This is the same gradient ``vmap(vmap(grad))`` computes (``tests/test_layerwise.py`` compares them), in
+less time on a CPU (``speedup_vs_ensemble_functorch`` in ``benchmarks/ensemble.py``): the forward and
+backward passes run on the stacked layout once instead of per sample. Models of other kinds (ResNet) keep
+the vmap path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -66,9 +69,48 @@ def unsupported_reason(model: nn.Module, *, image_input: bool = True) -> str | N
 
 
 def largest_unfolded_input(model: nn.Module, example: torch.Tensor) -> int:
-    """Values in the largest unfolded convolution input of one sample (the patches U_i), 0 without convolutions."""
+    """Values in the largest unfolded convolution input of one sample (room for the patches a convolution
+    backend may build for the per-sample weight gradient), 0 without convolutions."""
     return max((conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * output.shape[-2] * output.shape[-1]
                 for conv, output in leaf_outputs(model, example) if isinstance(conv, nn.Conv2d)), default=0)
+
+
+@dataclass(frozen=True)
+class OuterProducts:
+    """Per-sample gradients g_i a_iᵀ of a Linear weight as their factors: ``outer`` [..., O] (output
+    gradients) and ``inner`` [..., F] (inputs); the [..., O, F] tensor is built only by :meth:`dense`.
+    Indexing and ``index_select`` act on the leading (model, sample) dimensions."""
+
+    outer: torch.Tensor
+    inner: torch.Tensor
+
+    def __getitem__(self, key) -> OuterProducts:
+        return OuterProducts(self.outer[key], self.inner[key])
+
+    def index_select(self, dim: int, index: torch.Tensor) -> OuterProducts:
+        return OuterProducts(self.outer.index_select(dim, index), self.inner.index_select(dim, index))
+
+    def dense(self) -> torch.Tensor:
+        return self.outer[..., :, None] * self.inner[..., None, :]
+
+
+def dense(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
+    """Per-sample gradients as a tensor, whichever form they come in."""
+    return grad.dense() if isinstance(grad, OuterProducts) else grad
+
+
+def sample_norms(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
+    """ℓ2 norm of each (model, sample)'s gradient: [M, W] from [M, W, *shape] or OuterProducts."""
+    if isinstance(grad, OuterProducts):
+        return torch.linalg.vector_norm(grad.outer, dim=-1) * torch.linalg.vector_norm(grad.inner, dim=-1)
+    return torch.linalg.vector_norm(grad.flatten(2), dim=2)
+
+
+def weighted_sample_sum(grad: torch.Tensor | OuterProducts, weights: torch.Tensor) -> torch.Tensor:
+    """Σ_i weights[m, i]·grad[m, i] per model: [M, *shape] from weights [M, W]."""
+    if isinstance(grad, OuterProducts):
+        return torch.einsum("mwo,mwf->mof", grad.outer * weights[..., None], grad.inner)
+    return torch.einsum("mw,mw...->m...", weights, grad)
 
 
 class LayerwiseGradients:
@@ -78,15 +120,17 @@ class LayerwiseGradients:
     Call with ``params`` (per trainable parameter, in ``model.named_parameters()`` order, [M, *shape]),
     ``images`` [M, W, *sample shape] and ``labels`` [M, W]; with ``weights`` [M, W] it returns the gradient
     of Σ_i weights·loss_i per model ([M, *shape]), without it the per-sample gradients ([M, W, *shape]).
-    Either way also the losses [M, W]. Rows of padding just get gradients the caller ignores.
+    Either way also the losses [M, W]. Rows of padding just get gradients the caller ignores. With
+    ``factored``, per-sample Linear weight gradients come as :class:`OuterProducts`.
     """
 
-    def __init__(self, model: nn.Sequential):
+    def __init__(self, model: nn.Sequential, *, factored: bool = False):
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"no layer-wise gradients for this model: {reason}")
         names = [name for name, _ in model.named_parameters()]
         self.layers = list(model)
+        self.factored = factored
         self.slots = [{attr: names.index(f"{index}.{attr}") for attr in ("weight", "bias")
                        if isinstance(getattr(layer, attr, None), nn.Parameter)}
                       for index, layer in enumerate(self.layers)]
@@ -115,7 +159,7 @@ class LayerwiseGradients:
         grads: list[torch.Tensor | None] = [None] * len(params)
         with torch.no_grad():
             for (layer, slots, needed, _), g in zip(recorded, output_grads):
-                values = _per_sample(layer, needed, g, models)
+                values = _per_sample(layer, needed, g, models, factored=self.factored)
                 for attr, slot in slots.items():
                     grads[slot] = values[attr]
         return grads, losses.detach()
@@ -156,35 +200,36 @@ class _FlattenChannelsLast(torch.autograd.Function):
         return grad.reshape(ctx.shape).contiguous(memory_format=torch.channels_last), None
 
 
-def _per_sample(layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models: int) -> dict[str, torch.Tensor]:
+def _per_sample(layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models: int, *,
+                factored: bool) -> dict[str, torch.Tensor | OuterProducts]:
     """Per-sample gradients [M, W, *shape] of ``layer``'s parameters from its output gradient ``g``."""
-    width = g.shape[0]
     if isinstance(layer, nn.Linear):
-        g = g.transpose(0, 1)
-        return {"weight": g[..., :, None] * needed.transpose(0, 1)[..., None, :], "bias": g}
-    spatial = g.shape[2] * g.shape[3]
-    channels = g.shape[1] // models
-    # [W, M·C, H, W'] → [M·W, C, H·W'] (one row per model and sample)
-    per_row = g.permute(0, 2, 3, 1).reshape(width, spatial, models, channels).permute(2, 0, 3, 1)
-    per_row = per_row.reshape(models * width, channels, spatial)
-    bias = per_row.sum(-1).reshape(models, width, channels)
+        weight = OuterProducts(g.transpose(0, 1), needed.transpose(0, 1))
+        return {"weight": weight if factored else weight.dense(), "bias": weight.outer}
+    bias = _model_first(g.sum((-2, -1)), models)
     if isinstance(layer, nn.GroupNorm):
-        normalised = needed.permute(0, 2, 3, 1).reshape(width, spatial, models, channels).permute(2, 0, 3, 1)
-        weight = (per_row * normalised.reshape(models * width, channels, spatial)).sum(-1)
-        return {"weight": weight.reshape(models, width, channels), "bias": bias}
-    return {"weight": _conv_weight(layer, needed, per_row, models), "bias": bias}
+        return {"weight": _model_first((g * needed).sum((-2, -1)), models), "bias": bias}
+    return {"weight": _conv_weight(layer, _model_major(needed, models), _model_major(g, models)), "bias": bias}
 
 
-def _conv_weight(layer: nn.Conv2d, inputs: torch.Tensor, per_row: torch.Tensor, models: int) -> torch.Tensor:
-    """∂ℓ_i/∂W = G_i U_i for every model and sample: G_i [C_out, positions], U_i [positions, C_in·k_h·k_w]."""
-    out_channels, in_channels, kernel_h, kernel_w = layer.weight.shape
-    (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w) = layer.stride, layer.padding, layer.dilation
-    width = inputs.shape[0]
-    # channels first, so that the copy below reads runs of neighbouring positions, and U_iᵀ comes out in
-    # the weight's (C_in, k_h, k_w) order: the gradient needs no permutation afterwards
-    x = F.pad(inputs.contiguous(), (pad_w, pad_w, pad_h, pad_h)).unflatten(1, (models, in_channels))
-    patches = x.unfold(3, dil_h * (kernel_h - 1) + 1, stride_h).unfold(4, dil_w * (kernel_w - 1) + 1, stride_w)
-    patches = patches[..., ::dil_h, ::dil_w]  # [W, M, C_in, H_out, W_out, k_h, k_w], a view
-    unfolded_t = patches.permute(1, 0, 2, 5, 6, 3, 4).reshape(models * width, in_channels * kernel_h * kernel_w, -1)
-    weight = torch.bmm(per_row, unfolded_t.transpose(1, 2))
-    return weight.reshape(models, width, out_channels, in_channels, kernel_h, kernel_w)
+def _model_first(per_channel: torch.Tensor, models: int) -> torch.Tensor:
+    """[W, M·C] → [M, W, C] (a view)."""
+    return per_channel.unflatten(1, (models, -1)).transpose(0, 1)
+
+
+def _model_major(h: torch.Tensor, models: int) -> torch.Tensor:
+    """[W, M·C, H, W'] → [M, W, C, H, W'], contiguous (one copy)."""
+    return h.unflatten(1, (models, -1)).transpose(0, 1).contiguous()
+
+
+def _conv_weight(layer: nn.Conv2d, inputs: torch.Tensor, output_grads: torch.Tensor) -> torch.Tensor:
+    """∂ℓ_i/∂W for every model and sample from ``inputs`` [M, W, C_in, H, W'] and ``output_grads``
+    [M, W, C_out, H_out, W_out]: the weight gradient of one convolution with M·W groups, each
+    (model, sample) pair its own group."""
+    rows = inputs.shape[0] * inputs.shape[1]
+    shape = (rows * layer.out_channels, *layer.weight.shape[1:])
+    _, weight, _ = torch.ops.aten.convolution_backward(
+        output_grads.reshape(1, -1, *output_grads.shape[-2:]), inputs.reshape(1, -1, *inputs.shape[-2:]),
+        inputs.new_empty(shape), None, layer.stride, layer.padding, layer.dilation, False, [0, 0], rows,
+        [False, True, False])
+    return weight.reshape(*inputs.shape[:2], *layer.weight.shape)

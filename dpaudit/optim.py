@@ -28,6 +28,7 @@ import torch
 
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_ratio
+from dpaudit.layerwise import dense, sample_norms, weighted_sample_sum
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
 AUTO_V_EPSILON = 1e-12  # seed 002 §1.7: Auto-V's C / ‖g‖ needs a guard at ‖g‖ = 0
@@ -218,11 +219,11 @@ class Optimizer:
                             counts: Sequence[int]) -> None:
         """``accumulate`` for M optimizers of this class and equal hyperparameters (an ensemble).
 
-        ``grads``: per parameter, [M, W, *shape] per-sample gradients whose rows from ``counts[m]`` on
-        are padding, or [M, *shape] batch-mean shares. Subclasses may do it in one vectorised pass.
+        ``grads``: per parameter, [M, W, *shape] per-sample gradients (or ``layerwise.OuterProducts``)
+        whose rows from ``counts[m]`` on are padding, or [M, *shape] batch-mean shares. Subclasses may do it in one vectorised pass.
         """
         for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
-            optimizer.accumulate([g[row, :count] if cls.per_sample else g[row] for g in grads])
+            optimizer.accumulate([dense(g[row, :count]) if cls.per_sample else g[row] for g in grads])
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float] | None:
@@ -301,12 +302,11 @@ class PrivateOptimizer(Optimizer):
         # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
         if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
             return super().accumulate_together(optimizers, grads, counts)
-        width = grads[0].shape[1]
-        padding = torch.arange(width, device=grads[0].device)[None, :] >= torch.as_tensor(counts, device=grads[0].device)[:, None]
-        norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.flatten(2), dim=2) for g in grads]),
-                                         dim=0)
+        norms = torch.linalg.vector_norm(torch.stack([sample_norms(g) for g in grads]), dim=0)
+        width = norms.shape[1]
+        padding = torch.arange(width, device=norms.device)[None, :] >= torch.as_tensor(counts, device=norms.device)[:, None]
         factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
-        sums = [torch.einsum("mw,mw...->m...", factors, grad) for grad in grads]
+        sums = [weighted_sample_sum(grad, factors) for grad in grads]
         for row, optimizer in enumerate(optimizers):
             torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
 
@@ -353,13 +353,6 @@ class DPSGD(PrivateOptimizer):
           description="DP-SGD that adds no noise but accounts as if it did (broken on purpose: auditor check; no DP claim)")
 class DPSGDNoNoise(DPSGD):
     """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
-
-    def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
-        """Σ / b + N(0, std² I) per parameter (noise drawn parameter by parameter, in order)."""
-        noise = [self._noise(total.shape) for total in self._sum]
-        updates = torch._foreach_div(self._sum, b)
-        torch._foreach_add_(updates, noise, alpha=std)
-        return updates
 
     def _noise(self, shape) -> torch.Tensor:
         return torch.zeros(shape, device=self.params[0].device, dtype=self.params[0].dtype)

@@ -526,10 +526,11 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
     per_sample = runs[0].optimizer.per_sample
     if config.engine == "ensemble":
         from dpaudit.ensemble import EnsembleGradients
+        from dpaudit.layerwise import dense
 
         ensemble = EnsembleGradients([run.model for run in runs], per_sample=per_sample, example=runs[0].images[0],
                                      max_samples=config.microbatch_size, memory_budget_mb=config.memory_budget_mb,
-                                     method=config.grad_sample)
+                                     method=config.grad_sample, factored=True)
 
         optimizer_class = type(runs[0].optimizer)
 
@@ -542,7 +543,8 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
                                                      for g in grads], [counts[m] for m in together])
             for m, k in enumerate(models):
                 if runs[k].canaries is not None:  # the target's optimizer has the canary tensor too
-                    runs[k].accumulate([g[m, :counts[m]] if per_sample else g[m] for g in grads], losses[m, :counts[m]])
+                    runs[k].accumulate([dense(g[m, :counts[m]]) if per_sample else g[m] for g in grads],
+                                       losses[m, :counts[m]])
                 else:
                     runs[k].add_losses(losses[m, :counts[m]])
 

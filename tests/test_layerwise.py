@@ -8,7 +8,8 @@ from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.ensemble import EnsembleGradients, _vmapped_gradients, bytes_per_model_sample, resolve_method
-from dpaudit.layerwise import LayerwiseGradients, largest_unfolded_input, unsupported_reason
+from dpaudit.layerwise import (LayerwiseGradients, OuterProducts, dense, largest_unfolded_input, sample_norms,
+                               unsupported_reason, weighted_sample_sum)
 
 MODELS, WIDTH = 3, 5
 PRIVATE = {"clip_norm": 1.0, "noise_multiplier": 1.0}
@@ -107,3 +108,31 @@ def test_memory_estimate_counts_the_unfolded_patches():
     assert largest_unfolded_input(model, example) == 16 * 3 * 3 * 8 * 8  # second conv: C_in·k_h·k_w per position
     extra = bytes_per_model_sample(model, example=example, method="layers") - bytes_per_model_sample(model, example=example)
     assert extra == 4 * 16 * 3 * 3 * 8 * 8
+
+
+@pytest.mark.parametrize("case", ["cnn-digits", "odd options"])
+def test_factored_linear_gradients_give_the_norms_and_weighted_sums_of_vmap(case):
+    build, shape, classes = CASES[case]
+    torch.manual_seed(3)
+    model, params = _stack(build)
+    images, labels = torch.randn(MODELS, WIDTH, *shape), torch.randint(0, classes, (MODELS, WIDTH))
+    want, _ = _vmapped_gradients(model)(params, images, labels)
+    got, _ = LayerwiseGradients(model, factored=True)(params, images, labels)
+    linear_weights = [i for i, (name, p) in enumerate(model.named_parameters())
+                      if isinstance(model.get_submodule(name.rsplit(".", 1)[0]), nn.Linear) and name.endswith("weight")]
+    assert linear_weights and all(isinstance(got[i], OuterProducts) for i in linear_weights)
+    weights = torch.rand(MODELS, WIDTH)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(dense(g), w, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(dense(g[1, :3]), w[1, :3], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(sample_norms(g), w.flatten(2).norm(dim=2), rtol=1e-4, atol=1e-6)
+        weighted = (weights.reshape(MODELS, WIDTH, *[1] * (w.dim() - 2)) * w).sum(1)
+        torch.testing.assert_close(weighted_sample_sum(g, weights), weighted, rtol=1e-4, atol=1e-6)
+
+
+def test_memory_estimate_counts_factored_linear_weights_as_their_factors():
+    model = model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10)
+    example = torch.zeros(1, 8, 8)
+    saved = bytes_per_model_sample(model, example=example, method="layers") - bytes_per_model_sample(
+        model, example=example, method="layers", factored=True)
+    assert saved == 4 * 2 * (10 * 512 - (10 + 512))  # 2 copies of the gradient, 4 bytes per value
