@@ -204,7 +204,7 @@ def _per_sample(layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models:
                 factored: bool) -> dict[str, torch.Tensor | OuterProducts]:
     """Per-sample gradients [M, W, *shape] of ``layer``'s parameters from its output gradient ``g``."""
     if isinstance(layer, nn.Linear):
-        weight = OuterProducts(g.transpose(0, 1), needed.transpose(0, 1))
+        weight = OuterProducts(g.transpose(0, 1), needed.detach().transpose(0, 1))
         return {"weight": weight if factored else weight.dense(), "bias": weight.outer}
     bias = _model_first(g.sum((-2, -1)), models)
     if isinstance(layer, nn.GroupNorm):

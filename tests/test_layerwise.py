@@ -121,6 +121,8 @@ def test_factored_linear_gradients_give_the_norms_and_weighted_sums_of_vmap(case
     linear_weights = [i for i, (name, p) in enumerate(model.named_parameters())
                       if isinstance(model.get_submodule(name.rsplit(".", 1)[0]), nn.Linear) and name.endswith("weight")]
     assert linear_weights and all(isinstance(got[i], OuterProducts) for i in linear_weights)
+    factors = [t for g in got for t in ((g.outer, g.inner) if isinstance(g, OuterProducts) else (g,))]
+    assert not any(t.requires_grad for t in factors)  # a factor tied to the forward graph kept every step's graph alive
     weights = torch.rand(MODELS, WIDTH)
     for g, w in zip(got, want):
         torch.testing.assert_close(dense(g), w, rtol=1e-4, atol=1e-6)
