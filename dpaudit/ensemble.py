@@ -185,8 +185,8 @@ def _vmapped_gradients(model: nn.Module):
 def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor, method: str = "functorch",
                            factored: bool = False) -> int:
     """Estimated bytes one (model, sample) pair takes in a per-sample gradient call; the layer-wise method
-    also holds one convolution's unfolded input at a time, and with ``factored`` a Linear weight's
-    per-sample gradient takes O + F values instead of O·F."""
+    is also charged one convolution's unfolded input (room for the copies its per-sample weight gradient
+    makes), and with ``factored`` a Linear weight's per-sample gradient takes O + F values instead of O·F."""
     gradient_values, unfolded = model_registry.parameter_count(model), 0
     if method == "layers":
         unfolded = layerwise.largest_unfolded_input(model, example)

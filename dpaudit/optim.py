@@ -220,7 +220,8 @@ class Optimizer:
         """``accumulate`` for M optimizers of this class and equal hyperparameters (an ensemble).
 
         ``grads``: per parameter, [M, W, *shape] per-sample gradients (or ``layerwise.OuterProducts``)
-        whose rows from ``counts[m]`` on are padding, or [M, *shape] batch-mean shares. Subclasses may do it in one vectorised pass.
+        whose rows from ``counts[m]`` on are padding, or [M, *shape] batch-mean shares. Subclasses may do
+        it in one vectorised pass.
         """
         for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
             optimizer.accumulate([dense(g[row, :count]) if cls.per_sample else g[row] for g in grads])
