@@ -159,7 +159,8 @@ class LayerwiseGradients:
         grads: list[torch.Tensor | None] = [None] * len(params)
         with torch.no_grad():
             for (layer, slots, needed, _), g in zip(recorded, output_grads):
-                values = _per_sample(layer, needed, g, models, factored=self.factored)
+                # detached: a returned view of a recorded activation would keep this step's graph alive
+                values = _per_sample(layer, needed.detach(), g, models, factored=self.factored)
                 for attr, slot in slots.items():
                     grads[slot] = values[attr]
         return grads, losses.detach()
@@ -204,7 +205,7 @@ def _per_sample(layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models:
                 factored: bool) -> dict[str, torch.Tensor | OuterProducts]:
     """Per-sample gradients [M, W, *shape] of ``layer``'s parameters from its output gradient ``g``."""
     if isinstance(layer, nn.Linear):
-        weight = OuterProducts(g.transpose(0, 1), needed.detach().transpose(0, 1))
+        weight = OuterProducts(g.transpose(0, 1), needed.transpose(0, 1))
         return {"weight": weight if factored else weight.dense(), "bias": weight.outer}
     bias = _model_first(g.sum((-2, -1)), models)
     if isinstance(layer, nn.GroupNorm):
