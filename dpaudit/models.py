@@ -155,9 +155,9 @@ def _resnet18_gn_cifar(*, input_shape, num_classes):
 
 
 def _resnet18(*, input_shape, num_classes, cifar_stem: bool) -> nn.Module:
-    from torchvision.models import resnet18
+    from dpaudit._resnet import resnet18
 
-    model = resnet18(weights=None, num_classes=num_classes, norm_layer=_group_norm)
+    model = resnet18(num_classes=num_classes, norm_layer=_group_norm)
     channels = input_shape[0]
     if cifar_stem:
         model.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=1, padding=1, bias=False)

@@ -1,5 +1,7 @@
 """Model registry: shapes, Opacus module validation, per-sample gradients through every model."""
 
+import warnings
+
 import pytest
 import torch
 from opacus.validators import ModuleValidator
@@ -32,6 +34,40 @@ def test_model_passes_opacus_validation_and_has_per_sample_gradients(name, shape
     params = [p for p in model.parameters() if p.requires_grad]
     assert [tuple(g.shape) for g in grads] == [(2, *p.shape) for p in params]
     assert model(images).shape == (2, 10)
+
+
+@pytest.mark.parametrize("name, shape", [(n, s) for n, shapes in SHAPES.items() for s in shapes])
+def test_opacus_hooks_give_the_per_sample_gradients_of_torch_func(name, shape):
+    # Opacus's backward hooks forbid in-place changes to a hooked layer's output (torchvision's ResNet blocks).
+    model = models.build_model(name, input_shape=shape, num_classes=10, seed=0)
+    # Fixed images: max-pooling's gradient jumps where two inputs nearly tie, and a batched forward pass
+    # (Opacus) and a per-sample one (torch.func) round differently, so a rare draw routes them apart.
+    images = torch.randn(3, *shape, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([1, 7, 2])
+    expected, expected_losses = PerSampleGradients(model, "functorch")(images, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the full backward hook fires though the images need no gradient
+        grads, losses = PerSampleGradients(model, "opacus")(images, labels)
+    torch.testing.assert_close(losses, expected_losses, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=max(1e-6, 1e-4 * want.abs().max().item()))
+
+
+@pytest.mark.parametrize("name, cifar_stem", [("resnet18-gn", False), ("resnet18-gn-cifar", True)])
+def test_resnet18_is_torchvisions_network(name, cifar_stem):
+    from torchvision.models import resnet18
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        reference = resnet18(weights=None, num_classes=10, norm_layer=models._group_norm)
+        if cifar_stem:
+            reference.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+            reference.maxpool = torch.nn.Identity()
+    model = models.build_model(name, input_shape=(3, 32, 32), num_classes=10, seed=3)
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in reference.named_parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(model(images), reference(images), rtol=0, atol=0)
 
 
 def test_resnet18_gn_matches_seed004():
