@@ -13,16 +13,20 @@ model after the other, (c) non-private SGD, one model after the other (ceil(n/b)
 
 Every variant runs ``--repeats`` times, in rounds (each round runs all variants once, in the same order);
 ``seconds`` is each variant's fastest round (on a shared machine the least disturbed one, as ``timeit``
-reports) and ``seconds_per_round`` lists them all.
+reports) and ``seconds_per_round`` lists them all. On CUDA, ``peak_gpu_memory_mb`` is each variant's
+largest ``torch.cuda.max_memory_allocated`` over the rounds (the ensemble's is bounded by
+``--memory-budget-mb`` plus the models, batches and optimizer state).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import platform
+import sys
 import time
 from dataclasses import replace
 
@@ -122,30 +126,45 @@ def main() -> None:
                               batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0,
                               sampling="poisson", target_size=args.dataset_size, num_shadows=0, diagnostics=False,
                               device=args.device, memory_budget_mb=args.memory_budget_mb).validated()
-        variants = {
-            "ensemble_dpsgd": (private, True),
-            "ensemble_functorch_dpsgd": (replace(private, grad_sample="functorch"), True),
-            "engine_opacus_hooks_sequential_dpsgd": (replace(private, engine="sequential", grad_sample="opacus"), False),
-            "nonprivate_sequential_sgd": (replace(private, optimizer="sgd", engine="sequential"), False),
-        }
+        method = resolve_method(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10),
+                                private.grad_sample)
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
         opacus_privacy_engine(replace(private, epochs=1), members[:1])
-        rounds = []
-        for _ in range(args.repeats):
-            seconds = {name: timed(config, members, together=together) for name, (config, together) in variants.items()}
-            seconds["opacus_sequential_dpsgd"] = opacus_privacy_engine(private, members)
+        # the three the speedups compare first, so that a run cut short has them in its progress lines
+        runs = {
+            "ensemble_dpsgd": functools.partial(timed, private, members, together=True),
+            "opacus_sequential_dpsgd": functools.partial(opacus_privacy_engine, private, members),
+            "nonprivate_sequential_sgd": functools.partial(
+                timed, replace(private, optimizer="sgd", engine="sequential"), members, together=False),
+            "engine_opacus_hooks_sequential_dpsgd": functools.partial(
+                timed, replace(private, engine="sequential", grad_sample="opacus"), members, together=False),
+        }
+        if method != "functorch":  # else the same as ensemble_dpsgd
+            runs["ensemble_functorch_dpsgd"] = functools.partial(
+                timed, replace(private, grad_sample="functorch"), members, together=True)
+        rounds, peak_mb = [], {}
+        for round_index in range(args.repeats):
+            seconds = {}
+            for name, run in runs.items():
+                if args.device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                seconds[name] = run()
+                if args.device == "cuda":
+                    peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
+                print(f"{architecture} round {round_index + 1}: {name} {seconds[name]:.2f} s", file=sys.stderr, flush=True)
             rounds.append(seconds)
         seconds = {name: min(round_[name] for round_ in rounds) for name in rounds[0]}
+        seconds.setdefault("ensemble_functorch_dpsgd", seconds["ensemble_dpsgd"])
         results[architecture] = {
             "seconds": seconds,
-            "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in seconds},
+            "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in rounds[0]},
             "speedup_vs_opacus_sequential": seconds["opacus_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
             "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
             "speedup_vs_engine_opacus_hooks_sequential":
                 seconds["engine_opacus_hooks_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
             "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
-            "ensemble_gradient_method": resolve_method(
-                build_model(architecture, input_shape=data.images.shape[1:], num_classes=10), private.grad_sample),
+            "ensemble_gradient_method": method,
+            "peak_gpu_memory_mb": peak_mb or None,
             "parameters": parameter_count(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)),
         }
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()

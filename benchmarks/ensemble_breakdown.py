@@ -3,9 +3,9 @@
     python benchmarks/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
 
 Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
-the per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one call), the clipping and summing of their output
-(the sink), the K optimizer steps with their noise, and everything else (sampling, batch assembly, loss
-bookkeeping). The gradient share bounds what removing the rest could gain: at most total / gradient.
+the per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one call), the clipping and
+summing of their output (the sink), the K optimizer steps with their noise (``step_together``), and everything
+else (sampling, batch assembly, loss bookkeeping). The gradient share bounds what removing the rest could gain: at most total / gradient.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 
 from dpaudit.ensemble import EnsembleGradients
 from dpaudit.config import TrainConfig
-from dpaudit.train import Member, _ModelRun, train_models
+from dpaudit.optim import DPSGD
+from dpaudit.train import Member, train_models
 
 from ensemble import DATASETS, add_workload_arguments, training_set, workload_epochs
 
@@ -27,7 +28,7 @@ from ensemble import DATASETS, add_workload_arguments, training_set, workload_ep
 @contextmanager
 def timing(owner, name: str, seconds: dict[str, float], key: str):
     """Add the wall time of every call of ``owner.name`` to ``seconds[key]`` while the context is open."""
-    original = getattr(owner, name)
+    original, own = getattr(owner, name), vars(owner).get(name)  # own: None where inherited
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
@@ -40,7 +41,10 @@ def timing(owner, name: str, seconds: dict[str, float], key: str):
     try:
         yield
     finally:
-        setattr(owner, name, original)
+        if own is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, own)
 
 
 def main() -> None:
@@ -59,7 +63,7 @@ def main() -> None:
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
     with (timing(EnsembleGradients, "_chunk", seconds, "gradient_chunks"),
           timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
-          timing(_ModelRun, "step", seconds, "optimizer_steps")):
+          timing(DPSGD, "step_together", seconds, "optimizer_steps")):
         start = time.perf_counter()
         train_models(config=config, members=members, test_data=None, progress=False)
         total = time.perf_counter() - start

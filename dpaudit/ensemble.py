@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from dpaudit import layerwise
+from dpaudit._device import host_to_device
 from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError, check_positive
 
@@ -108,7 +109,7 @@ class EnsembleGradients:
         M models in the chunk, ``counts[m]`` their records in it; ``grads`` has one tensor per parameter,
         [M, W, *shape] per-sample gradients (rows from ``counts[m]`` on are padding) or, for
         per_sample=False, [M, *shape], the chunk's share of each model's batch-mean gradient; ``losses``
-        is [M, W]. Models with an empty batch get no rows.
+        is [M, W] (0 in padding rows). Models with an empty batch get no rows.
         """
         counts = [len(labels) for _, labels in batches]
         plan = self.plan
@@ -121,7 +122,11 @@ class EnsembleGradients:
                 parts = [(images[start:start + width], labels[start:start + width])
                          for images, labels in (batches[k] for k in active)]
                 grads, losses = self._chunk(active, parts, [counts[k] for k in active], width)
-                sink(active, [len(labels) for _, labels in parts], grads, losses)
+                part_counts = [len(labels) for _, labels in parts]
+                if min(part_counts) < width:
+                    padding = torch.arange(width)[None, :] >= torch.tensor(part_counts)[:, None]
+                    losses = losses.masked_fill(host_to_device(padding, losses.device), 0.0)
+                sink(active, part_counts, grads, losses)
 
     def _chunk(self, active, parts, totals, width):
         reference_images, reference_labels = parts[0]
@@ -131,7 +136,7 @@ class EnsembleGradients:
             images[row, : len(part_labels)] = part_images
             labels[row, : len(part_labels)] = part_labels
         everyone = len(active) == len(self.models)
-        index = None if everyone else torch.as_tensor(active, device=self.stacked[0].device)
+        index = None if everyone else host_to_device(torch.tensor(active), self.stacked[0].device)
         params = [values if everyone else values.index_select(0, index) for values in self.stacked]
         if self.per_sample:
             return self._call(params, images, labels)

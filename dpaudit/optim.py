@@ -26,6 +26,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from dpaudit._device import host_to_device
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_ratio
 from dpaudit.layerwise import dense, sample_norms, weighted_sample_sum
@@ -231,6 +232,12 @@ class Optimizer:
         """Apply one update; return the step's (noise multiplier, sample rate), or None if not private."""
         raise NotImplementedError
 
+    @classmethod
+    def step_together(cls, optimizers: Sequence[Optimizer], realized_batch_sizes: Sequence[int]) -> list:
+        """``step`` for M optimizers of this class and equal hyperparameters (an ensemble); their returns in
+        order. Subclasses may do it in one vectorised pass."""
+        return [optimizer.step(realized_batch_size=size) for optimizer, size in zip(optimizers, realized_batch_sizes)]
+
     def gradient_before_noise(self) -> list[torch.Tensor] | None:
         """This step's accumulated gradient before noise (per-sample optimizers: the clipped sum / b),
         in parameter space; None where it lives elsewhere. For diagnostics only."""
@@ -304,20 +311,51 @@ class PrivateOptimizer(Optimizer):
         if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
             return super().accumulate_together(optimizers, grads, counts)
         norms = torch.linalg.vector_norm(torch.stack([sample_norms(g) for g in grads]), dim=0)
-        width = norms.shape[1]
-        padding = torch.arange(width, device=norms.device)[None, :] >= torch.as_tensor(counts, device=norms.device)[:, None]
+        padding = host_to_device(torch.arange(norms.shape[1])[None, :] >= torch.tensor(counts)[:, None], norms.device)
         factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
         sums = [weighted_sample_sum(grad, factors) for grad in grads]
         for row, optimizer in enumerate(optimizers):
             torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
+
+    @classmethod
+    @torch.no_grad()
+    def step_together(cls, optimizers, realized_batch_sizes) -> list:
+        # The plain update (no momentum, no recorded release, no constraint) of the models that take it in one
+        # pass: each model's own noise draw, then the arithmetic of ``step`` on [M, *shape] stacks.
+        plain = [m for m, optimizer in enumerate(optimizers) if optimizer._velocity is None
+                 and not optimizer.record_updates and optimizer.hyper == optimizers[0].hyper]
+        factors = {optimizers[m].noise_factor() for m in plain}
+        if (len(plain) < 2 or len(factors) > 1 or cls.step is not PrivateOptimizer.step
+                or cls.after_step is not PrivateOptimizer.after_step
+                or cls._noisy_mean is not PrivateOptimizer._noisy_mean or cls._apply is not Optimizer._apply):
+            return super().step_together(optimizers, realized_batch_sizes)
+        group, (factor,), hyper = [optimizers[m] for m in plain], factors, optimizers[plain[0]].hyper
+        sizes = [total.numel() for total in group[0]._sum]
+        noise = torch.stack([optimizer._noise(sum(sizes)) for optimizer in group]).split(sizes, dim=1)
+        updates = [torch.stack(totals) for totals in zip(*(optimizer._sum for optimizer in group))]
+        torch._foreach_div_(updates, hyper.expected_batch_size)
+        torch._foreach_add_(updates, [values.view_as(update) for values, update in zip(noise, updates)],
+                            alpha=hyper.sigma_dp * factor)
+        torch._foreach_add_([param for optimizer in group for param in optimizer.params],
+                            [update[m] for m in range(len(group)) for update in updates], alpha=-hyper.lr)
+        torch._foreach_zero_([total for optimizer in group for total in optimizer._sum])
+        for optimizer in group:
+            optimizer.steps_taken += 1
+        costs = dict.fromkeys(plain, (hyper.noise_multiplier * factor, hyper.sample_rate))
+        others = [m for m in range(len(optimizers)) if m not in costs]
+        costs.update(zip(others, super().step_together([optimizers[m] for m in others],
+                                                       [realized_batch_sizes[m] for m in others])))
+        return [costs[m] for m in range(len(optimizers))]
 
     def noise_factor(self) -> float:
         """Schedule factor on z at the current step (1 for static noise)."""
         return 1.0
 
     def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
-        """Σ / b + N(0, std² I) per parameter (noise drawn parameter by parameter, in order)."""
-        noise = [self._noise(total.shape) for total in self._sum]
+        """Σ / b + N(0, std² I) per parameter (one draw of all parameters' noise, cut in parameter order:
+        one generator call per step instead of one per tensor)."""
+        sizes = [total.numel() for total in self._sum]
+        noise = [values.view_as(total) for values, total in zip(self._noise(sum(sizes)).split(sizes), self._sum)]
         updates = torch._foreach_div(self._sum, b)
         torch._foreach_add_(updates, noise, alpha=std)
         return updates

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 
 from dpaudit import models as model_registry
 from dpaudit import optim
+from dpaudit._device import host_to_device
 from dpaudit._io import atomic_write_bytes, read_json, remove_partial_writes, write_json
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError, check_positive
@@ -281,8 +282,10 @@ class _ModelRun:
                 seed=sampling_seed, histogram_epoch=config.histogram_epoch or min(5, config.epochs),
                 path=self.out / "diagnostics.json" if self.out is not None else None,
             )
-        self._loss_sum = 0.0
-        self._batch_losses: list[float] = []
+        # loss sums stay on the device (float64), read once per epoch: reading them every step would make the
+        # host wait for the GPU
+        self._loss_sum: torch.Tensor | None = None
+        self._batch_losses: list[tuple[torch.Tensor, int]] = []  # (loss sum, records) of each batch
 
     def batches(self):
         return batch_indices(dataset_size=len(self.train_data), batch_size=self.config.batch_size,
@@ -306,18 +309,23 @@ class _ModelRun:
         self.add_losses(losses)
 
     def add_losses(self, losses: torch.Tensor) -> None:
-        self._loss_sum += float(losses.sum())
+        self.add_loss_sum(losses.sum().double())
 
-    def step(self, index: np.ndarray, *, epoch: int) -> None:
-        """Close the batch: canaries, the optimizer's update, the ledger entry."""
-        if len(index):
-            self._batch_losses.append(self._loss_sum / len(index))
-        self._loss_sum = 0.0
+    def add_loss_sum(self, total: torch.Tensor) -> None:
+        self._loss_sum = total if self._loss_sum is None else self._loss_sum + total
+
+    def before_update(self, index: np.ndarray, *, epoch: int) -> None:
+        """The batch's loss, the canaries' insertion and the diagnostics' look before the optimizer's update."""
+        if len(index) and self._loss_sum is not None:
+            self._batch_losses.append((self._loss_sum, len(index)))
+        self._loss_sum = None
         if self.canaries is not None:
             self.canaries.insert(self.optimizer, self.params)
         if self.diagnostics is not None:
             self.diagnostics.before_step(self.optimizer, epoch=epoch)
-        cost = self.optimizer.step(realized_batch_size=len(index))
+
+    def after_update(self, cost: tuple | None, *, epoch: int) -> None:
+        """The canaries' and diagnostics' look at the update (``cost``: what ``optimizer.step`` returned), the ledger."""
         if self.canaries is not None:
             self.canaries.observe(self.optimizer, cost)
         if self.diagnostics is not None:
@@ -328,7 +336,11 @@ class _ModelRun:
     def end_epoch(self, epoch: int, *, started: float) -> bool:
         """Record the epoch's metrics, write files and the checkpoint; return whether training diverged."""
         self.ledger.end_epoch()
-        train_loss = float(np.mean(self._batch_losses)) if self._batch_losses else float("nan")
+        if self._batch_losses:
+            sums, records = zip(*self._batch_losses)
+            train_loss = float(np.mean(torch.stack(sums).cpu().numpy() / np.array(records)))
+        else:
+            train_loss = float("nan")
         test_loss, test_accuracy = (evaluate(self.model, self.test_data, device=self.device)
                                     if self.test_data is not None else (None, None))
         train_accuracy = evaluate(self.model, self.train_data, device=self.device)[1] if self.model_index == 0 else None
@@ -341,8 +353,8 @@ class _ModelRun:
         metrics.test_accuracy.append(test_accuracy)
         metrics.train_accuracy.append(train_accuracy)
         metrics.elapsed_seconds.append(time.perf_counter() - started)
-        diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not all(
-            torch.isfinite(p).all() for p in self.model.parameters()
+        diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not bool(torch.isfinite(
+            torch.cat([p.detach().flatten() for p in self.model.parameters()])).all()
         )
         if self.diagnostics is not None:
             self.diagnostics.save()
@@ -495,7 +507,10 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
         for indices in zip(*(run.batches() for run in runs)):
             gradients(indices)
             for run, index in zip(runs, indices):
-                run.step(index, epoch=epoch)
+                run.before_update(index, epoch=epoch)
+            costs = type(runs[0].optimizer).step_together([run.optimizer for run in runs], [len(i) for i in indices])
+            for run, cost in zip(runs, costs):
+                run.after_update(cost, epoch=epoch)
             bar.update()
         diverged = [run for run in runs if run.end_epoch(epoch, started=started)]
         if len(runs) == 1:
@@ -535,24 +550,27 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
         optimizer_class = type(runs[0].optimizer)
 
         def sink(models, counts, grads, losses):
+            loss_sums = losses.sum(1).double()  # padding rows' losses are 0
             together = [m for m, k in enumerate(models) if runs[k].canaries is None]
+            if 0 < len(together) < len(models):
+                rows = host_to_device(torch.tensor(together), losses.device)
+                grads_together = [g.index_select(0, rows) for g in grads]
+            else:
+                grads_together = grads
             if together:
-                rows = torch.as_tensor(together, device=losses.device)
-                optimizer_class.accumulate_together([runs[models[m]].optimizer for m in together],
-                                                    [g.index_select(0, rows) if len(together) < len(models) else g
-                                                     for g in grads], [counts[m] for m in together])
+                optimizer_class.accumulate_together([runs[models[m]].optimizer for m in together], grads_together,
+                                                    [counts[m] for m in together])
             for m, k in enumerate(models):
                 if runs[k].canaries is not None:  # the target's optimizer has the canary tensor too
                     runs[k].accumulate([dense(g[m, :counts[m]]) if per_sample else g[m] for g in grads],
                                        losses[m, :counts[m]])
                 else:
-                    runs[k].add_losses(losses[m, :counts[m]])
+                    runs[k].add_loss_sum(loss_sums[m])
 
         def feed(indices):
-            batches = []
-            for run, index in zip(runs, indices):
-                index = torch.as_tensor(index, device=run.images.device)
-                batches.append((run.images[index], run.labels[index]))
+            everyone = host_to_device(np.concatenate(indices), runs[0].images.device)  # one copy per step
+            batches = [(run.images[index], run.labels[index])
+                       for run, index in zip(runs, everyone.split([len(index) for index in indices]))]
             ensemble.accumulate(batches, sink)
 
         return feed
@@ -593,7 +611,7 @@ def _accumulate_batch(run: _ModelRun, per_sample: PerSampleGradients | None, ind
     """One model's gradients of one batch, fed to its optimizer in chunks of ``microbatch_size`` records."""
     if len(index) == 0:
         return
-    index = torch.as_tensor(index, device=run.images.device)
+    index = host_to_device(index, run.images.device)
     if per_sample is None:
         losses = F.cross_entropy(run.model(run.images[index]), run.labels[index], reduction="none")
         grads = torch.autograd.grad(losses.mean(), run.params)

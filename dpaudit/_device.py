@@ -1,0 +1,15 @@
+"""Moving small host arrays to the training device without stalling it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def host_to_device(values: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``values`` on ``device``; to a GPU through pinned memory and asynchronously, so the host does not wait
+    for the kernels already queued (a plain copy from pageable memory synchronises with them)."""
+    tensor = torch.as_tensor(values)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
