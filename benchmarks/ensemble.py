@@ -126,8 +126,8 @@ def main() -> None:
                               batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0,
                               sampling="poisson", target_size=args.dataset_size, num_shadows=0, diagnostics=False,
                               device=args.device, memory_budget_mb=args.memory_budget_mb).validated()
-        method = resolve_method(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10),
-                                private.grad_sample)
+        model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)
+        method = resolve_method(model, private.grad_sample)
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
         opacus_privacy_engine(replace(private, epochs=1), members[:1])
         # the three the speedups compare first, so that a run cut short has them in its progress lines
@@ -165,7 +165,7 @@ def main() -> None:
             "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
             "ensemble_gradient_method": method,
             "peak_gpu_memory_mb": peak_mb or None,
-            "parameters": parameter_count(build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)),
+            "parameters": parameter_count(model),
         }
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
     print(json.dumps({

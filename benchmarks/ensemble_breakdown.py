@@ -5,7 +5,8 @@
 Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
 the per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one call), the clipping and
 summing of their output (the sink), the K optimizer steps with their noise (``step_together``), and everything
-else (sampling, batch assembly, loss bookkeeping). The gradient share bounds what removing the rest could gain: at most total / gradient.
+else (sampling, batch assembly, loss bookkeeping). The gradient share bounds what removing the rest could gain:
+at most total / gradient.
 """
 
 from __future__ import annotations

@@ -6,10 +6,15 @@ import numpy as np
 import torch
 
 
-def host_to_device(values: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
+def host_to_device(values: np.ndarray | torch.Tensor | list[int], device: torch.device) -> torch.Tensor:
     """``values`` on ``device``; to a GPU through pinned memory and asynchronously, so the host does not wait
     for the kernels already queued (a plain copy from pageable memory synchronises with them)."""
     tensor = torch.as_tensor(values)
     if device.type != "cuda":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def padding_mask(counts: list[int], width: int, device: torch.device) -> torch.Tensor:
+    """[M, W] booleans on ``device``: True in the rows from ``counts[m]`` on, the padding of model m's batch."""
+    return host_to_device(torch.arange(width)[None, :] >= torch.tensor(counts)[:, None], device)

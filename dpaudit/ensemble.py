@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from dpaudit import layerwise
-from dpaudit._device import host_to_device
+from dpaudit._device import host_to_device, padding_mask
 from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError, check_positive
 
@@ -124,8 +124,7 @@ class EnsembleGradients:
                 grads, losses = self._chunk(active, parts, [counts[k] for k in active], width)
                 part_counts = [len(labels) for _, labels in parts]
                 if min(part_counts) < width:
-                    padding = torch.arange(width)[None, :] >= torch.tensor(part_counts)[:, None]
-                    losses = losses.masked_fill(host_to_device(padding, losses.device), 0.0)
+                    losses = losses.masked_fill(padding_mask(part_counts, width, losses.device), 0.0)
                 sink(active, part_counts, grads, losses)
 
     def _chunk(self, active, parts, totals, width):
@@ -136,7 +135,7 @@ class EnsembleGradients:
             images[row, : len(part_labels)] = part_images
             labels[row, : len(part_labels)] = part_labels
         everyone = len(active) == len(self.models)
-        index = None if everyone else host_to_device(torch.tensor(active), self.stacked[0].device)
+        index = None if everyone else host_to_device(active, self.stacked[0].device)
         params = [values if everyone else values.index_select(0, index) for values in self.stacked]
         if self.per_sample:
             return self._call(params, images, labels)

@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from dpaudit._device import host_to_device
+from dpaudit._device import padding_mask
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_ratio
 from dpaudit.layerwise import dense, sample_norms, weighted_sample_sum
@@ -311,8 +311,7 @@ class PrivateOptimizer(Optimizer):
         if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
             return super().accumulate_together(optimizers, grads, counts)
         norms = torch.linalg.vector_norm(torch.stack([sample_norms(g) for g in grads]), dim=0)
-        padding = host_to_device(torch.arange(norms.shape[1])[None, :] >= torch.tensor(counts)[:, None], norms.device)
-        factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
+        factors = optimizers[0].factors(norms).masked_fill(padding_mask(counts, norms.shape[1], norms.device), 0.0)
         sums = [weighted_sample_sum(grad, factors) for grad in grads]
         for row, optimizer in enumerate(optimizers):
             torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
@@ -331,7 +330,7 @@ class PrivateOptimizer(Optimizer):
             return super().step_together(optimizers, realized_batch_sizes)
         group, (factor,), hyper = [optimizers[m] for m in plain], factors, optimizers[plain[0]].hyper
         sizes = [total.numel() for total in group[0]._sum]
-        noise = torch.stack([optimizer._noise(sum(sizes)) for optimizer in group]).split(sizes, dim=1)
+        noise = torch.stack([optimizer._step_noise() for optimizer in group]).split(sizes, dim=1)
         updates = [torch.stack(totals) for totals in zip(*(optimizer._sum for optimizer in group))]
         torch._foreach_div_(updates, hyper.expected_batch_size)
         torch._foreach_add_(updates, [values.view_as(update) for values, update in zip(noise, updates)],
@@ -351,11 +350,15 @@ class PrivateOptimizer(Optimizer):
         """Schedule factor on z at the current step (1 for static noise)."""
         return 1.0
 
+    def _step_noise(self) -> torch.Tensor:
+        """The step's standard normal noise of all coordinates, parameter after parameter, in one draw (one
+        generator call per step instead of one per tensor)."""
+        return self._noise(sum(total.numel() for total in self._sum))
+
     def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
-        """Σ / b + N(0, std² I) per parameter (one draw of all parameters' noise, cut in parameter order:
-        one generator call per step instead of one per tensor)."""
-        sizes = [total.numel() for total in self._sum]
-        noise = [values.view_as(total) for values, total in zip(self._noise(sum(sizes)).split(sizes), self._sum)]
+        """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
+        noise = self._step_noise().split([total.numel() for total in self._sum])
+        noise = [values.view_as(total) for values, total in zip(noise, self._sum)]
         updates = torch._foreach_div(self._sum, b)
         torch._foreach_add_(updates, noise, alpha=std)
         return updates

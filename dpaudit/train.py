@@ -553,7 +553,7 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
             loss_sums = losses.sum(1).double()  # padding rows' losses are 0
             together = [m for m, k in enumerate(models) if runs[k].canaries is None]
             if 0 < len(together) < len(models):
-                rows = host_to_device(torch.tensor(together), losses.device)
+                rows = host_to_device(together, losses.device)
                 grads_together = [g.index_select(0, rows) for g in grads]
             else:
                 grads_together = grads
