@@ -3,10 +3,10 @@
     python benchmarks/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
 
 Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
-the per-sample gradient calls (``EnsembleGradients._chunk``: padding the batches, one call), the clipping and
-summing of their output (the sink), the K optimizer steps with their noise (``step_together``), and everything
-else (sampling, batch assembly, loss bookkeeping). The gradient share bounds what removing the rest could gain:
-at most total / gradient.
+the per-sample gradient calls (``EnsembleGradients._chunk``), the clipping and summing of their output (the
+sink), the K optimizer steps with their noise (``step_together``), and everything else (sampling, the record
+pool's reads, loss bookkeeping). The gradient share bounds what removing the rest could gain: at most
+total / gradient.
 """
 
 from __future__ import annotations

@@ -43,8 +43,10 @@ def encode(value: Any) -> Any:
 
 
 def _encode(value: Any, where: str) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, torch.Tensor):  # a copy: torch.save writes a view's whole storage (an ensemble's stack)
+        return value.detach().clone()
     if isinstance(value, (np.ndarray, np.generic)):
         return {_ARRAY: torch.from_numpy(np.array(value, copy=True)), "scalar": isinstance(value, np.generic)}
     if isinstance(value, np.random.Generator):

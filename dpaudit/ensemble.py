@@ -8,7 +8,8 @@ stacked models run as one network and each layer's per-sample gradients follow i
 (``method="layers"``, ``dpaudit.layerwise``, for sequential CNNs and MLPs), or ``vmap(vmap(grad))`` over
 models and samples (``method="functorch"``, any model). Each model keeps its own data, sampling stream,
 noise stream and optimizer: the result is the same algorithm as training the models one at a time
-(``engine: sequential``).
+(``engine: sequential``). :class:`RecordPool` holds all K models' records in one tensor, so each chunk's
+batches are one indexed read.
 
 Memory: a call over m models and s samples holds about m·s per-sample gradients and activations;
 :func:`plan_chunks` picks (m, s) under a budget in MiB, so paper-scale ResNet-18 ensembles fit.
@@ -19,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from dpaudit import layerwise
-from dpaudit._device import host_to_device, padding_mask
+from dpaudit._device import host_to_device
 from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError, check_positive
 
@@ -102,16 +104,18 @@ class EnsembleGradients:
                                     base, example=example, method=self.method, factored=factored),
                                 memory_budget_mb=memory_budget_mb)
 
-    def accumulate(self, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], sink: Callable[..., None]) -> None:
-        """Compute the gradients of model k on ``batches[k]`` = (images, labels) and hand them to ``sink``.
+    def accumulate(self, pool: RecordPool, indices: Sequence[np.ndarray], sink: Callable[..., None]) -> None:
+        """Compute the gradients of model k on its batch ``indices[k]`` (positions in its records in ``pool``) and
+        hand them to ``sink``.
 
-        ``sink(models, counts, grads, losses)`` is called once per chunk: ``models`` are the indices of the
-        M models in the chunk, ``counts[m]`` their records in it; ``grads`` has one tensor per parameter,
+        ``sink(models, counts, grads, losses, padding)`` is called once per chunk: ``models`` are the indices of
+        the M models in the chunk, ``counts[m]`` their records in it; ``grads`` has one tensor per parameter,
         [M, W, *shape] per-sample gradients (rows from ``counts[m]`` on are padding) or, for
         per_sample=False, [M, *shape], the chunk's share of each model's batch-mean gradient; ``losses``
-        is [M, W] (0 in padding rows). Models with an empty batch get no rows.
+        is [M, W] (0 in padding rows); ``padding`` is [M, W], True in the padding rows. Models with an empty
+        batch get no rows.
         """
-        counts = [len(labels) for _, labels in batches]
+        counts = [len(index) for index in indices]
         plan = self.plan
         for first in range(0, len(self.models), plan.models_per_call):
             group = range(first, min(first + plan.models_per_call, len(self.models)))
@@ -119,30 +123,55 @@ class EnsembleGradients:
             for start in range(0, longest, plan.samples_per_call):
                 active = [k for k in group if counts[k] > start]
                 width = min(plan.samples_per_call, longest - start)
-                parts = [(images[start:start + width], labels[start:start + width])
-                         for images, labels in (batches[k] for k in active)]
-                grads, losses = self._chunk(active, parts, [counts[k] for k in active], width)
-                part_counts = [len(labels) for _, labels in parts]
+                part_counts = [min(counts[k] - start, width) for k in active]
+                images, labels, padding = pool.read([indices[k][start:start + width] for k in active],
+                                                    models=active, width=width)
+                grads, losses = self._chunk(active, images, labels, part_counts, [counts[k] for k in active])
                 if min(part_counts) < width:
-                    losses = losses.masked_fill(padding_mask(part_counts, width, losses.device), 0.0)
-                sink(active, part_counts, grads, losses)
+                    losses = losses.masked_fill(padding, 0.0)
+                sink(active, part_counts, grads, losses, padding)
 
-    def _chunk(self, active, parts, totals, width):
-        reference_images, reference_labels = parts[0]
-        images = reference_images.new_zeros((len(active), width, *reference_images.shape[1:]))
-        labels = reference_labels.new_zeros((len(active), width))
-        for row, (part_images, part_labels) in enumerate(parts):
-            images[row, : len(part_labels)] = part_images
-            labels[row, : len(part_labels)] = part_labels
+    def _chunk(self, active, images, labels, part_counts, totals):
         everyone = len(active) == len(self.models)
         index = None if everyone else host_to_device(active, self.stacked[0].device)
         params = [values if everyone else values.index_select(0, index) for values in self.stacked]
         if self.per_sample:
             return self._call(params, images, labels)
-        weights = images.new_zeros((len(active), width))
-        for row, ((_, part_labels), total) in enumerate(zip(parts, totals)):
-            weights[row, : len(part_labels)] = 1.0 / total
-        return self._call(params, images, labels, weights)
+        width = images.shape[1]
+        weights = np.where(np.arange(width)[None, :] < np.array(part_counts)[:, None],
+                           1.0 / np.array(totals, dtype=np.float64)[:, None], 0.0)
+        return self._call(params, images, labels, host_to_device(weights, images.device).to(images.dtype))
+
+
+class RecordPool:
+    """The training records of K models in one tensor on their device, then one all-zero record (label 0) that
+    pads short batches: a chunk of all K models' batches is one indexed read.
+
+    Args:
+        records: (images [n_k, ...], labels [n_k]) of each model, all on one device.
+    """
+
+    def __init__(self, records: Sequence[tuple[torch.Tensor, torch.Tensor]]):
+        images, labels = zip(*records)
+        self.images = torch.cat([*images, images[0].new_zeros((1, *images[0].shape[1:]))])
+        self.labels = torch.cat([*labels, labels[0].new_zeros(1)])
+        self.sizes = [len(part) for part in labels]
+        self.offsets = np.cumsum([0, *self.sizes[:-1]])
+        self.padding = sum(self.sizes)  # the zero record
+
+    def records(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model k's (images, labels), as views of the pool."""
+        start, stop = self.offsets[k], self.offsets[k] + self.sizes[k]
+        return self.images[start:stop], self.labels[start:stop]
+
+    def read(self, positions: Sequence[np.ndarray], *, models: Sequence[int], width: int):
+        """(images [M, W, ...], labels [M, W], padding [M, W]) of record ``positions[m]`` of model ``models[m]``,
+        each row padded to ``width`` with the zero record (``padding`` True there)."""
+        index = np.full((len(models), width), self.padding, dtype=np.int64)
+        for row, (k, part) in enumerate(zip(models, positions)):
+            index[row, : len(part)] = self.offsets[k] + np.asarray(part)
+        index = host_to_device(index, self.images.device)
+        return self.images[index], self.labels[index], index == self.padding
 
 
 def resolve_method(model: nn.Module, method: str, *, name: str | None = None) -> str:

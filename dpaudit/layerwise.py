@@ -108,9 +108,11 @@ def sample_norms(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
 
 def weighted_sample_sum(grad: torch.Tensor | OuterProducts, weights: torch.Tensor) -> torch.Tensor:
     """Σ_i weights[m, i]·grad[m, i] per model: [M, *shape] from weights [M, W]."""
+    # bmm directly: einsum's planning costs about ten dispatched operations per call on the host
     if isinstance(grad, OuterProducts):
-        return torch.einsum("mwo,mwf->mof", grad.outer * weights[..., None], grad.inner)
-    return torch.einsum("mw,mw...->m...", weights, grad)
+        return torch.bmm((grad.outer * weights[..., None]).transpose(1, 2), grad.inner)
+    models, width = weights.shape
+    return torch.bmm(weights.unsqueeze(1), grad.reshape(models, width, -1)).view(models, *grad.shape[2:])
 
 
 class LayerwiseGradients:

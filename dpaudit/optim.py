@@ -169,6 +169,27 @@ class Hyperparameters:
         )
 
 
+@dataclass(eq=False)
+class StackedRows:
+    """An ensemble's parameters and gradient sums as one [K, *shape] tensor per parameter: optimizer k's own
+    tensors are row k of them (``Optimizer.stack_rows``), so one call updates all K."""
+
+    params: list[torch.Tensor]
+    sums: list[torch.Tensor]
+
+
+def _stacked_rows(optimizers: Sequence[Optimizer]) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """(params, sums) of ``optimizers`` as [M, *shape] views, if they are consecutive rows of one ``StackedRows``
+    in order and have no parameters beside it; else None."""
+    stack, first, count = optimizers[0]._stack, optimizers[0]._row, len(optimizers)
+    if stack is None or any(optimizer._stack is not stack or optimizer._row != first + m
+                            or len(optimizer.params) != len(stack.params) for m, optimizer in enumerate(optimizers)):
+        return None
+    if first == 0 and count == len(stack.params[0]):
+        return stack.params, stack.sums
+    return [p.narrow(0, first, count) for p in stack.params], [s.narrow(0, first, count) for s in stack.sums]
+
+
 class Optimizer:
     """Base class: one update rule over a list of parameter tensors.
 
@@ -180,7 +201,8 @@ class Optimizer:
     per_sample: ClassVar[bool] = True
     record_updates: bool = False
     last_update: list[torch.Tensor] | None = None
-    transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper")  # not saved for resuming (``dpaudit._state``)
+    # not saved for resuming (``dpaudit._state``)
+    transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
 
     def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters, *, generator: torch.Generator):
         self.params = list(params)
@@ -190,6 +212,8 @@ class Optimizer:
         self.steps_taken = 0
         self._sum = [torch.zeros_like(p) for p in self.params]
         self._velocity = [torch.zeros_like(p) for p in self.params] if hyper.momentum else None
+        self._stack: StackedRows | None = None
+        self._row = 0
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
@@ -216,13 +240,39 @@ class Optimizer:
             total.add_(grad.sum(0) if self.per_sample else grad)
 
     @classmethod
+    def stack_rows(cls, optimizers: Sequence[Optimizer], params: Sequence[torch.Tensor]) -> None:
+        """Keep the gradient sums of an ensemble's K optimizers as rows of [K, *shape] tensors, like ``params``.
+
+        Args:
+            optimizers: K optimizers of this class whose first parameters are rows of ``params``: optimizer
+                k's parameter j is ``params[j][k]`` (a view; further parameters of its own, such as the canary
+                tensor, stay apart).
+            params: the ensemble's stacked parameters, [K, *shape] per parameter.
+
+        Optimizers whose sums are not shaped like their parameters (a projected space) keep them apart.
+        """
+        if any(len(optimizer._sum) < len(params)
+               or any(total.shape != p.shape for total, p in zip(optimizer._sum, optimizer.params))
+               for optimizer in optimizers):
+            return
+        for k, optimizer in enumerate(optimizers):
+            for stacked, p in zip(params, optimizer.params):
+                if p.data_ptr() != stacked[k].data_ptr() or p.shape != stacked[k].shape:
+                    raise DPAuditError(f"optimizer {k}'s parameters are not row {k} of the stacked parameters")
+        sums = [torch.stack([optimizer._sum[j] for optimizer in optimizers]) for j in range(len(params))]
+        stack = StackedRows(list(params), sums)
+        for k, optimizer in enumerate(optimizers):
+            optimizer._sum[: len(params)] = [total[k] for total in stack.sums]
+            optimizer._stack, optimizer._row = stack, k
+
+    @classmethod
     def accumulate_together(cls, optimizers: Sequence[Optimizer], grads: Sequence[torch.Tensor],
-                            counts: Sequence[int]) -> None:
+                            counts: Sequence[int], padding: torch.Tensor | None = None) -> None:
         """``accumulate`` for M optimizers of this class and equal hyperparameters (an ensemble).
 
         ``grads``: per parameter, [M, W, *shape] per-sample gradients (or ``layerwise.OuterProducts``)
-        whose rows from ``counts[m]`` on are padding, or [M, *shape] batch-mean shares. Subclasses may do
-        it in one vectorised pass.
+        whose rows from ``counts[m]`` on are padding (``padding``: [M, W], True there, if the caller has it on the
+        device), or [M, *shape] batch-mean shares. Subclasses may do it in one vectorised pass.
         """
         for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
             optimizer.accumulate([dense(g[row, :count]) if cls.per_sample else g[row] for g in grads])
@@ -306,38 +356,45 @@ class PrivateOptimizer(Optimizer):
             total.add_(torch.einsum("i,i...->...", factors, grad))
 
     @classmethod
-    def accumulate_together(cls, optimizers, grads, counts) -> None:
+    def accumulate_together(cls, optimizers, grads, counts, padding=None) -> None:
         # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
         if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
-            return super().accumulate_together(optimizers, grads, counts)
+            return super().accumulate_together(optimizers, grads, counts, padding)
         norms = torch.linalg.vector_norm(torch.stack([sample_norms(g) for g in grads]), dim=0)
-        factors = optimizers[0].factors(norms).masked_fill(padding_mask(counts, norms.shape[1], norms.device), 0.0)
+        if padding is None:
+            padding = padding_mask(counts, norms.shape[1], norms.device)
+        factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
         sums = [weighted_sample_sum(grad, factors) for grad in grads]
+        rows = _stacked_rows(optimizers)
+        if rows is not None:
+            torch._foreach_add_(rows[1], sums)
+            return
         for row, optimizer in enumerate(optimizers):
             torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
 
     @classmethod
     @torch.no_grad()
     def step_together(cls, optimizers, realized_batch_sizes) -> list:
-        # The plain update (no momentum, no recorded release, no constraint) of the models that take it in one
-        # pass: each model's own noise draw, then the arithmetic of ``step`` on [M, *shape] stacks.
+        # The plain update (no momentum, no recorded release, no constraint) of the models that take it, when they
+        # are consecutive rows of one ``stack_rows`` stack: each model's own noise draw, then the arithmetic of
+        # ``step`` on the [M, *shape] stacks, one call per operation for all M models.
         plain = [m for m, optimizer in enumerate(optimizers) if optimizer._velocity is None
                  and not optimizer.record_updates and optimizer.hyper == optimizers[0].hyper]
-        factors = {optimizers[m].noise_factor() for m in plain}
-        if (len(plain) < 2 or len(factors) > 1 or cls.step is not PrivateOptimizer.step
+        group = [optimizers[m] for m in plain]
+        factors = {optimizer.noise_factor() for optimizer in group}
+        rows = _stacked_rows(group) if len(group) > 1 else None
+        if (rows is None or len(factors) > 1 or cls.step is not PrivateOptimizer.step
                 or cls.after_step is not PrivateOptimizer.after_step
                 or cls._noisy_mean is not PrivateOptimizer._noisy_mean or cls._apply is not Optimizer._apply):
             return super().step_together(optimizers, realized_batch_sizes)
-        group, (factor,), hyper = [optimizers[m] for m in plain], factors, optimizers[plain[0]].hyper
-        sizes = [total.numel() for total in group[0]._sum]
-        noise = torch.stack([optimizer._step_noise() for optimizer in group]).split(sizes, dim=1)
-        updates = [torch.stack(totals) for totals in zip(*(optimizer._sum for optimizer in group))]
-        torch._foreach_div_(updates, hyper.expected_batch_size)
+        (params, sums), (factor,), hyper = rows, factors, group[0].hyper
+        noise = torch.stack([optimizer._step_noise() for optimizer in group]).split([p[0].numel() for p in params],
+                                                                                    dim=1)
+        updates = torch._foreach_div(sums, hyper.expected_batch_size)
         torch._foreach_add_(updates, [values.view_as(update) for values, update in zip(noise, updates)],
                             alpha=hyper.sigma_dp * factor)
-        torch._foreach_add_([param for optimizer in group for param in optimizer.params],
-                            [update[m] for m in range(len(group)) for update in updates], alpha=-hyper.lr)
-        torch._foreach_zero_([total for optimizer in group for total in optimizer._sum])
+        torch._foreach_add_(params, updates, alpha=-hyper.lr)
+        torch._foreach_zero_(sums)
         for optimizer in group:
             optimizer.steps_taken += 1
         costs = dict.fromkeys(plain, (hyper.noise_multiplier * factor, hyper.sample_rate))

@@ -540,26 +540,30 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
     """A function feeding every run's optimizer the gradients of its batch (``indices[k]`` for run k)."""
     per_sample = runs[0].optimizer.per_sample
     if config.engine == "ensemble":
-        from dpaudit.ensemble import EnsembleGradients
+        from dpaudit.ensemble import EnsembleGradients, RecordPool
         from dpaudit.layerwise import dense
 
         ensemble = EnsembleGradients([run.model for run in runs], per_sample=per_sample, example=runs[0].images[0],
                                      max_samples=config.microbatch_size, memory_budget_mb=config.memory_budget_mb,
                                      method=config.grad_sample, factored=True)
-
         optimizer_class = type(runs[0].optimizer)
+        optimizer_class.stack_rows([run.optimizer for run in runs], ensemble.stacked)
+        pool = RecordPool([(run.images, run.labels) for run in runs])
+        for k, run in enumerate(runs):  # the pool holds the records now; one copy on the device
+            run.images, run.labels = pool.records(k)
 
-        def sink(models, counts, grads, losses):
+        def sink(models, counts, grads, losses, padding):
             loss_sums = losses.sum(1).double()  # padding rows' losses are 0
             together = [m for m, k in enumerate(models) if runs[k].canaries is None]
             if 0 < len(together) < len(models):
                 rows = host_to_device(together, losses.device)
                 grads_together = [g.index_select(0, rows) for g in grads]
+                padding_together = padding.index_select(0, rows)
             else:
-                grads_together = grads
+                grads_together, padding_together = grads, padding
             if together:
                 optimizer_class.accumulate_together([runs[models[m]].optimizer for m in together], grads_together,
-                                                    [counts[m] for m in together])
+                                                    [counts[m] for m in together], padding_together)
             for m, k in enumerate(models):
                 if runs[k].canaries is not None:  # the target's optimizer has the canary tensor too
                     runs[k].accumulate([dense(g[m, :counts[m]]) if per_sample else g[m] for g in grads],
@@ -568,10 +572,7 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
                     runs[k].add_loss_sum(loss_sums[m])
 
         def feed(indices):
-            everyone = host_to_device(np.concatenate(indices), runs[0].images.device)  # one copy per step
-            batches = [(run.images[index], run.labels[index])
-                       for run, index in zip(runs, everyone.split([len(index) for index in indices]))]
-            ensemble.accumulate(batches, sink)
+            ensemble.accumulate(pool, indices, sink)
 
         return feed
     backends = [PerSampleGradients(run.model, config.grad_sample) if per_sample else None for run in runs]

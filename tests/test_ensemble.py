@@ -10,7 +10,8 @@ from dpaudit import optim
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.data import load_dataset
-from dpaudit.ensemble import ChunkPlan, EnsembleGradients, bytes_per_model_sample, plan_chunks
+from dpaudit._state import capture
+from dpaudit.ensemble import ChunkPlan, EnsembleGradients, RecordPool, bytes_per_model_sample, plan_chunks
 from dpaudit.models import build_model
 from dpaudit.train import Member, train_models
 
@@ -89,6 +90,46 @@ def test_resnet18_ensemble_plan_stays_under_the_budget():
     plan = ensemble.plan
     assert plan.models_per_call * plan.samples_per_call * per_pair <= 2048 * 2**20
     assert plan.samples_per_call >= 1
+
+
+def test_record_pool_reads_every_models_batch_padded_with_a_zero_record():
+    images = [torch.arange(1.0, 1.0 + 2 * n * 3).reshape(n, 2, 3) + 100 * k for k, n in enumerate((4, 2, 5))]
+    labels = [torch.arange(n) + 10 * k for k, n in enumerate((4, 2, 5))]
+    pool = RecordPool(list(zip(images, labels)))
+    for k in range(3):
+        assert torch.equal(pool.records(k)[0], images[k]) and torch.equal(pool.records(k)[1], labels[k])
+    positions = [np.array([3, 0]), np.array([], dtype=np.int64), np.array([4, 1, 2])]
+    read_images, read_labels, padding = pool.read(positions, models=[0, 1, 2], width=3)
+    assert padding.tolist() == [[False, False, True], [True, True, True], [False, False, False]]
+    for m, part in enumerate(positions):
+        assert torch.equal(read_images[m, : len(part)], images[m][part])
+        assert torch.equal(read_labels[m, : len(part)], labels[m][part])
+    assert not read_images[padding].any() and not read_labels[padding].any()  # the zero record, label 0
+    _, only_last, _ = pool.read([np.array([0])], models=[2], width=1)
+    assert torch.equal(only_last[0, 0], labels[2][0])
+
+
+def test_stacked_sums_are_rows_saved_alone_and_checked():
+    hyper = optim.Hyperparameters(lr=0.1, expected_batch_size=4, dataset_size=40, clip_norm=1.0, sigma_dp=0.25)
+    stacks = [torch.zeros(3, 5, 2), torch.zeros(3, 7)]
+    own = torch.zeros(4)  # optimizer 0 also updates a tensor of its own (the canary target's)
+    made = [optim.DPSGD([values[k] for values in stacks] + ([own] if k == 0 else []), hyper, generator=torch.Generator())
+            for k in range(3)]
+    made[1].accumulate([torch.ones(2, 5, 2), torch.ones(2, 7)])
+    optim.DPSGD.stack_rows(made, stacks)
+    assert made[1]._sum[0].data_ptr() == made[0]._sum[0].data_ptr() + 10 * 4  # row 1 of one [3, 5, 2] tensor
+    assert made[1]._sum[1].abs().max() > 0 and not made[0]._sum[1].any()  # what was accumulated is kept
+    assert len(made[0]._sum) == 3 and made[0]._sum[2].shape == own.shape
+    alone = [torch.zeros(1, 7)]  # the canary target trained by itself: every optimizer has a tensor of its own
+    target = optim.DPSGD([alone[0][0], own], hyper, generator=torch.Generator())
+    optim.DPSGD.stack_rows([target], alone)
+    assert [total.shape for total in target._sum] == [(7,), (4,)]
+    saved = capture(made[1])["_sum"][0]
+    assert saved.untyped_storage().nbytes() == saved.nbytes  # a state file holds this model's sums, not the stack
+    strangers = [optim.DPSGD([torch.zeros(5, 2), torch.zeros(7)], hyper, generator=torch.Generator())
+                 for _ in range(3)]
+    with pytest.raises(DPAuditError, match="not row 0 of the stacked parameters"):
+        optim.DPSGD.stack_rows(strangers, stacks)
 
 
 def test_ensemble_checkpoints_hold_one_model(tmp_path):

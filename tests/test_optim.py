@@ -160,27 +160,40 @@ def test_sgd_is_plain_gradient_step():
 @pytest.mark.parametrize("name, momentum", [("dpsgd-gc", 0.0), ("auto-s", 0.0), ("nsgd", 0.0), ("d2p-sgd", 0.0),
                                             ("dpsgd-no-noise", 0.0), ("dpsgd-gc", 0.9), ("dpsgd-dc", 0.0)])
 def test_step_together_is_step_model_by_model(name, momentum):
-    """The ensemble's one-pass update gives each model exactly its own ``step`` (own noise stream), also when
-    one model records its release (the canary target) and so takes its own ``step``."""
+    """The ensemble's one-pass update on stacked rows gives each model exactly its own ``step`` (own noise
+    stream), also when one model records its release (the canary target, row 0) and so takes its own ``step``."""
     cls = optim.get_spec(name).cls
     hyper = _hyper(momentum=momentum, domain_radius=10.0, noise_decay_unit="step")  # d2p-sgd: z falls every step
     shapes = [(3, 2), (2,), (4,)]
+    models = 4
 
-    def optimizers():
-        params = [[torch.full(shape, 0.1 * k) for shape in shapes] for k in range(3)]
+    def optimizers(stacked: bool):
+        stacks = [torch.stack([torch.full(shape, 0.1 * k) for k in range(models)]) for shape in shapes]
+        params = [[values[k] if stacked else values[k].clone() for values in stacks] for k in range(models)]
         made = [cls(p, hyper, generator=torch.Generator().manual_seed(k)) for k, p in enumerate(params)]
-        made[1].record_updates = True
+        made[0].record_updates = True
+        if stacked:
+            cls.stack_rows(made, stacks)
         return made, params
 
-    together, together_params = optimizers()
-    alone, alone_params = optimizers()
+    together, together_params = optimizers(stacked=True)
+    alone, alone_params = optimizers(stacked=False)
+    own_steps = []
+    for k, optimizer in enumerate(together):
+        def counted(*, realized_batch_size, optimizer=optimizer, k=k):
+            own_steps.append(k)
+            return type(optimizer).step(optimizer, realized_batch_size=realized_batch_size)
+        optimizer.step = counted
     grads = [torch.randn(5, *shape, generator=torch.Generator().manual_seed(9)) for shape in shapes]
+    sizes = [5, 4, 6, 3]
     for step in range(3):
         for optimizer in together + alone:
             optimizer.accumulate([g * (step + 1) for g in grads])
-        costs = cls.step_together(together, [5, 4, 6])
-        assert costs == [optimizer.step(realized_batch_size=n) for optimizer, n in zip(alone, [5, 4, 6])]
+        costs = cls.step_together(together, sizes)
+        assert costs == [optimizer.step(realized_batch_size=n) for optimizer, n in zip(alone, sizes)]
+    one_pass = momentum == 0 and name != "dpsgd-dc"  # momentum and DPSGD-DC's projection step model by model
+    assert own_steps == ([0] if one_pass else list(range(models))) * 3
     for mine, theirs in zip(together_params, alone_params):
         for a, b in zip(mine, theirs):
             assert torch.equal(a, b)
-    assert not torch.equal(together_params[0][0], together_params[2][0])
+    assert not torch.equal(together_params[1][0], together_params[2][0])

@@ -1,0 +1,78 @@
+"""How many torch operations the ensemble engine dispatches per training step; prints JSON.
+
+    python benchmarks/ensemble_dispatch.py [--architecture cnn] [--optimizer dpsgd-gc] [--device cpu]
+
+On a GPU a small ensemble is bound by the host: each step's time is the time the host takes to issue its
+operations (``benchmarks/ensemble_syncs.py``), so the number of operations per step is what sets that time,
+and, unlike a timing, it is the same on every machine. This counts, under ``TorchDispatchMode``, the aten
+operations of 11 models (n = 360, b = 36, Poisson) over 3 epochs minus those over 1 epoch (which leaves
+out the set-up) and divides by the 20 steps between. ``kernel_ops`` are the operations that may launch a
+device kernel; ``view_ops`` only make views (no kernel, but still the dispatcher's time on the host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dpaudit.config import TrainConfig
+from dpaudit.train import Member, train_models
+
+from ensemble import DATASETS, training_set
+
+MODELS, RECORDS, BATCH = 11, 360, 36
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts every aten operation dispatched while the mode is active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter[torch._ops.OpOverload] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--architecture", default="cnn", choices=sorted(DATASETS))
+    parser.add_argument("--optimizer", default="dpsgd-gc")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    dataset = DATASETS[args.architecture]
+    data = training_set(dataset, RECORDS)
+    members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(MODELS)]
+
+    def config(epochs: int) -> TrainConfig:
+        return TrainConfig(dataset=dataset, model=args.architecture, optimizer=args.optimizer, epochs=epochs,
+                           batch_size=BATCH, lr=0.1, clip_norm=1.0, noise_multiplier=1.0, sampling="poisson",
+                           target_size=RECORDS, num_shadows=0, diagnostics=False, device=args.device).validated()
+
+    train_models(config=config(1), members=members, test_data=None, progress=False)  # warm-up
+    counted = {}
+    for epochs in (1, 3):
+        with OperationCounter() as counter:
+            train_models(config=config(epochs), members=members, test_data=None, progress=False)
+        counted[epochs] = counter.counts
+    per_step = counted[3].copy()
+    per_step.subtract(counted[1])
+    steps = 2 * (RECORDS // BATCH)
+    views = sum(count for op, count in per_step.items() if op.is_view)
+    total = sum(per_step.values())
+    print(json.dumps({
+        "architecture": args.architecture, "optimizer": args.optimizer, "device": args.device, "models_K": MODELS,
+        "batch_size": BATCH, "torch": torch.__version__, "python": sys.version.split()[0],
+        "ops_per_step": total / steps, "kernel_ops_per_step": (total - views) / steps, "view_ops_per_step": views / steps,
+        "most_frequent": {str(op): count / steps for op, count in per_step.most_common(15)},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
