@@ -157,7 +157,7 @@ class RecordPool:
         self.labels = torch.cat([*labels, labels[0].new_zeros(1)])
         self.sizes = [len(part) for part in labels]
         self.offsets = np.cumsum([0, *self.sizes[:-1]])
-        self.padding = sum(self.sizes)  # the zero record
+        self.zero_record = sum(self.sizes)  # its position
 
     def records(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Model k's (images, labels), as views of the pool."""
@@ -167,11 +167,11 @@ class RecordPool:
     def read(self, positions: Sequence[np.ndarray], *, models: Sequence[int], width: int):
         """(images [M, W, ...], labels [M, W], padding [M, W]) of record ``positions[m]`` of model ``models[m]``,
         each row padded to ``width`` with the zero record (``padding`` True there)."""
-        index = np.full((len(models), width), self.padding, dtype=np.int64)
+        index = np.full((len(models), width), self.zero_record, dtype=np.int64)
         for row, (k, part) in enumerate(zip(models, positions)):
             index[row, : len(part)] = self.offsets[k] + np.asarray(part)
         index = host_to_device(index, self.images.device)
-        return self.images[index], self.labels[index], index == self.padding
+        return self.images[index], self.labels[index], index == self.zero_record
 
 
 def resolve_method(model: nn.Module, method: str, *, name: str | None = None) -> str:
