@@ -8,13 +8,17 @@ and, unlike a timing, it is the same on every machine. This counts, under ``Torc
 operations of 11 models (n = 360, b = 36, Poisson) over 3 epochs minus those over 1 epoch (which leaves
 out the set-up) and divides by the 20 steps between. ``kernel_ops`` are the operations that may launch a
 device kernel; ``view_ops`` only make views (no kernel, but still the dispatcher's time on the host).
+``python_calls_per_step`` counts, the same way under ``cProfile``, the Python-level calls (functions and
+built-ins, the torch operations' bindings among them) that issue them.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import json
+import pstats
 import sys
 
 import torch
@@ -56,11 +60,14 @@ def main() -> None:
                            target_size=RECORDS, num_shadows=0, diagnostics=False, device=args.device).validated()
 
     train_models(config=config(1), members=members, test_data=None, progress=False)  # warm-up
-    counted = {}
+    counted, python_calls = {}, {}
     for epochs in (1, 3):
         with OperationCounter() as counter:
             train_models(config=config(epochs), members=members, test_data=None, progress=False)
         counted[epochs] = counter.counts
+        profile = cProfile.Profile()
+        profile.runcall(train_models, config=config(epochs), members=members, test_data=None, progress=False)
+        python_calls[epochs] = pstats.Stats(profile).total_calls
     per_step = counted[3].copy()
     per_step.subtract(counted[1])
     steps = 2 * (RECORDS // BATCH)
@@ -70,6 +77,7 @@ def main() -> None:
         "architecture": args.architecture, "optimizer": args.optimizer, "device": args.device, "models_K": MODELS,
         "batch_size": BATCH, "torch": torch.__version__, "python": sys.version.split()[0],
         "ops_per_step": total / steps, "kernel_ops_per_step": (total - views) / steps, "view_ops_per_step": views / steps,
+        "python_calls_per_step": (python_calls[3] - python_calls[1]) / steps,
         "most_frequent": {str(op): count / steps for op, count in per_step.most_common(15)},
     }, indent=2))
 

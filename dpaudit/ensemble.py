@@ -77,7 +77,7 @@ class EnsembleGradients:
         method: "layers", "functorch" or "auto" (layers where ``layerwise.unsupported_reason`` accepts the
             model, else functorch); ``self.method`` is the one in use.
         factored: with method "layers", per-sample Linear weight gradients come as
-            ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sum``).
+            ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``).
     """
 
     def __init__(self, models: Sequence[nn.Module], *, per_sample: bool, example: torch.Tensor, max_samples: int,
@@ -97,6 +97,10 @@ class EnsembleGradients:
                 owned[name].data = values[k]
 
         self.method = resolve_method(base, method)
+        # the layer-wise call differentiates with respect to leaves: made once, they share the stacked memory, so
+        # they see every in-place update
+        self._all_params = ([values.detach().requires_grad_() for values in self.stacked] if self.method == "layers"
+                            else self.stacked)
         self._call = (layerwise.LayerwiseGradients(base, factored=factored) if self.method == "layers"
                       else _vmapped_gradients(base))
         self.plan = plan_chunks(models=len(self.models), samples=max_samples,
@@ -134,7 +138,7 @@ class EnsembleGradients:
     def _chunk(self, active, images, labels, part_counts, totals):
         everyone = len(active) == len(self.models)
         index = None if everyone else host_to_device(active, self.stacked[0].device)
-        params = [values if everyone else values.index_select(0, index) for values in self.stacked]
+        params = self._all_params if everyone else [values.index_select(0, index) for values in self.stacked]
         if self.per_sample:
             return self._call(params, images, labels)
         width = images.shape[1]

@@ -106,20 +106,21 @@ def sample_norms(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
     return torch.linalg.vector_norm(grad.flatten(2), dim=2)
 
 
-def weighted_sample_sum(grad: torch.Tensor | OuterProducts, weights: torch.Tensor) -> torch.Tensor:
-    """Σ_i weights[m, i]·grad[m, i] per model: [M, *shape] from weights [M, W]."""
+def weighted_sample_sums(grads: Sequence[torch.Tensor | OuterProducts], weights: torch.Tensor) -> list[torch.Tensor]:
+    """Σ_i weights[m, i]·grad[m, i] per model and gradient: [M, *shape] each, from weights [M, W]."""
     # bmm directly: einsum's planning costs about ten dispatched operations per call on the host
-    if isinstance(grad, OuterProducts):
-        return torch.bmm((grad.outer * weights[..., None]).transpose(1, 2), grad.inner)
     models, width = weights.shape
-    return torch.bmm(weights.unsqueeze(1), grad.reshape(models, width, -1)).view(models, *grad.shape[2:])
+    row, column = weights.unsqueeze(1), weights.unsqueeze(2)
+    return [torch.bmm((grad.outer * column).transpose(1, 2), grad.inner) if isinstance(grad, OuterProducts)
+            else torch.bmm(row, grad.reshape(models, width, -1)).view(models, *grad.shape[2:]) for grad in grads]
 
 
 class LayerwiseGradients:
     """Cross-entropy gradients of M stacked copies of ``model`` (an ``nn.Sequential`` that ``unsupported_reason``
     accepts), per sample or of a weighted batch sum.
 
-    Call with ``params`` (per trainable parameter, in ``model.named_parameters()`` order, [M, *shape]),
+    Call with ``params`` (per trainable parameter, in ``model.named_parameters()`` order, [M, *shape]; leaves
+    that require grad are used as they are, anything else is detached first),
     ``images`` [M, W, *sample shape] and ``labels`` [M, W]; with ``weights`` [M, W] it returns the gradient
     of Σ_i weights·loss_i per model ([M, *shape]), without it the per-sample gradients ([M, W, *shape]).
     Either way also the losses [M, W]. Rows of padding just get gradients the caller ignores. With
@@ -141,7 +142,7 @@ class LayerwiseGradients:
     def __call__(self, params: Sequence[torch.Tensor], images: torch.Tensor, labels: torch.Tensor,
                  weights: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         models, width = labels.shape
-        params = [p.detach().requires_grad_() for p in params]
+        params = [p if p.is_leaf and p.requires_grad else p.detach().requires_grad_() for p in params]
         if images.dim() == 5:
             h = images.transpose(0, 1).reshape(width, models * images.shape[2], *images.shape[3:])
             h = h.contiguous(memory_format=torch.channels_last)
@@ -176,7 +177,7 @@ def _forward(layer: nn.Module, h: torch.Tensor, weight, bias, models: int):
                        groups=models)
         return out, h
     if isinstance(layer, nn.Linear):
-        out = torch.einsum("wmf,mof->wmo", h, weight)
+        out = torch.bmm(h.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)  # [W, M, O]
         return (out if bias is None else out + bias), h
     if isinstance(layer, nn.GroupNorm):
         normalised = F.group_norm(h, models * layer.num_groups, eps=layer.eps)

@@ -29,7 +29,7 @@ import torch
 from dpaudit._device import padding_mask
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_ratio
-from dpaudit.layerwise import dense, sample_norms, weighted_sample_sum
+from dpaudit.layerwise import dense, sample_norms, weighted_sample_sums
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
 AUTO_V_EPSILON = 1e-12  # seed 002 §1.7: Auto-V's C / ‖g‖ needs a guard at ‖g‖ = 0
@@ -171,23 +171,41 @@ class Hyperparameters:
 
 @dataclass(eq=False)
 class StackedRows:
-    """An ensemble's parameters and gradient sums as one [K, *shape] tensor per parameter: optimizer k's own
-    tensors are row k of them (``Optimizer.stack_rows``), so one call updates all K."""
+    """An ensemble's parameters, gradient sums and step noise as one [K, *shape] tensor per parameter: optimizer
+    k's own tensors are row k of them (``Optimizer.stack_rows``), so one call updates all K. ``noise_rows[k]``
+    is the flat buffer model k draws a step's noise into (its coordinates parameter after parameter); ``noise``
+    views the same memory per parameter."""
 
     params: list[torch.Tensor]
     sums: list[torch.Tensor]
+    noise: list[torch.Tensor]
+    noise_rows: list[torch.Tensor]
+
+    @classmethod
+    def allocate(cls, params: Sequence[torch.Tensor], sums: Sequence[torch.Tensor]) -> StackedRows:
+        """The stacks of ``params`` and ``sums`` ([K, *shape] each) with a noise buffer for them."""
+        sizes = [p[0].numel() for p in params]
+        flat = params[0].new_empty((len(params[0]), sum(sizes)))
+        noise = [values.view(p.shape) for values, p in zip(flat.split(sizes, dim=1), params)]
+        return cls(list(params), list(sums), noise, list(flat))
+
+    def rows(self, first: int, count: int) -> StackedRows:
+        """Rows ``first`` to ``first + count - 1`` (the whole stack itself if that is all of it)."""
+        if first == 0 and count == len(self.noise_rows):
+            return self
+        params, sums, noise = ([t.narrow(0, first, count) for t in tensors]
+                               for tensors in (self.params, self.sums, self.noise))
+        return StackedRows(params, sums, noise, self.noise_rows[first:first + count])
 
 
-def _stacked_rows(optimizers: Sequence[Optimizer]) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
-    """(params, sums) of ``optimizers`` as [M, *shape] views, if they are consecutive rows of one ``StackedRows``
-    in order and have no parameters beside it; else None."""
-    stack, first, count = optimizers[0]._stack, optimizers[0]._row, len(optimizers)
+def _stacked_rows(optimizers: Sequence[Optimizer]) -> StackedRows | None:
+    """The rows of ``optimizers`` in their ``StackedRows``, if they are consecutive rows of one in order and have
+    no parameters beside it; else None."""
+    stack, first = optimizers[0]._stack, optimizers[0]._row
     if stack is None or any(optimizer._stack is not stack or optimizer._row != first + m
                             or len(optimizer.params) != len(stack.params) for m, optimizer in enumerate(optimizers)):
         return None
-    if first == 0 and count == len(stack.params[0]):
-        return stack.params, stack.sums
-    return [p.narrow(0, first, count) for p in stack.params], [s.narrow(0, first, count) for s in stack.sums]
+    return stack.rows(first, len(optimizers))
 
 
 class Optimizer:
@@ -260,7 +278,7 @@ class Optimizer:
                 if p.data_ptr() != stacked[k].data_ptr() or p.shape != stacked[k].shape:
                     raise DPAuditError(f"optimizer {k}'s parameters are not row {k} of the stacked parameters")
         sums = [torch.stack([optimizer._sum[j] for optimizer in optimizers]) for j in range(len(params))]
-        stack = StackedRows(list(params), sums)
+        stack = StackedRows.allocate(params, sums)
         for k, optimizer in enumerate(optimizers):
             optimizer._sum[: len(params)] = [total[k] for total in stack.sums]
             optimizer._stack, optimizer._row = stack, k
@@ -364,10 +382,10 @@ class PrivateOptimizer(Optimizer):
         if padding is None:
             padding = padding_mask(counts, norms.shape[1], norms.device)
         factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
-        sums = [weighted_sample_sum(grad, factors) for grad in grads]
+        sums = weighted_sample_sums(grads, factors)
         rows = _stacked_rows(optimizers)
         if rows is not None:
-            torch._foreach_add_(rows[1], sums)
+            torch._foreach_add_(rows.sums, sums)
             return
         for row, optimizer in enumerate(optimizers):
             torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
@@ -387,14 +405,13 @@ class PrivateOptimizer(Optimizer):
                 or cls.after_step is not PrivateOptimizer.after_step
                 or cls._noisy_mean is not PrivateOptimizer._noisy_mean or cls._apply is not Optimizer._apply):
             return super().step_together(optimizers, realized_batch_sizes)
-        (params, sums), (factor,), hyper = rows, factors, group[0].hyper
-        noise = torch.stack([optimizer._step_noise() for optimizer in group]).split([p[0].numel() for p in params],
-                                                                                    dim=1)
-        updates = torch._foreach_div(sums, hyper.expected_batch_size)
-        torch._foreach_add_(updates, [values.view_as(update) for values, update in zip(noise, updates)],
-                            alpha=hyper.sigma_dp * factor)
-        torch._foreach_add_(params, updates, alpha=-hyper.lr)
-        torch._foreach_zero_(sums)
+        (factor,), hyper = factors, group[0].hyper
+        for optimizer, noise in zip(group, rows.noise_rows):
+            optimizer._step_noise(out=noise)
+        updates = torch._foreach_div(rows.sums, hyper.expected_batch_size)
+        torch._foreach_add_(updates, rows.noise, alpha=hyper.sigma_dp * factor)
+        torch._foreach_add_(rows.params, updates, alpha=-hyper.lr)
+        torch._foreach_zero_(rows.sums)
         for optimizer in group:
             optimizer.steps_taken += 1
         costs = dict.fromkeys(plain, (hyper.noise_multiplier * factor, hyper.sample_rate))
@@ -407,10 +424,12 @@ class PrivateOptimizer(Optimizer):
         """Schedule factor on z at the current step (1 for static noise)."""
         return 1.0
 
-    def _step_noise(self) -> torch.Tensor:
+    def _step_noise(self, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """The step's standard normal noise of all coordinates, parameter after parameter, in one draw (one
-        generator call per step instead of one per tensor)."""
-        return self._noise(sum(total.numel() for total in self._sum))
+        generator call per step instead of one per tensor); into ``out`` (flat) if given."""
+        if out is None:
+            return self._noise(sum(total.numel() for total in self._sum))
+        return self._draw_noise(out)
 
     def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
         """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
@@ -421,8 +440,12 @@ class PrivateOptimizer(Optimizer):
         return updates
 
     def _noise(self, shape) -> torch.Tensor:
-        device, dtype = self.params[0].device, self.params[0].dtype
-        return torch.randn(shape, generator=self.generator, device=device, dtype=dtype)
+        """N(0, I) values of ``shape`` from this optimizer's noise stream."""
+        return self._draw_noise(self.params[0].new_empty(shape))
+
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        """``out`` filled with N(0, I) values from this optimizer's noise stream (``torch.randn``'s draw)."""
+        return out.normal_(generator=self.generator)
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float]:
@@ -453,8 +476,8 @@ class DPSGD(PrivateOptimizer):
 class DPSGDNoNoise(DPSGD):
     """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
 
-    def _noise(self, shape) -> torch.Tensor:
-        return torch.zeros(shape, device=self.params[0].device, dtype=self.params[0].dtype)
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        return out.zero_()
 
 
 @register("dpsgd-no-clip", dp_claim=False,

@@ -553,7 +553,7 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
             run.images, run.labels = pool.records(k)
 
         def sink(models, counts, grads, losses, padding):
-            loss_sums = losses.sum(1).double()  # padding rows' losses are 0
+            loss_sums = losses.sum(1).double().unbind()  # padding rows' losses are 0; one view op for all models
             together = [m for m, k in enumerate(models) if runs[k].canaries is None]
             if 0 < len(together) < len(models):
                 rows = host_to_device(together, losses.device)

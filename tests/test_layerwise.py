@@ -9,7 +9,7 @@ from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.ensemble import EnsembleGradients, _vmapped_gradients, bytes_per_model_sample, resolve_method
 from dpaudit.layerwise import (LayerwiseGradients, OuterProducts, dense, largest_unfolded_input, sample_norms,
-                               unsupported_reason, weighted_sample_sum)
+                               unsupported_reason, weighted_sample_sums)
 
 MODELS, WIDTH = 3, 5
 PRIVATE = {"clip_norm": 1.0, "noise_multiplier": 1.0}
@@ -124,12 +124,12 @@ def test_factored_linear_gradients_give_the_norms_and_weighted_sums_of_vmap(case
     factors = [t for g in got for t in ((g.outer, g.inner) if isinstance(g, OuterProducts) else (g,))]
     assert not any(t.requires_grad for t in factors)  # a factor tied to the forward graph kept every step's graph alive
     weights = torch.rand(MODELS, WIDTH)
-    for g, w in zip(got, want):
+    for g, w, got_sum in zip(got, want, weighted_sample_sums(got, weights)):
         torch.testing.assert_close(dense(g), w, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(dense(g[1, :3]), w[1, :3], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(sample_norms(g), w.flatten(2).norm(dim=2), rtol=1e-4, atol=1e-6)
         weighted = (weights.reshape(MODELS, WIDTH, *[1] * (w.dim() - 2)) * w).sum(1)
-        torch.testing.assert_close(weighted_sample_sum(g, weights), weighted, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(got_sum, weighted, rtol=1e-4, atol=1e-6)
 
 
 def test_memory_estimate_counts_factored_linear_weights_as_their_factors():
