@@ -171,31 +171,37 @@ class Hyperparameters:
 
 @dataclass(eq=False)
 class StackedRows:
-    """An ensemble's parameters, gradient sums and step noise as one [K, *shape] tensor per parameter: optimizer
-    k's own tensors are row k of them (``Optimizer.stack_rows``), so one call updates all K. ``noise_rows[k]``
-    is the flat buffer model k draws a step's noise into (its coordinates parameter after parameter); ``noise``
-    views the same memory per parameter."""
+    """An ensemble's parameters and gradient sums as one [K, *shape] tensor per parameter: optimizer k's own
+    tensors are row k of them (``Optimizer.stack_rows``), so one call updates all K. ``rows`` gives a run of
+    consecutive rows as views, ``noise`` the buffer their step's noise is drawn into."""
 
     params: list[torch.Tensor]
     sums: list[torch.Tensor]
-    noise: list[torch.Tensor]
-    noise_rows: list[torch.Tensor]
-
-    @classmethod
-    def allocate(cls, params: Sequence[torch.Tensor], sums: Sequence[torch.Tensor]) -> StackedRows:
-        """The stacks of ``params`` and ``sums`` ([K, *shape] each) with a noise buffer for them."""
-        sizes = [p[0].numel() for p in params]
-        flat = params[0].new_empty((len(params[0]), sum(sizes)))
-        noise = [values.view(p.shape) for values, p in zip(flat.split(sizes, dim=1), params)]
-        return cls(list(params), list(sums), noise, list(flat))
+    first: int = 0  # where these rows start in the whole stack
+    whole: StackedRows | None = None  # the whole stack, for a run of its rows
+    _noise_buffer: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
     def rows(self, first: int, count: int) -> StackedRows:
-        """Rows ``first`` to ``first + count - 1`` (the whole stack itself if that is all of it)."""
-        if first == 0 and count == len(self.noise_rows):
+        """Rows ``first`` to ``first + count - 1`` of the whole stack (the stack itself if that is all of it)."""
+        if first == 0 and count == len(self.params[0]):
             return self
-        params, sums, noise = ([t.narrow(0, first, count) for t in tensors]
-                               for tensors in (self.params, self.sums, self.noise))
-        return StackedRows(params, sums, noise, self.noise_rows[first:first + count])
+        return StackedRows([t.narrow(0, first, count) for t in self.params],
+                           [t.narrow(0, first, count) for t in self.sums], first, self)
+
+    def noise(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(per parameter a [M, *shape] view, per row the flat buffer) of the memory these rows' models draw a
+        step's noise into, their coordinates parameter after parameter; made on first use and kept."""
+        whole = self.whole or self
+        if whole._noise_buffer is None:
+            sizes = [p[0].numel() for p in whole.params]
+            flat = whole.params[0].new_empty((len(whole.params[0]), sum(sizes)))
+            views = [values.view(p.shape) for values, p in zip(flat.split(sizes, dim=1), whole.params)]
+            whole._noise_buffer = views, list(flat)
+        views, rows = whole._noise_buffer
+        if whole is self:
+            return views, rows
+        count = len(self.params[0])
+        return [view.narrow(0, self.first, count) for view in views], rows[self.first:self.first + count]
 
 
 def _stacked_rows(optimizers: Sequence[Optimizer]) -> StackedRows | None:
@@ -278,7 +284,7 @@ class Optimizer:
                 if p.data_ptr() != stacked[k].data_ptr() or p.shape != stacked[k].shape:
                     raise DPAuditError(f"optimizer {k}'s parameters are not row {k} of the stacked parameters")
         sums = [torch.stack([optimizer._sum[j] for optimizer in optimizers]) for j in range(len(params))]
-        stack = StackedRows.allocate(params, sums)
+        stack = StackedRows(list(params), sums)
         for k, optimizer in enumerate(optimizers):
             optimizer._sum[: len(params)] = [total[k] for total in stack.sums]
             optimizer._stack, optimizer._row = stack, k
@@ -406,10 +412,11 @@ class PrivateOptimizer(Optimizer):
                 or cls._noisy_mean is not PrivateOptimizer._noisy_mean or cls._apply is not Optimizer._apply):
             return super().step_together(optimizers, realized_batch_sizes)
         (factor,), hyper = factors, group[0].hyper
-        for optimizer, noise in zip(group, rows.noise_rows):
-            optimizer._step_noise(out=noise)
+        noise, noise_rows = rows.noise()
+        for optimizer, row in zip(group, noise_rows):
+            optimizer._step_noise(out=row)
         updates = torch._foreach_div(rows.sums, hyper.expected_batch_size)
-        torch._foreach_add_(updates, rows.noise, alpha=hyper.sigma_dp * factor)
+        torch._foreach_add_(updates, noise, alpha=hyper.sigma_dp * factor)
         torch._foreach_add_(rows.params, updates, alpha=-hyper.lr)
         torch._foreach_zero_(rows.sums)
         for optimizer in group:
