@@ -26,8 +26,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from job_cpu_time import source_tree
+
 MODELS, RECORDS = 4, 60
-TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def cases() -> dict[str, tuple[str, dict]]:
@@ -49,19 +51,16 @@ def cases() -> dict[str, tuple[str, dict]]:
 def random_images_members():
     import numpy as np
 
-    from dpaudit.data import ArrayDataset
     from dpaudit.train import Member
+    from ensemble import training_set  # its random 32×32×3 images
 
-    rng = np.random.default_rng(0)
-    data = ArrayDataset("cifar10", rng.normal(size=(MODELS * RECORDS, 3, 32, 32)).astype(np.float32),
-                        rng.integers(0, 10, MODELS * RECORDS).astype(np.int64), 10)
+    data = training_set("cifar10", MODELS * RECORDS)
     return [Member(train_data=data.subset(np.arange(RECORDS * k, RECORDS * (k + 1))), model_index=k, label=f"m{k}")
             for k in range(MODELS)]
 
 
 def fingerprint(optimizer: str, settings: dict) -> str:
     """SHA-256 of the parameters, per-epoch losses and ledgers of ``MODELS`` models trained together."""
-    sys.path.insert(0, str(TESTS))
     from test_ensemble import _config, _members  # the workload the ensemble-vs-one-at-a-time test trains
 
     from dpaudit.train import train_models
@@ -89,14 +88,11 @@ def this_tree() -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", nargs=2, type=Path, metavar=("OLD", "NEW"))
+    parser.add_argument("--trees", nargs=2, type=source_tree, metavar=("OLD", "NEW"))
     args = parser.parse_args()
     if args.trees is None:
         print(json.dumps(this_tree(), indent=2))
         return
-    for tree in args.trees:
-        if not (tree / "dpaudit" / "__init__.py").is_file():
-            parser.error(f"{tree} is not a dpaudit source tree (no dpaudit/__init__.py)")
     found = {}
     for tree in args.trees:
         print(f"== {tree}", file=sys.stderr, flush=True)

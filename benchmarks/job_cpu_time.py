@@ -33,6 +33,14 @@ def steal_seconds() -> float | None:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
+def source_tree(text: str) -> Path:
+    """``--trees`` argument type: a dpaudit checkout (a folder with ``dpaudit/__init__.py``)."""
+    tree = Path(text)
+    if not (tree / "dpaudit" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{tree} is not a dpaudit source tree (no dpaudit/__init__.py)")
+    return tree
+
+
 def run_once(tree: Path, command: list[str]) -> dict[str, float | None]:
     with tempfile.TemporaryDirectory() as out:
         argv = [part.replace("{out}", out) for part in command]
@@ -48,7 +56,7 @@ def run_once(tree: Path, command: list[str]) -> dict[str, float | None]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", nargs=2, type=Path, required=True, metavar=("OLD", "NEW"))
+    parser.add_argument("--trees", nargs=2, type=source_tree, required=True, metavar=("OLD", "NEW"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="a dpaudit command line, after --")
     args = parser.parse_args()
@@ -57,9 +65,6 @@ def main() -> None:
         parser.error("give the dpaudit command after --")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    for tree in args.trees:
-        if not (tree / "dpaudit" / "__init__.py").is_file():
-            parser.error(f"{tree} is not a dpaudit source tree (no dpaudit/__init__.py)")
     runs = {str(tree): [] for tree in args.trees}
     for round_ in range(args.repeats):
         for tree in args.trees:
