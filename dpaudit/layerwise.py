@@ -132,11 +132,10 @@ class LayerwiseGradients:
         if reason is not None:
             raise ValueError(f"no layer-wise gradients for this model: {reason}")
         names = [name for name, _ in model.named_parameters()]
-        self.layers = list(model)
         self.factored = factored
-        self.slots = [{attr: names.index(f"{index}.{attr}") for attr in ("weight", "bias")
-                       if isinstance(getattr(layer, attr, None), nn.Parameter)}
-                      for index, layer in enumerate(self.layers)]
+        slots = [{attr: names.index(f"{index}.{attr}") for attr in ("weight", "bias")
+                  if isinstance(getattr(layer, attr, None), nn.Parameter)} for index, layer in enumerate(model)]
+        self.layers, self.slots = map(list, zip(*_pool_before_relu(zip(model, slots))))
 
     @torch.enable_grad()
     def __call__(self, params: Sequence[torch.Tensor], images: torch.Tensor, labels: torch.Tensor,
@@ -167,6 +166,17 @@ class LayerwiseGradients:
                 for attr, slot in slots.items():
                     grads[slot] = values[attr]
         return grads, losses.detach()
+
+
+def _pool_before_relu(layers: list[tuple[nn.Module, dict]]) -> list[tuple[nn.Module, dict]]:
+    """(layer, parameter slots) pairs, every ReLU directly followed by a MaxPool2d swapped with it:
+    relu(maxpool(x)) equals maxpool(relu(x)) and routes the same gradient (to the window's maximum if it is
+    positive, else nowhere), with the ReLU and its backward on the pooled, smaller tensor."""
+    layers = list(layers)
+    for index in range(len(layers) - 1):
+        if type(layers[index][0]) is nn.ReLU and type(layers[index + 1][0]) is nn.MaxPool2d:
+            layers[index], layers[index + 1] = layers[index + 1], layers[index]
+    return layers
 
 
 def _forward(layer: nn.Module, h: torch.Tensor, weight, bias, models: int):

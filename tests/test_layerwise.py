@@ -55,6 +55,24 @@ def test_per_sample_gradients_equal_vmap(case):
         assert not g.requires_grad
 
 
+def test_pooling_before_relu_routes_the_same_gradients_through_ties_and_negative_windows():
+    # ReLU → MaxPool2d runs as MaxPool2d → ReLU; average pooling does not commute with ReLU and keeps its place
+    model = nn.Sequential(nn.Conv2d(1, 2, 1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(2, 2, 1), nn.ReLU(),
+                          nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8, 3))
+    kinds = [type(layer).__name__ for layer in LayerwiseGradients(model).layers]
+    assert kinds == ["Conv2d", "MaxPool2d", "ReLU", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Linear"]
+    params = [p.detach()[None].repeat(MODELS, *[1] * p.dim()) for p in model.parameters()]
+    params[0][:, :, 0, 0, 0], params[0][:, 1] = 1.0, -1.0  # channel 0 passes the image, channel 1 its negative
+    params[1].zero_()
+    # 2×2 blocks of equal values (ties in every pooling window), half of them negative (windows ReLU zeroes)
+    blocks = torch.randn(MODELS, WIDTH, 1, 4, 4).repeat_interleave(2, dim=3).repeat_interleave(2, dim=4)
+    labels = torch.randint(0, 3, (MODELS, WIDTH))
+    want, _ = _vmapped_gradients(model)(params, blocks, labels)
+    got, _ = LayerwiseGradients(model)(params, blocks, labels)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)
+
+
 def test_weighted_batch_gradients_equal_vmap():
     torch.manual_seed(1)
     model, params = _stack(CASES["cnn (GroupNorm, 32×32)"][0])
