@@ -11,7 +11,8 @@ from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.data import load_dataset
 from dpaudit._state import capture
-from dpaudit.ensemble import ChunkPlan, EnsembleGradients, RecordPool, bytes_per_model_sample, plan_chunks
+from dpaudit.ensemble import (CPU_CALL_ACTIVATION_BYTES, ChunkPlan, EnsembleGradients, RecordPool,
+                              bytes_per_model_sample, plan_chunks)
 from dpaudit.models import build_model
 from dpaudit.train import Member, train_models
 
@@ -90,6 +91,19 @@ def test_resnet18_ensemble_plan_stays_under_the_budget():
     plan = ensemble.plan
     assert plan.models_per_call * plan.samples_per_call * per_pair <= 2048 * 2**20
     assert plan.samples_per_call >= 1
+
+
+@pytest.mark.parametrize("architecture, shape, method, samples", [
+    ("cnn", (3, 32, 32), "layers", 17),  # largest activation 32 × 32 × 32 values: 11 × 17 × 128 KiB = 23.4 MiB
+    ("cnn", (3, 32, 32), "functorch", 256),  # measured for the layer-wise method only
+    ("cnn-digits", (1, 8, 8), "layers", 256),  # 32 × 8 × 8 values: 256 samples are 22 MiB
+])
+def test_cpu_layerwise_calls_keep_their_largest_activation_about_cache_sized(architecture, shape, method, samples):
+    models = [build_model(architecture, input_shape=shape, num_classes=10, seed=k) for k in range(11)]
+    plan = EnsembleGradients(models, per_sample=True, example=torch.zeros(shape), max_samples=256,
+                             memory_budget_mb=1e6, method=method).plan
+    assert CPU_CALL_ACTIVATION_BYTES == 24 * 2**20  # what the sample counts above follow from
+    assert plan == ChunkPlan(11, samples, plan.bytes_per_model_sample)
 
 
 def test_record_pool_reads_every_models_batch_padded_with_a_zero_record():
