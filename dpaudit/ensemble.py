@@ -61,16 +61,20 @@ def plan_chunks(*, models: int, samples: int, bytes_per_model_sample: int, memor
     return ChunkPlan(capacity, 1, bytes_per_model_sample)
 
 
+def _leaf_output_sizes(model: nn.Module, example: torch.Tensor) -> list[int]:
+    """Number of values in each leaf module's output in the forward pass of one sample."""
+    return [output.numel() for _, output in model_registry.leaf_outputs(model, example)
+            if isinstance(output, torch.Tensor)]
+
+
 def activation_elements(model: nn.Module, example: torch.Tensor) -> int:
     """Number of values the forward pass of one sample produces (outputs of every leaf module)."""
-    return sum(output.numel() for _, output in model_registry.leaf_outputs(model, example)
-               if isinstance(output, torch.Tensor))
+    return sum(_leaf_output_sizes(model, example))
 
 
 def largest_activation_elements(model: nn.Module, example: torch.Tensor) -> int:
     """Number of values in the largest output of a leaf module in the forward pass of one sample."""
-    return max((output.numel() for _, output in model_registry.leaf_outputs(model, example)
-                if isinstance(output, torch.Tensor)), default=1)
+    return max(_leaf_output_sizes(model, example), default=1)
 
 
 class EnsembleGradients:
