@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -178,7 +179,21 @@ def _accounting_options(args: argparse.Namespace) -> dict:
     return {"delta": args.delta, "conversion": args.conversion, "eps_error": args.eps_error}
 
 
+def _fallback_notes(caught: list) -> list[str]:
+    """The messages of the accounting fallbacks (PRV → RDP) among caught warnings, each once."""
+    from dpaudit.theory import AccountingFallbackWarning
+
+    return list(dict.fromkeys(str(item.message) for item in caught
+                              if issubclass(item.category, AccountingFallbackWarning)))
+
+
 def _cmd_epsilon(args: argparse.Namespace) -> int:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        return _epsilon_report(args, caught)
+
+
+def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
     from dpaudit._io import read_json, write_json
     from dpaudit.theory import epsilon, ledger_epsilons
 
@@ -192,7 +207,8 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
                                  steps=args.steps, accountant=name, **_accounting_options(args))
                    for name in args.accountants}
         print(json.dumps({"noise_multiplier": args.noise_multiplier, "sample_rate": args.sample_rate,
-                          "steps": args.steps, "delta": args.delta, "epsilon": payload}))
+                          "steps": args.steps, "delta": args.delta, "epsilon": payload,
+                          "notes": _fallback_notes(caught)}, ensure_ascii=False))
         return 0
     ledger_path = args.run / args.model / "ledger.json"
     if not ledger_path.is_file():
@@ -203,7 +219,8 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
                                     **_accounting_options(args))
               for name in args.accountants}
     result = {"model": args.model, "delta": args.delta, "conversion": args.conversion, "logging": args.logging,
-              "sampling": ledger["sampling"], "dp_claim": ledger["dp_claim"], "epochs": epochs, "epsilon": curves}
+              "sampling": ledger["sampling"], "dp_claim": ledger["dp_claim"], "epochs": epochs, "epsilon": curves,
+              "notes": _fallback_notes(caught)}
     write_json(args.out or args.run / args.model / "epsilon.json", result)
     print(f"{'epoch':>6} " + " ".join(f"{'ε (' + name + ')':>12}" for name in curves))
     for row, epoch in enumerate(epochs):
@@ -211,7 +228,7 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
     notes = [] if ledger["dp_claim"] else ["the optimizer makes no DP claim: these are the ε it claims, not a guarantee"]
     if ledger["sampling"] == "shuffle":
         notes.append("shuffled batches: the accountants assume Poisson sampling, so ε is approximate")
-    for note in notes:
+    for note in notes + result["notes"]:
         print(f"note: {note}")
     return 0
 
@@ -219,13 +236,15 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from dpaudit.theory import calibrate_noise, epsilon
 
-    z = calibrate_noise(target_epsilon=args.target_epsilon, sample_rate=args.sample_rate, steps=args.steps,
-                        accountant=args.accountant, **_accounting_options(args))
-    achieved = epsilon(noise_multiplier=z, sample_rate=args.sample_rate, steps=args.steps,
-                       accountant=args.accountant, **_accounting_options(args))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        z = calibrate_noise(target_epsilon=args.target_epsilon, sample_rate=args.sample_rate, steps=args.steps,
+                            accountant=args.accountant, **_accounting_options(args))
+        achieved = epsilon(noise_multiplier=z, sample_rate=args.sample_rate, steps=args.steps,
+                           accountant=args.accountant, **_accounting_options(args))
     print(json.dumps({"noise_multiplier": z, "epsilon": achieved, "target_epsilon": args.target_epsilon,
                       "delta": args.delta, "sample_rate": args.sample_rate, "steps": args.steps,
-                      "accountant": args.accountant}))
+                      "accountant": args.accountant, "notes": _fallback_notes(caught)}, ensure_ascii=False))
     return 0
 
 

@@ -3,7 +3,10 @@ agreement with Opacus's own accountants, calibration round trips, per-epoch ε f
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -12,6 +15,14 @@ import pytest
 from dpaudit._validation import DPAuditError
 from dpaudit.ledger import PrivacyLedger
 from dpaudit.theory import DEFAULT_ORDERS, calibrate_noise, epsilon, ledger_epsilons, rdp_subsampled_gaussian
+from dpaudit.theory.accounting import (
+    OPACUS_ORDERS,
+    PRV_MEMORY_BUDGET,
+    AccountingFallbackWarning,
+    prv_grid,
+    rdp_epsilon_floor,
+    rdp_to_epsilon,
+)
 
 
 def test_rdp_of_full_batch_gaussian_is_alpha_over_two_sigma_squared():
@@ -239,3 +250,96 @@ def test_calibration_rejects_bad_targets():
         calibrate_noise(target_epsilon=0, delta=1e-5, sample_rate=0.01, steps=10)
     with pytest.raises(DPAuditError, match="noise_schedule"):
         calibrate_noise(target_epsilon=1, delta=1e-5, sample_rate=0.01, noise_schedule=[1.0, -1.0])
+
+
+# --- Limits of the accountants: no memory bomb, no silent infinity, no floor (issue: accountants' limits) ---
+
+def test_opacus_orders_floor_the_rdp_epsilon_at_their_conversion_term():
+    # First principles: with RDP → 0 the improved conversion leaves (log(1/δ) − log α)/(α − 1) + log(1 − 1/α),
+    # smallest at the largest order; at α = 63, δ = 1e-5 that is 0.10287.
+    expected = (math.log(1e5) - math.log(63)) / 62 + math.log(62 / 63)
+    assert rdp_epsilon_floor(delta=1e-5, orders=OPACUS_ORDERS) == pytest.approx(expected, rel=1e-12)
+    largest = max(DEFAULT_ORDERS)
+    assert rdp_epsilon_floor(delta=1e-5) == pytest.approx(
+        (math.log(1e5) - math.log(largest)) / (largest - 1) + math.log(1 - 1 / largest), rel=1e-12)
+    assert rdp_epsilon_floor(delta=1e-10) < 0.005  # ε ≈ 0.01 is reachable even at δ = 1e-10
+
+
+def test_default_orders_lift_the_floor_of_a_small_epsilon_run():
+    # z = 4.838, q = 0.0011, T = 957: Google's dp-accounting 0.6.0 PLD gives 0.0191 (a reference ε that any valid
+    # upper bound must meet); Opacus's orders stop at 63 and report 0.1045.
+    run = {"noise_multiplier": 4.838, "sample_rate": 0.0011, "steps": 957, "delta": 1e-5}
+    assert epsilon(**run, orders=OPACUS_ORDERS) == pytest.approx(0.1045, abs=5e-4)
+    assert 0.0191 <= epsilon(**run) <= 0.03
+
+
+def test_calibration_names_the_order_grid_when_it_is_what_blocks_the_target():
+    with pytest.raises(DPAuditError, match="orders up to 63") as caught:
+        calibrate_noise(target_epsilon=0.05, delta=1e-5, sample_rate=0.0011, steps=957, orders=OPACUS_ORDERS)
+    assert "\n" not in str(caught.value)
+    z = calibrate_noise(target_epsilon=0.05, delta=1e-5, sample_rate=0.0011, steps=957)
+    assert epsilon(noise_multiplier=z, sample_rate=0.0011, steps=957, delta=1e-5) == pytest.approx(0.05, abs=1e-4)
+
+
+def test_wider_orders_keep_opacus_epsilon_where_its_best_order_is_inside_its_grid():
+    for z, q, steps in [(1.0, 0.01, 1000), (0.8, 0.1, 200), (3.0, 1 / 59, 2360)]:
+        run = {"noise_multiplier": z, "sample_rate": q, "steps": steps, "delta": 1e-5}
+        assert epsilon(**run) == epsilon(**run, orders=OPACUS_ORDERS)
+
+
+def test_prv_never_returns_infinity_silently():
+    # The PRV grid would reach t ≈ 893 (e^t overflows float64 beyond 709.8); Opacus returned inf after 100 s. The
+    # RDP bound (807.1) is valid, above dp-accounting's PLD value 783.3, and the warning says it replaced PRV.
+    with pytest.warns(AccountingFallbackWarning, match="RDP upper bound"):
+        value = epsilon(noise_multiplier=0.5, sample_rate=0.1, steps=10_000, delta=1e-5, accountant="prv")
+    assert value == pytest.approx(807.1, abs=0.05)
+    assert value >= 783.3
+
+
+def test_prv_numerical_failure_of_opacus_is_a_warned_rdp_bound():
+    # δ = 1e-18 is below what a grid of 10⁵ points resolves in long double; Opacus raises ValueError there.
+    run = {"noise_multiplier": 1.0, "sample_rate": 0.01, "steps": 100, "delta": 1e-18}
+    with pytest.warns(AccountingFallbackWarning, match="Opacus failed"):
+        value = epsilon(**run, accountant="prv")
+    assert math.isfinite(value) and value == epsilon(**run)
+
+
+def test_prv_grid_over_the_memory_budget_is_refused_before_it_is_built():
+    run = {"noise_multiplier": 0.7, "sample_rate": 0.1, "steps": 10_000, "delta": 1e-5}
+    grid = prv_grid(**run)
+    assert grid["bytes"] > PRV_MEMORY_BUDGET and grid["domain"] < 700
+    with pytest.raises(DPAuditError, match="accountant='rdp'") as caught:
+        epsilon(**run, accountant="prv")
+    assert "\n" not in str(caught.value) and "z = 0.7, q = 0.1, T = 10000" in str(caught.value)
+
+
+def test_prv_grid_follows_opacus_mesh_and_domain():
+    # Mesh from Gopi et al.: eps_error / √(T·log(12/δ_error)/2) with δ_error = δ/1000; domain ≥ ε + 3.
+    grid = prv_grid(noise_multiplier=1.0, sample_rate=0.01, steps=1000, delta=1e-5)
+    assert grid["mesh"] == pytest.approx(0.01 / math.sqrt(1000 * math.log(12 / 1e-8) / 2), rel=1e-12)
+    assert grid["domain"] >= epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=1000, delta=1e-5) + 3
+    assert grid["points"] == pytest.approx(2 * grid["domain"] / grid["mesh"])
+
+
+def test_prv_calibration_stays_within_memory(tmp_path):
+    # Before: the bracket asked PRV for ε at z = 0.05, a grid of 1.3e8 points; one process grew to 15.5 GB. Here the
+    # calibration runs with its address space capped at what the imports took plus 1.5 GiB.
+    script = tmp_path / "calibrate.py"
+    script.write_text(
+        "import resource, json\n"
+        "import opacus.accountants, dpaudit.theory\n"
+        "size = int(open('/proc/self/status').read().split('VmSize:')[1].split()[0]) * 1024\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (size + 3 * 2**29, resource.RLIM_INFINITY))\n"
+        "z = dpaudit.theory.calibrate_noise(target_epsilon=8.0, delta=1e-5, sample_rate=0.1, steps=100, accountant='prv')\n"
+        "e = dpaudit.theory.epsilon(noise_multiplier=z, sample_rate=0.1, steps=100, delta=1e-5, accountant='prv')\n"
+        "print(json.dumps([z, e]))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    z, achieved = json.loads(done.stdout.strip().splitlines()[-1])
+    assert achieved <= 8.0 and achieved == pytest.approx(8.0, abs=0.01)
+    assert z < calibrate_noise(target_epsilon=8.0, delta=1e-5, sample_rate=0.1, steps=100)  # PRV is tighter than RDP
+
+
+def test_rdp_epsilon_is_never_silently_infinite():
+    with pytest.raises(DPAuditError, match="infinite"):
+        rdp_to_epsilon(rdp=np.full(3, np.inf), orders=[2.0, 4.0, 8.0], delta=1e-5)

@@ -10,15 +10,20 @@ from __future__ import annotations
 from dpaudit.theory import accounting, seed004
 from dpaudit.theory.accounting import (
     DEFAULT_ORDERS,
+    OPACUS_ORDERS,
+    AccountingFallbackWarning,
     calibrate_noise,
     epsilon,
     ledger_epsilons,
+    prv_grid,
+    rdp_epsilon_floor,
     rdp_subsampled_gaussian,
     rdp_to_epsilon,
 )
 from dpaudit.theory.seed004 import *  # noqa: F403 - the public names are seed004.__all__
 
 __all__ = [
-    "DEFAULT_ORDERS", "calibrate_noise", "epsilon", "ledger_epsilons", "rdp_subsampled_gaussian", "rdp_to_epsilon",
+    "DEFAULT_ORDERS", "OPACUS_ORDERS", "AccountingFallbackWarning", "calibrate_noise", "epsilon",
+    "ledger_epsilons", "prv_grid", "rdp_epsilon_floor", "rdp_subsampled_gaussian", "rdp_to_epsilon",
     *seed004.__all__,
 ]

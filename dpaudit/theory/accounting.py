@@ -10,7 +10,10 @@ plus N(0, (z·C)² I) on a Poisson sample of rate q. A run is therefore describe
   what TF Privacy and older papers used).
 * ``accountant="prv"``: the privacy-random-variable accountant of Gopi, Lee & Wutschitz (2021), through
   Opacus's ``PRVAccountant`` (its upper estimate, ``eps_error`` 0.01 by default). Importing it imports
-  torch, so it is loaded only when asked for.
+  torch, so it is loaded only when asked for. Its grid is sized before it is built: one over
+  :data:`PRV_MEMORY_BUDGET` is refused with a one-line error, and where the grid cannot represent the
+  privacy loss (ε in the hundreds, e^t overflows) or Opacus fails numerically, the RDP bound is returned
+  instead with an :class:`AccountingFallbackWarning`; a non-finite ε is never returned silently.
 
 Only numpy and scipy are needed for ``rdp``.
 """
@@ -18,6 +21,7 @@ Only numpy and scipy are needed for ``rdp``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,11 +36,23 @@ from dpaudit._validation import (
     check_ratio,
 )
 
-DEFAULT_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + list(range(12, 64)))
-"""Rényi orders α used by Opacus (and TF Privacy's Tramer–Boneh experiments)."""
+OPACUS_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + list(range(12, 64)))
+"""Rényi orders α used by Opacus (and TF Privacy's Tramer–Boneh experiments): 1.1 … 10.9, 12 … 63."""
+
+DEFAULT_ORDERS: tuple[float, ...] = OPACUS_ORDERS + tuple(sorted({round(64 * 1.2**k) for k in range(25)}))
+"""Opacus's orders, then integer orders 64 … 5,047 spaced by a factor of about 1.2.
+
+With Opacus's orders alone the RDP ε can never fall below ≈ 0.10 at δ = 1e-5 (the conversion term
+(log(1/δ) − log α)/(α − 1) at α = 63), however much noise is added; the larger orders lower that floor to
+≈ 0.002 (:func:`rdp_epsilon_floor`). Where the best order is below 64 the ε is Opacus's exactly."""
 
 ACCOUNTANTS = ("rdp", "prv")
 CONVERSIONS = ("improved", "classic")
+
+PRV_MEMORY_BUDGET = 1 << 30
+"""Bytes the PRV accountant's grid may take (about 180 bytes a grid point for the first (z, q) pair and 24
+for each further one, measured with Opacus 1.6); a larger grid is refused before it is built."""
+_PRV_LARGEST_LOSS = 700.0  # e^t overflows float64 just above t = 709.78: PRV's domain must stay below
 _SERIES_TOLERANCE = math.log(1e-12)  # stop the fractional-order series once terms are 1e-12 of the total
 
 
@@ -123,6 +139,9 @@ def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
 
     Returns:
         (ε, α) minimising ε; ε is clipped at 0 from below.
+
+    Raises:
+        DPAuditError: when the RDP is infinite (or undefined) at every order.
     """
     check_choice("conversion", conversion, CONVERSIONS)
     check_probability("delta (δ)", delta)
@@ -134,6 +153,8 @@ def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
         eps = rdp + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
     eps = np.where(np.isnan(eps), np.inf, eps)
     best = int(np.argmin(eps))
+    if not np.isfinite(eps[best]):
+        raise DPAuditError(f"the RDP is infinite at every one of the {len(orders)} orders: no finite ε at δ = {delta:g}")
     return max(float(eps[best]), 0.0), float(orders[best])
 
 
@@ -184,10 +205,13 @@ def epsilon(*, noise_multiplier: float | Sequence[float], sample_rate: float | S
         eps_error: the PRV accountant's ε discretisation error (prv only).
 
     Returns:
-        ε ≥ 0 (0 for zero steps).
+        ε ≥ 0 (0 for zero steps), always finite. With ``accountant="prv"``, where the PRV grid cannot
+        represent the run (ε in the hundreds) or Opacus fails numerically, the RDP upper bound with an
+        :class:`AccountingFallbackWarning` saying so.
 
     Raises:
-        DPAuditError: one line naming a bad argument (σ ≤ 0, q outside (0, 1], δ outside (0, 1), …).
+        DPAuditError: one line naming a bad argument (σ ≤ 0, q outside (0, 1], δ outside (0, 1), …), or
+            the settings whose PRV grid would exceed :data:`PRV_MEMORY_BUDGET`.
     """
     table = _steps_table(noise_multiplier, sample_rate, steps)
     check_probability("delta (δ)", delta)
@@ -195,20 +219,107 @@ def epsilon(*, noise_multiplier: float | Sequence[float], sample_rate: float | S
     if not table:
         return 0.0
     if accountant == "prv":
-        return _prv_epsilon(table, delta=delta, eps_error=eps_error)
+        return _prv_epsilon(table, delta=delta, eps_error=eps_error, orders=orders, conversion=conversion)
+    return _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
+
+
+class AccountingFallbackWarning(UserWarning):
+    """The PRV accountant could not compute ε here; the (valid, looser) RDP upper bound was returned."""
+
+
+def prv_grid(*, noise_multiplier: float | Sequence[float], sample_rate: float | Sequence[float],
+             steps: int | None = None, delta: float, eps_error: float = 0.01) -> dict:
+    """Size of the grid on which the PRV accountant would discretise this run, without building it.
+
+    Follows Opacus's ``PRVAccountant`` (Gopi, Lee & Wutschitz 2021, remark 5.6): the privacy loss t is
+    truncated to [−L, L], L = 3 + an RDP bound on ε at δ_error / 4 (δ_error = δ/1000), on a mesh of
+    ``eps_error`` / √(T · log(12/δ_error) / 2).
+
+    Args:
+        noise_multiplier, sample_rate, steps, delta, eps_error: as :func:`epsilon`.
+
+    Returns:
+        ``{"domain": L, "mesh": mesh, "points": grid points, "pairs": distinct (z, q), "bytes": estimated
+        peak memory of the accountant in bytes}``.
+    """
+    check_positive("eps_error", eps_error)
+    check_probability("delta (δ)", delta)
+    return _prv_grid(_steps_table(noise_multiplier, sample_rate, steps), delta=delta, eps_error=eps_error)
+
+
+def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> dict:
+    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV, compute_safe_domain_size
+
+    delta_error = delta / 1000  # Opacus's default
+    with warnings.catch_warnings():  # Opacus warns when its RDP bound's best order is an end of its grid
+        warnings.simplefilter("ignore", UserWarning)
+        domain = compute_safe_domain_size(prvs=[PoissonSubsampledGaussianPRV(q, z) for z, q, _ in table],
+                                          max_self_compositions=[count for *_, count in table],
+                                          eps_error=eps_error, delta_error=delta_error)
+    steps = sum(count for *_, count in table)
+    mesh = eps_error / math.sqrt(steps * math.log(12 / delta_error) / 2)
+    points = 2 * domain / mesh
+    return {"domain": float(domain), "mesh": mesh, "points": points, "pairs": len(table),
+            "bytes": points * (180 + 24 * (len(table) - 1))}
+
+
+def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_error: float,
+                 orders: Sequence[float], conversion: str) -> float:
+    check_positive("eps_error", eps_error)
+    grid = _prv_grid(table, delta=delta, eps_error=eps_error)
+    z, q = min(z for z, _, _ in table), max(q for _, q, _ in table)
+    steps = sum(count for *_, count in table)
+    settings = f"z = {z:g}, q = {q:g}, T = {steps}, δ = {delta:g}"
+
+    def fallback(reason: str) -> float:
+        value = _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
+        warnings.warn(f"PRV accountant: {reason} ({settings}); returning the RDP upper bound ε = {value:.6g} "
+                      f"instead", AccountingFallbackWarning, stacklevel=4)
+        return value
+
+    if grid["domain"] > _PRV_LARGEST_LOSS:
+        return fallback(f"the privacy loss reaches t = {grid['domain']:.4g}, beyond what e^t can hold")
+    if grid["bytes"] > PRV_MEMORY_BUDGET:
+        raise DPAuditError(f"the PRV accountant needs a grid of {grid['points']:.3g} points (about "
+                           f"{grid['bytes'] / 2**30:.1f} GiB, over dpaudit.theory.accounting.PRV_MEMORY_BUDGET = "
+                           f"{PRV_MEMORY_BUDGET / 2**30:.1f} GiB) for {settings}, eps_error = {eps_error:g}; use "
+                           f"accountant='rdp' or a larger eps_error")
+    from opacus.accountants import PRVAccountant
+
+    prv = PRVAccountant()
+    prv.history = list(table)
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            value = float(prv.get_epsilon(delta=delta, eps_error=eps_error))
+    except (RuntimeError, ValueError) as error:  # Opacus's numerical failures ("Cannot compute epsilon", …)
+        return fallback(f"Opacus failed: {error}")
+    if not math.isfinite(value):
+        return fallback(f"the grid gave ε = {value}")
+    return max(value, 0.0)
+
+
+def _rdp_epsilon(table: list[tuple[float, float, int]], *, delta: float, orders: Sequence[float],
+                 conversion: str) -> float:
     orders = _check_orders(orders)
     total = sum(count * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
                 for z, q, count in table)
     return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
 
 
-def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> float:
-    check_positive("eps_error", eps_error)
-    from opacus.accountants import PRVAccountant
+def rdp_epsilon_floor(*, delta: float, orders: Sequence[float] = DEFAULT_ORDERS,
+                      conversion: str = "improved") -> float:
+    """The smallest ε the RDP accountant can report at δ with these orders (RDP → 0, infinite noise).
 
-    prv = PRVAccountant()
-    prv.history = list(table)
-    return max(float(prv.get_epsilon(delta=delta, eps_error=eps_error)), 0.0)
+    Args:
+        delta: δ ∈ (0, 1).
+        orders, conversion: as :func:`epsilon`.
+
+    Returns:
+        min over α of the conversion term alone: (log(1/δ) − log α)/(α − 1) + log(1 − 1/α) (improved) or
+        log(1/δ)/(α − 1) (classic), at least 0.
+    """
+    orders = _check_orders(orders)
+    return rdp_to_epsilon(rdp=np.zeros(len(orders)), orders=orders, delta=delta, conversion=conversion)[0]
 
 
 def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float | Sequence[float],
@@ -256,21 +367,38 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
     if prior_q.size == 1 and prior_z.size > 1:
         prior_q = np.full(prior_z.size, prior_q[0])
 
-    def eps_at(z: float) -> float:
+    def eps_at(z: float, name: str = accountant) -> float:
         noise = np.full(len(rates), z) if factors is None else z * factors
         return epsilon(noise_multiplier=np.concatenate([prior_z, noise]), sample_rate=np.concatenate([prior_q, rates]),
-                       delta=delta, accountant=accountant, orders=orders, conversion=conversion,
-                       eps_error=eps_error)
+                       delta=delta, accountant=name, orders=orders, conversion=conversion, eps_error=eps_error)
 
-    low, high = 0.05, 1.0
-    while eps_at(high) > target_epsilon:
-        low, high = high, high * 2
-        if high > 1e6:
-            raise DPAuditError(f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta}")
-    while eps_at(low) <= target_epsilon:
-        high, low = low, low / 2
-        if low < 1e-4:
-            return high
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    _check_reachable(target_epsilon, delta=delta, accountant=accountant, orders=orders, conversion=conversion,
+                     eps_error=eps_error, preceding=(prior_z, prior_q))
+    if accountant == "prv":
+        # Bracket with the cheap RDP accountant: PRV's grid grows without bound as z falls (about 10⁸ points
+        # at z = 0.05), so PRV is only asked near the answer, where its grid is modest.
+        high = calibrate_noise(target_epsilon=target_epsilon, delta=delta, sample_rate=rates, orders=orders,
+                               conversion=conversion, noise_schedule=factors, tolerance=1e-3,
+                               preceding=None if preceding is None else (prior_z, prior_q))
+        while eps_at(high) > target_epsilon:  # PRV's upper estimate exceeds RDP's only by about eps_error
+            high *= 1.25
+            if high > 1e6:
+                raise DPAuditError(f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta} "
+                                   f"by the PRV accountant")
+        low = high / 1.25
+        while eps_at(low) <= target_epsilon:
+            high, low = low, low / 1.25
+    else:
+        low, high = 0.05, 1.0
+        while eps_at(high) > target_epsilon:
+            low, high = high, high * 2
+            if high > 1e6:
+                raise DPAuditError(f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta}")
+        while eps_at(low) <= target_epsilon:
+            high, low = low, low / 2
+            if low < 1e-4:
+                return high
     # Illinois regula falsi on log ε against log z: the bracket [low (too little noise), high (enough)]
     # shrinks in a few evaluations where bisection needs ~17; `high` always meets the target.
     def gap(z: float) -> float:
@@ -298,6 +426,28 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
     while eps_at(steps_up * grid) > target_epsilon:
         steps_up += 1
     return round(steps_up * grid, 12)
+
+
+def _check_reachable(target_epsilon: float, *, delta: float, accountant: str, orders: Sequence[float],
+                     conversion: str, eps_error: float, preceding: tuple[np.ndarray, np.ndarray]) -> None:
+    """One-line error, before any search, when no amount of noise can meet ``target_epsilon``."""
+    if accountant == "rdp":
+        floor = rdp_epsilon_floor(delta=delta, orders=orders, conversion=conversion)
+        if target_epsilon <= floor:
+            largest = float(np.max(_check_orders(orders)))
+            raise DPAuditError(f"ε = {target_epsilon:g} is below the smallest ε the RDP accountant can report at "
+                               f"δ = {delta:g} with Rényi orders up to {largest:g} ({floor:.4g}, however large the "
+                               f"noise); pass larger orders or use accountant='prv'")
+    elif target_epsilon <= eps_error:
+        raise DPAuditError(f"ε = {target_epsilon:g} is not above the PRV accountant's error eps_error = "
+                           f"{eps_error:g}, which its upper bound includes; pass a smaller eps_error")
+    prior_z, prior_q = preceding
+    if prior_z.size:
+        spent = epsilon(noise_multiplier=prior_z, sample_rate=prior_q, steps=prior_z.size, delta=delta,
+                        accountant="rdp", orders=orders, conversion=conversion)
+        if accountant == "rdp" and spent > target_epsilon:
+            raise DPAuditError(f"the preceding steps alone spend ε = {spent:.4g} > {target_epsilon:g} at "
+                               f"δ = {delta:g}: no noise on the remaining steps can meet the target")
 
 
 def _check_orders(orders: Sequence[float]) -> np.ndarray:
