@@ -11,7 +11,7 @@ validate(config, "workflow/schemas/params.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/seed004.smk"
+include: "workflow/rules/dpsgd_dc.smk"
 include: "workflow/rules/optimizers.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/papers.smk"
@@ -19,7 +19,7 @@ include: "workflow/rules/papers.smk"
 
 rule all:
     input:
-        rules.seed004_all.input,
+        rules.dpsgd_dc_all.input,
         rules.optimizers_all.input,
         rules.audit_all.input,
         rules.papers_all.input,
@@ -36,5 +36,7 @@ rule manifest:
         manifest="figures/manifest.json",
         table="figures/claims.md",
         gallery="figures/gallery.md",
+    log:
+        "logs/manifest.log",
     shell:
-        "dpaudit manifest {input} --out {output.manifest} --table {output.table} --gallery {output.gallery}"
+        "dpaudit manifest {input} --out {output.manifest} --table {output.table} --gallery {output.gallery} > {log} 2>&1"

@@ -26,7 +26,9 @@ def accounting() -> dict:
     dynamic = np.repeat(3.0 * np.arange(1, 41) ** -0.25, 59)  # 40 noise levels × 59 steps, q = 1/59
     common = {"sample_rate": 1 / 59, "delta": 1e-5}
     return {
-        f"{name}_{accountant}_seconds": _seconds(lambda z=z, a=accountant: epsilon(noise_multiplier=z, accountant=a, **common))
+        f"{name}_{accountant}_seconds": _seconds(
+            lambda z=z, a=accountant: epsilon(noise_multiplier=z, accountant=a, **common)
+        )
         for name, z in (("static", np.full(2360, 3.0)), ("dynamic", dynamic))
         for accountant in ("rdp", "prv")
     }
@@ -34,7 +36,7 @@ def accounting() -> dict:
 
 def optimizer_steps(batch: int = 36, repeats: int = 20) -> dict:
     from dpaudit import models, optim
-    from dpaudit.train import PerSampleGradients
+    from dpaudit.per_sample import PerSampleGradients
 
     images, labels = torch.randn(batch, 1, 8, 8), torch.randint(0, 10, (batch,))
     timings = {}
@@ -43,8 +45,16 @@ def optimizer_steps(batch: int = 36, repeats: int = 20) -> dict:
         if not issubclass(spec.cls, optim.PrivateOptimizer):
             continue
         model = models.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10, seed=0)
-        hyper = optim.Hyperparameters(lr=0.01, expected_batch_size=batch, dataset_size=360, clip_norm=1.0,
-                                      sigma_dp=0.05, warmup_sigma_dp=0.05, domain_radius=5.0, epochs=10)
+        hyper = optim.Hyperparameters(
+            lr=0.01,
+            expected_batch_size=batch,
+            dataset_size=360,
+            clip_norm=1.0,
+            sigma_dp=0.05,
+            warmup_sigma_dp=0.05,
+            domain_radius=5.0,
+            epochs=10,
+        )
         opt = spec.cls(list(model.parameters()), hyper, generator=torch.Generator().manual_seed(0))
         per_sample = PerSampleGradients(model, "functorch")
 
@@ -59,9 +69,14 @@ def optimizer_steps(batch: int = 36, repeats: int = 20) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({
-        "accounting": accounting(),
-        "step_ms_cnn_digits_b36": optimizer_steps(),
-        "threads": torch.get_num_threads(),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "accounting": accounting(),
+                "step_ms_cnn_digits_b36": optimizer_steps(),
+                "threads": torch.get_num_threads(),
+                "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
+            },
+            indent=1,
+        )
+    )

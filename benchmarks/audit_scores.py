@@ -1,6 +1,6 @@
 """Wall time of dpaudit.audit_scores on N(1,1) member vs N(0,1) non-member scores; prints JSON.
 
-    python benchmarks/audit_scores.py [--n 10000] [--repeats 5]
+python benchmarks/audit_scores.py [--n 10000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -32,9 +32,19 @@ def main() -> None:
             audit_scores(members, nonmembers, selection=selection)
             times.append(time.perf_counter() - start)
         results[selection] = {"median_s": float(np.median(times)), "max_s": float(max(times))}
-    print(json.dumps({"scores_per_class": args.n, "repeats": args.repeats, "seconds": results,
-                      "cpu_count": os.cpu_count(), "python": platform.python_version(),
-                      "numpy": np.__version__}, indent=2))
+    print(
+        json.dumps(
+            {
+                "scores_per_class": args.n,
+                "repeats": args.repeats,
+                "seconds": results,
+                "cpu_count": os.cpu_count(),
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import sys
 CHILD = """
 import json, resource, sys, time
 from dpaudit.theory import calibrate_noise, epsilon
-q, steps, target, delta, accountant = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+q, steps, target = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+delta, accountant = float(sys.argv[4]), sys.argv[5]
 start = time.perf_counter()
 z = calibrate_noise(target_epsilon=target, delta=delta, sample_rate=q, steps=steps, accountant=accountant)
 seconds = time.perf_counter() - start
@@ -44,17 +45,29 @@ def main() -> None:
     for q in args.rates:
         for steps in args.steps:
             for target in args.epsilons:
-                done = subprocess.run([sys.executable, "-c", CHILD, str(q), str(steps), str(target), str(args.delta),
-                                       args.accountant], capture_output=True, text=True, check=True)
+                done = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(q), str(steps), str(target), str(args.delta), args.accountant],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 record = json.loads(done.stdout.strip().splitlines()[-1])
                 print(json.dumps(record), file=sys.stderr)
                 records.append(record)
-    print(json.dumps({"accountant": args.accountant, "delta": args.delta,
-                      "max_seconds": max(r["seconds"] for r in records),
-                      "max_peak_mb": max(r["peak_mb"] for r in records),
-                      "max_overshoot": max(r["epsilon"] - r["target_epsilon"] for r in records),
-                      "max_undershoot": max(r["target_epsilon"] - r["epsilon"] for r in records),
-                      "records": records}, indent=1))
+    print(
+        json.dumps(
+            {
+                "accountant": args.accountant,
+                "delta": args.delta,
+                "max_seconds": max(r["seconds"] for r in records),
+                "max_peak_mb": max(r["peak_mb"] for r in records),
+                "max_overshoot": max(r["epsilon"] - r["target_epsilon"] for r in records),
+                "max_undershoot": max(r["target_epsilon"] - r["epsilon"] for r in records),
+                "records": records,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

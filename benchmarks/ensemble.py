@@ -8,7 +8,8 @@ images, which time the same as CIFAR-10) it trains K models for the same number 
 (a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise; per-sample gradients
 by ``grad_sample: auto``, i.e. layer by layer for sequential models, and again by torch.func's vmap),
 (b) DP-SGD with Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one
-model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each). ``speedup_vs_opacus_sequential`` = b/a and
+model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each).
+``speedup_vs_opacus_sequential`` = b/a and
 ``ratio_to_nonprivate_sequential`` = a/c.
 
 Every variant runs ``--repeats`` times, in rounds (each round runs all variants once, in the same order);
@@ -46,8 +47,9 @@ def training_set(dataset: str, size: int) -> ArrayDataset:
     if dataset == "digits":
         return load_dataset("digits").subset(np.arange(size))
     rng = np.random.default_rng(0)
-    return ArrayDataset(dataset, rng.normal(size=(size, 3, 32, 32)).astype(np.float32),
-                        rng.integers(0, 10, size).astype(np.int64), 10)
+    return ArrayDataset(
+        dataset, rng.normal(size=(size, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, size).astype(np.int64), 10
+    )
 
 
 def timed(config: TrainConfig, members: list[Member], *, together: bool) -> float:
@@ -73,15 +75,20 @@ def opacus_privacy_engine(config: TrainConfig, members: list[Member]) -> float:
     info = dataset_info(config.dataset)
     start = time.perf_counter()
     for member in members:
-        model = build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes,
-                            seed=member.model_index).to(config.device)
+        model = build_model(
+            config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=member.model_index
+        ).to(config.device)
         data = TensorDataset(torch.from_numpy(member.train_data.images), torch.from_numpy(member.train_data.labels))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
-                module=model, optimizer=torch.optim.SGD(model.parameters(), lr=config.lr),
-                data_loader=DataLoader(data, batch_size=config.batch_size), noise_multiplier=1.0,
-                max_grad_norm=config.clip_norm, poisson_sampling=True)
+                module=model,
+                optimizer=torch.optim.SGD(model.parameters(), lr=config.lr),
+                data_loader=DataLoader(data, batch_size=config.batch_size),
+                noise_multiplier=1.0,
+                max_grad_norm=config.clip_norm,
+                poisson_sampling=True,
+            )
             for _ in range(config.epochs):
                 for images, labels in loader:
                     optimizer.zero_grad()
@@ -112,7 +119,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--architectures", nargs="+", default=["cnn-digits", "cnn"], choices=sorted(DATASETS))
     parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per gradient call (default: 2048)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of all variants; each keeps its fastest (default: 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of all variants; each keeps its fastest (default: 3)"
+    )
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -122,10 +131,22 @@ def main() -> None:
         dataset = DATASETS[architecture]
         data = training_set(dataset, args.dataset_size)
         members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
-        private = TrainConfig(dataset=dataset, model=architecture, optimizer="dpsgd-gc", epochs=epochs,
-                              batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0,
-                              sampling="poisson", target_size=args.dataset_size, num_shadows=0, diagnostics=False,
-                              device=args.device, memory_budget_mb=args.memory_budget_mb).validated()
+        private = TrainConfig(
+            dataset=dataset,
+            model=architecture,
+            optimizer="dpsgd-gc",
+            epochs=epochs,
+            batch_size=args.batch_size,
+            lr=0.1,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            sampling="poisson",
+            target_size=args.dataset_size,
+            num_shadows=0,
+            diagnostics=False,
+            device=args.device,
+            memory_budget_mb=args.memory_budget_mb,
+        ).validated()
         model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)
         method = resolve_method(model, private.grad_sample)
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
@@ -135,13 +156,16 @@ def main() -> None:
             "ensemble_dpsgd": functools.partial(timed, private, members, together=True),
             "opacus_sequential_dpsgd": functools.partial(opacus_privacy_engine, private, members),
             "nonprivate_sequential_sgd": functools.partial(
-                timed, replace(private, optimizer="sgd", engine="sequential"), members, together=False),
+                timed, replace(private, optimizer="sgd", engine="sequential"), members, together=False
+            ),
             "engine_opacus_hooks_sequential_dpsgd": functools.partial(
-                timed, replace(private, engine="sequential", grad_sample="opacus"), members, together=False),
+                timed, replace(private, engine="sequential", grad_sample="opacus"), members, together=False
+            ),
         }
         if method != "functorch":  # else the same as ensemble_dpsgd
             runs["ensemble_functorch_dpsgd"] = functools.partial(
-                timed, replace(private, grad_sample="functorch"), members, together=True)
+                timed, replace(private, grad_sample="functorch"), members, together=True
+            )
         rounds, peak_mb = [], {}
         for round_index in range(args.repeats):
             seconds = {}
@@ -151,7 +175,9 @@ def main() -> None:
                 seconds[name] = run()
                 if args.device == "cuda":
                     peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
-                print(f"{architecture} round {round_index + 1}: {name} {seconds[name]:.2f} s", file=sys.stderr, flush=True)
+                print(
+                    f"{architecture} round {round_index + 1}: {name} {seconds[name]:.2f} s", file=sys.stderr, flush=True
+                )
             rounds.append(seconds)
         seconds = {name: min(round_[name] for round_ in rounds) for name in rounds[0]}
         seconds.setdefault("ensemble_functorch_dpsgd", seconds["ensemble_dpsgd"])
@@ -160,22 +186,37 @@ def main() -> None:
             "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in rounds[0]},
             "speedup_vs_opacus_sequential": seconds["opacus_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
             "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
-            "speedup_vs_engine_opacus_hooks_sequential":
-                seconds["engine_opacus_hooks_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
+            "speedup_vs_engine_opacus_hooks_sequential": seconds["engine_opacus_hooks_sequential_dpsgd"]
+            / seconds["ensemble_dpsgd"],
             "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
             "ensemble_gradient_method": method,
             "peak_gpu_memory_mb": peak_mb or None,
             "parameters": parameter_count(model),
         }
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
-    print(json.dumps({
-        "models_K": args.models, "steps_per_model": epochs * steps_per_epoch, "batch_size": args.batch_size,
-        "repeats": args.repeats,
-        "dataset_size": args.dataset_size, "device": args.device, "device_name": device_name,
-        "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "results": results,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "opacus": __import__("opacus").__version__, "numpy": np.__version__},
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "models_K": args.models,
+                "steps_per_model": epochs * steps_per_epoch,
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "dataset_size": args.dataset_size,
+                "device": args.device,
+                "device_name": device_name,
+                "threads": torch.get_num_threads(),
+                "cpu_count": os.cpu_count(),
+                "results": results,
+                "versions": {
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "opacus": __import__("opacus").__version__,
+                    "numpy": np.__version__,
+                },
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,20 @@ def main() -> None:
     from dpaudit.config import TrainConfig
     from dpaudit.train import _ModelRun, train_configuration
 
-    config = TrainConfig(dataset="digits", model="cnn-digits", optimizer="dpsgd-gc", sigma_dp=0.01, clip_norm=1.0,
-                         batch_size=50, lr=0.1, epochs=args.epochs, target_size=300, num_shadows=10, canaries=50,
-                         device="cpu")
+    config = TrainConfig(
+        dataset="digits",
+        model="cnn-digits",
+        optimizer="dpsgd-gc",
+        sigma_dp=0.01,
+        clip_norm=1.0,
+        batch_size=50,
+        lr=0.1,
+        epochs=args.epochs,
+        target_size=300,
+        num_shadows=10,
+        canaries=50,
+        device="cpu",
+    )
     sizes: list[int] = []
     save = _ModelRun.save_state
 
@@ -45,14 +56,24 @@ def main() -> None:
                 train_configuration(config, out_dir=Path(work) / f"{name}_{repeat}", progress=False, state_every=every)
                 seconds[name].append(time.perf_counter() - started)
     best = {name: min(values) for name, values in seconds.items()}
-    print(json.dumps({
-        "models": 1 + config.num_shadows, "epochs": config.epochs, "saves": len(sizes),
-        "seconds": seconds, "best_seconds": best,
-        "overhead_every_epoch": best["every_epoch"] / best["never"] - 1,
-        "seconds_per_save": (best["every_epoch"] - best["never"]) / max(1, len(sizes) // args.repeats),
-        "state_file_bytes_max": max(sizes, default=0),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "models": 1 + config.num_shadows,
+                "epochs": config.epochs,
+                "saves": len(sizes),
+                "seconds": seconds,
+                "best_seconds": best,
+                "overhead_every_epoch": best["every_epoch"] / best["never"] - 1,
+                "seconds_per_save": (best["every_epoch"] - best["never"]) / max(1, len(sizes) // args.repeats),
+                "state_file_bytes_max": max(sizes, default=0),
+                "threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,9 @@ def read_json(path: str | os.PathLike) -> Any:
         try:
             return json.load(stream)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise DPAuditError(f"{path}: not valid JSON: {' '.join(str(error).split())}; delete it and rerun the "
-                               "step that writes it") from None
+            raise DPAuditError(
+                f"{path}: not valid JSON: {' '.join(str(error).split())}; delete it and rerun the step that writes it"
+            ) from None
 
 
 def _to_builtin(value: Any) -> Any:

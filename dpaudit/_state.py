@@ -26,8 +26,9 @@ _MISSING = object()
 def capture(obj: Any) -> dict[str, Any]:
     """The instance attributes of ``obj`` (except its class's ``transient_state``), encoded."""
     skip = set(getattr(type(obj), "transient_state", ()))
-    return {name: _encode(value, f"{type(obj).__name__}.{name}") for name, value in vars(obj).items()
-            if name not in skip}
+    return {
+        name: _encode(value, f"{type(obj).__name__}.{name}") for name, value in vars(obj).items() if name not in skip
+    }
 
 
 def restore(obj: Any, state: dict[str, Any]) -> Any:
@@ -59,15 +60,21 @@ def _encode(value: Any, where: str) -> Any:
         return {key: _encode(item, f"{where}[{key!r}]") for key, item in value.items()}
     if hasattr(value, "__dict__") and type(value).__module__.startswith("dpaudit."):
         return {_OBJECT: capture(value)}
-    raise TypeError(f"{where}: cannot save training state of type {type(value).__name__}; "
-                    "list it in transient_state if it is not state")
+    raise TypeError(
+        f"{where}: cannot save training state of type {type(value).__name__}; "
+        "list it in transient_state if it is not state"
+    )
 
 
 def decode(encoded: Any, current: Any = _MISSING) -> Any:
     """The value ``encoded`` stands for; tensors, generators and objects of ``current`` are updated in place."""
     if isinstance(encoded, torch.Tensor):
-        if (isinstance(current, torch.Tensor) and current.shape == encoded.shape and current.dtype == encoded.dtype
-                and current.device == encoded.device):
+        if (
+            isinstance(current, torch.Tensor)
+            and current.shape == encoded.shape
+            and current.dtype == encoded.dtype
+            and current.device == encoded.device
+        ):
             return current.copy_(encoded)
         return encoded
     if isinstance(encoded, list):
@@ -91,5 +98,7 @@ def decode(encoded: Any, current: Any = _MISSING) -> Any:
         if current is _MISSING or current is None:
             raise TypeError("an object is restored into an existing one only")
         return restore(current, encoded[_OBJECT])
-    return {key: decode(item, current.get(key, _MISSING) if isinstance(current, dict) else _MISSING)
-            for key, item in encoded.items()}
+    return {
+        key: decode(item, current.get(key, _MISSING) if isinstance(current, dict) else _MISSING)
+        for key, item in encoded.items()
+    }

@@ -24,8 +24,10 @@ def check_positive(name: str, value: float, *, allow_zero: bool = False) -> floa
 
 def check_positive_int(name: str, value: int, *, allow_zero: bool = False) -> int:
     """Return ``value`` if it is an integer > 0 (or ≥ 0 with ``allow_zero``)."""
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
-        isinstance(value, float) and value.is_integer()
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int,))
+        and not (isinstance(value, float) and value.is_integer())
     ):
         raise DPAuditError(f"{name} must be an integer, got {value!r}")
     number = int(value)

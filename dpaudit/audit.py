@@ -86,9 +86,19 @@ class AuditReport:
         ``tpr_at_fpr`` keys are ``repr(fpr)``, e.g. "0.001".
         """
         out: dict[str, Any] = {}
-        for name in ("epsilon_point", "epsilon_lower", "epsilon_lower_bonferroni", "epsilon_gdp", "gdp_mu",
-                     "epsilon_ceiling", "epsilon_ceiling_bonferroni", "threshold_lower", "auc", "delta",
-                     "confidence"):
+        for name in (
+            "epsilon_point",
+            "epsilon_lower",
+            "epsilon_lower_bonferroni",
+            "epsilon_gdp",
+            "gdp_mu",
+            "epsilon_ceiling",
+            "epsilon_ceiling_bonferroni",
+            "threshold_lower",
+            "auc",
+            "delta",
+            "confidence",
+        ):
             out[name] = _json_float(getattr(self, name))
         out["tpr_at_fpr"] = {repr(float(key)): _json_float(value) for key, value in self.tpr_at_fpr.items()}
         out["methods"] = dict(self.methods)
@@ -96,23 +106,29 @@ class AuditReport:
         out["n_nonmembers"] = int(self.n_nonmembers)
         out["seed"] = int(self.seed)
         out["selection"] = self.selection
-        out["roc"] = {key: [_json_float(value) for value in np.asarray(values, dtype=float)]
-                      for key, values in self.roc.items()}
+        out["roc"] = {
+            key: [_json_float(value) for value in np.asarray(values, dtype=float)] for key, values in self.roc.items()
+        }
         return out
 
     def summary(self) -> str:
         """One paragraph of text for logs and reports."""
         level = f"{100 * self.confidence:g}%"
         tprs = ", ".join(f"{value:.3g} at FPR {key:g}" for key, value in self.tpr_at_fpr.items())
-        limited = " (at the sample-size ceiling: more scores, not a stronger attack, would raise it)" \
-            if self.epsilon_lower >= self.epsilon_ceiling else ""
-        return (f"Audit of {self.n_members} member and {self.n_nonmembers} non-member scores at δ = {self.delta:g}: "
-                f"AUC {self.auc:.3f}; TPR {tprs}. Point estimate ε̂ = {self.epsilon_point:.2f} (eq. 20, not a bound). "
-                f"With {level} confidence ε ≥ {self.epsilon_lower:.2f} ({self.methods['epsilon_lower']}; "
-                f"ceiling {self.epsilon_ceiling:.2f}){limited} and ε ≥ {self.epsilon_lower_bonferroni:.2f} "
-                f"(all thresholds, simultaneous; ceiling {self.epsilon_ceiling_bonferroni:.2f}). Gaussian-DP "
-                f"estimate ε ≈ {self.epsilon_gdp:.2f} (μ̂ = {self.gdp_mu:.2f}; assumes a Gaussian trade-off "
-                f"curve, not a bound).")
+        limited = (
+            " (at the sample-size ceiling: more scores, not a stronger attack, would raise it)"
+            if self.epsilon_lower >= self.epsilon_ceiling
+            else ""
+        )
+        return (
+            f"Audit of {self.n_members} member and {self.n_nonmembers} non-member scores at δ = {self.delta:g}: "
+            f"AUC {self.auc:.3f}; TPR {tprs}. Point estimate ε̂ = {self.epsilon_point:.2f} (eq. 20, not a bound). "
+            f"With {level} confidence ε ≥ {self.epsilon_lower:.2f} ({self.methods['epsilon_lower']}; "
+            f"ceiling {self.epsilon_ceiling:.2f}){limited} and ε ≥ {self.epsilon_lower_bonferroni:.2f} "
+            f"(all thresholds, simultaneous; ceiling {self.epsilon_ceiling_bonferroni:.2f}). Gaussian-DP "
+            f"estimate ε ≈ {self.epsilon_gdp:.2f} (μ̂ = {self.gdp_mu:.2f}; assumes a Gaussian trade-off "
+            f"curve, not a bound)."
+        )
 
 
 def thin_roc(fpr, tpr, *, max_points: int = MAX_ROC_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -142,8 +158,15 @@ def thin_roc(fpr, tpr, *, max_points: int = MAX_ROC_POINTS) -> tuple[np.ndarray,
     return fpr[keep], tpr[keep]
 
 
-def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confidence: float = 0.95,
-                 seed: int = 0, selection: str = "split") -> AuditReport:
+def audit_scores(
+    member_scores,
+    nonmember_scores,
+    *,
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+    seed: int = 0,
+    selection: str = "split",
+) -> AuditReport:
     """Audit membership-inference scores (higher = member): estimates, lower bounds and the ROC.
 
     Args:
@@ -177,16 +200,26 @@ def audit_scores(member_scores, nonmember_scores, *, delta: float = 1e-5, confid
     split = _est.SPLIT_BOUNDS[selection](members, nonmembers, delta, alpha, seed)
     bonferroni = _est._lower_bonferroni(curve, delta, alpha)
     gdp = _est._gdp(curve, delta, alpha)
-    ceiling = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers, delta=delta,
-                                   confidence=confidence, selection=selection)
-    ceiling_bonferroni = _est.epsilon_ceiling(n_members=curve.n_members, n_nonmembers=curve.n_nonmembers,
-                                              delta=delta, confidence=confidence, selection="bonferroni")
+    ceiling = _est.epsilon_ceiling(
+        n_members=curve.n_members,
+        n_nonmembers=curve.n_nonmembers,
+        delta=delta,
+        confidence=confidence,
+        selection=selection,
+    )
+    ceiling_bonferroni = _est.epsilon_ceiling(
+        n_members=curve.n_members,
+        n_nonmembers=curve.n_nonmembers,
+        delta=delta,
+        confidence=confidence,
+        selection="bonferroni",
+    )
     if split.epsilon > ceiling or bonferroni.epsilon > ceiling_bonferroni:  # pragma: no cover - invariant
         raise DPAuditError("internal error: a lower bound exceeds its sample-size ceiling")
     roc_fpr, roc_tpr = thin_roc(curve.fpr, curve.tpr)
     methods = {
         "epsilon_point": "eq. 20 (Kairouz-Oh-Viswanath) point estimate, max over all thresholds of the finite "
-                         "ratios; not a bound",
+        "ratios; not a bound",
         "epsilon_lower": split.method,
         "epsilon_lower_bonferroni": bonferroni.method,
         "epsilon_gdp": gdp.method,
@@ -223,8 +256,18 @@ __all__ = ["AuditReport", "MAX_ROC_POINTS", "REPORT_FPRS", "audit_scores", "thin
 AUDIT_MODEL_ATTACKS = ("loss", "confidence")
 
 
-def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: float = 1e-5, confidence: float = 0.95,
-                seed: int = 0, selection: str = "split", device: str = "cpu") -> AuditReport:
+def audit_model(
+    model,
+    members,
+    nonmembers,
+    *,
+    attack: str = "loss",
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+    seed: int = 0,
+    selection: str = "split",
+    device: str = "cpu",
+) -> AuditReport:
     """Attack a trained model on known members and non-members and audit the scores.
 
     Args:
@@ -252,5 +295,6 @@ def audit_model(model, members, nonmembers, *, attack: str = "loss", delta: floa
 
     member_scores = loss_scores(model, members, signal=attack, device=device)
     nonmember_scores = loss_scores(model, nonmembers, signal=attack, device=device)
-    return audit_scores(member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed,
-                        selection=selection)
+    return audit_scores(
+        member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed, selection=selection
+    )

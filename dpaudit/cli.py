@@ -19,7 +19,7 @@ from dpaudit import __version__
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 
-_TRAIN_EXAMPLE = """example (target + 3 shadows, seed 004's σ_DP and C, on digits):
+_TRAIN_EXAMPLE = """example (target + 3 shadows, the DPSGD-GC/DC paper's σ_DP and C, on digits):
   dpaudit train --dataset digits --model cnn-digits --optimizer dpsgd-gc --sigma-dp 0.002 \\
       --clip-norm 20 --batch-size 50 --lr 0.1 --epochs 20 --eval-epochs 10,20 --sampling shuffle \\
       --num-shadows 3 --target-size 300 --out results/demo
@@ -96,8 +96,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dpaudit.train import train_configuration
 
     # validates (one-line errors before any data loads) and calibrates the noise once
-    summary = train_configuration(config, out_dir=args.out, progress=not args.quiet, resume=not args.restart,
-                                  state_every=_state_every(args.state_every))
+    summary = train_configuration(
+        config,
+        out_dir=args.out,
+        progress=not args.quiet,
+        resume=not args.restart,
+        state_every=_state_every(args.state_every),
+    )
     derived = summary["derived"]
     print(
         f"trained {len(summary['models'])} models ({config.optimizer}, n={derived['dataset_size_n']}, "
@@ -105,13 +110,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"{derived['steps_per_epoch']} steps/epoch × {config.epochs} epochs) → {args.out}"
     )
     if derived["planned_epsilon"] is not None:
-        print(f"theoretical ε = {derived['planned_epsilon']:.4g} at δ = {config.delta:g} ({config.accountant} accountant"
-              f"{', approximate: shuffled batches' if config.sampling == 'shuffle' else ''})")
+        print(
+            f"theoretical ε = {derived['planned_epsilon']:.4g} at δ = {config.delta:g} ({config.accountant} accountant"
+            f"{', approximate: shuffled batches' if config.sampling == 'shuffle' else ''})"
+        )
     if args.summarize:
         from dpaudit.experiments import summarize_run
 
-        summarize_run(args.out, delta=config.delta, accountant=config.accountant,
-                      attacks=("loss", "canary") if config.canaries else ("loss",))
+        summarize_run(
+            args.out,
+            delta=config.delta,
+            accountant=config.accountant,
+            attacks=("loss", "canary") if config.canaries else ("loss",),
+        )
     return 0
 
 
@@ -120,8 +131,12 @@ def _cmd_attack(args: argparse.Namespace) -> int:
 
     config = ShadowAttackConfig(epochs=args.attack_epochs, per_class=not args.pooled, seed=args.seed)
     results = attack_run(
-        args.run, epochs=list(args.epochs) if args.epochs else None, config=config, delta=args.delta,
-        out_dir=args.out, progress=not args.quiet,
+        args.run,
+        epochs=list(args.epochs) if args.epochs else None,
+        config=config,
+        delta=args.delta,
+        out_dir=args.out,
+        progress=not args.quiet,
     )
     print(f"{'epoch':>6} {'FPR':>8} {'FNR':>8} {'ε̂ (eq. 20)':>12}")
     for result in results:
@@ -144,7 +159,9 @@ def _cmd_theory(args: argparse.Namespace) -> int:
         if args.epochs is not None:
             if "n" not in params or "b" not in params:
                 raise DPAuditError("--epochs needs --n and --b to convert epochs to steps (T = ceil(n/b)·E)")
-            steps = [int(t) for t in theory.epochs_to_steps(epochs=list(args.epochs), n=int(params["n"]), b=int(params["b"]))]
+            steps = [
+                int(t) for t in theory.epochs_to_steps(epochs=list(args.epochs), n=int(params["n"]), b=int(params["b"]))
+            ]
         else:
             steps = list(args.steps)
         for key in ("n", "b"):
@@ -155,7 +172,8 @@ def _cmd_theory(args: argparse.Namespace) -> int:
         required, optional = theory.condition_parameters(args.bound)
         missing = [key for key in required if key not in params]
         conditions = (  # validity conditions may need parameters the formula does not (b for the SGM bounds)
-            f"not checked: needs {', '.join(missing)}" if missing
+            f"not checked: needs {', '.join(missing)}"
+            if missing
             else theory.check_conditions(args.bound, **{k: v for k, v in params.items() if k in (*required, *optional)})
         )
         payload = {
@@ -183,8 +201,9 @@ def _fallback_notes(caught: list) -> list[str]:
     """The messages of the accounting fallbacks (PRV → RDP) among caught warnings, each once."""
     from dpaudit.theory import AccountingFallbackWarning
 
-    return list(dict.fromkeys(str(item.message) for item in caught
-                              if issubclass(item.category, AccountingFallbackWarning)))
+    return list(
+        dict.fromkeys(str(item.message) for item in caught if issubclass(item.category, AccountingFallbackWarning))
+    )
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
@@ -203,29 +222,57 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
     if args.run is None:
         if None in direct:
             raise DPAuditError("--noise-multiplier, --sample-rate and --steps go together")
-        payload = {name: epsilon(noise_multiplier=args.noise_multiplier, sample_rate=args.sample_rate,
-                                 steps=args.steps, accountant=name, **_accounting_options(args))
-                   for name in args.accountants}
-        print(json.dumps({"noise_multiplier": args.noise_multiplier, "sample_rate": args.sample_rate,
-                          "steps": args.steps, "delta": args.delta, "epsilon": payload,
-                          "notes": _fallback_notes(caught)}, ensure_ascii=False))
+        payload = {
+            name: epsilon(
+                noise_multiplier=args.noise_multiplier,
+                sample_rate=args.sample_rate,
+                steps=args.steps,
+                accountant=name,
+                **_accounting_options(args),
+            )
+            for name in args.accountants
+        }
+        print(
+            json.dumps(
+                {
+                    "noise_multiplier": args.noise_multiplier,
+                    "sample_rate": args.sample_rate,
+                    "steps": args.steps,
+                    "delta": args.delta,
+                    "epsilon": payload,
+                    "notes": _fallback_notes(caught),
+                },
+                ensure_ascii=False,
+            )
+        )
         return 0
     ledger_path = args.run / args.model / "ledger.json"
     if not ledger_path.is_file():
         raise DPAuditError(f"no privacy ledger at {ledger_path}; run `dpaudit train` first")
     ledger = read_json(ledger_path)
     epochs = list(args.epochs) if args.epochs else list(range(1, len(ledger["epoch_ends"]) + 1))
-    curves = {name: ledger_epsilons(ledger, accountant=name, epochs=epochs, logging=args.logging,
-                                    **_accounting_options(args))
-              for name in args.accountants}
-    result = {"model": args.model, "delta": args.delta, "conversion": args.conversion, "logging": args.logging,
-              "sampling": ledger["sampling"], "dp_claim": ledger["dp_claim"], "epochs": epochs, "epsilon": curves,
-              "notes": _fallback_notes(caught)}
+    curves = {
+        name: ledger_epsilons(ledger, accountant=name, epochs=epochs, logging=args.logging, **_accounting_options(args))
+        for name in args.accountants
+    }
+    result = {
+        "model": args.model,
+        "delta": args.delta,
+        "conversion": args.conversion,
+        "logging": args.logging,
+        "sampling": ledger["sampling"],
+        "dp_claim": ledger["dp_claim"],
+        "epochs": epochs,
+        "epsilon": curves,
+        "notes": _fallback_notes(caught),
+    }
     write_json(args.out or args.run / args.model / "epsilon.json", result)
     print(f"{'epoch':>6} " + " ".join(f"{'ε (' + name + ')':>12}" for name in curves))
     for row, epoch in enumerate(epochs):
         print(f"{epoch:>6} " + " ".join(f"{curves[name][row]:>12.4f}" for name in curves))
-    notes = [] if ledger["dp_claim"] else ["the optimizer makes no DP claim: these are the ε it claims, not a guarantee"]
+    notes = (
+        [] if ledger["dp_claim"] else ["the optimizer makes no DP claim: these are the ε it claims, not a guarantee"]
+    )
     if ledger["sampling"] == "shuffle":
         notes.append("shuffled batches: the accountants assume Poisson sampling, so ε is approximate")
     for note in notes + result["notes"]:
@@ -238,20 +285,46 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        z = calibrate_noise(target_epsilon=args.target_epsilon, sample_rate=args.sample_rate, steps=args.steps,
-                            accountant=args.accountant, **_accounting_options(args))
-        achieved = epsilon(noise_multiplier=z, sample_rate=args.sample_rate, steps=args.steps,
-                           accountant=args.accountant, **_accounting_options(args))
-    print(json.dumps({"noise_multiplier": z, "epsilon": achieved, "target_epsilon": args.target_epsilon,
-                      "delta": args.delta, "sample_rate": args.sample_rate, "steps": args.steps,
-                      "accountant": args.accountant, "notes": _fallback_notes(caught)}, ensure_ascii=False))
+        z = calibrate_noise(
+            target_epsilon=args.target_epsilon,
+            sample_rate=args.sample_rate,
+            steps=args.steps,
+            accountant=args.accountant,
+            **_accounting_options(args),
+        )
+        achieved = epsilon(
+            noise_multiplier=z,
+            sample_rate=args.sample_rate,
+            steps=args.steps,
+            accountant=args.accountant,
+            **_accounting_options(args),
+        )
+    print(
+        json.dumps(
+            {
+                "noise_multiplier": z,
+                "epsilon": achieved,
+                "target_epsilon": args.target_epsilon,
+                "delta": args.delta,
+                "sample_rate": args.sample_rate,
+                "steps": args.steps,
+                "accountant": args.accountant,
+                "notes": _fallback_notes(caught),
+            },
+            ensure_ascii=False,
+        )
+    )
     return 0
 
 
 def _add_accounting_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
-    parser.add_argument("--conversion", choices=("improved", "classic"), default="improved",
-                        help="RDP → (ε, δ): improved (Balle et al. 2020, Opacus) or classic (Mironov 2017)")
+    parser.add_argument(
+        "--conversion",
+        choices=("improved", "classic"),
+        default="improved",
+        help="RDP → (ε, δ): improved (Balle et al. 2020, Opacus) or classic (Mironov 2017)",
+    )
     parser.add_argument("--eps-error", type=float, default=0.01, help="PRV accountant ε error (default: 0.01)")
 
 
@@ -279,7 +352,6 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from dpaudit._io import atomic_write_bytes, read_json, write_json
-
     from dpaudit.figures._paper import SKIPPED
 
     entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
@@ -290,8 +362,9 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
             for claim in entry["claims"]:
                 verdict = "yes" if claim["holds"] else "**no**"
                 lines.append(f"| {entry['name']} ({entry['figure']}) | {claim['claim']} | {verdict} |")
-        lines += ["", "Not regenerated:", ""] + [f"- {item['name']} ({item['figure']}): {item['skipped']}"
-                                                 for item in SKIPPED]
+        lines += ["", "Not regenerated:", ""] + [
+            f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in SKIPPED
+        ]
         atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
     if args.gallery:
         from dpaudit.results import gallery_markdown
@@ -327,7 +400,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
         for name in available_datasets():
             info = dataset_info(name)
-            print(f"{name:15} {info.input_shape}  classes={info.num_classes}  train={info.train_size}  test={info.test_size}")
+            print(
+                f"{name:15} {info.input_shape}  classes={info.num_classes}  train={info.train_size}  "
+                f"test={info.test_size}"
+            )
     elif args.what == "figures":
         from dpaudit.figures import FIGURES
 
@@ -379,7 +455,7 @@ def _run_scores(args: argparse.Namespace, attack: str):
     import numpy as np
 
     from dpaudit._io import read_json
-    from dpaudit.train import load_run_config
+    from dpaudit.run import load_run_config
 
     members, nonmembers, theory, epoch = [], [], {}, None
     for run in args.run:
@@ -404,12 +480,15 @@ def _run_scores(args: argparse.Namespace, attack: str):
 
             observed = CanaryObservations.load(run / "target" / "canaries.npz")
             scores = observed.scores()
-            theory["epsilon_mechanism"] = max(theory.get("epsilon_mechanism", 0.0),
-                                              observed.mechanism_epsilon(delta=args.delta))
-            theory["mechanism"] = ("the dense steps' composition, no subsampling; trials: the learned support"
-                                   if observed.design == "support" else
-                                   "one Gaussian step at the runs' smallest noise multiplier, no subsampling; "
-                                   "trials: each run's steps at its smallest noise multiplier")
+            theory["epsilon_mechanism"] = max(
+                theory.get("epsilon_mechanism", 0.0), observed.mechanism_epsilon(delta=args.delta)
+            )
+            theory["mechanism"] = (
+                "the dense steps' composition, no subsampling; trials: the learned support"
+                if observed.design == "support"
+                else "one Gaussian step at the runs' smallest noise multiplier, no subsampling; "
+                "trials: each run's steps at its smallest noise multiplier"
+            )
             theory["selection"] = observed.selection
             epoch = None
         members.append(scores[0])
@@ -436,8 +515,16 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
         members, nonmembers, epoch, theory = _run_scores(args, attack)
         out = args.out or (args.out_dir or args.run[0]) / f"audit_{attack}.json"
-        _audit_one(args, members, nonmembers, attack=attack, epoch=epoch, theory=theory,
-                   source=" ".join(str(run) for run in args.run), out=out)
+        _audit_one(
+            args,
+            members,
+            nonmembers,
+            attack=attack,
+            epoch=epoch,
+            theory=theory,
+            source=" ".join(str(run) for run in args.run),
+            out=out,
+        )
     return 0
 
 
@@ -446,8 +533,9 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     from dpaudit.audit import audit_scores
 
     selection = args.selection or theory.get("selection") or "split"
-    report = audit_scores(members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed,
-                          selection=selection)
+    report = audit_scores(
+        members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
+    )
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
     write_json(out, payload)
     label = payload["attack"]
@@ -472,14 +560,22 @@ def _cmd_summarize_run(args: argparse.Namespace) -> int:
     attacks = tuple(args.attacks.split(","))
     for attack in attacks:
         check_choice("attack", attack, ("loss", "canary"))
-    summary = summarize_run(args.run, delta=args.delta, accountant=args.accountant, confidence=args.confidence,
-                            attacks=attacks)
+    summary = summarize_run(
+        args.run, delta=args.delta, accountant=args.accountant, confidence=args.confidence, attacks=attacks
+    )
     final = [value for value in summary["epsilon"] if value is not None]
-    print(f"{args.run}: theoretical ε = {final[-1] if final else float('inf'):.4g}; "
-          + "; ".join(f"{attack} ε̂ lower = {report['epsilon_lower']:.3g}" for attack, report in
-                      [("canary", summary.get("canary")), ("loss", (summary.get("loss") or {}).get(
-                          str(summary["config"]["eval_epochs"][-1])))] if report)
-          + f" → {args.run / SUMMARY_FILE}")
+    print(
+        f"{args.run}: theoretical ε = {final[-1] if final else float('inf'):.4g}; "
+        + "; ".join(
+            f"{attack} ε̂ lower = {report['epsilon_lower']:.3g}"
+            for attack, report in [
+                ("canary", summary.get("canary")),
+                ("loss", (summary.get("loss") or {}).get(str(summary["config"]["eval_epochs"][-1]))),
+            ]
+            if report
+        )
+        + f" → {args.run / SUMMARY_FILE}"
+    )
     return 0
 
 
@@ -526,8 +622,10 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     for number, (command, sub_args) in enumerate(zip(args.commands, parsed), 1):
         if not args.quiet:
             print(f"[{number}/{len(parsed)}] dpaudit {command}", file=sys.stderr, flush=True)
-        with open(os.devnull, "w", encoding="utf-8") as devnull, \
-                contextlib.redirect_stdout(devnull if args.quiet else sys.stdout):
+        with (
+            open(os.devnull, "w", encoding="utf-8") as devnull,
+            contextlib.redirect_stdout(devnull if args.quiet else sys.stdout),
+        ):
             try:
                 code = sub_args.handler(sub_args)
             except DPAuditError as error:
@@ -557,14 +655,24 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, type=Path, help="output folder of the run")
     train.add_argument("--config", type=Path, help="YAML file of configuration keys (flags override it)")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
-    train.add_argument("--summarize", action="store_true",
-                       help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)")
-    train.add_argument("--restart", action="store_true",
-                       help="train from the start, ignoring the state an interrupted run of this configuration left "
-                       "in --out (by default it resumes after its last saved epoch)")
-    train.add_argument("--state-every", type=float, metavar="SECONDS",
-                       help="save the training state for resuming at the first epoch end after this many seconds "
-                       "(0: every epoch; default: $DPAUDIT_STATE_EVERY, else 60)")
+    train.add_argument(
+        "--summarize",
+        action="store_true",
+        help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)",
+    )
+    train.add_argument(
+        "--restart",
+        action="store_true",
+        help="train from the start, ignoring the state an interrupted run of this configuration left "
+        "in --out (by default it resumes after its last saved epoch)",
+    )
+    train.add_argument(
+        "--state-every",
+        type=float,
+        metavar="SECONDS",
+        help="save the training state for resuming at the first epoch end after this many seconds "
+        "(0: every epoch; default: $DPAUDIT_STATE_EVERY, else 60)",
+    )
     _add_config_arguments(train)
     train.set_defaults(handler=_cmd_train)
 
@@ -577,26 +685,41 @@ def build_parser() -> argparse.ArgumentParser:
         "Writes JSON and a log-log ROC plot (PNG + PDF).",
     )
     audit.add_argument("--scores", type=Path, help="CSV of scores with columns score and is_member")
-    audit.add_argument("--run", type=Path, nargs="+",
-                       help="output folder(s) of `dpaudit train`; several (independent trials) are pooled")
-    audit.add_argument("--attack", choices=AUDIT_ATTACKS, nargs="+", default=["loss"],
-                       help="attack(s) on --run (default: loss)")
+    audit.add_argument(
+        "--run",
+        type=Path,
+        nargs="+",
+        help="output folder(s) of `dpaudit train`; several (independent trials) are pooled",
+    )
+    audit.add_argument(
+        "--attack", choices=AUDIT_ATTACKS, nargs="+", default=["loss"], help="attack(s) on --run (default: loss)"
+    )
     audit.add_argument("--epoch", type=int, help="checkpoint epoch to attack (default: the last)")
     audit.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
-    audit.add_argument("--confidence", type=float, default=0.95, help="confidence 1 − α of the lower bound (default: 0.95)")
+    audit.add_argument(
+        "--confidence", type=float, default=0.95, help="confidence 1 − α of the lower bound (default: 0.95)"
+    )
     audit.add_argument("--seed", type=int, default=0, help="seed of the threshold-selection split (default: 0)")
-    audit.add_argument("--selection", choices=("split", "gaussian"),
-                       help="how the lower bound picks its threshold: empirically on a held-out half (split) or by "
-                       "normal fits to a held-out fifth (gaussian); default: gaussian for Dirac and aligned canaries, "
-                       "whose scores are Gaussian by construction, split otherwise")
-    audit.add_argument("--out", type=Path,
-                       help="JSON to write, one attack (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)")
+    audit.add_argument(
+        "--selection",
+        choices=("split", "gaussian"),
+        help="how the lower bound picks its threshold: empirically on a held-out half (split) or by "
+        "normal fits to a held-out fifth (gaussian); default: gaussian for Dirac and aligned canaries, "
+        "whose scores are Gaussian by construction, split otherwise",
+    )
+    audit.add_argument(
+        "--out",
+        type=Path,
+        help="JSON to write, one attack (default: the first RUN/audit_ATTACK.json, or FILE_audit.json)",
+    )
     audit.add_argument("--out-dir", type=Path, help="folder for DIR/audit_ATTACK.json, one per attack")
     audit.add_argument("--no-plot", action="store_true", help="skip the ROC plot (PNG + PDF beside the JSON)")
     audit.set_defaults(handler=_cmd_audit)
 
     run_summary = commands.add_parser(
-        "summarize-run", help="one run's theoretical ε per epoch, loss-attack ε̂ per checkpoint and canary ε̂ → summary.json")
+        "summarize-run",
+        help="one run's theoretical ε per epoch, loss-attack ε̂ per checkpoint and canary ε̂ → summary.json",
+    )
     run_summary.add_argument("--run", required=True, type=Path, help="output folder of `dpaudit train` (target)")
     run_summary.add_argument("--attacks", default="loss,canary", help="comma-separated: loss, canary (default both)")
     run_summary.add_argument("--accountant", default="rdp", choices=("rdp", "prv"), help="accountant (default rdp)")
@@ -604,31 +727,41 @@ def build_parser() -> argparse.ArgumentParser:
     run_summary.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds")
     run_summary.set_defaults(handler=_cmd_summarize_run)
 
-    table = commands.add_parser("audit-table", help="collect `dpaudit audit --run` results into one table",
-                                description="Mean over trials of each run and attack: ε̂ point, ε̂ lower bound, "
-                                "ceiling, theoretical ε and lower/theory; JSON metrics and a Markdown table.")
+    table = commands.add_parser(
+        "audit-table",
+        help="collect `dpaudit audit --run` results into one table",
+        description="Mean over trials of each run and attack: ε̂ point, ε̂ lower bound, "
+        "ceiling, theoretical ε and lower/theory; JSON metrics and a Markdown table.",
+    )
     table.add_argument("files", nargs="+", type=Path, help="…/<run>/trial_<t>/audit_<attack>.json files")
     table.add_argument("--metrics", required=True, type=Path, help="JSON to write")
     table.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
-    table.add_argument("--figures", type=Path, help="also draw lower_bounds and roc_<attack> (PDF + PNG) in this folder; "
-                       "file folders must be named <optimizer>_eps<ε>")
+    table.add_argument(
+        "--figures",
+        type=Path,
+        help="also draw lower_bounds and roc_<attack> (PDF + PNG) in this folder; "
+        "file folders must be named <optimizer>_eps<ε>",
+    )
     table.add_argument("--title", default="", help="figure title (state dataset and preset)")
-    table.add_argument("--roc-epsilon", type=float, help="theoretical ε of the runs the ROC figures show "
-                       "(default: the median)")
+    table.add_argument(
+        "--roc-epsilon", type=float, help="theoretical ε of the runs the ROC figures show (default: the median)"
+    )
     table.set_defaults(handler=_cmd_audit_table)
 
     attack = commands.add_parser(
         "attack",
         help="run the shadow-model membership-inference attack on a trained run",
-        description="Seed 004's shadow-model attack (per-class 10→50→2 MLPs on logits) against the target of "
-        "a `dpaudit train` run, at each checkpoint epoch. Prints FPR, FNR and ε̂ (eq. 20); writes attack.json "
-        "and per-record scores (scores_epoch_EEEE.csv).",
+        description="The DPSGD-GC/DC paper's shadow-model attack (per-class 10→50→2 MLPs on logits) against the "
+        "target of a `dpaudit train` run, at each checkpoint epoch. Prints FPR, FNR and ε̂ (eq. 20); writes "
+        "attack.json and per-record scores (scores_epoch_EEEE.csv).",
     )
     attack.add_argument("--run", required=True, type=Path, help="output folder of `dpaudit train`")
     attack.add_argument("--epochs", type=_int_list, help="checkpoint epochs to attack (default: all)")
     attack.add_argument("--delta", type=float, default=1e-5, help="DP δ in ε̂ (default: 1e-5)")
     attack.add_argument("--attack-epochs", type=int, default=50, help="epochs of attack-model training (default: 50)")
-    attack.add_argument("--pooled", action="store_true", help="one attack model for all classes instead of one per class")
+    attack.add_argument(
+        "--pooled", action="store_true", help="one attack model for all classes instead of one per class"
+    )
     attack.add_argument("--seed", type=int, default=0, help="seed of the attack models (default: 0)")
     attack.add_argument("--out", type=Path, help="output folder (default: the run folder)")
     attack.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -636,7 +769,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     theory = commands.add_parser(
         "theory",
-        help="print a theoretical RDP bound (seed 004 and the bounds it compares with) as JSON",
+        help="print a theoretical RDP bound (DPSGD-GC/DC and the bounds its paper compares with) as JSON",
         description="Print RDP ε at order α of a bound after T steps (or E epochs), as JSON. "
         "`dpaudit list bounds` names the bounds and their parameters; `alpha-star` prints α*(q, σ).",
     )
@@ -645,9 +778,15 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--steps", type=_int_list, default=(0,), metavar="T1,T2,...", help="iterations T")
     when.add_argument("--epochs", type=_int_list, metavar="E1,E2,...", help="epochs E (T = ceil(n/b)·E)")
     for name, text in (
-        ("alpha", "Rényi order α > 1"), ("L", "smoothness L"), ("C", "clipping threshold C"),
-        ("sigma", "σ_DP, noise std on the averaged gradient"), ("D", "domain size D"), ("n", "dataset size n"),
-        ("b", "batch size b"), ("eta", "learning rate η"), ("m", "weak convexity m (Kong & Ribero)"),
+        ("alpha", "Rényi order α > 1"),
+        ("L", "smoothness L"),
+        ("C", "clipping threshold C"),
+        ("sigma", "σ_DP, noise std on the averaged gradient"),
+        ("D", "domain size D"),
+        ("n", "dataset size n"),
+        ("b", "batch size b"),
+        ("eta", "learning rate η"),
+        ("m", "weak convexity m (Kong & Ribero)"),
         ("q", "sample rate q (alpha-star)"),
     ):
         theory.add_argument(f"--{name}", type=float, help=text)
@@ -663,13 +802,22 @@ def build_parser() -> argparse.ArgumentParser:
     eps.add_argument("--run", type=Path, help="output folder of `dpaudit train`")
     eps.add_argument("--model", default="target", help="which model's ledger (default: target)")
     eps.add_argument("--epochs", type=_int_list, help="epochs to report (default: all)")
-    eps.add_argument("--logging", choices=("epoch-end", "first-step"), default="epoch-end",
-                     help="ε after each epoch's last step, or after its first (how the D2P2 authors logged)")
+    eps.add_argument(
+        "--logging",
+        choices=("epoch-end", "first-step"),
+        default="epoch-end",
+        help="ε after each epoch's last step, or after its first (how the D2P2 authors logged)",
+    )
     eps.add_argument("--noise-multiplier", type=float, help="z: noise std / sensitivity C")
     eps.add_argument("--sample-rate", type=float, help="Poisson sample rate q")
     eps.add_argument("--steps", type=int, help="number of steps T")
-    eps.add_argument("--accountants", type=lambda text: tuple(text.split(",")), default=("rdp",),
-                     metavar="rdp,prv", help="accountants to use (default: rdp)")
+    eps.add_argument(
+        "--accountants",
+        type=lambda text: tuple(text.split(",")),
+        default=("rdp",),
+        metavar="rdp,prv",
+        help="accountants to use (default: rdp)",
+    )
     eps.add_argument("--out", type=Path, help="JSON to write (default: RUN/MODEL/epsilon.json)")
     _add_accounting_arguments(eps)
     eps.set_defaults(handler=_cmd_epsilon)
@@ -705,24 +853,37 @@ def build_parser() -> argparse.ArgumentParser:
     summary.set_defaults(handler=_cmd_summarize)
 
     validation = commands.add_parser(
-        "validation", help="the auditor on broken optimizers beside their correct twins: figure, table, false alarms",
+        "validation",
+        help="the auditor on broken optimizers beside their correct twins: figure, table, false alarms",
         description="Flag every audit whose ε̂ lower bound exceeds the ε its run claims against the attack (one step "
         "for canary, the run otherwise); draw each broken variant beside its twin and count false alarms over every "
-        "audit of a DP-claiming run given. Writes validation.{pdf,png,md,tex,json} and validation.manifest.json.")
+        "audit of a DP-claiming run given. Writes validation.{pdf,png,md,tex,json} and validation.manifest.json.",
+    )
     validation.add_argument("files", nargs="+", type=Path, help="…/<run>/audit_<attack>.json files (`dpaudit audit`)")
-    validation.add_argument("--pair", nargs="+", required=True, metavar="VARIANT=TWIN",
-                            help="broken variant and its correct twin, e.g. dpsgd-no-noise=dpsgd-gc")
-    validation.add_argument("--attack", default="canary", choices=AUDIT_ATTACKS,
-                            help="the attack whose audits the pairs show (default: canary)")
+    validation.add_argument(
+        "--pair",
+        nargs="+",
+        required=True,
+        metavar="VARIANT=TWIN",
+        help="broken variant and its correct twin, e.g. dpsgd-no-noise=dpsgd-gc",
+    )
+    validation.add_argument(
+        "--attack",
+        default="canary",
+        choices=AUDIT_ATTACKS,
+        help="the attack whose audits the pairs show (default: canary)",
+    )
     validation.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/audit")
     validation.add_argument("--title", default="", help="figure title (state dataset and preset)")
     validation.set_defaults(handler=_cmd_validation)
 
     batch = commands.add_parser(
-        "batch", help="run several dpaudit commands in one process (torch starts once)",
+        "batch",
+        help="run several dpaudit commands in one process (torch starts once)",
         description="Run dpaudit commands one after another in this process, each given as one quoted string, "
         "e.g. dpaudit batch 'train --out r --epochs 2' 'attack --run r'. All are parsed before the first runs; "
-        "the first that fails stops the batch, and what finished before it stays.")
+        "the first that fails stops the batch, and what finished before it stays.",
+    )
     batch.add_argument("commands", nargs="+", metavar="COMMAND", help="a dpaudit command line without `dpaudit`")
     batch.add_argument("--quiet", action="store_true", help="no progress lines; the commands' output is discarded")
     batch.set_defaults(handler=_cmd_batch)

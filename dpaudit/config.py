@@ -29,7 +29,7 @@ class TrainConfig:
         batch_size: (expected) batch size b.
         lr: learning rate η.
         clip_norm: per-sample ℓ2 clipping threshold C (DP optimizers).
-        sigma_dp: std of the noise on the averaged clipped gradient, σ_DP (seed 004's convention).
+        sigma_dp: std of the noise on the averaged clipped gradient, σ_DP (the DPSGD-GC/DC paper's convention).
         noise_multiplier: z = σ_DP · b / C; give this or ``sigma_dp``, not both.
         domain_radius: D, radius of the ℓ2 ball of DPSGD-DC.
         domain_center: "origin" or "init" (ball centred at θ_0).
@@ -57,7 +57,7 @@ class TrainConfig:
         ema_variance_decay: γ2 of AdaDPIGU's running variance, in [0, 1).
         standardise_constant: μ of AdaDPIGU's standardisation (g − α) / (√β + μ), > 0.
         diagnostics: record the target's gradient histogram and support diagnostics (diagnostics.json).
-        histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); seed 000 Fig 2).
+        histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); AdaDPIGU's Fig 2).
         canaries: m white-box gradient canaries observed in the target's released updates
             (``dpaudit.attacks.canary``; 0: none). They do not touch the model.
         canary_design: "dirac" (one coordinate per canary), "projection-aligned" (along the top singular
@@ -66,12 +66,12 @@ class TrainConfig:
             two-phase optimizers only) or "noise-scale" (one canary per step, every other record's gradient
             zeroed; scored by the noise level of the release; needs canaries = 1).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
-            "shuffle" (a permutation cut into ceil(n / b) batches per epoch; seed 004's experiments).
+            "shuffle" (a permutation cut into ceil(n / b) batches per epoch; the DPSGD-GC/DC experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
         target_size: n, the number of target members (and of target non-members).
         num_shadows: number of shadow models.
         shadow_size: members per shadow (default ``target_size``).
-        split_design: "seed004" (target non-members from the test split, shadows on disjoint train
+        split_design: "disjoint" (target non-members from the test split, shadows on disjoint train
             records) or "halves" (LiRA: the target on a random half of a pool of 2·target_size train
             records, an even num_shadows on complementary halves; every record is in half the shadows).
         trial: Monte Carlo trial index; shadows and noise are re-drawn per trial.
@@ -132,7 +132,7 @@ class TrainConfig:
     target_size: int = 300
     num_shadows: int = 3
     shadow_size: int | None = None
-    split_design: str = "seed004"
+    split_design: str = "disjoint"
     trial: int = 0
     seed: int = 0
     data_root: str = "data"
@@ -167,7 +167,9 @@ class TrainConfig:
         check_choice("sampling", self.sampling, SAMPLING_SCHEMES)
         check_choice("split_design", self.split_design, SPLIT_DESIGNS)
         if self.split_design == "halves" and self.shadow_size not in (None, self.target_size):
-            raise DPAuditError("split_design 'halves' trains every model on target_size records; leave shadow_size unset")
+            raise DPAuditError(
+                "split_design 'halves' trains every model on target_size records; leave shadow_size unset"
+            )
         check_probability("delta (δ)", self.delta)
         check_choice("accountant", self.accountant, ("rdp", "prv"))
         check_choice("grad_sample", self.grad_sample, GRAD_SAMPLE_BACKENDS)
@@ -178,8 +180,11 @@ class TrainConfig:
         if self.grad_sample == "layers":
             from dpaudit.ensemble import resolve_method
 
-            resolve_method(model_registry.build_model(self.model, input_shape=info.input_shape,
-                                                      num_classes=info.num_classes), "layers", name=self.model)
+            resolve_method(
+                model_registry.build_model(self.model, input_shape=info.input_shape, num_classes=info.num_classes),
+                "layers",
+                name=self.model,
+            )
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         if self.batch_size > self.target_size:
             raise DPAuditError(
@@ -189,7 +194,10 @@ class TrainConfig:
         check_positive_int("shadow_size", shadow_size)
         if self.num_shadows and self.batch_size > shadow_size:
             raise DPAuditError(f"batch_size {self.batch_size} is larger than shadow_size {shadow_size}")
-        if self.histogram_epoch is not None and not 1 <= check_positive_int("histogram_epoch", self.histogram_epoch) <= self.epochs:
+        if (
+            self.histogram_epoch is not None
+            and not 1 <= check_positive_int("histogram_epoch", self.histogram_epoch) <= self.epochs
+        ):
             raise DPAuditError(f"histogram_epoch {self.histogram_epoch} is not an epoch of the run (1 … {self.epochs})")
         eval_epochs = tuple(sorted(set(self.eval_epochs))) or (self.epochs,)
         for epoch in eval_epochs:
@@ -211,8 +219,15 @@ class TrainConfig:
             sigma_dp = self.noise_multiplier * self.clip_norm / self.batch_size  # σ_DP = z·C/b
         if warmup_sigma_dp is None:
             warmup_sigma_dp = sigma_dp
-        config = replace(self, eval_epochs=eval_epochs, shadow_size=shadow_size, sigma_dp=sigma_dp, noise_multiplier=None,
-                         target_epsilon=None, warmup_sigma_dp=warmup_sigma_dp)
+        config = replace(
+            self,
+            eval_epochs=eval_epochs,
+            shadow_size=shadow_size,
+            sigma_dp=sigma_dp,
+            noise_multiplier=None,
+            target_epsilon=None,
+            warmup_sigma_dp=warmup_sigma_dp,
+        )
         spec.cls.check(config.hyperparameters(self.target_size))
         # The split is cheap; building it now reports an impossible data budget before training.
         config.make_split()
@@ -224,26 +239,35 @@ class TrainConfig:
             from dpaudit.optim import ProjectedNoise
 
             if not issubclass(optimizer_cls, ProjectedNoise):
-                raise DPAuditError(f"canary_design 'projection-aligned' aligns canaries with a random projection; "
-                                   f"{self.optimizer} has none (use dp2-sgd, d2p2-sgd or their variants)")
+                raise DPAuditError(
+                    f"canary_design 'projection-aligned' aligns canaries with a random projection; "
+                    f"{self.optimizer} has none (use dp2-sgd, d2p2-sgd or their variants)"
+                )
             if self.reduction_convention == "paper" and self.reduction_rate >= 1:
-                raise DPAuditError("canary_design 'projection-aligned' needs a projection that keeps coordinates "
-                                   "(reduction_rate < 1 with the paper convention)")
+                raise DPAuditError(
+                    "canary_design 'projection-aligned' needs a projection that keeps coordinates "
+                    "(reduction_rate < 1 with the paper convention)"
+                )
         if self.canary_design == "support":
             from dpaudit.optim import AdaDPIGU, TwoPhaseSparse
 
             if not issubclass(optimizer_cls, (AdaDPIGU, TwoPhaseSparse)):
-                raise DPAuditError(f"canary_design 'support' audits a support learned once from dense steps; "
-                                   f"{self.optimizer} learns none (use adadpigu, tp-topk, tp-rand or their variants)")
+                raise DPAuditError(
+                    f"canary_design 'support' audits a support learned once from dense steps; "
+                    f"{self.optimizer} learns none (use adadpigu, tp-topk, tp-rand or their variants)"
+                )
         if self.canary_design == "noise-scale" and self.canaries not in (0, 1):
-            raise DPAuditError(f"canary_design 'noise-scale' inserts one canary per step (the noise level is one "
-                               f"number per step); set canaries to 1, not {self.canaries}")
+            raise DPAuditError(
+                f"canary_design 'noise-scale' inserts one canary per step (the noise level is one "
+                f"number per step); set canaries to 1, not {self.canaries}"
+            )
 
     def _calibrated_noise(self, optimizer_cls) -> tuple[float, float | None]:
         """(σ_DP, warm-up σ_DP) whose run has ε = target_epsilon at δ (this optimizer's schedule, q = b/n).
 
         Two-phase optimizers: σ_1 meets ε1 = warmup_budget_fraction · ε for the warm-up alone, then σ_2 is
-        the smallest noise whose composition with the warm-up meets ε (seed 001 §2.3, exact budget).
+        the smallest noise whose composition with the warm-up meets ε (TP-TopK's Section 7.3 budget split,
+        composed exactly).
         """
         from dpaudit.optim import TwoPhaseSparse
         from dpaudit.theory import calibrate_noise
@@ -257,14 +281,23 @@ class TrainConfig:
         to_sigma_dp = self.clip_norm / self.batch_size  # σ_DP = z·C/b
         schedule = optimizer_cls.noise_schedule(hyper)
         if not issubclass(optimizer_cls, TwoPhaseSparse):
-            return calibrate_noise(target_epsilon=self.target_epsilon, noise_schedule=schedule, **options) * to_sigma_dp, None
+            return calibrate_noise(
+                target_epsilon=self.target_epsilon, noise_schedule=schedule, **options
+            ) * to_sigma_dp, None
         warmup = hyper.warmup_steps
         if not 1 <= warmup < len(schedule):
             raise DPAuditError(f"the warm-up must leave steps for phase 2: T1 = {warmup} of T = {len(schedule)}")
-        z1 = calibrate_noise(target_epsilon=self.warmup_budget_fraction * self.target_epsilon,
-                             noise_schedule=schedule[:warmup], **options)
-        z2 = calibrate_noise(target_epsilon=self.target_epsilon, noise_schedule=schedule[warmup:],
-                             preceding=(np.full(warmup, z1), hyper.sample_rate), **options)
+        z1 = calibrate_noise(
+            target_epsilon=self.warmup_budget_fraction * self.target_epsilon,
+            noise_schedule=schedule[:warmup],
+            **options,
+        )
+        z2 = calibrate_noise(
+            target_epsilon=self.target_epsilon,
+            noise_schedule=schedule[warmup:],
+            preceding=(np.full(warmup, z1), hyper.sample_rate),
+            **options,
+        )
         return z2 * to_sigma_dp, z1 * to_sigma_dp
 
     def hyperparameters(self, dataset_size: int):
@@ -283,8 +316,14 @@ class TrainConfig:
     def make_split(self) -> MIASplit | HalvesSplit:
         info = dataset_info(self.dataset)
         if self.split_design == "halves":
-            return make_halves_split(dataset=self.dataset, train_size=info.train_size, target_size=self.target_size,
-                                     num_shadows=self.num_shadows, trial=self.trial, seed=self.seed)
+            return make_halves_split(
+                dataset=self.dataset,
+                train_size=info.train_size,
+                target_size=self.target_size,
+                num_shadows=self.num_shadows,
+                trial=self.trial,
+                seed=self.seed,
+            )
         return make_mia_split(
             dataset=self.dataset,
             train_size=info.train_size,

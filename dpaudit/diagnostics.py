@@ -1,9 +1,9 @@
 """What the sparse-optimizer figures need, recorded during training and never used by it.
 
-* The gradient-value histogram of one epoch (seed 000 Fig 2): every coordinate of the un-noised,
+* The gradient-value histogram of one epoch (AdaDPIGU paper, Figure 2): every coordinate of the un-noised,
   clipped mean gradient Σ φ_i g_i / b of every step of that epoch, on fixed bins, with the share in
   [−0.01, 0.01] (the paper's claim: over 99 %).
-* Support quality at every support change of a coordinate-sparse optimizer (seed 001 §1.3, Fig 1):
+* Support quality at every support change of a coordinate-sparse optimizer (TP-TopK paper, Figure 1 and Section 7.4):
   against a non-private oracle at that moment — Ĝ, the mean gradient on held-out records, and the
   gradient energy E_j, the mean over mini-batches of the squared batch-mean gradient on training records —
   the share of Ĝ² and of E the support captures (random support: k/d), its overlap with the oracle top-k,
@@ -88,8 +88,17 @@ class TrainingDiagnostics:
 
     transient_state = ("model", "train_data", "held_out", "path")
 
-    def __init__(self, *, model: nn.Module, train_data: ArrayDataset, held_out: ArrayDataset | None,
-                 histogram_epoch: int, batch_size: int, seed: int, path: str | Path | None):
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        train_data: ArrayDataset,
+        held_out: ArrayDataset | None,
+        histogram_epoch: int,
+        batch_size: int,
+        seed: int,
+        path: str | Path | None,
+    ):
         self.model = model
         self.train_data = train_data
         self.held_out = held_out
@@ -141,16 +150,24 @@ class TrainingDiagnostics:
             total += torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]).detach().double().cpu()
         return total
 
-    def _support_quality(self, mask: torch.Tensor, score: torch.Tensor | None, *, epoch: int, step: int) -> dict[str, Any]:
+    def _support_quality(
+        self, mask: torch.Tensor, score: torch.Tensor | None, *, epoch: int, step: int
+    ) -> dict[str, Any]:
         chosen = torch.nonzero(mask.cpu()).flatten()
         d, k = mask.numel(), chosen.numel()
         oracle_data = self.held_out if self.held_out is not None and len(self.held_out) else self.train_data
         oracle = self._mean_gradient(oracle_data, np.arange(len(oracle_data))) ** 2
         n, b = len(self.train_data), min(self.batch_size, len(self.train_data))
-        energy = torch.stack([self._mean_gradient(self.train_data, self.rng.choice(n, b, replace=False)) ** 2
-                              for _ in range(ENERGY_BATCHES)]).mean(0)
-        random_supports = [torch.randperm(d, generator=torch.Generator().manual_seed(int(self.rng.integers(2**31))))
-                           for _ in range(RANDOM_SUPPORTS)]
+        energy = torch.stack(
+            [
+                self._mean_gradient(self.train_data, self.rng.choice(n, b, replace=False)) ** 2
+                for _ in range(ENERGY_BATCHES)
+            ]
+        ).mean(0)
+        random_supports = [
+            torch.randperm(d, generator=torch.Generator().manual_seed(int(self.rng.integers(2**31))))
+            for _ in range(RANDOM_SUPPORTS)
+        ]
         ks = [max(1, int(np.floor(ratio * d))) for ratio in CURVE_RATIOS]
         random_capture = np.array([[_share(oracle, order[:kk]) for kk in ks] for order in random_supports])
         curves = {
@@ -167,9 +184,12 @@ class TrainingDiagnostics:
             "random_baseline": k / d,
             "oracle_capture": _share(oracle, chosen),
             "energy_capture": _share(energy, chosen),
-            "oracle_topk_overlap": len(np.intersect1d(chosen.numpy(), top_k_indices(oracle, k).numpy())) / k if k else 0.0,
-            "previous_overlap": (float((mask.cpu().bool() & self._previous).sum()) / k
-                                 if self._previous is not None and k else None),
+            "oracle_topk_overlap": len(np.intersect1d(chosen.numpy(), top_k_indices(oracle, k).numpy())) / k
+            if k
+            else 0.0,
+            "previous_overlap": (
+                float((mask.cpu().bool() & self._previous).sum()) / k if self._previous is not None and k else None
+            ),
             "proxy_concentration": None,
             "curves": curves,
         }
@@ -181,9 +201,10 @@ class TrainingDiagnostics:
         return record
 
 
-def gradient_alignment(run_dir: str | Path, *, batches: int = 20, weights: dict[str, Any] | None = None,
-                       seed: int = 0) -> dict[str, Any]:
-    """How single-record gradients align with their batch (seed 002 Figs 1, 3, 6), at every checkpoint.
+def gradient_alignment(
+    run_dir: str | Path, *, batches: int = 20, weights: dict[str, Any] | None = None, seed: int = 0
+) -> dict[str, Any]:
+    """How single-record gradients align with their batch (DP-PSAC paper, Figures 1, 3, 6), at every checkpoint.
 
     On ``batches`` random batches (the run's batch size, its target's training records) per checkpoint:
     raw per-sample gradients g_i (un-clipped, no noise), their norms and cos(g_i, Σ_j g_j); for each named
@@ -193,7 +214,8 @@ def gradient_alignment(run_dir: str | Path, *, batches: int = 20, weights: dict[
         ``{"epochs", "norms", "cosine" (per record), "weighted": {name: [cos per batch]}}``.
     """
     from dpaudit.data import load_dataset
-    from dpaudit.train import PerSampleGradients, load_run_config, open_run
+    from dpaudit.per_sample import PerSampleGradients
+    from dpaudit.run import load_run_config, open_run
 
     weights = weights or {}
     rng = np.random.default_rng(seed)
@@ -208,7 +230,10 @@ def gradient_alignment(run_dir: str | Path, *, batches: int = 20, weights: dict[
         per_sample = PerSampleGradients(model, config.grad_sample)
         for _ in range(batches):
             index = rng.choice(len(data), size=min(config.batch_size, len(data)), replace=False)
-            images, labels = torch.from_numpy(data.images[index]).to(device), torch.from_numpy(data.labels[index]).to(device)
+            images, labels = (
+                torch.from_numpy(data.images[index]).to(device),
+                torch.from_numpy(data.labels[index]).to(device),
+            )
             grads, _ = per_sample(images, labels)
             flat = torch.cat([g.detach().reshape(len(index), -1) for g in grads], 1).double()
             size = flat.norm(dim=1)
@@ -218,5 +243,9 @@ def gradient_alignment(run_dir: str | Path, *, batches: int = 20, weights: dict[
             for name, weight in weights.items():
                 mixed = (weight(size)[:, None] * flat).sum(0)
                 weighted[name].append(float(F.cosine_similarity(mixed, total, dim=0)))
-    return {"epochs": epochs, "norms": np.concatenate(norms).tolist(), "cosine": np.concatenate(cosines).tolist(),
-            "weighted": weighted}
+    return {
+        "epochs": epochs,
+        "norms": np.concatenate(norms).tolist(),
+        "cosine": np.concatenate(cosines).tolist(),
+        "weighted": weighted,
+    }

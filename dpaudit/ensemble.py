@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from dpaudit import layerwise
-from dpaudit._device import host_to_device
 from dpaudit import models as model_registry
+from dpaudit._device import host_to_device
 from dpaudit._validation import DPAuditError, check_positive
 
 FLOAT_BYTES = 4
@@ -64,8 +64,9 @@ def plan_chunks(*, models: int, samples: int, bytes_per_model_sample: int, memor
 
 def _leaf_output_sizes(model: nn.Module, example: torch.Tensor) -> list[int]:
     """Number of values in each leaf module's output in the forward pass of one sample."""
-    return [output.numel() for _, output in model_registry.leaf_outputs(model, example)
-            if isinstance(output, torch.Tensor)]
+    return [
+        output.numel() for _, output in model_registry.leaf_outputs(model, example) if isinstance(output, torch.Tensor)
+    ]
 
 
 def activation_elements(model: nn.Module, example: torch.Tensor) -> int:
@@ -95,8 +96,17 @@ class EnsembleGradients:
             ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``).
     """
 
-    def __init__(self, models: Sequence[nn.Module], *, per_sample: bool, example: torch.Tensor, max_samples: int,
-                 memory_budget_mb: float, method: str = "auto", factored: bool = False):
+    def __init__(
+        self,
+        models: Sequence[nn.Module],
+        *,
+        per_sample: bool,
+        example: torch.Tensor,
+        max_samples: int,
+        memory_budget_mb: float,
+        method: str = "auto",
+        factored: bool = False,
+    ):
         if not models:
             raise DPAuditError("an ensemble needs at least one model")
         self.models = list(models)
@@ -104,8 +114,9 @@ class EnsembleGradients:
         base = self.models[0]
         self.names = [name for name, p in base.named_parameters() if p.requires_grad]
         with torch.no_grad():
-            self.stacked = [torch.stack([dict(m.named_parameters())[name].detach() for m in self.models])
-                            for name in self.names]
+            self.stacked = [
+                torch.stack([dict(m.named_parameters())[name].detach() for m in self.models]) for name in self.names
+            ]
         for k, model in enumerate(self.models):
             owned = dict(model.named_parameters())
             for name, values in zip(self.names, self.stacked):
@@ -114,17 +125,23 @@ class EnsembleGradients:
         self.method = resolve_method(base, method)
         # the layer-wise call differentiates with respect to leaves: made once, they share the stacked memory, so
         # they see every in-place update
-        self._all_params = ([values.detach().requires_grad_() for values in self.stacked] if self.method == "layers"
-                            else self.stacked)
-        self._call = (layerwise.LayerwiseGradients(base, factored=factored) if self.method == "layers"
-                      else _vmapped_gradients(base))
+        self._all_params = (
+            [values.detach().requires_grad_() for values in self.stacked] if self.method == "layers" else self.stacked
+        )
+        self._call = (
+            layerwise.LayerwiseGradients(base, factored=factored)
+            if self.method == "layers"
+            else _vmapped_gradients(base)
+        )
         if self.method == "layers" and self.stacked[0].device.type == "cpu":
             largest = FLOAT_BYTES * largest_activation_elements(base, example)
             max_samples = min(max_samples, max(1, CPU_CALL_ACTIVATION_BYTES // (len(self.models) * largest)))
-        self.plan = plan_chunks(models=len(self.models), samples=max_samples,
-                                bytes_per_model_sample=bytes_per_model_sample(
-                                    base, example=example, method=self.method, factored=factored),
-                                memory_budget_mb=memory_budget_mb)
+        self.plan = plan_chunks(
+            models=len(self.models),
+            samples=max_samples,
+            bytes_per_model_sample=bytes_per_model_sample(base, example=example, method=self.method, factored=factored),
+            memory_budget_mb=memory_budget_mb,
+        )
 
     def accumulate(self, pool: RecordPool, indices: Sequence[np.ndarray], sink: Callable[..., None]) -> None:
         """Compute the gradients of model k on its batch ``indices[k]`` (positions in its records in ``pool``) and
@@ -146,8 +163,9 @@ class EnsembleGradients:
                 active = [k for k in group if counts[k] > start]
                 width = min(plan.samples_per_call, longest - start)
                 part_counts = [min(counts[k] - start, width) for k in active]
-                images, labels, padding = pool.read([indices[k][start:start + width] for k in active],
-                                                    models=active, width=width)
+                images, labels, padding = pool.read(
+                    [indices[k][start : start + width] for k in active], models=active, width=width
+                )
                 grads, losses = self._chunk(active, images, labels, part_counts, [counts[k] for k in active])
                 if min(part_counts) < width:
                     losses = losses.masked_fill(padding, 0.0)
@@ -160,8 +178,11 @@ class EnsembleGradients:
         if self.per_sample:
             return self._call(params, images, labels)
         width = images.shape[1]
-        weights = np.where(np.arange(width)[None, :] < np.array(part_counts)[:, None],
-                           1.0 / np.array(totals, dtype=np.float64)[:, None], 0.0)
+        weights = np.where(
+            np.arange(width)[None, :] < np.array(part_counts)[:, None],
+            1.0 / np.array(totals, dtype=np.float64)[:, None],
+            0.0,
+        )
         return self._call(params, images, labels, host_to_device(weights, images.device).to(images.dtype))
 
 
@@ -237,8 +258,9 @@ def _vmapped_gradients(model: nn.Module):
     return gradients
 
 
-def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor, method: str = "functorch",
-                           factored: bool = False) -> int:
+def bytes_per_model_sample(
+    model: nn.Module, *, example: torch.Tensor, method: str = "functorch", factored: bool = False
+) -> int:
     """Estimated bytes one (model, sample) pair takes in a per-sample gradient call; the layer-wise method
     is also charged one convolution's unfolded input (room for the copies its per-sample weight gradient
     makes), and with ``factored`` a Linear weight's per-sample gradient takes O + F values instead of O·F."""
@@ -246,7 +268,10 @@ def bytes_per_model_sample(model: nn.Module, *, example: torch.Tensor, method: s
     if method == "layers":
         unfolded = layerwise.largest_unfolded_input(model, example)
         if factored:
-            gradient_values -= sum(layer.weight.numel() - sum(layer.weight.shape)
-                                   for layer in model.modules() if isinstance(layer, nn.Linear))
+            gradient_values -= sum(
+                layer.weight.numel() - sum(layer.weight.shape)
+                for layer in model.modules()
+                if isinstance(layer, nn.Linear)
+            )
     values = GRADIENT_COPIES * gradient_values + ACTIVATION_COPIES * activation_elements(model, example) + unfolded
     return FLOAT_BYTES * values

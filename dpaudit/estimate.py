@@ -31,7 +31,7 @@ from dpaudit._validation import (
 
 
 def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
-    """Empirical ε̂ of an attack from its false-positive and false-negative rates (seed 004 eq. 20).
+    """Empirical ε̂ of an attack from its false-positive and false-negative rates (Liang et al., eq. 20).
 
     ε̂ = max{ log((1 − δ − FPR) / FNR), log((1 − δ − FNR) / FPR) }  (Kairouz, Oh & Viswanath 2015).
 
@@ -85,8 +85,6 @@ def error_rates(predicted_member, is_member) -> tuple[float, float]:
     fpr = float(predicted[~truth].mean())
     fnr = float((~predicted[truth]).mean())
     return fpr, fnr
-
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,8 +285,9 @@ def _side_alphas(alpha: float, selection: str, n_members: int, n_nonmembers: int
     return alpha / (2 * n_nonmembers), alpha / (2 * n_members)
 
 
-def _certify(fp: int, nonmembers: int, fn: int, members: int, delta: float, alpha_fp: float,
-             alpha_fn: float) -> tuple[float, float, float]:
+def _certify(
+    fp: int, nonmembers: int, fn: int, members: int, delta: float, alpha_fp: float, alpha_fn: float
+) -> tuple[float, float, float]:
     """(ε lower bound, FPR upper, FNR upper) of one threshold's counts. One code path for all callers,
     so a perfect attack reproduces ``epsilon_ceiling`` bit for bit."""
     fpr_upper = _cp_upper(np.array([fp]), np.array([nonmembers]), alpha_fp)
@@ -464,8 +463,9 @@ def clopper_pearson_lower(k, n, *, alpha: float):
     return float(lower) if lower.ndim == 0 else lower
 
 
-def epsilon_from_counts(*, false_positives: int, nonmembers: int, false_negatives: int, members: int,
-                        delta: float, alpha: float) -> float:
+def epsilon_from_counts(
+    *, false_positives: int, nonmembers: int, false_negatives: int, members: int, delta: float, alpha: float
+) -> float:
     """Lower bound on ε from one threshold fixed in advance (independently of these counts).
 
     FPR_u and FNR_u are one-sided Clopper–Pearson upper bounds at α/2 each (union bound: both hold
@@ -561,8 +561,20 @@ def _certify_cut(cut, members, nonmembers, delta, alpha, selection, seed) -> Eps
     fp = int(np.count_nonzero(nonmembers >= cut))
     fn = int(np.count_nonzero(members < cut))
     epsilon, fpr_u, fnr_u = _certify(fp, nonmembers.size, fn, members.size, delta, alpha_fp, alpha_fn)
-    return EpsilonBound(epsilon, float(cut), fp, fn, fpr_u, fnr_u, int(members.size), int(nonmembers.size), delta,
-                        1.0 - alpha, selection, _METHOD_TEXT[selection] + f" (seed {seed})")
+    return EpsilonBound(
+        epsilon,
+        float(cut),
+        fp,
+        fn,
+        fpr_u,
+        fnr_u,
+        int(members.size),
+        int(nonmembers.size),
+        delta,
+        1.0 - alpha,
+        selection,
+        _METHOD_TEXT[selection] + f" (seed {seed})",
+    )
 
 
 def _lower_gaussian(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
@@ -588,8 +600,9 @@ def _lower_gaussian(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
     alpha_fp, alpha_fn = _side_alphas(alpha, "gaussian", 0, 0)
     expected_fp = np.round(cert_n.size * stats.norm.sf(cuts, loc=mean_n, scale=std_n)).astype(np.int64)
     expected_fn = np.round(cert_m.size * stats.norm.cdf(cuts, loc=mean_m, scale=std_m)).astype(np.int64)
-    bound = _kov_epsilon(_cp_upper(expected_fp, cert_n.size, alpha_fp), _cp_upper(expected_fn, cert_m.size, alpha_fn),
-                         delta)
+    bound = _kov_epsilon(
+        _cp_upper(expected_fp, cert_n.size, alpha_fp), _cp_upper(expected_fn, cert_m.size, alpha_fn), delta
+    )
     best = np.flatnonzero(bound == bound.max())
     return _certify_cut(cuts[best[best.size // 2]], cert_m, cert_n, delta, alpha, "gaussian", seed)
 
@@ -600,8 +613,11 @@ def _lower_split(members, nonmembers, delta, alpha, seed) -> EpsilonBound:
     sel_n, cert_n = _split_indices(nonmembers.size, rng, "split")
     selection = _curve(members[sel_m], nonmembers[sel_n])
     alpha_fp, alpha_fn = _side_alphas(alpha, "split", 0, 0)
-    bound = _kov_epsilon(_cp_upper(selection.fp, selection.n_nonmembers, alpha_fp),
-                         _cp_upper(selection.fn, selection.n_members, alpha_fn), delta)
+    bound = _kov_epsilon(
+        _cp_upper(selection.fp, selection.n_nonmembers, alpha_fp),
+        _cp_upper(selection.fn, selection.n_members, alpha_fn),
+        delta,
+    )
     youden = selection.tpr - selection.fpr
     best = int(np.lexsort((youden, bound))[-1])  # largest bound; ties → largest TPR − FPR
     upper = selection.thresholds[best]
@@ -623,18 +639,33 @@ def _lower_bonferroni(curve: _Curve, delta, alpha) -> EpsilonBound:
     fp = int(curve.fp[best])
     fn = int(curve.fn[best])
     epsilon, fpr_u, fnr_u = _certify(fp, curve.n_nonmembers, fn, curve.n_members, delta, alpha_fp, alpha_fn)
-    return EpsilonBound(epsilon, float(curve.thresholds[best]), fp, fn, fpr_u, fnr_u, curve.n_members,
-                        curve.n_nonmembers, delta, 1.0 - alpha, "bonferroni", _METHOD_TEXT["bonferroni"])
+    return EpsilonBound(
+        epsilon,
+        float(curve.thresholds[best]),
+        fp,
+        fn,
+        fpr_u,
+        fnr_u,
+        curve.n_members,
+        curve.n_nonmembers,
+        delta,
+        1.0 - alpha,
+        "bonferroni",
+        _METHOD_TEXT["bonferroni"],
+    )
 
 
 def _check_split_sizes(members: np.ndarray, nonmembers: np.ndarray) -> None:
     if members.size < 2 or nonmembers.size < 2:
-        raise DPAuditError("a split selection needs at least 2 member and 2 non-member scores, got "
-                           f"{members.size} and {nonmembers.size}")
+        raise DPAuditError(
+            "a split selection needs at least 2 member and 2 non-member scores, got "
+            f"{members.size} and {nonmembers.size}"
+        )
 
 
-def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float, confidence: float = 0.95,
-                        selection: str = "split", seed: int = 0) -> EpsilonBound:
+def epsilon_lower_bound(
+    member_scores, nonmember_scores, *, delta: float, confidence: float = 0.95, selection: str = "split", seed: int = 0
+) -> EpsilonBound:
     """Lower bound on ε that holds with probability ≥ confidence (Kairouz–Oh–Viswanath + Clopper–Pearson).
 
     For a threshold with counts (FP of N, FN of P) the bound is
@@ -689,8 +720,9 @@ def epsilon_lower_bound(member_scores, nonmember_scores, *, delta: float, confid
     return _lower_bonferroni(_curve(members, nonmembers), delta, alpha)
 
 
-def epsilon_ceiling(*, n_members: int, n_nonmembers: int, delta: float, confidence: float = 0.95,
-                    selection: str = "split") -> float:
+def epsilon_ceiling(
+    *, n_members: int, n_nonmembers: int, delta: float, confidence: float = 0.95, selection: str = "split"
+) -> float:
     """The largest :func:`epsilon_lower_bound` these sample sizes allow, reached by a perfect attack.
 
     It is the bound for FP = FN = 0 on the certifying sample: for ``"split"`` the held-out halves of
@@ -722,8 +754,9 @@ def epsilon_ceiling(*, n_members: int, n_nonmembers: int, delta: float, confiden
         if n_mem < 2 or n_non < 2:
             raise DPAuditError(f"selection={selection!r} needs at least 2 scores per class, got {n_mem} and {n_non}")
         alpha_fp, alpha_fn = _side_alphas(alpha, selection, n_mem, n_non)
-        return _certify(0, _split_sizes(n_non, selection), 0, _split_sizes(n_mem, selection), delta, alpha_fp,
-                        alpha_fn)[0]
+        return _certify(
+            0, _split_sizes(n_non, selection), 0, _split_sizes(n_mem, selection), delta, alpha_fp, alpha_fn
+        )[0]
     alpha_fp, alpha_fn = _side_alphas(alpha, "bonferroni", n_mem, n_non)
     return _certify(0, n_non, 0, n_mem, delta, alpha_fp, alpha_fn)[0]
 
@@ -778,8 +811,16 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
         high *= 2
         if high > 1e12:  # pragma: no cover - needs μ ~ 1e6
             return math.inf
-    return float(optimize.brentq(lambda eps: _gdp_log_delta(mu, eps) - target, 0.0, high, xtol=1e-12,
-                                 rtol=4 * np.finfo(float).eps, maxiter=500))
+    return float(
+        optimize.brentq(
+            lambda eps: _gdp_log_delta(mu, eps) - target,
+            0.0,
+            high,
+            xtol=1e-12,
+            rtol=4 * np.finfo(float).eps,
+            maxiter=500,
+        )
+    )
 
 
 def gdp_epsilon(*, mu: float, delta: float) -> float:
@@ -832,20 +873,32 @@ class GDPEstimate:
         return self.epsilon
 
 
-_GDP_TEXT = ("Gaussian-DP estimate (Nasr et al. 2023): mu from simultaneous Clopper-Pearson bounds over all "
-             "thresholds, converted to epsilon at delta; assumes a Gaussian trade-off curve; not a bound")
+_GDP_TEXT = (
+    "Gaussian-DP estimate (Nasr et al. 2023): mu from simultaneous Clopper-Pearson bounds over all "
+    "thresholds, converted to epsilon at delta; assumes a Gaussian trade-off curve; not a bound"
+)
 
 
 def _gdp(curve: _Curve, delta: float, alpha: float, band=None) -> GDPEstimate:
     from scipy import special
 
-    fpr_upper, fnr_upper = (band if band is not None else _bonferroni_band(curve, alpha)[:2])
+    fpr_upper, fnr_upper = band if band is not None else _bonferroni_band(curve, alpha)[:2]
     # Φ⁻¹(1 − x) = −Φ⁻¹(x); upper bounds are > 0, so no NaN (a bound of 1 gives −inf).
     mus = -special.ndtri(fpr_upper) - special.ndtri(fnr_upper)
     best = int(np.argmax(mus))
     mu = max(0.0, float(mus[best]))
-    return GDPEstimate(_gdp_epsilon(mu, delta), mu, float(curve.thresholds[best]), float(fpr_upper[best]),
-                       float(fnr_upper[best]), curve.n_members, curve.n_nonmembers, delta, 1.0 - alpha, _GDP_TEXT)
+    return GDPEstimate(
+        _gdp_epsilon(mu, delta),
+        mu,
+        float(curve.thresholds[best]),
+        float(fpr_upper[best]),
+        float(fnr_upper[best]),
+        curve.n_members,
+        curve.n_nonmembers,
+        delta,
+        1.0 - alpha,
+        _GDP_TEXT,
+    )
 
 
 def epsilon_gdp(member_scores, nonmember_scores, *, delta: float, confidence: float = 0.95) -> GDPEstimate:
@@ -988,8 +1041,7 @@ class OneRunBound:
         return self.epsilon
 
 
-def epsilon_one_run_scores(scores, is_member, *, delta: float, confidence: float = 0.95,
-                           guesses: int) -> OneRunBound:
+def epsilon_one_run_scores(scores, is_member, *, delta: float, confidence: float = 0.95, guesses: int) -> OneRunBound:
     """One-run ε lower bound guessing IN for the ``guesses`` highest scores (k₋ = 0, no OUT guesses).
 
     ``guesses`` must be fixed by the caller before looking at these scores and labels (e.g. from a

@@ -31,8 +31,9 @@ def run_id(settings: Mapping[str, Any]) -> str:
     return f"{settings['optimizer']}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
-def experiment_runs(experiment: Mapping[str, Any], *, common: Mapping[str, Any],
-                    tuned: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def experiment_runs(
+    experiment: Mapping[str, Any], *, common: Mapping[str, Any], tuned: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The settings of every run of one experiment, in grid order then ``runs`` order.
 
     Args:
@@ -60,8 +61,9 @@ def experiment_runs(experiment: Mapping[str, Any], *, common: Mapping[str, Any],
     return runs
 
 
-def plan_experiments(papers: Mapping[str, Any], *, tuned: Mapping[str, Mapping[str, Any]] | None = None
-                     ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+def plan_experiments(
+    papers: Mapping[str, Any], *, tuned: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """(experiment name → its run ids, run id → settings) of ``papers`` (the params.yaml section).
 
     ``trials`` in an experiment's settings gives that many trials of each of its runs; it is not a
@@ -86,8 +88,14 @@ def experiment_trials(papers: Mapping[str, Any], name: str) -> int:
     return int((papers["experiments"][name].get("settings") or {}).get("trials", papers["common"].get("trials", 1)))
 
 
-def summarize_run(run_dir: str | Path, *, delta: float = 1e-5, accountant: str = "rdp", confidence: float = 0.95,
-                  attacks: tuple[str, ...] = ("loss", "canary")) -> dict[str, Any]:
+def summarize_run(
+    run_dir: str | Path,
+    *,
+    delta: float = 1e-5,
+    accountant: str = "rdp",
+    confidence: float = 0.95,
+    attacks: tuple[str, ...] = ("loss", "canary"),
+) -> dict[str, Any]:
     """What the paper figures draw from one trained run (target only); written to ``run_dir/summary.json``.
 
     Args:
@@ -105,8 +113,8 @@ def summarize_run(run_dir: str | Path, *, delta: float = 1e-5, accountant: str =
     """
     from dpaudit._io import read_json, write_json
     from dpaudit.audit import audit_scores
+    from dpaudit.run import load_run_config
     from dpaudit.theory import ledger_epsilons
-    from dpaudit.train import load_run_config
 
     run = Path(run_dir)
     config = load_run_config(run)
@@ -121,22 +129,37 @@ def summarize_run(run_dir: str | Path, *, delta: float = 1e-5, accountant: str =
         "planned_epsilon": derived.get("planned_epsilon"),
         "delta": delta,
         "accountant": accountant,
-        **{key: metrics.get(key) for key in ("epoch", "steps", "train_loss", "test_accuracy", "train_accuracy",
-                                             "elapsed_seconds")},
-        "epsilon": [value if math.isfinite(value) else None  # None: no DP claim
-                    for value in ledger_epsilons(ledger, delta=delta, accountant=accountant)],
+        **{
+            key: metrics.get(key)
+            for key in ("epoch", "steps", "train_loss", "test_accuracy", "train_accuracy", "elapsed_seconds")
+        },
+        "epsilon": [
+            value if math.isfinite(value) else None  # None: no DP claim
+            for value in ledger_epsilons(ledger, delta=delta, accountant=accountant)
+        ],
     }
 
     def report(members, nonmembers, selection):
         full = audit_scores(members, nonmembers, delta=delta, confidence=confidence, selection=selection).to_dict()
-        return {key: full[key] for key in ("epsilon_point", "epsilon_lower", "epsilon_ceiling", "auc", "tpr_at_fpr",
-                                           "n_members", "n_nonmembers")}
+        return {
+            key: full[key]
+            for key in (
+                "epsilon_point",
+                "epsilon_lower",
+                "epsilon_ceiling",
+                "auc",
+                "tpr_at_fpr",
+                "n_members",
+                "n_nonmembers",
+            )
+        }
 
     if "loss" in attacks:
         from dpaudit.attacks.loss import run_loss_scores
 
-        summary["loss"] = {str(epoch): report(*run_loss_scores(run, epoch=epoch), "split")
-                           for epoch in config.eval_epochs}
+        summary["loss"] = {
+            str(epoch): report(*run_loss_scores(run, epoch=epoch), "split") for epoch in config.eval_epochs
+        }
     if "canary" in attacks:
         from dpaudit.attacks.canary import CanaryObservations
 
@@ -144,9 +167,11 @@ def summarize_run(run_dir: str | Path, *, delta: float = 1e-5, accountant: str =
         if not path.is_file():
             raise DPAuditError(f"{run} has no canaries (train with --canaries M for the canary audit)")
         observed = CanaryObservations.load(path)
-        summary["canary"] = {**report(*observed.scores(), observed.selection),
-                             "epsilon_mechanism": observed.mechanism_epsilon(delta=delta),
-                             "audited_steps": int(observed.audited_steps().sum())}
+        summary["canary"] = {
+            **report(*observed.scores(), observed.selection),
+            "epsilon_mechanism": observed.mechanism_epsilon(delta=delta),
+            "audited_steps": int(observed.audited_steps().sum()),
+        }
     write_json(run / SUMMARY_FILE, summary)
     return summary
 

@@ -60,8 +60,9 @@ def unsupported_reason(model: nn.Module, *, image_input: bool = True) -> str | N
         elif isinstance(layer, (nn.Conv2d, nn.GroupNorm, *PER_CHANNEL_POOLS)):
             if not images:
                 return f"layer {index} ({kind}) acts on flattened features"
-            if isinstance(layer, nn.Conv2d) and (layer.groups != 1 or layer.padding_mode != "zeros"
-                                                 or isinstance(layer.padding, str)):
+            if isinstance(layer, nn.Conv2d) and (
+                layer.groups != 1 or layer.padding_mode != "zeros" or isinstance(layer.padding, str)
+            ):
                 return f"layer {index} (Conv2d) has groups, non-zero padding mode or string padding"
         else:
             return f"layer {index} ({kind}) has no layer-wise rule"
@@ -71,8 +72,14 @@ def unsupported_reason(model: nn.Module, *, image_input: bool = True) -> str | N
 def largest_unfolded_input(model: nn.Module, example: torch.Tensor) -> int:
     """Values in the largest unfolded convolution input of one sample (room for the patches a convolution
     backend may build for the per-sample weight gradient), 0 without convolutions."""
-    return max((conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * output.shape[-2] * output.shape[-1]
-                for conv, output in leaf_outputs(model, example) if isinstance(conv, nn.Conv2d)), default=0)
+    return max(
+        (
+            conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * output.shape[-2] * output.shape[-1]
+            for conv, output in leaf_outputs(model, example)
+            if isinstance(conv, nn.Conv2d)
+        ),
+        default=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -111,8 +118,12 @@ def weighted_sample_sums(grads: Sequence[torch.Tensor | OuterProducts], weights:
     # bmm directly: einsum's planning costs about ten dispatched operations per call on the host
     models, width = weights.shape
     row, column = weights.unsqueeze(1), weights.unsqueeze(2)
-    return [torch.bmm((grad.outer * column).transpose(1, 2), grad.inner) if isinstance(grad, OuterProducts)
-            else torch.bmm(row, grad.reshape(models, width, -1)).view(models, *grad.shape[2:]) for grad in grads]
+    return [
+        torch.bmm((grad.outer * column).transpose(1, 2), grad.inner)
+        if isinstance(grad, OuterProducts)
+        else torch.bmm(row, grad.reshape(models, width, -1)).view(models, *grad.shape[2:])
+        for grad in grads
+    ]
 
 
 class LayerwiseGradients:
@@ -133,13 +144,24 @@ class LayerwiseGradients:
             raise ValueError(f"no layer-wise gradients for this model: {reason}")
         names = [name for name, _ in model.named_parameters()]
         self.factored = factored
-        slots = [{attr: names.index(f"{index}.{attr}") for attr in ("weight", "bias")
-                  if isinstance(getattr(layer, attr, None), nn.Parameter)} for index, layer in enumerate(model)]
+        slots = [
+            {
+                attr: names.index(f"{index}.{attr}")
+                for attr in ("weight", "bias")
+                if isinstance(getattr(layer, attr, None), nn.Parameter)
+            }
+            for index, layer in enumerate(model)
+        ]
         self.layers, self.slots = map(list, zip(*_pool_before_relu(zip(model, slots))))
 
     @torch.enable_grad()
-    def __call__(self, params: Sequence[torch.Tensor], images: torch.Tensor, labels: torch.Tensor,
-                 weights: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def __call__(
+        self,
+        params: Sequence[torch.Tensor],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         models, width = labels.shape
         params = [p if p.is_leaf and p.requires_grad else p.detach().requires_grad_() for p in params]
         if images.dim() == 5:
@@ -153,8 +175,11 @@ class LayerwiseGradients:
             h, needed = _forward(layer, h, weight, bias, models)
             if slots:
                 recorded.append((layer, slots, needed, h))
-        losses = F.cross_entropy(h.reshape(width * models, -1), labels.transpose(0, 1).reshape(-1),
-                                 reduction="none").reshape(width, models).transpose(0, 1)
+        losses = (
+            F.cross_entropy(h.reshape(width * models, -1), labels.transpose(0, 1).reshape(-1), reduction="none")
+            .reshape(width, models)
+            .transpose(0, 1)
+        )
         if weights is not None:
             return list(torch.autograd.grad((losses * weights).sum(), params)), losses.detach()
         output_grads = torch.autograd.grad(losses.sum(), [output for *_, output in recorded])
@@ -182,9 +207,15 @@ def _pool_before_relu(layers: list[tuple[nn.Module, dict]]) -> list[tuple[nn.Mod
 def _forward(layer: nn.Module, h: torch.Tensor, weight, bias, models: int):
     """Layer output on the stacked layout, and what its per-sample gradient needs (None without parameters)."""
     if isinstance(layer, nn.Conv2d):
-        out = F.conv2d(h, weight.reshape(-1, *weight.shape[2:]).contiguous(memory_format=torch.channels_last),
-                       None if bias is None else bias.reshape(-1), layer.stride, layer.padding, layer.dilation,
-                       groups=models)
+        out = F.conv2d(
+            h,
+            weight.reshape(-1, *weight.shape[2:]).contiguous(memory_format=torch.channels_last),
+            None if bias is None else bias.reshape(-1),
+            layer.stride,
+            layer.padding,
+            layer.dilation,
+            groups=models,
+        )
         return out, h
     if isinstance(layer, nn.Linear):
         out = torch.bmm(h.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)  # [W, M, O]
@@ -214,8 +245,9 @@ class _FlattenChannelsLast(torch.autograd.Function):
         return grad.reshape(ctx.shape).contiguous(memory_format=torch.channels_last), None
 
 
-def _per_sample(layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models: int, *,
-                factored: bool) -> dict[str, torch.Tensor | OuterProducts]:
+def _per_sample(
+    layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models: int, *, factored: bool
+) -> dict[str, torch.Tensor | OuterProducts]:
     """Per-sample gradients [M, W, *shape] of ``layer``'s parameters from its output gradient ``g``."""
     if isinstance(layer, nn.Linear):
         weight = OuterProducts(g.transpose(0, 1), needed.transpose(0, 1))
@@ -243,7 +275,16 @@ def _conv_weight(layer: nn.Conv2d, inputs: torch.Tensor, output_grads: torch.Ten
     rows = inputs.shape[0] * inputs.shape[1]
     shape = (rows * layer.out_channels, *layer.weight.shape[1:])
     _, weight, _ = torch.ops.aten.convolution_backward(
-        output_grads.reshape(1, -1, *output_grads.shape[-2:]), inputs.reshape(1, -1, *inputs.shape[-2:]),
-        inputs.new_empty(shape), None, layer.stride, layer.padding, layer.dilation, False, [0, 0], rows,
-        [False, True, False])
+        output_grads.reshape(1, -1, *output_grads.shape[-2:]),
+        inputs.reshape(1, -1, *inputs.shape[-2:]),
+        inputs.new_empty(shape),
+        None,
+        layer.stride,
+        layer.padding,
+        layer.dilation,
+        False,
+        [0, 0],
+        rows,
+        [False, True, False],
+    )
     return weight.reshape(*inputs.shape[:2], *layer.weight.shape)

@@ -64,7 +64,9 @@ def check_model_input(name: str, *, input_shape: tuple[int, int, int], num_class
         raise DPAuditError(f"model {name!r} takes {sizes} images, got {height}×{width}")
 
 
-def build_model(name: str, *, input_shape: tuple[int, int, int], num_classes: int, seed: int | None = None) -> nn.Module:
+def build_model(
+    name: str, *, input_shape: tuple[int, int, int], num_classes: int, seed: int | None = None
+) -> nn.Module:
     """Build a registered model.
 
     Args:
@@ -140,7 +142,7 @@ def _cnn(*, input_shape, num_classes):
 
 @register_model(
     "resnet18-gn",
-    description="torchvision ResNet-18 (ImageNet stem, as seed 004's code) with GroupNorm(min(32, c), c)",
+    description="torchvision ResNet-18 (ImageNet stem, as the DPSGD-GC/DC authors' code) with GroupNorm(min(32, c), c)",
 )
 def _resnet18_gn(*, input_shape, num_classes):
     return _resnet18(input_shape=input_shape, num_classes=num_classes, cifar_stem=False)
@@ -193,8 +195,7 @@ def leaf_outputs(model: nn.Module, example: torch.Tensor) -> list[tuple[nn.Modul
     """(module, output) of every leaf module in a no-grad forward pass of one sample ``example``."""
     outputs = []
     leaves = [m for m in model.modules() if not list(m.children())]
-    hooks = [m.register_forward_hook(lambda module, _inputs, output: outputs.append((module, output)))
-             for m in leaves]
+    hooks = [m.register_forward_hook(lambda module, _inputs, output: outputs.append((module, output))) for m in leaves]
     try:
         with torch.no_grad():
             model(example[None])

@@ -5,12 +5,12 @@ chunks; the optimizer turns them into one parameter update per step and says wha
 privacy. Add an optimizer by subclassing :class:`Optimizer` and decorating it with
 :func:`register`. ``available()`` lists the registered names.
 
-Every private optimizer here has the same skeleton (seeds 002, 003, 004): per-sample gradients g_i are
+Every private optimizer here has the same skeleton (DP-PSAC, D2P2-SGD, DPSGD-GC/DC): per-sample gradients g_i are
 scaled by a factor φ(‖g_i‖) with ‖φ(‖g‖)·g‖ ≤ C, summed, Gaussian noise is added, and the result is
 divided by the *expected* batch size b (never the realised one, which is data-dependent). Only φ, the
 noise schedule and what happens around the update differ, so each optimizer is a few lines.
 
-Noise convention (seed 004): σ_DP is the per-coordinate std of the Gaussian noise added to the
+Noise convention (DPSGD-GC/DC, Liang et al. eq. 6): σ_DP is the per-coordinate std of the Gaussian noise added to the
 *averaged* clipped gradient Σ φ_i g_i / b. The usual noise multiplier is z = σ_DP · b / C
 (noise std on the summed clipped gradient divided by its sensitivity C), so either may be given.
 Dynamic-noise optimizers multiply z by a schedule factor per step and record each step's z in the ledger.
@@ -32,11 +32,10 @@ from dpaudit._validation import DPAuditError, check_choice, check_positive, chec
 from dpaudit.layerwise import dense, sample_norms, weighted_sample_sums
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
-AUTO_V_EPSILON = 1e-12  # seed 002 §1.7: Auto-V's C / ‖g‖ needs a guard at ‖g‖ = 0
+AUTO_V_EPSILON = 1e-12  # Auto-V's C / ‖g‖ (DP-PSAC paper, Section 3) gets a guard at ‖g‖ = 0 (dpaudit's choice)
 NOISE_DECAY_UNITS = ("epoch", "step")
 REDUCTION_CONVENTIONS = ("code", "paper")
 PROJECTION_REFRESH = ("step", "run")
-
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def get_spec(name: str) -> OptimizerSpec:
 
 
 def sigma_dp_to_noise_multiplier(*, sigma_dp: float, batch_size: float, clip_norm: float) -> float:
-    """z = σ_DP · b / C (seed 004 §1.5)."""
+    """z = σ_DP · b / C (σ_DP: Liang et al., Section 2.2, eq. 6; the conversion is the authors' code's)."""
     return sigma_dp * batch_size / clip_norm
 
 
@@ -94,22 +93,22 @@ class Hyperparameters:
         domain_radius: radius D of the ℓ2 ball that DPSGD-DC projects onto.
         domain_center: "origin" (the paper's K) or "init" (a ball around θ_0).
         momentum: heavy-ball momentum μ of the outer SGD update (post-processing; 0 = plain SGD).
-        r: regulariser r of the DP-PSAC and Auto-S weights (seed 002), r > 0.
-        gamma: stability constant γ of automatic clipping C / (‖g‖ + γ) (seed 003), γ > 0.
+        r: regulariser r of the DP-PSAC and Auto-S weights (DP-PSAC paper), r > 0.
+        gamma: stability constant γ of automatic clipping C / (‖g‖ + γ) (D2P2-SGD paper), γ > 0.
         noise_decay_exponent: a in the dynamic schedule z_k = z · k^(−a) (0.25: the authors' code, whose
             numbers the paper reports; 0.5: the paper's text, σ/√k).
         noise_decay_unit: k counts "epoch"s (constant within an epoch; the code) or "step"s.
-        reduction_rate: random-projection rate (seed 003), in (0, 1]; see ``reduction_convention``.
+        reduction_rate: random-projection rate (D2P2-SGD paper), in (0, 1]; see ``reduction_convention``.
         reduction_convention: "code": p = ⌊rate · d⌋ per tensor (the authors' code and Table 6, so
             rate 0.3 keeps 30 % of the dimensions); "paper": p = round((1 − rate) · d) (Appendix A.9.1).
         projection_refresh: "step" (a fresh Gaussian matrix every step, as the paper says) or "run"
             (one matrix per tensor for the whole run, as the authors' code).
         epochs: the run's length E in epochs (two-phase optimizers split it).
-        active_ratio: ρ, the fraction of coordinates kept trainable in sparse phases (seed 001), in (0, 1].
-        warmup_fraction: E_1/E, the share of the steps spent in a dense warm-up phase (seed 001), in (0, 1).
+        active_ratio: ρ, the fraction of coordinates kept trainable in sparse phases (TP-TopK paper), in (0, 1].
+        warmup_fraction: E_1/E, the share of the steps spent in a dense warm-up phase (TP-TopK paper), in (0, 1).
         warmup_sigma_dp: σ_DP of the warm-up phase (σ_1 in σ_DP units); ``sigma_dp`` is that of the rest.
-        pretrain_fraction: T_pre/T, the share of the steps spent in AdaDPIGU's DP pre-training (seed 000:
-            15 of 200 epochs), in (0, 1).
+        pretrain_fraction: T_pre/T, the share of the steps spent in AdaDPIGU's DP pre-training (the
+            authors' code: 15 of 200 epochs), in (0, 1).
         retention_ratio: r, the fraction of coordinates AdaDPIGU's importance mask keeps, in (0, 1].
         example_topk_fraction: per-record top-k of AdaDPIGU as a fraction of d (the code keeps 0.4·d; 1 = off).
         ema_mean_decay: γ1 of AdaDPIGU's running mean α, in [0, 1).
@@ -145,12 +144,12 @@ class Hyperparameters:
 
     @property
     def pretrain_steps(self) -> int:
-        """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (seed 000 §1.6)."""
+        """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (T_pre of AdaDPIGU's Algorithm 1, Section 4)."""
         return round(self.pretrain_fraction * self.steps_per_epoch * self.epochs)
 
     @property
     def warmup_steps(self) -> int:
-        """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (seed 001 §1.1)."""
+        """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (T_1 of TP-TopK's Algorithm 1; E_1/E: its Section 7.3)."""
         return round(self.warmup_fraction * self.steps_per_epoch * self.epochs)
 
     @property
@@ -185,8 +184,12 @@ class StackedRows:
         """Rows ``first`` to ``first + count - 1`` of the whole stack (the stack itself if that is all of it)."""
         if first == 0 and count == len(self.params[0]):
             return self
-        return StackedRows([t.narrow(0, first, count) for t in self.params],
-                           [t.narrow(0, first, count) for t in self.sums], first, self)
+        return StackedRows(
+            [t.narrow(0, first, count) for t in self.params],
+            [t.narrow(0, first, count) for t in self.sums],
+            first,
+            self,
+        )
 
     def noise(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """(per parameter a [M, *shape] view, per row the flat buffer) of the memory these rows' models draw a
@@ -201,15 +204,17 @@ class StackedRows:
         if whole is self:
             return views, rows
         count = len(self.params[0])
-        return [view.narrow(0, self.first, count) for view in views], rows[self.first:self.first + count]
+        return [view.narrow(0, self.first, count) for view in views], rows[self.first : self.first + count]
 
 
 def _stacked_rows(optimizers: Sequence[Optimizer]) -> StackedRows | None:
     """The rows of ``optimizers`` in their ``StackedRows``, if they are consecutive rows of one in order and have
     no parameters beside it; else None."""
     stack, first = optimizers[0]._stack, optimizers[0]._row
-    if stack is None or any(optimizer._stack is not stack or optimizer._row != first + m
-                            or len(optimizer.params) != len(stack.params) for m, optimizer in enumerate(optimizers)):
+    if stack is None or any(
+        optimizer._stack is not stack or optimizer._row != first + m or len(optimizer.params) != len(stack.params)
+        for m, optimizer in enumerate(optimizers)
+    ):
         return None
     return stack.rows(first, len(optimizers))
 
@@ -275,9 +280,11 @@ class Optimizer:
 
         Optimizers whose sums are not shaped like their parameters (a projected space) keep them apart.
         """
-        if any(len(optimizer._sum) < len(params)
-               or any(total.shape != p.shape for total, p in zip(optimizer._sum, optimizer.params))
-               for optimizer in optimizers):
+        if any(
+            len(optimizer._sum) < len(params)
+            or any(total.shape != p.shape for total, p in zip(optimizer._sum, optimizer.params))
+            for optimizer in optimizers
+        ):
             return
         for k, optimizer in enumerate(optimizers):
             for stacked, p in zip(params, optimizer.params):
@@ -290,8 +297,13 @@ class Optimizer:
             optimizer._stack, optimizer._row = stack, k
 
     @classmethod
-    def accumulate_together(cls, optimizers: Sequence[Optimizer], grads: Sequence[torch.Tensor],
-                            counts: Sequence[int], padding: torch.Tensor | None = None) -> None:
+    def accumulate_together(
+        cls,
+        optimizers: Sequence[Optimizer],
+        grads: Sequence[torch.Tensor],
+        counts: Sequence[int],
+        padding: torch.Tensor | None = None,
+    ) -> None:
         """``accumulate`` for M optimizers of this class and equal hyperparameters (an ensemble).
 
         ``grads``: per parameter, [M, W, *shape] per-sample gradients (or ``layerwise.OuterProducts``)
@@ -402,14 +414,22 @@ class PrivateOptimizer(Optimizer):
         # The plain update (no momentum, no recorded release, no constraint) of the models that take it, when they
         # are consecutive rows of one ``stack_rows`` stack: each model's own noise draw, then the arithmetic of
         # ``step`` on the [M, *shape] stacks, one call per operation for all M models.
-        plain = [m for m, optimizer in enumerate(optimizers) if optimizer._velocity is None
-                 and not optimizer.record_updates and optimizer.hyper == optimizers[0].hyper]
+        plain = [
+            m
+            for m, optimizer in enumerate(optimizers)
+            if optimizer._velocity is None and not optimizer.record_updates and optimizer.hyper == optimizers[0].hyper
+        ]
         group = [optimizers[m] for m in plain]
         factors = {optimizer.noise_factor() for optimizer in group}
         rows = _stacked_rows(group) if len(group) > 1 else None
-        if (rows is None or len(factors) > 1 or cls.step is not PrivateOptimizer.step
-                or cls.after_step is not PrivateOptimizer.after_step
-                or cls._noisy_mean is not PrivateOptimizer._noisy_mean or cls._apply is not Optimizer._apply):
+        if (
+            rows is None
+            or len(factors) > 1
+            or cls.step is not PrivateOptimizer.step
+            or cls.after_step is not PrivateOptimizer.after_step
+            or cls._noisy_mean is not PrivateOptimizer._noisy_mean
+            or cls._apply is not Optimizer._apply
+        ):
             return super().step_together(optimizers, realized_batch_sizes)
         (factor,), hyper = factors, group[0].hyper
         noise, noise_rows = rows.noise()
@@ -423,8 +443,12 @@ class PrivateOptimizer(Optimizer):
             optimizer.steps_taken += 1
         costs = dict.fromkeys(plain, (hyper.noise_multiplier * factor, hyper.sample_rate))
         others = [m for m in range(len(optimizers)) if m not in costs]
-        costs.update(zip(others, super().step_together([optimizers[m] for m in others],
-                                                       [realized_batch_sizes[m] for m in others])))
+        costs.update(
+            zip(
+                others,
+                super().step_together([optimizers[m] for m in others], [realized_batch_sizes[m] for m in others]),
+            )
+        )
         return [costs[m] for m in range(len(optimizers))]
 
     def noise_factor(self) -> float:
@@ -469,7 +493,7 @@ class PrivateOptimizer(Optimizer):
 @register(
     "dpsgd-gc",
     dp_claim=True,
-    description="DP-SGD with per-sample gradient clipping min(1, C/‖g‖) (Abadi et al.; seed 004 DPSGD-GC)",
+    description="DP-SGD with per-sample gradient clipping min(1, C/‖g‖) (Abadi et al.; DPSGD-GC of Liang et al.)",
 )
 class DPSGD(PrivateOptimizer):
     """θ ← θ − η (Σ clip_C(g_i) / b + N(0, σ_DP² I))."""
@@ -478,8 +502,11 @@ class DPSGD(PrivateOptimizer):
         return (self.hyper.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
 
 
-@register("dpsgd-no-noise", dp_claim=False,
-          description="DP-SGD that adds no noise but accounts as if it did (broken on purpose: auditor check; no DP claim)")
+@register(
+    "dpsgd-no-noise",
+    dp_claim=False,
+    description="DP-SGD that adds no noise but accounts as if it did (broken on purpose: auditor check; no DP claim)",
+)
 class DPSGDNoNoise(DPSGD):
     """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
 
@@ -487,8 +514,11 @@ class DPSGDNoNoise(DPSGD):
         return out.zero_()
 
 
-@register("dpsgd-no-clip", dp_claim=False,
-          description="DP-SGD without clipping, noise calibrated to C (broken on purpose: auditor check; no DP claim)")
+@register(
+    "dpsgd-no-clip",
+    dp_claim=False,
+    description="DP-SGD without clipping, noise calibrated to C (broken on purpose: auditor check; no DP claim)",
+)
 class DPSGDNoClip(DPSGD):
     """Σ g_i / b + N(0, σ_DP²): the sensitivity is unbounded, the noise is that of C."""
 
@@ -499,16 +529,14 @@ class DPSGDNoClip(DPSGD):
 @register(
     "dpsgd-dc",
     dp_claim=True,
-    description="DP-SGD with clipping and projection onto the ℓ2 ball of radius D (seed 004 DPSGD-DC)",
+    description="DP-SGD with clipping and projection onto the ℓ2 ball of radius D (DPSGD-DC of Liang et al.)",
 )
 class DPSGDDomainConstrained(DPSGD):
     """DPSGD-GC followed by θ ← Π_K(θ), K = {θ : ‖θ − c‖ ≤ D}, c = 0 or θ_0, jointly over all parameters."""
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
-        self.center = (
-            [p.detach().clone() for p in self.params] if hyper.domain_center == "init" else None
-        )
+        self.center = [p.detach().clone() for p in self.params] if hyper.domain_center == "init" else None
         self.after_step()  # θ_0 ∈ K
 
     @classmethod
@@ -533,7 +561,7 @@ class DPSGDDomainConstrained(DPSGD):
                     param.copy_(center + scale * (param - center))
 
 
-# Seed 002 (DP-PSAC) and its baselines: only the per-sample weight differs.
+# DP-PSAC (Xia et al.) and its baselines: only the per-sample weight differs.
 
 
 def _check_r(hyper: Hyperparameters) -> None:
@@ -550,7 +578,9 @@ def psac_factor(norms, *, r: float, clip_norm: float = 1.0):
     return clip_norm * (norms + r) / (norms * norms + r * norms + r)
 
 
-@register("auto-s", dp_claim=True, description="automatic clipping C·g/(‖g‖ + r) (Bu et al. 2022; seed 002 Auto-S)")
+@register(
+    "auto-s", dp_claim=True, description="automatic clipping C·g/(‖g‖ + r) (Bu et al. 2022; the DP-PSAC paper's Auto-S)"
+)
 class AutoS(PrivateOptimizer):
     """φ(s) = C / (s + r); ‖φ(s)g‖ = C·s/(s + r) < C."""
 
@@ -566,7 +596,7 @@ class AutoS(PrivateOptimizer):
 register("nsgd", dp_claim=True, description="alias of auto-s (NSGD, Yang et al. 2022)")(AutoS)
 
 
-@register("auto-v", dp_claim=True, description="pure normalisation C·g/‖g‖ (seed 002 Auto-V)")
+@register("auto-v", dp_claim=True, description="pure normalisation C·g/‖g‖ (the DP-PSAC paper's Auto-V)")
 class AutoV(PrivateOptimizer):
     """φ(s) = C / s (with a 1e-12 guard); every clipped gradient has norm C."""
 
@@ -574,7 +604,9 @@ class AutoV(PrivateOptimizer):
         return self.hyper.clip_norm / (norms + AUTO_V_EPSILON)
 
 
-@register("dp-psac", dp_claim=True, description="per-sample adaptive clipping C·g/(‖g‖ + r/(‖g‖ + r)) (seed 002 DP-PSAC)")
+@register(
+    "dp-psac", dp_claim=True, description="per-sample adaptive clipping C·g/(‖g‖ + r/(‖g‖ + r)) (DP-PSAC, Xia et al.)"
+)
 class DPPSAC(AutoS):
     """φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r); ‖φ(s)g‖ = C (1 − r/(s² + rs + r)) < C."""
 
@@ -589,7 +621,9 @@ class DPPSAC(AutoS):
     "clipped norm and divided by the realised batch size (data-dependent noise; no DP claim)",
 )
 class DPPSACBatchNoise(DPPSAC):
-    """Seed 002 §1.7 (6): the data-dependent noise scale that breaks the DP guarantee — a negative control."""
+    """The data-dependent noise scale that breaks the DP guarantee — a negative control. Not in the DP-PSAC paper:
+    it departs from line 6 of its Algorithm 1 (noise N(0, C²σ²)) as some third-party re-implementations do.
+    """
 
     pure_factors = False  # factors() tracks the batch's largest clipped norm
 
@@ -611,11 +645,11 @@ class DPPSACBatchNoise(DPPSAC):
         return self.hyper.noise_multiplier, self.hyper.sample_rate
 
 
-# Seed 003 (D2P2-SGD): automatic clipping, dynamic noise, random projection.
+# D2P2-SGD (Jiang et al.): automatic clipping, dynamic noise, random projection.
 
 
 class AutomaticClipping(PrivateOptimizer):
-    """φ(s) = C / (s + γ) (automatic clipping, seed 003 with G = C); static noise."""
+    """φ(s) = C / (s + γ) (automatic clipping of the D2P2-SGD paper, with G = C); static noise."""
 
     dynamic: ClassVar[bool] = False
 
@@ -634,7 +668,11 @@ class AutomaticClipping(PrivateOptimizer):
         steps = hyper.steps_per_epoch * hyper.epochs
         if not cls.dynamic:
             return np.ones(steps)
-        k = np.arange(steps) // hyper.steps_per_epoch + 1 if hyper.noise_decay_unit == "epoch" else np.arange(1, steps + 1)
+        k = (
+            np.arange(steps) // hyper.steps_per_epoch + 1
+            if hyper.noise_decay_unit == "epoch"
+            else np.arange(1, steps + 1)
+        )
         return k.astype(float) ** -hyper.noise_decay_exponent
 
     def noise_factor(self) -> float:
@@ -644,12 +682,18 @@ class AutomaticClipping(PrivateOptimizer):
         return float(k) ** -self.hyper.noise_decay_exponent
 
 
-@register("dpsgd-auto", dp_claim=True, description="automatic clipping C·g/(‖g‖ + γ), static noise (seed 003 'DPSGD')")
+@register(
+    "dpsgd-auto",
+    dp_claim=True,
+    description="automatic clipping C·g/(‖g‖ + γ), static noise (the D2P2-SGD paper's 'DPSGD')",
+)
 class DPSGDAuto(AutomaticClipping):
     pass
 
 
-@register("d2p-sgd", dp_claim=True, description="automatic clipping, dynamic noise z·k^(−1/4), no projection (seed 003)")
+@register(
+    "d2p-sgd", dp_claim=True, description="automatic clipping, dynamic noise z·k^(−1/4), no projection (D2P2-SGD paper)"
+)
 class D2PSGD(AutomaticClipping):
     dynamic = True
 
@@ -727,12 +771,20 @@ class ProjectedNoise(AutomaticClipping):
         return self.hyper.noise_multiplier * factor, self.hyper.sample_rate
 
 
-@register("dp2-sgd", dp_claim=True, description="automatic clipping of projected gradients, static noise in R^p (seed 003)")
+@register(
+    "dp2-sgd",
+    dp_claim=True,
+    description="automatic clipping of projected gradients, static noise in R^p (D2P2-SGD paper)",
+)
 class DP2SGD(ProjectedNoise):
     pass
 
 
-@register("d2p2-sgd", dp_claim=True, description="automatic clipping of projected gradients, dynamic noise in R^p (seed 003)")
+@register(
+    "d2p2-sgd",
+    dp_claim=True,
+    description="automatic clipping of projected gradients, dynamic noise in R^p (Jiang et al.)",
+)
 class D2P2SGD(ProjectedNoise):
     dynamic = True
 
@@ -755,7 +807,7 @@ class D2P2SGDAsPublished(D2P2SGD):
     clip_after_projection = False
 
 
-# Coordinate-sparse optimizers (seeds 000 and 001): DP-SGD restricted to a support of coordinates.
+# Coordinate-sparse optimizers (AdaDPIGU and TP-TopK): DP-SGD restricted to a support of coordinates.
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -817,9 +869,10 @@ class MaskedSupport(DPSGD):
 
 
 class TwoPhaseSparse(MaskedSupport):
-    """Seed 001 §1.1. Phase 1 (T_1 steps): DP-SGD with σ_1, accumulating s += g̃ ⊙ g̃ of the *released*
-    gradients. Then A = the ⌊ρd⌋ coordinates ranked first (by the denoised score a = s/T_1 − σ_1², or at
-    random) and Phase 2 is DP-SGD on A with σ_2. Momentum is reset at the switch.
+    """TP-TopK paper, Algorithm 1 (Section 3.2). Phase 1 (T_1 steps): DP-SGD with σ_1, accumulating
+    s += g̃ ⊙ g̃ of the *released* gradients. Then A = the ⌊ρd⌋ coordinates ranked first (by the denoised
+    score a = s/T_1 − σ_1² of Figure 2's caption and Lemma 5.2, or at random) and Phase 2 is DP-SGD on A
+    with σ_2. Momentum is reset at the switch.
     """
 
     learned: ClassVar[bool] = True
@@ -844,10 +897,12 @@ class TwoPhaseSparse(MaskedSupport):
     @classmethod
     def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
         total = hyper.steps_per_epoch * hyper.epochs
-        warmup = sigma_dp_to_noise_multiplier(sigma_dp=hyper.warmup_sigma_dp, batch_size=hyper.expected_batch_size,
-                                              clip_norm=hyper.clip_norm)
-        return np.concatenate([np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps,
-                                                                            hyper.noise_multiplier)])
+        warmup = sigma_dp_to_noise_multiplier(
+            sigma_dp=hyper.warmup_sigma_dp, batch_size=hyper.expected_batch_size, clip_norm=hyper.clip_norm
+        )
+        return np.concatenate(
+            [np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps, hyper.noise_multiplier)]
+        )
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> tuple[float, float, str]:
@@ -860,8 +915,9 @@ class TwoPhaseSparse(MaskedSupport):
         self._apply(released)
         if warmup and self.steps_taken == self.hyper.warmup_steps:
             self._choose_support()
-        z = sigma_dp_to_noise_multiplier(sigma_dp=sigma, batch_size=self.hyper.expected_batch_size,
-                                         clip_norm=self.hyper.clip_norm)
+        z = sigma_dp_to_noise_multiplier(
+            sigma_dp=sigma, batch_size=self.hyper.expected_batch_size, clip_norm=self.hyper.clip_norm
+        )
         return z, self.hyper.sample_rate, "warmup" if warmup else "train"
 
     def _choose_support(self) -> None:
@@ -875,19 +931,24 @@ class TwoPhaseSparse(MaskedSupport):
         self._set_support(order)
 
 
-@register("tp-topk", dp_claim=True, description="dense DP warm-up, then DP-SGD on the top-⌊ρd⌋ denoised-score support (seed 001)")
+@register(
+    "tp-topk",
+    dp_claim=True,
+    description="dense DP warm-up, then DP-SGD on the top-⌊ρd⌋ denoised-score support (TP-TopK paper)",
+)
 class TPTopK(TwoPhaseSparse):
     pass
 
 
-@register("tp-rand", dp_claim=True, description="as tp-topk with a random support of the same size (seed 001)")
+@register("tp-rand", dp_claim=True, description="as tp-topk with a random support of the same size (TP-TopK paper)")
 class TPRand(TwoPhaseSparse):
     learned = False
 
 
 class OnlineSparse(MaskedSupport):
-    """Seed 001 §1.2 ON-*: one σ for the whole run; the support is refreshed at the start of every epoch,
-    with active ratio ρ_e = 1 − (1 − ρ)·e/(E − 1) at epoch e = 0 … E − 1 (dense first epoch, ρ at the last).
+    """ON-* of the TP-TopK paper (Table 1, Section 7.1; the schedule is not in the paper): one σ for the
+    whole run; the support is refreshed at the start of every epoch, with active ratio
+    ρ_e = 1 − (1 − ρ)·e/(E − 1) at epoch e = 0 … E − 1 (dense first epoch, ρ at the last).
 
     ON-TopK ranks by a_p = mean over the previous epoch's steps of g̃_p² − σ², from the released gradients
     only; a coordinate frozen all that epoch keeps its latest score. ON-Rand draws a fresh random support.
@@ -906,7 +967,9 @@ class OnlineSparse(MaskedSupport):
         super().check(hyper)
         check_ratio("active_ratio (ρ)", hyper.active_ratio)
         if hyper.epochs < 2:
-            raise DPAuditError(f"online sparse optimizers refresh the support per epoch and need epochs ≥ 2; got {hyper.epochs}")
+            raise DPAuditError(
+                f"online sparse optimizers refresh the support per epoch and need epochs ≥ 2; got {hyper.epochs}"
+            )
 
     def active_ratio(self, epoch: int) -> float:
         """ρ_e of 1-based ``epoch`` under the linear schedule."""
@@ -917,7 +980,9 @@ class OnlineSparse(MaskedSupport):
         if self.learned and self._epoch_steps:
             fresh = _flat(self._squares) / self._epoch_steps - self.hyper.sigma_dp**2
             active = self.support_mask()
-            self.score = fresh if self.score is None or active is None else torch.where(active.bool(), fresh, self.score)
+            self.score = (
+                fresh if self.score is None or active is None else torch.where(active.bool(), fresh, self.score)
+            )
         for squares in self._squares:
             squares.zero_()
         self._epoch_steps = 0
@@ -939,12 +1004,21 @@ class OnlineSparse(MaskedSupport):
         return self.hyper.noise_multiplier, self.hyper.sample_rate
 
 
-@register("on-topk", dp_claim=True, description="per-epoch support: top-⌊ρ_e d⌋ of the previous epoch's DP score, ρ_e falling linearly from 1 to ρ (seed 001)")
+@register(
+    "on-topk",
+    dp_claim=True,
+    description="per-epoch support: top-⌊ρ_e d⌋ of the previous epoch's DP score, ρ_e falling linearly from 1 to ρ "
+    "(TP-TopK paper)",
+)
 class ONTopK(OnlineSparse):
     pass
 
 
-@register("on-rand", dp_claim=True, description="as on-topk with a fresh random support every epoch (random sparsification; seed 001)")
+@register(
+    "on-rand",
+    dp_claim=True,
+    description="as on-topk with a fresh random support every epoch (random sparsification; TP-TopK paper)",
+)
 class ONRand(OnlineSparse):
     learned = False
 
@@ -953,7 +1027,8 @@ VARIANCE_CLAMP = (1e-6, 1e6)  # AdaDPIGU code: the EMA variance is clamped to [h
 
 
 class AdaDPIGU(MaskedSupport):
-    """Seed 000 §1.6. Pre-training: T_pre steps of DP-SGD accumulating the importance s += |g̃| of the
+    """AdaDPIGU paper, Algorithms 1 and 2 (Section 4; masked noise: Section 5.1 and Theorem 11).
+    Pre-training: T_pre steps of DP-SGD accumulating the importance s += |g̃| of the
     released gradients; then the mask m keeps the top ⌊r·d⌋ coordinates and the pruned weights are set
     to 0 (the paper's forward pass at m ⊙ θ). Main phase, per record: z_i = m ⊙ (g_i − α) / (√β + μ),
     keep its ⌊k_s·d⌋ largest |entries|, clip to C; then ḡ = Σ z_i / b + N(0, σ_DP²) on the support,
@@ -976,7 +1051,10 @@ class AdaDPIGU(MaskedSupport):
         super().check(hyper)
         check_ratio("retention_ratio (r)", hyper.retention_ratio)
         check_ratio("example_topk_fraction", hyper.example_topk_fraction)
-        for name, value in (("ema_mean_decay (γ1)", hyper.ema_mean_decay), ("ema_variance_decay (γ2)", hyper.ema_variance_decay)):
+        for name, value in (
+            ("ema_mean_decay (γ1)", hyper.ema_mean_decay),
+            ("ema_variance_decay (γ2)", hyper.ema_variance_decay),
+        ):
             if not 0 <= value < 1:
                 raise DPAuditError(f"{name} must be in [0, 1); got {value}")
         check_positive("standardise_constant (μ)", hyper.standardise_constant)
@@ -984,7 +1062,9 @@ class AdaDPIGU(MaskedSupport):
             raise DPAuditError(f"pretrain_fraction must be in (0, 1); got {hyper.pretrain_fraction}")
         total = hyper.steps_per_epoch * hyper.epochs
         if not 1 <= hyper.pretrain_steps < total:
-            raise DPAuditError(f"the pre-training must leave steps for the main phase: T_pre = {hyper.pretrain_steps} of T = {total}")
+            raise DPAuditError(
+                f"the pre-training must leave steps for the main phase: T_pre = {hyper.pretrain_steps} of T = {total}"
+            )
 
     def _scale(self) -> list[torch.Tensor]:
         return [beta.sqrt() + self.hyper.standardise_constant for beta in self.beta]
@@ -1016,15 +1096,18 @@ class AdaDPIGU(MaskedSupport):
                 self._choose_mask()
         else:
             scale = self._scale()
-            released = [m * (value * s + a) for value, s, a, m in zip(self._release(self.hyper.sigma_dp), scale,
-                                                                      self.alpha, self.mask)]
+            released = [
+                m * (value * s + a)
+                for value, s, a, m in zip(self._release(self.hyper.sigma_dp), scale, self.alpha, self.mask)
+            ]
             self._apply(released)
             if self.adaptive_statistics:
                 for alpha, beta, value in zip(self.alpha, self.beta, released):
                     deviation = (value - alpha) ** 2
                     alpha.mul_(self.hyper.ema_mean_decay).add_((1 - self.hyper.ema_mean_decay) * value)
                     beta.mul_(self.hyper.ema_variance_decay).add_(
-                        (1 - self.hyper.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP))
+                        (1 - self.hyper.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP)
+                    )
         return self.hyper.noise_multiplier, self.hyper.sample_rate, "pretrain" if pretraining else "train"
 
     def _choose_mask(self) -> None:
@@ -1037,7 +1120,12 @@ class AdaDPIGU(MaskedSupport):
             param.mul_(m)
 
 
-@register("adadpigu", dp_claim=True, description="DP importance mask from pre-training, then standardised per-record top-k, clipping and noise (seed 000)")
+@register(
+    "adadpigu",
+    dp_claim=True,
+    description="DP importance mask from pre-training, then standardised per-record top-k, clipping and noise "
+    "(AdaDPIGU paper)",
+)
 class AdaDPIGUPaper(AdaDPIGU):
     pass
 

@@ -60,8 +60,10 @@ def load_run(path: str | Path) -> RunRecord:
         at = {epoch: row for row, epoch in enumerate(theory["epochs"])}
         if not all(int(epoch) in at for epoch in attack_epochs):
             raise DPAuditError(f"{run}/target/epsilon.json lacks some attacked epochs {attack_epochs.tolist()}")
-        epsilon_theory = {name: np.array([values[at[int(e)]] for e in attack_epochs], dtype=float)
-                          for name, values in theory["epsilon"].items()}
+        epsilon_theory = {
+            name: np.array([values[at[int(e)]] for e in attack_epochs], dtype=float)
+            for name, values in theory["epsilon"].items()
+        }
     return RunRecord(
         path=run,
         config=config,
@@ -69,9 +71,10 @@ def load_run(path: str | Path) -> RunRecord:
         epsilon_hat=np.array([r["epsilon_hat"] for r in attack], dtype=float),
         train_loss=np.array(metrics["train_loss"], dtype=float),
         steps_at_epoch=np.array(ledger["epoch_ends"], dtype=int),
-        test_accuracy=np.array([np.nan if a is None else a
-                                for a in metrics.get("test_accuracy") or [None] * len(metrics["train_loss"])],
-                               dtype=float),
+        test_accuracy=np.array(
+            [np.nan if a is None else a for a in metrics.get("test_accuracy") or [None] * len(metrics["train_loss"])],
+            dtype=float,
+        ),
         epsilon_theory=epsilon_theory,
     )
 
@@ -93,7 +96,8 @@ def stack_trials(runs: list[RunRecord], field: str) -> np.ndarray:
 
 
 def mean_and_band(values: np.ndarray, *, coverage: float = 95.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Mean over trials and the empirical percentile band covering ``coverage`` % (seed 004 §3.6).
+    """Mean over trials and the empirical percentile band covering ``coverage`` % (Liang et al., captions of
+    Figures 2 and 4).
 
     Non-finite values (ε̂ = ±inf from a zero error rate) are left out and counted.
 
@@ -125,9 +129,13 @@ def summarize(run_paths: Iterable[str | Path]) -> tuple[dict[str, Any], list[dic
         epsilon, _, _, dropped = mean_and_band(stack_trials(group, "epsilon_hat"))
         loss, _, _, _ = mean_and_band(stack_trials(group, "train_loss"))
         accuracy, _, _, _ = mean_and_band(stack_trials(group, "test_accuracy"))
-        metrics[name] = {"epsilon_hat_last": float(epsilon[-1]), "train_loss_last": float(loss[-1]),
-                         "test_accuracy_last": float(accuracy[-1]), "trials": len(group),
-                         "infinite_epsilon_hat": dropped}
+        metrics[name] = {
+            "epsilon_hat_last": float(epsilon[-1]),
+            "train_loss_last": float(loss[-1]),
+            "test_accuracy_last": float(accuracy[-1]),
+            "trials": len(group),
+            "infinite_epsilon_hat": dropped,
+        }
         if all(run.epsilon_theory for run in group):
             metrics[name]["epsilon_theory_last"] = {
                 accountant: float(np.mean([run.epsilon_theory[accountant][-1] for run in group]))
@@ -135,9 +143,14 @@ def summarize(run_paths: Iterable[str | Path]) -> tuple[dict[str, Any], list[dic
             }
         diagnostics = [diagnostics_summary(run.path) for run in group]
         if all(diagnostics):
-            metrics[name]["diagnostics"] = {key: float(np.mean([d[key] for d in diagnostics]))
-                                            for key in diagnostics[0] if all(d.get(key) is not None for d in diagnostics)}
-        rows += [{"config": name, "epoch": int(e), "epsilon_hat": float(v)} for e, v in zip(group[0].attack_epochs, epsilon)]
+            metrics[name]["diagnostics"] = {
+                key: float(np.mean([d[key] for d in diagnostics]))
+                for key in diagnostics[0]
+                if all(d.get(key) is not None for d in diagnostics)
+            }
+        rows += [
+            {"config": name, "epoch": int(e), "epsilon_hat": float(v)} for e, v in zip(group[0].attack_epochs, epsilon)
+        ]
     return metrics, rows
 
 
@@ -152,8 +165,11 @@ def diagnostics_summary(run: str | Path) -> dict[str, float | None]:
     summary = {"gradient_fraction_within_0.01": record["gradient_histogram"]["fraction_within_0.01"]}
     if record["supports"]:
         first = record["supports"][0]
-        summary.update(support_oracle_capture=first["oracle_capture"], support_random_baseline=first["random_baseline"],
-                       support_oracle_topk_overlap=first["oracle_topk_overlap"])
+        summary.update(
+            support_oracle_capture=first["oracle_capture"],
+            support_random_baseline=first["random_baseline"],
+            support_oracle_topk_overlap=first["oracle_topk_overlap"],
+        )
     return summary
 
 
@@ -176,8 +192,11 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
             raise DPAuditError(f"cannot read audit result {path}: {error}") from None
         groups[(path.parent.name, payload["attack"])].append(payload)
     metrics: dict[str, Any] = {}
-    lines = ["| run | attack | trials (members + non-members) | ε̂ point | ε̂ GDP (estimate) | ε̂ lower (95 %) | ceiling | "
-             "theoretical ε | lower / theory | AUC | TPR @ 0.1 % FPR |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | attack | trials (members + non-members) | ε̂ point | ε̂ GDP (estimate) | ε̂ lower (95 %) | ceiling | "
+        "theoretical ε | lower / theory | AUC | TPR @ 0.1 % FPR |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for (run, attack), results in sorted(groups.items()):
         reports = [r["report"] for r in results]
         theory_key = "epsilon_mechanism" if attack == "canary" else "epsilon_run"
@@ -186,20 +205,27 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
         def mean(key):
             return float(np.mean([float(rep[key]) for rep in reports]))
 
-        row = {"epsilon_point": mean("epsilon_point"), "epsilon_lower": mean("epsilon_lower"),
-               "epsilon_gdp": mean("epsilon_gdp"), "samples": int(np.mean([rep["n_members"] + rep["n_nonmembers"]
-                                                                            for rep in reports])),
-               "epsilon_ceiling": mean("epsilon_ceiling"), "epsilon_theory": theory,
-               "theory": "one Gaussian step (canary's mechanism)" if attack == "canary" else "whole run",
-               "ratio_lower_to_theory": mean("epsilon_lower") / theory if theory > 0 else float("nan"),
-               "auc": mean("auc"), "tpr_at_0.1%_fpr": float(np.mean([float(rep["tpr_at_fpr"]["0.001"]) for rep in reports])),
-               "files": len(results)}
+        row = {
+            "epsilon_point": mean("epsilon_point"),
+            "epsilon_lower": mean("epsilon_lower"),
+            "epsilon_gdp": mean("epsilon_gdp"),
+            "samples": int(np.mean([rep["n_members"] + rep["n_nonmembers"] for rep in reports])),
+            "epsilon_ceiling": mean("epsilon_ceiling"),
+            "epsilon_theory": theory,
+            "theory": "one Gaussian step (canary's mechanism)" if attack == "canary" else "whole run",
+            "ratio_lower_to_theory": mean("epsilon_lower") / theory if theory > 0 else float("nan"),
+            "auc": mean("auc"),
+            "tpr_at_0.1%_fpr": float(np.mean([float(rep["tpr_at_fpr"]["0.001"]) for rep in reports])),
+            "files": len(results),
+        }
         metrics[f"{run}/{attack}"] = row
         label = f"{theory:.2f} ({'per step' if attack == 'canary' else 'run'})"
-        lines.append(f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} | {row['epsilon_gdp']:.2f} | "
-                     f"{row['epsilon_lower']:.2f} | "
-                     f"{row['epsilon_ceiling']:.2f} | {label} | {row['ratio_lower_to_theory']:.2f} | {row['auc']:.3f} | "
-                     f"{row['tpr_at_0.1%_fpr']:.4f} |")
+        lines.append(
+            f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} | {row['epsilon_gdp']:.2f} | "
+            f"{row['epsilon_lower']:.2f} | "
+            f"{row['epsilon_ceiling']:.2f} | {label} | {row['ratio_lower_to_theory']:.2f} | {row['auc']:.3f} | "
+            f"{row['tpr_at_0.1%_fpr']:.4f} |"
+        )
     return metrics, "\n".join(lines) + "\n"
 
 
@@ -228,10 +254,13 @@ def gallery_markdown(entries: Iterable[dict[str, Any]], *, root: str | Path = ".
             target = image or next((path for path in files if path.suffix == ".md"), files[0])
             link = Path(os.path.relpath(target, root)).as_posix()
             title = entry.get("title", entry["name"]).replace('"', "'")
-            cells.append(f'<a href="{link}"><img src="{link}" width="{width}" title="{title}"></a><br>{caption}'
-                         if image else f'<a href="{link}">{entry["figure"]} (table)</a><br>{caption}')
+            cells.append(
+                f'<a href="{link}"><img src="{link}" width="{width}" title="{title}"></a><br>{caption}'
+                if image
+                else f'<a href="{link}">{entry["figure"]} (table)</a><br>{caption}'
+            )
         for start in range(0, len(cells), 3):
-            row = cells[start:start + 3]
+            row = cells[start : start + 3]
             if start == 0:
                 lines += ["| " + " | ".join([" "] * len(row)) + " |", "|" + "---|" * len(row)]
             lines.append("| " + " | ".join(row) + " |")

@@ -1,7 +1,7 @@
 """The training engine: one loop for every optimizer, target and shadow models, checkpoints, ledger.
 
 ``train_configuration(config, out_dir=...)`` trains the target and the shadow models of one
-configuration and one Monte Carlo trial (seed 004 §3.2–3.3) and writes::
+configuration and one Monte Carlo trial (Liang et al., App. D.2 and D.4) and writes::
 
     out_dir/config.json              the validated configuration and derived values (z, σ_DP, q, T/epoch)
     out_dir/split.json               member / non-member indices of the target and every shadow (either design)
@@ -42,14 +42,23 @@ from tqdm.auto import tqdm
 
 from dpaudit import models as model_registry
 from dpaudit import optim
-from dpaudit._device import host_to_device
-from dpaudit._io import atomic_write_bytes, read_json, remove_partial_writes, write_json
+from dpaudit._device import host_to_device, resolve_device
+from dpaudit._io import atomic_write_bytes, remove_partial_writes, write_json
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError, check_positive
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, dataset_info, load_dataset
+from dpaudit.inference import evaluate, predict_logits  # noqa: F401 - predict_logits: dpaudit.train's public name
 from dpaudit.ledger import PrivacyLedger
-
+from dpaudit.per_sample import PerSampleGradients
+from dpaudit.run import (  # noqa: F401 - the run-folder readers stay importable from dpaudit.train
+    _first_sentence,
+    load_checkpoint,
+    load_run_config,
+    open_run,
+    save_checkpoint,
+    shadow_name,
+)
 
 STATE_FORMAT = 1
 STATE_EVERY_SECONDS = 60.0  # the default: a kill loses at most about this much training (plus one epoch)
@@ -98,14 +107,6 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise DPAuditError("device 'cuda' requested but no CUDA device is available")
-    return torch.device(device)
-
-
 def model_seeds(*, seed: int, trial: int, model_index: int) -> tuple[int, int, int]:
     """Independent seeds (initialisation, sampling, noise) for one model of one trial."""
     state = np.random.SeedSequence([seed, trial, model_index]).generate_state(3)
@@ -130,100 +131,6 @@ def batch_indices(*, dataset_size: int, batch_size: int, sampling: str, rng: np.
             yield np.flatnonzero(rng.random(dataset_size) < rate)
 
 
-class PerSampleGradients:
-    """Per-sample gradients and losses of cross-entropy of one model, by its layers in closed form
-    (``dpaudit.layerwise``), torch.func or Opacus hooks (``backend``: a ``grad_sample`` value)."""
-
-    def __init__(self, model: nn.Module, backend: str):
-        self.model = model
-        self.params = model_registry.trainable_parameters(model)
-        if backend in ("auto", "layers"):
-            from dpaudit.ensemble import resolve_method
-
-            backend = resolve_method(model, backend)
-        self.backend = backend
-        if backend == "opacus":
-            from opacus import GradSampleModule
-
-            self.wrapped = GradSampleModule(model, loss_reduction="sum")
-        elif backend == "layers":
-            from dpaudit.layerwise import LayerwiseGradients
-
-            self._layerwise = LayerwiseGradients(model)
-        else:
-            from torch.func import grad_and_value, vmap
-
-            losses = model_registry.functional_losses(model)
-
-            def loss_of_one(param_values, image, label):
-                return losses(param_values, image[None], label[None])[0]
-
-            self._vmapped = vmap(grad_and_value(loss_of_one), in_dims=(None, 0, 0))
-
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-        if self.backend == "opacus":
-            losses = F.cross_entropy(self.wrapped(images), labels, reduction="none")
-            losses.sum().backward()
-            grads = [p.grad_sample for p in self.params]
-            for p in self.params:
-                p.grad_sample = None
-                p.grad = None
-            return grads, losses.detach()
-        if self.backend == "layers":  # one model: a model axis of length 1
-            grads, losses = self._layerwise([p[None] for p in self.params], images[None], labels[None])
-            return [g[0] for g in grads], losses[0]
-        grads, losses = self._vmapped([p.detach() for p in self.params], images, labels)
-        return list(grads), losses
-
-
-@torch.no_grad()
-def predict_logits(model: nn.Module, images: np.ndarray | torch.Tensor, *, device: torch.device | str = "cpu",
-                   batch_size: int = 1024) -> np.ndarray:
-    """Model outputs (raw logits) in eval mode, as a float32 numpy array."""
-    was_training = model.training
-    model.eval()
-    tensor = torch.as_tensor(images)
-    outputs = [model(tensor[i : i + batch_size].to(device)).float().cpu() for i in range(0, len(tensor), batch_size)]
-    model.train(was_training)
-    return torch.cat(outputs).numpy() if outputs else np.zeros((0, 0), dtype=np.float32)
-
-
-def evaluate(model: nn.Module, data: ArrayDataset, *, device: torch.device | str = "cpu") -> tuple[float, float]:
-    """(mean cross-entropy loss, accuracy) of ``model`` on ``data``."""
-    logits = torch.from_numpy(predict_logits(model, data.images, device=device))
-    labels = torch.from_numpy(data.labels)
-    return float(F.cross_entropy(logits, labels)), float((logits.argmax(1) == labels).float().mean())
-
-
-def save_checkpoint(path: str | Path, model: nn.Module, metadata: dict[str, Any]) -> Path:
-    """Write the state_dict to ``path`` and ``metadata`` beside it as JSON, both atomically."""
-    buffer = io.BytesIO()
-    # clone: an ensemble's parameters are views of stacked tensors, and torch.save would write the whole stack
-    torch.save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, buffer)
-    path = Path(path)
-    write_json(path.with_suffix(".json"), metadata)
-    return atomic_write_bytes(path, buffer.getvalue())
-
-
-def load_checkpoint(path: str | Path, model: nn.Module) -> nn.Module:
-    """Load a state_dict saved by ``save_checkpoint`` into ``model`` (``weights_only=True``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DPAuditError(f"checkpoint not found: {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-    except Exception as error:  # noqa: BLE001 - any failure here means an unusable file
-        raise DPAuditError(f"cannot load checkpoint {path}: {_first_sentence(error)}") from None
-    return model
-
-
-def _first_sentence(error: Exception) -> str:
-    """The cause in a loader's error message (torch appends paragraphs of advice)."""
-    text = str(error).strip()
-    return text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(error).__name__
-
-
 @dataclass(frozen=True)
 class Member:
     """One model of an ensemble: its training records, its index (0: target) and where its files go."""
@@ -244,8 +151,9 @@ class _ModelRun:
         self.train_data = member.train_data
         self.test_data = test_data
         self.device = device
-        init_seed, sampling_seed, noise_seed = model_seeds(seed=config.seed, trial=config.trial,
-                                                           model_index=member.model_index)
+        init_seed, sampling_seed, noise_seed = model_seeds(
+            seed=config.seed, trial=config.trial, model_index=member.model_index
+        )
         info = dataset_info(config.dataset)
         self.model = model_registry.build_model(
             config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=init_seed
@@ -256,15 +164,27 @@ class _ModelRun:
         if config.canaries and member.model_index == 0:
             from dpaudit.attacks.canary import GradientCanaries, canary_dimension
 
-            dimension = canary_dimension(count=config.canaries, design=config.canary_design,
-                                         reduction_rate=config.reduction_rate,
-                                         reduction_convention=config.reduction_convention)
-            self.canaries = GradientCanaries(count=config.canaries, clip_norm=config.clip_norm or 1.0, seed=noise_seed,
-                                             device=device, dtype=self.params[0].dtype, design=config.canary_design,
-                                             dimension=dimension)
+            dimension = canary_dimension(
+                count=config.canaries,
+                design=config.canary_design,
+                reduction_rate=config.reduction_rate,
+                reduction_convention=config.reduction_convention,
+            )
+            self.canaries = GradientCanaries(
+                count=config.canaries,
+                clip_norm=config.clip_norm or 1.0,
+                seed=noise_seed,
+                device=device,
+                dtype=self.params[0].dtype,
+                design=config.canary_design,
+                dimension=dimension,
+            )
         generator = torch.Generator(device=device).manual_seed(noise_seed)
-        self.optimizer = spec.cls(self.params + ([self.canaries.parameter] if self.canaries else []),
-                                  config.hyperparameters(len(member.train_data)), generator=generator)
+        self.optimizer = spec.cls(
+            self.params + ([self.canaries.parameter] if self.canaries else []),
+            config.hyperparameters(len(member.train_data)),
+            generator=generator,
+        )
         self.optimizer.record_updates = self.canaries is not None
         self.rng = np.random.default_rng(sampling_seed)
         self.images = torch.from_numpy(member.train_data.images).to(device)
@@ -278,8 +198,12 @@ class _ModelRun:
             from dpaudit.diagnostics import TrainingDiagnostics
 
             self.diagnostics = TrainingDiagnostics(
-                model=self.model, train_data=member.train_data, held_out=test_data, batch_size=config.batch_size,
-                seed=sampling_seed, histogram_epoch=config.histogram_epoch or min(5, config.epochs),
+                model=self.model,
+                train_data=member.train_data,
+                held_out=test_data,
+                batch_size=config.batch_size,
+                seed=sampling_seed,
+                histogram_epoch=config.histogram_epoch or min(5, config.epochs),
                 path=self.out / "diagnostics.json" if self.out is not None else None,
             )
         # loss sums stay on the device (float64), read once per epoch: reading them every step would make the
@@ -288,8 +212,12 @@ class _ModelRun:
         self._batch_losses: list[tuple[torch.Tensor, int]] = []  # (loss sum, records) of each batch
 
     def batches(self):
-        return batch_indices(dataset_size=len(self.train_data), batch_size=self.config.batch_size,
-                             sampling=self.config.sampling, rng=self.rng)
+        return batch_indices(
+            dataset_size=len(self.train_data),
+            batch_size=self.config.batch_size,
+            sampling=self.config.sampling,
+            rng=self.rng,
+        )
 
     def begin_epoch(self, epoch: int) -> None:
         self.optimizer.begin_epoch(epoch)
@@ -325,13 +253,16 @@ class _ModelRun:
             self.diagnostics.before_step(self.optimizer, epoch=epoch)
 
     def after_update(self, cost: tuple | None, *, epoch: int) -> None:
-        """The canaries' and diagnostics' look at the update (``cost``: what ``optimizer.step`` returned), the ledger."""
+        """The canaries' and diagnostics' look at the update (``cost``: what ``optimizer.step`` returned); the
+        ledger."""
         if self.canaries is not None:
             self.canaries.observe(self.optimizer, cost)
         if self.diagnostics is not None:
             self.diagnostics.observe_support(self.optimizer, epoch=epoch)
         if cost is not None:
-            self.ledger.record(noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train")
+            self.ledger.record(
+                noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train"
+            )
 
     def end_epoch(self, epoch: int, *, started: float) -> bool:
         """Record the epoch's metrics, write files and the checkpoint; return whether training diverged."""
@@ -341,20 +272,24 @@ class _ModelRun:
             train_loss = float(np.mean(torch.stack(sums).cpu().numpy() / np.array(records)))
         else:
             train_loss = float("nan")
-        test_loss, test_accuracy = (evaluate(self.model, self.test_data, device=self.device)
-                                    if self.test_data is not None else (None, None))
+        test_loss, test_accuracy = (
+            evaluate(self.model, self.test_data, device=self.device) if self.test_data is not None else (None, None)
+        )
         train_accuracy = evaluate(self.model, self.train_data, device=self.device)[1] if self.model_index == 0 else None
         metrics = self.metrics
         metrics.epoch.append(epoch)
-        metrics.steps.append(self.ledger.steps if self.ledger.runs else epoch * steps_per_epoch(
-            dataset_size=len(self.train_data), batch_size=self.config.batch_size))
+        metrics.steps.append(
+            self.ledger.steps
+            if self.ledger.runs
+            else epoch * steps_per_epoch(dataset_size=len(self.train_data), batch_size=self.config.batch_size)
+        )
         metrics.train_loss.append(train_loss)
         metrics.test_loss.append(test_loss)
         metrics.test_accuracy.append(test_accuracy)
         metrics.train_accuracy.append(train_accuracy)
         metrics.elapsed_seconds.append(time.perf_counter() - started)
-        diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not bool(torch.isfinite(
-            torch.cat([p.detach().flatten() for p in self.model.parameters()])).all()
+        diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not bool(
+            torch.isfinite(torch.cat([p.detach().flatten() for p in self.model.parameters()])).all()
         )
         if self.diagnostics is not None:
             self.diagnostics.save()
@@ -365,7 +300,8 @@ class _ModelRun:
             write_json(self.out / "ledger.json", self.ledger.to_dict())
             if epoch in self.config.eval_epochs and not diverged:
                 self.checkpoints[epoch] = save_checkpoint(
-                    self.out / f"epoch_{epoch:04d}.pt", self.model,
+                    self.out / f"epoch_{epoch:04d}.pt",
+                    self.model,
                     {"model": self.label, "epoch": epoch, "steps": self.ledger.steps, "config": self.config.to_dict()},
                 )
         return diverged
@@ -376,8 +312,10 @@ class _ModelRun:
     @property
     def identity(self) -> str:
         """What a saved state must have been trained with to be resumed here."""
-        return json.dumps({"config": self.config.to_dict(), "model_index": self.model_index,
-                           "records": len(self.train_data)}, sort_keys=True)
+        return json.dumps(
+            {"config": self.config.to_dict(), "model_index": self.model_index, "records": len(self.train_data)},
+            sort_keys=True,
+        )
 
     def saved_states(self) -> dict[int, Path]:
         """Saved training states of this model's folder, by epoch."""
@@ -388,12 +326,16 @@ class _ModelRun:
     def save_state(self, epoch: int) -> None:
         """Write everything the run after ``epoch`` depends on to ``state_EEEE.pt`` (atomically)."""
         state = {
-            "format": STATE_FORMAT, "identity": self.identity, "epoch": epoch,
+            "format": STATE_FORMAT,
+            "identity": self.identity,
+            "epoch": epoch,
             "model": {key: value.detach().clone() for key, value in self.model.state_dict().items()},
-            "optimizer": capture(self.optimizer), "sampling_rng": encode(self.rng),
+            "optimizer": capture(self.optimizer),
+            "sampling_rng": encode(self.rng),
             "canaries": None if self.canaries is None else capture(self.canaries),
             "diagnostics": None if self.diagnostics is None else capture(self.diagnostics),
-            "ledger": self.ledger.to_dict(), "metrics": asdict(self.metrics),
+            "ledger": self.ledger.to_dict(),
+            "metrics": asdict(self.metrics),
             "checkpoints": {str(key): str(path) for key, path in self.checkpoints.items()},
         }
         buffer = io.BytesIO()
@@ -405,8 +347,10 @@ class _ModelRun:
         try:
             state = torch.load(path, weights_only=True)
         except Exception as error:  # noqa: BLE001 - any failure here means an unusable file
-            raise DPAuditError(f"cannot load training state {path}: {_first_sentence(error)}; delete it to train this run "
-                               "from the start") from None
+            raise DPAuditError(
+                f"cannot load training state {path}: {_first_sentence(error)}; delete it to train this run "
+                "from the start"
+            ) from None
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or state.get("identity") != self.identity:
             return None
         return state
@@ -448,9 +392,16 @@ def _resume(runs: list[_ModelRun]) -> int:
     return 0
 
 
-def train_models(*, config: TrainConfig, members: list[Member], test_data: ArrayDataset | None,
-                 progress: bool = True, label: str | None = None, resume: bool = True,
-                 state_every: float = STATE_EVERY_SECONDS) -> list[TrainedModel]:
+def train_models(
+    *,
+    config: TrainConfig,
+    members: list[Member],
+    test_data: ArrayDataset | None,
+    progress: bool = True,
+    label: str | None = None,
+    resume: bool = True,
+    state_every: float = STATE_EVERY_SECONDS,
+) -> list[TrainedModel]:
     """Train several models of one configuration in lockstep: the target and shadows of one trial.
 
     Every model has its own records, initialisation, sampling and noise streams (fixed by seed, trial and
@@ -491,12 +442,16 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
     done = _resume(runs) if keeps_state else 0
     name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
     if done:
-        print(f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.parent})",
-              file=sys.stderr, flush=True)
+        print(
+            f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.parent})",
+            file=sys.stderr,
+            flush=True,
+        )
     gradients = _gradient_engine(config, runs)
     steps = steps_per_epoch(dataset_size=sizes.pop(), batch_size=config.batch_size)
-    bar = tqdm(total=steps * config.epochs, initial=steps * done, desc=name, disable=not progress, leave=False,
-               unit="step")
+    bar = tqdm(
+        total=steps * config.epochs, initial=steps * done, desc=name, disable=not progress, leave=False, unit="step"
+    )
     for run in runs:
         run.model.train()
     started = time.perf_counter() - (runs[0].metrics.elapsed_seconds[-1] if done else 0.0)
@@ -519,8 +474,15 @@ def train_models(*, config: TrainConfig, members: list[Member], test_data: Array
             bar.close()
             losses = ", ".join(f"{run.label} (loss {run.metrics.train_loss[-1]})" for run in diverged)
             where = diverged[0].out
-            kept = "" if where is None else (f"; checkpoints up to epoch {epoch - 1} kept in {where}" if epoch > 1
-                                             else f"; its metrics are in {where}")
+            kept = (
+                ""
+                if where is None
+                else (
+                    f"; checkpoints up to epoch {epoch - 1} kept in {where}"
+                    if epoch > 1
+                    else f"; its metrics are in {where}"
+                )
+            )
             raise TrainingDivergedError(
                 f"training diverged at epoch {epoch}: {losses} (try a smaller lr or clip_norm){kept}"
             )
@@ -543,9 +505,15 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
         from dpaudit.ensemble import EnsembleGradients, RecordPool
         from dpaudit.layerwise import dense
 
-        ensemble = EnsembleGradients([run.model for run in runs], per_sample=per_sample, example=runs[0].images[0],
-                                     max_samples=config.microbatch_size, memory_budget_mb=config.memory_budget_mb,
-                                     method=config.grad_sample, factored=True)
+        ensemble = EnsembleGradients(
+            [run.model for run in runs],
+            per_sample=per_sample,
+            example=runs[0].images[0],
+            max_samples=config.microbatch_size,
+            memory_budget_mb=config.memory_budget_mb,
+            method=config.grad_sample,
+            factored=True,
+        )
         optimizer_class = type(runs[0].optimizer)
         optimizer_class.stack_rows([run.optimizer for run in runs], ensemble.stacked)
         pool = RecordPool([(run.images, run.labels) for run in runs])
@@ -562,12 +530,17 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
             else:
                 grads_together, padding_together = grads, padding
             if together:
-                optimizer_class.accumulate_together([runs[models[m]].optimizer for m in together], grads_together,
-                                                    [counts[m] for m in together], padding_together)
+                optimizer_class.accumulate_together(
+                    [runs[models[m]].optimizer for m in together],
+                    grads_together,
+                    [counts[m] for m in together],
+                    padding_together,
+                )
             for m, k in enumerate(models):
                 if runs[k].canaries is not None:  # the target's optimizer has the canary tensor too
-                    runs[k].accumulate([dense(g[m, :counts[m]]) if per_sample else g[m] for g in grads],
-                                       losses[m, :counts[m]])
+                    runs[k].accumulate(
+                        [dense(g[m, : counts[m]]) if per_sample else g[m] for g in grads], losses[m, : counts[m]]
+                    )
                 else:
                     runs[k].add_loss_sum(loss_sums[m])
 
@@ -584,8 +557,16 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
     return feed_each
 
 
-def train_model(*, config: TrainConfig, train_data: ArrayDataset, test_data: ArrayDataset | None, model_index: int,
-                out_dir: str | Path | None = None, progress: bool = True, label: str = "model") -> TrainedModel:
+def train_model(
+    *,
+    config: TrainConfig,
+    train_data: ArrayDataset,
+    test_data: ArrayDataset | None,
+    model_index: int,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    label: str = "model",
+) -> TrainedModel:
     """Train one model with ``config``'s optimizer on ``train_data`` (``train_models`` with one member).
 
     Args:
@@ -607,8 +588,9 @@ def train_model(*, config: TrainConfig, train_data: ArrayDataset, test_data: Arr
     return train_models(config=config, members=[member], test_data=test_data, progress=progress)[0]
 
 
-def _accumulate_batch(run: _ModelRun, per_sample: PerSampleGradients | None, index: np.ndarray,
-                      microbatch_size: int) -> None:
+def _accumulate_batch(
+    run: _ModelRun, per_sample: PerSampleGradients | None, index: np.ndarray, microbatch_size: int
+) -> None:
     """One model's gradients of one batch, fed to its optimizer in chunks of ``microbatch_size`` records."""
     if len(index) == 0:
         return
@@ -623,8 +605,14 @@ def _accumulate_batch(run: _ModelRun, per_sample: PerSampleGradients | None, ind
         run.accumulate(grads, losses)
 
 
-def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: bool = True,
-                        resume: bool = True, state_every: float = STATE_EVERY_SECONDS) -> dict[str, Any]:
+def train_configuration(
+    config: TrainConfig,
+    *,
+    out_dir: str | Path,
+    progress: bool = True,
+    resume: bool = True,
+    state_every: float = STATE_EVERY_SECONDS,
+) -> dict[str, Any]:
     """Train the target and all shadow models of one configuration and trial; write ``out_dir``.
 
     Args:
@@ -646,7 +634,9 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
     train_set = load_dataset(config.dataset, split="train", root=config.data_root, download=config.download)
     test_set = load_dataset(config.dataset, split="test", root=config.data_root, download=False)
     z = (
-        optim.sigma_dp_to_noise_multiplier(sigma_dp=config.sigma_dp, batch_size=config.batch_size, clip_norm=config.clip_norm)
+        optim.sigma_dp_to_noise_multiplier(
+            sigma_dp=config.sigma_dp, batch_size=config.batch_size, clip_norm=config.clip_norm
+        )
         if config.sigma_dp is not None and config.clip_norm
         else None
     )
@@ -669,19 +659,24 @@ def train_configuration(config: TrainConfig, *, out_dir: str | Path, progress: b
     remove_partial_writes(out)
     write_json(out / "config.json", summary)
     split.save(out / "split.json")
-    # Per-epoch test metrics: the target's non-members (seed 004), or as many test records for "halves".
-    held_out = test_set.subset(split.target_nonmembers if split.nonmember_source == "test"
-                               else np.arange(min(config.target_size, len(test_set))))
+    # Per-epoch test metrics: the target's non-members (as Liang et al.), or as many test records for "halves".
+    held_out = test_set.subset(
+        split.target_nonmembers
+        if split.nonmember_source == "test"
+        else np.arange(min(config.target_size, len(test_set)))
+    )
     members = [("target", split.target_members)] + [
         (shadow_name(i), shadow.members) for i, shadow in enumerate(split.shadows)
     ]
     by_size: dict[int, list[Member]] = {}
     for model_index, (name, indices) in enumerate(members):
         by_size.setdefault(len(indices), []).append(
-            Member(train_data=train_set.subset(indices), model_index=model_index, label=name, out_dir=out / name))
+            Member(train_data=train_set.subset(indices), model_index=model_index, label=name, out_dir=out / name)
+        )
     for group in by_size.values():
-        train_models(config=config, members=group, test_data=held_out, progress=progress, resume=resume,
-                     state_every=state_every)
+        train_models(
+            config=config, members=group, test_data=held_out, progress=progress, resume=resume, state_every=state_every
+        )
     return summary
 
 
@@ -693,44 +688,9 @@ def planned_epsilon(config: TrainConfig) -> float | None:
     if not issubclass(spec.cls, optim.PrivateOptimizer):
         return None
     hyper = config.hyperparameters(config.target_size)
-    return epsilon(noise_multiplier=spec.cls.planned_noise_multipliers(hyper), sample_rate=hyper.sample_rate,
-                   delta=config.delta, accountant=config.accountant)
-
-
-def shadow_name(index: int) -> str:
-    return f"shadow_{index:02d}"
-
-
-def open_run(run_dir: str | Path, *, epoch: int):
-    """What attacks on one checkpoint epoch of a ``dpaudit train`` run need.
-
-    Returns:
-        ``(config, split, load, device)``: ``load(name)`` puts the epoch checkpoint of model ``name``
-        (``"target"``, ``shadow_name(i)``) into one shared network on ``device`` and returns it.
-
-    Raises:
-        DPAuditError: no run at ``run_dir``, or no checkpoint at ``epoch``.
-    """
-    from dpaudit.data import load_split
-
-    run = Path(run_dir)
-    config = load_run_config(run)
-    if epoch not in config.eval_epochs:
-        raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
-    split = load_split(run / "split.json")
-    info = dataset_info(config.dataset)
-    device = resolve_device(config.device)
-    network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
-
-    def load(name: str) -> nn.Module:
-        return load_checkpoint(run / name / f"epoch_{epoch:04d}.pt", network).to(device)
-
-    return config, split, load, device
-
-
-def load_run_config(run_dir: str | Path) -> TrainConfig:
-    """The ``TrainConfig`` a run directory was trained with."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise DPAuditError(f"no training run at {run_dir} (missing config.json); run `dpaudit train` first")
-    return TrainConfig.from_dict(read_json(path)["config"])
+    return epsilon(
+        noise_multiplier=spec.cls.planned_noise_multipliers(hyper),
+        sample_rate=hyper.sample_rate,
+        delta=config.delta,
+        accountant=config.accountant,
+    )

@@ -1,4 +1,4 @@
-"""Shadow-model attack (seed 004 §3.4–3.5) and eq. 20."""
+"""Shadow-model attack (Liang et al., App. D.2 and D.4) and their eq. 20."""
 
 import json
 import math
@@ -17,7 +17,7 @@ FAST = ShadowAttackConfig(epochs=20)
 
 def test_eq20_known_answers():
     delta = 1e-5
-    # symmetric rates p: ε̂ = log((1 − δ − p)/p); spec §3.1: 1.12 ↔ p ≈ 0.246 (75 % accuracy)
+    # symmetric rates p: ε̂ = log((1 − δ − p)/p); Liang et al.'s ε̂ scale: 1.12 ↔ p ≈ 0.246 (75 % accuracy)
     assert empirical_epsilon(0.246, 0.246, delta=delta) == pytest.approx(math.log((1 - delta - 0.246) / 0.246))
     assert empirical_epsilon(0.246, 0.246) == pytest.approx(1.12, abs=0.005)
     assert empirical_epsilon(0.423, 0.423) == pytest.approx(0.31, abs=0.005)
@@ -35,7 +35,9 @@ def test_eq20_zero_rate_is_reported_inf_not_a_crash():
         assert empirical_epsilon(0.0, 0.2) == math.inf
 
 
-@pytest.mark.parametrize("fpr, fnr, delta", [(-0.1, 0.2, 1e-5), (0.2, 1.5, 1e-5), (0.2, 0.2, 1.0), (math.nan, 0.1, 1e-5)])
+@pytest.mark.parametrize(
+    "fpr, fnr, delta", [(-0.1, 0.2, 1e-5), (0.2, 1.5, 1e-5), (0.2, 0.2, 1.0), (math.nan, 0.1, 1e-5)]
+)
 def test_eq20_bad_input(fpr, fnr, delta):
     with pytest.raises(DPAuditError):
         empirical_epsilon(fpr, fnr, delta=delta)
@@ -62,8 +64,13 @@ def test_attack_separates_leaky_features_and_not_random_ones():
         shadow = _synthetic(rng, 1500, shift)
         target = _synthetic(rng, 500, shift)
         result = shadow_attack(
-            shadow_features=shadow[0], shadow_membership=shadow[1], shadow_classes=shadow[2],
-            target_features=target[0], target_membership=target[1], target_classes=target[2], config=FAST,
+            shadow_features=shadow[0],
+            shadow_membership=shadow[1],
+            shadow_classes=shadow[2],
+            target_features=target[0],
+            target_membership=target[1],
+            target_classes=target[2],
+            config=FAST,
         )
         leaky[name] = result
         assert result.scores.shape == (1000,) and np.all((result.scores >= 0) & (result.scores <= 1))
@@ -78,8 +85,13 @@ def test_class_without_both_labels_falls_back_to_pooled_model():
     features, membership, classes = _synthetic(rng, 200, 2.0)
     membership[classes == 3] = True  # shadows never show a non-member of class 3
     result = shadow_attack(
-        shadow_features=features, shadow_membership=membership, shadow_classes=classes,
-        target_features=features, target_membership=np.arange(400) < 200, target_classes=classes, config=FAST,
+        shadow_features=features,
+        shadow_membership=membership,
+        shadow_classes=classes,
+        target_features=features,
+        target_membership=np.arange(400) < 200,
+        target_classes=classes,
+        config=FAST,
     )
     assert result.fallback_classes == [3]
 

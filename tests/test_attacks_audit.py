@@ -18,8 +18,19 @@ from dpaudit.config import TrainConfig
 def _train(tmp_path, **overrides):
     from dpaudit.train import train_configuration
 
-    values = dict(dataset="digits", model="mlp", optimizer="dpsgd-gc", clip_norm=1.0, sigma_dp=0.02, batch_size=30,
-                  epochs=2, target_size=120, num_shadows=0, lr=0.2, canaries=400)
+    values = dict(
+        dataset="digits",
+        model="mlp",
+        optimizer="dpsgd-gc",
+        clip_norm=1.0,
+        sigma_dp=0.02,
+        batch_size=30,
+        epochs=2,
+        target_size=120,
+        num_shadows=0,
+        lr=0.2,
+        canaries=400,
+    )
     values.update(overrides)
     train_configuration(TrainConfig(**values), out_dir=tmp_path, progress=False)
     return CanaryObservations.load(tmp_path / "target" / "canaries.npz")
@@ -82,8 +93,16 @@ def test_projection_aligned_canaries_see_the_sensitivity_of_the_projection(tmp_p
 
     count, b = 20, 30
     assert canary_dimension(count=count, design="projection-aligned", reduction_rate=0.3) == 200  # p = ⌊0.3·200⌋ = 3·20
-    observed = _train(tmp_path, optimizer=optimizer, canaries=count, canary_design="projection-aligned",
-                      sigma_dp=1e-7, reduction_rate=0.3, projection_refresh="run", gamma=0.01)
+    observed = _train(
+        tmp_path,
+        optimizer=optimizer,
+        canaries=count,
+        canary_design="projection-aligned",
+        sigma_dp=1e-7,
+        reduction_rate=0.3,
+        projection_refresh="run",
+        gamma=0.01,
+    )
     members, nonmembers = observed.scores()
     assert np.abs(nonmembers).max() < 1e-4
     ratios = members * b  # in units of C/b (C = 1)
@@ -104,8 +123,16 @@ def test_support_canaries_see_a_mask_ranked_on_unnoised_gradients(tmp_path, opti
     claim is the composition of the dense steps, (√T_pre / z)-GDP, whatever the support."""
     from dpaudit.estimate import gdp_epsilon
 
-    observed = _train(tmp_path, optimizer=optimizer, canaries=40, canary_design="support", epochs=4,
-                      pretrain_fraction=0.25, retention_ratio=0.6, sigma_dp=0.1)
+    observed = _train(
+        tmp_path,
+        optimizer=optimizer,
+        canaries=40,
+        canary_design="support",
+        epochs=4,
+        pretrain_fraction=0.25,
+        retention_ratio=0.6,
+        sigma_dp=0.1,
+    )
     assert observed.bits.shape == observed.observations.shape == (1, 40)
     assert 5 < observed.bits.sum() < 35 and set(np.unique(observed.observations)) <= {0.0, 1.0}
     z = 0.1 * 30 / 1.0
@@ -128,8 +155,9 @@ def test_noise_scale_canary_sees_noise_that_depends_on_the_batch(tmp_path, optim
     from dpaudit.estimate import gdp_epsilon
 
     sigma = 0.05
-    observed = _train(tmp_path, optimizer=optimizer, r=0.1, canaries=1, canary_design="noise-scale", sigma_dp=sigma,
-                      epochs=6)
+    observed = _train(
+        tmp_path, optimizer=optimizer, r=0.1, canaries=1, canary_design="noise-scale", sigma_dp=sigma, epochs=6
+    )
     assert observed.bits.shape == observed.observations.shape == (24, 1)
     assert observed.selection == "split"
     z = sigma * 30 / 1.0
@@ -143,12 +171,26 @@ def test_noise_scale_canary_sees_noise_that_depends_on_the_batch(tmp_path, optim
         np.testing.assert_allclose(np.concatenate([members, nonmembers]), sigma, rtol=0.05)
 
 
-@pytest.mark.parametrize("design, optimizer, canaries", [("projection-aligned", "dpsgd-gc", 10),
-                                                         ("support", "dpsgd-gc", 10), ("support", "on-topk", 10),
-                                                         ("noise-scale", "dp-psac", 10)])
+@pytest.mark.parametrize(
+    "design, optimizer, canaries",
+    [
+        ("projection-aligned", "dpsgd-gc", 10),
+        ("support", "dpsgd-gc", 10),
+        ("support", "on-topk", 10),
+        ("noise-scale", "dp-psac", 10),
+    ],
+)
 def test_canary_designs_need_their_optimizers(design, optimizer, canaries):
-    values = dict(dataset="digits", model="mlp", clip_norm=1.0, sigma_dp=0.1, target_size=60, batch_size=20,
-                  num_shadows=0, canaries=canaries)
+    values = dict(
+        dataset="digits",
+        model="mlp",
+        clip_norm=1.0,
+        sigma_dp=0.1,
+        target_size=60,
+        batch_size=20,
+        num_shadows=0,
+        canaries=canaries,
+    )
     with pytest.raises(DPAuditError, match="has none|learns none|set canaries to 1") as caught:
         TrainConfig(**values, optimizer=optimizer, canary_design=design).validated()
     assert "\n" not in str(caught.value)
@@ -174,8 +216,16 @@ def test_loss_scores_are_negative_cross_entropy():
 
 def test_bad_canary_count_is_a_one_line_error():
     with pytest.raises(DPAuditError, match="canaries") as caught:
-        TrainConfig(dataset="digits", model="mlp", clip_norm=1.0, sigma_dp=0.1, target_size=60, batch_size=20,
-                    num_shadows=0, canaries=-1).validated()
+        TrainConfig(
+            dataset="digits",
+            model="mlp",
+            clip_norm=1.0,
+            sigma_dp=0.1,
+            target_size=60,
+            batch_size=20,
+            num_shadows=0,
+            canaries=-1,
+        ).validated()
     assert "\n" not in str(caught.value)
 
 
@@ -190,21 +240,31 @@ def test_audit_command_from_a_run_and_from_a_score_file(tmp_path, capsys):
     _train(tmp_path / "run", canaries=100)
     assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary"]) == 0
     payload = json.loads((tmp_path / "run" / "audit_canary.json").read_text())
-    assert payload["epsilon_mechanism"] > 0 and payload["report"]["n_members"] + payload["report"]["n_nonmembers"] == 800
+    assert (
+        payload["epsilon_mechanism"] > 0 and payload["report"]["n_members"] + payload["report"]["n_nonmembers"] == 800
+    )
     assert (tmp_path / "run" / "audit_canary.png").is_file()
     assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "loss"]) == 0
     assert json.loads((tmp_path / "run" / "audit_loss.json").read_text())["report"]["n_members"] == 120
     both = tmp_path / "both"
-    assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary", "loss", "--out-dir", str(both),
-                 "--no-plot"]) == 0
+    assert (
+        main(
+            ["audit", "--run", str(tmp_path / "run"), "--attack", "canary", "loss", "--out-dir", str(both), "--no-plot"]
+        )
+        == 0
+    )
     for attack in ("canary", "loss"):  # one process, the same reports as one attack at a time
         alone = json.loads((tmp_path / "run" / f"audit_{attack}.json").read_text())
         assert json.loads((both / f"audit_{attack}.json").read_text())["report"] == alone["report"]
-    assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary", "loss", "--out",
-                 str(tmp_path / "x.json")]) == 2
+    assert (
+        main(["audit", "--run", str(tmp_path / "run"), "--attack", "canary", "loss", "--out", str(tmp_path / "x.json")])
+        == 2
+    )
     assert "--out-dir" in capsys.readouterr().err
     scores = tmp_path / "scores.csv"
-    scores.write_text("record,is_member,score\n" + "".join(f"{i},{i % 2},{(i % 2) * 10 + i / 100}\n" for i in range(40)))
+    scores.write_text(
+        "record,is_member,score\n" + "".join(f"{i},{i % 2},{(i % 2) * 10 + i / 100}\n" for i in range(40))
+    )
     assert main(["audit", "--scores", str(scores)]) == 0
     report = json.loads((tmp_path / "scores_audit.json").read_text())["report"]
     assert report["auc"] == 1.0 and report["epsilon_lower"] == pytest.approx(report["epsilon_ceiling"])
@@ -242,8 +302,9 @@ def test_audit_model_on_a_trained_model(tmp_path):
 
     data = load_dataset("digits", split="train")
     members, nonmembers = data.subset(np.arange(100)), data.subset(np.arange(100, 200))
-    config = TrainConfig(dataset="digits", model="mlp", optimizer="sgd", epochs=30, batch_size=20, lr=0.5,
-                         target_size=100, num_shadows=0).validated()
+    config = TrainConfig(
+        dataset="digits", model="mlp", optimizer="sgd", epochs=30, batch_size=20, lr=0.5, target_size=100, num_shadows=0
+    ).validated()
     trained = train_model(config=config, train_data=members, test_data=None, model_index=0, progress=False)
     report = dpaudit.audit_model(trained.model, members, nonmembers, attack="loss")
     assert report.auc > 0.5 and report.n_members == report.n_nonmembers == 100

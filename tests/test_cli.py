@@ -9,8 +9,9 @@ import pytest
 from dpaudit.cli import main
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["attack", "--help"], ["theory", "--help"],
-                                  ["list", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["train", "--help"], ["attack", "--help"], ["theory", "--help"], ["list", "--help"]]
+)
 def test_help(argv, capsys):
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -27,9 +28,32 @@ def test_light_import_and_instant_help():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-TRAIN = ["train", "--dataset", "digits", "--model", "cnn-digits", "--optimizer", "dpsgd-gc", "--sigma-dp", "0.002",
-         "--clip-norm", "20", "--batch-size", "50", "--lr", "0.1", "--epochs", "2", "--sampling", "shuffle",
-         "--num-shadows", "1", "--target-size", "100", "--quiet"]
+TRAIN = [
+    "train",
+    "--dataset",
+    "digits",
+    "--model",
+    "cnn-digits",
+    "--optimizer",
+    "dpsgd-gc",
+    "--sigma-dp",
+    "0.002",
+    "--clip-norm",
+    "20",
+    "--batch-size",
+    "50",
+    "--lr",
+    "0.1",
+    "--epochs",
+    "2",
+    "--sampling",
+    "shuffle",
+    "--num-shadows",
+    "1",
+    "--target-size",
+    "100",
+    "--quiet",
+]
 
 
 def test_train_then_attack(tmp_path, capsys):
@@ -44,14 +68,27 @@ def test_train_then_attack(tmp_path, capsys):
 def test_batch_runs_commands_in_one_process_exactly_as_separate_ones(tmp_path, capsys):
     one, two = tmp_path / "one", tmp_path / "two"
     command = " ".join(TRAIN[1:])
-    assert main(["batch", "--quiet", f"train {command} --out {one}", f"attack --run {one} --attack-epochs 5 --quiet",
-                 f"train {command} --seed 7 --out {two}"]) == 0
+    assert (
+        main(
+            [
+                "batch",
+                "--quiet",
+                f"train {command} --out {one}",
+                f"attack --run {one} --attack-epochs 5 --quiet",
+                f"train {command} --seed 7 --out {two}",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == ""
     assert (one / "attack.json").is_file()
     # the second run, trained after another in the same process, equals the run trained alone in a fresh process
     alone = tmp_path / "alone"
-    subprocess.run([sys.executable, "-m", "dpaudit.cli", *TRAIN, "--seed", "7", "--out", str(alone)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "dpaudit.cli", *TRAIN, "--seed", "7", "--out", str(alone)],
+        check=True,
+        capture_output=True,
+    )
     files = sorted(path.relative_to(alone) for path in alone.rglob("*") if path.is_file())
     assert any(path.suffix == ".pt" for path in files)
     for path in files:
@@ -75,8 +112,9 @@ def test_batch_checks_every_command_before_running_and_names_the_one_that_fails(
 
 def test_config_file_with_flag_override(tmp_path, capsys):
     config = tmp_path / "c.yaml"
-    config.write_text("dataset: digits\nmodel: mlp\noptimizer: sgd\nepochs: 1\nbatch_size: 50\n"
-                      "target_size: 100\nnum_shadows: 0\n")
+    config.write_text(
+        "dataset: digits\nmodel: mlp\noptimizer: sgd\nepochs: 1\nbatch_size: 50\ntarget_size: 100\nnum_shadows: 0\n"
+    )
     assert main(["train", "--config", str(config), "--epochs", "2", "--out", str(tmp_path / "r"), "--quiet"]) == 0
     saved = json.loads((tmp_path / "r" / "config.json").read_text())["config"]
     assert saved["model"] == "mlp" and saved["epochs"] == 2
@@ -103,15 +141,59 @@ def test_bad_input_is_one_line_before_training(tmp_path, capsys, change, message
 
 
 def test_theory_command_reproduces_figure1_value(capsys):
-    assert main(["theory", "dpsgd-dc", "--steps", "0,10,49,200", "--alpha", "1.1", "--L", "1", "--C", "2",
-                 "--sigma", "4", "--D", "1", "--n", "8", "--b", "2", "--eta", "0.2"]) == 0
+    assert (
+        main(
+            [
+                "theory",
+                "dpsgd-dc",
+                "--steps",
+                "0,10,49,200",
+                "--alpha",
+                "1.1",
+                "--L",
+                "1",
+                "--C",
+                "2",
+                "--sigma",
+                "4",
+                "--D",
+                "1",
+                "--n",
+                "8",
+                "--b",
+                "2",
+                "--eta",
+                "0.2",
+            ]
+        )
+        == 0
+    )
     payload = json.loads(capsys.readouterr().out)
     assert payload["epsilon_rdp"] == pytest.approx([0.0, 0.34375, 1.684375, 1.684375])
 
 
 def test_theory_epochs_and_conditions(capsys):
-    assert main(["theory", "mironov-composition", "--epochs", "1", "--alpha", "1.1", "--C", "2", "--sigma", "4",
-                 "--n", "8", "--b", "2"]) == 0
+    assert (
+        main(
+            [
+                "theory",
+                "mironov-composition",
+                "--epochs",
+                "1",
+                "--alpha",
+                "1.1",
+                "--C",
+                "2",
+                "--sigma",
+                "4",
+                "--n",
+                "8",
+                "--b",
+                "2",
+            ]
+        )
+        == 0
+    )
     payload = json.loads(capsys.readouterr().out)
     assert payload["steps"] == [4]
     assert payload["epsilon_rdp"] == pytest.approx([4 * 0.034375])

@@ -160,7 +160,11 @@ def test_available_and_info_without_loading(tmp_path):
         info = dataset_info(name)
         assert isinstance(info, DatasetInfo)
         assert (info.name, info.input_shape, info.num_classes, info.train_size, info.test_size) == (
-            name, shape, classes, train, test,
+            name,
+            shape,
+            classes,
+            train,
+            test,
         )
         assert (info.mean, info.std) == DATASET_STATS[name]
         assert len(info.mean) == len(info.std) == shape[0]

@@ -7,29 +7,53 @@ import pytest
 import torch
 
 from dpaudit import optim
+from dpaudit._state import capture
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.data import load_dataset
-from dpaudit._state import capture
-from dpaudit.ensemble import (CPU_CALL_ACTIVATION_BYTES, ChunkPlan, EnsembleGradients, RecordPool,
-                              bytes_per_model_sample, plan_chunks)
+from dpaudit.ensemble import (
+    CPU_CALL_ACTIVATION_BYTES,
+    ChunkPlan,
+    EnsembleGradients,
+    RecordPool,
+    bytes_per_model_sample,
+    plan_chunks,
+)
 from dpaudit.models import build_model
 from dpaudit.train import Member, train_models
 
 # settings each optimizer needs beyond the common ones (T = 3 epochs × 4 steps = 12 steps)
 EXTRA = {
     "dpsgd-dc": {"domain_radius": 3.0},
-    "tp-topk": {"warmup_fraction": 0.34}, "tp-rand": {"warmup_fraction": 0.34},
-    "adadpigu": {"pretrain_fraction": 0.34}, "adadpigu-code": {"pretrain_fraction": 0.34},
-    "dp2-sgd": {"lr": 0.01}, "d2p2-sgd": {"lr": 0.01}, "dp2-sgd-as-published": {"lr": 0.01},
+    "tp-topk": {"warmup_fraction": 0.34},
+    "tp-rand": {"warmup_fraction": 0.34},
+    "adadpigu": {"pretrain_fraction": 0.34},
+    "adadpigu-code": {"pretrain_fraction": 0.34},
+    "dp2-sgd": {"lr": 0.01},
+    "d2p2-sgd": {"lr": 0.01},
+    "dp2-sgd-as-published": {"lr": 0.01},
     "d2p2-sgd-as-published": {"lr": 0.01},
 }
 
 
 def _config(optimizer: str, **changes) -> TrainConfig:
-    values = dict(dataset="digits", model="cnn-digits", optimizer=optimizer, epochs=3, batch_size=15, lr=0.2,
-                  clip_norm=1.0, sigma_dp=0.02, sampling="poisson", target_size=60, num_shadows=0,
-                  diagnostics=False, seed=5, device="cpu", microbatch_size=8)
+    values = dict(
+        dataset="digits",
+        model="cnn-digits",
+        optimizer=optimizer,
+        epochs=3,
+        batch_size=15,
+        lr=0.2,
+        clip_norm=1.0,
+        sigma_dp=0.02,
+        sampling="poisson",
+        target_size=60,
+        num_shadows=0,
+        diagnostics=False,
+        seed=5,
+        device="cpu",
+        microbatch_size=8,
+    )
     values.update(EXTRA.get(optimizer, {}))
     values.update(changes)
     return TrainConfig(**values).validated()
@@ -41,8 +65,10 @@ def _members(count: int):
     digits = load_dataset("digits")
     jitter = np.random.default_rng(0).normal(0, 1e-2, digits.images.shape).astype(np.float32)
     data = replace(digits, images=digits.images + jitter)
-    return [Member(train_data=data.subset(np.arange(60 * k, 60 * (k + 1))), model_index=k, label=f"m{k}")
-            for k in range(count)]
+    return [
+        Member(train_data=data.subset(np.arange(60 * k, 60 * (k + 1))), model_index=k, label=f"m{k}")
+        for k in range(count)
+    ]
 
 
 def _train(config, members):
@@ -74,10 +100,16 @@ def test_chunking_under_a_tiny_budget_gives_the_same_models():
 
 def test_plan_chunks_fits_the_budget():
     mib = 2**20
-    assert plan_chunks(models=11, samples=256, bytes_per_model_sample=mib, memory_budget_mb=1100) == ChunkPlan(11, 100, mib)
-    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=mib, memory_budget_mb=1e6) == ChunkPlan(11, 64, mib)
+    assert plan_chunks(models=11, samples=256, bytes_per_model_sample=mib, memory_budget_mb=1100) == ChunkPlan(
+        11, 100, mib
+    )
+    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=mib, memory_budget_mb=1e6) == ChunkPlan(
+        11, 64, mib
+    )
     assert plan_chunks(models=11, samples=64, bytes_per_model_sample=mib, memory_budget_mb=5) == ChunkPlan(5, 1, mib)
-    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=10 * mib, memory_budget_mb=1) == ChunkPlan(1, 1, 10 * mib)
+    assert plan_chunks(models=11, samples=64, bytes_per_model_sample=10 * mib, memory_budget_mb=1) == ChunkPlan(
+        1, 1, 10 * mib
+    )
     with pytest.raises(DPAuditError, match="memory_budget_mb"):
         plan_chunks(models=1, samples=1, bytes_per_model_sample=1, memory_budget_mb=0)
 
@@ -86,22 +118,27 @@ def test_resnet18_ensemble_plan_stays_under_the_budget():
     model = build_model("resnet18-gn-cifar", input_shape=(3, 32, 32), num_classes=10, seed=0)
     per_pair = bytes_per_model_sample(model, example=torch.zeros(3, 32, 32))
     assert per_pair > 4 * 2 * 11_000_000  # at least the two copies of 11 M per-sample gradient values
-    ensemble = EnsembleGradients([model], per_sample=True, example=torch.zeros(3, 32, 32), max_samples=256,
-                                 memory_budget_mb=2048)
+    ensemble = EnsembleGradients(
+        [model], per_sample=True, example=torch.zeros(3, 32, 32), max_samples=256, memory_budget_mb=2048
+    )
     plan = ensemble.plan
     assert plan.models_per_call * plan.samples_per_call * per_pair <= 2048 * 2**20
     assert plan.samples_per_call >= 1
 
 
-@pytest.mark.parametrize("architecture, shape, method, samples", [
-    ("cnn", (3, 32, 32), "layers", 17),  # largest activation 32 × 32 × 32 values: 11 × 17 × 128 KiB = 23.4 MiB
-    ("cnn", (3, 32, 32), "functorch", 256),  # measured for the layer-wise method only
-    ("cnn-digits", (1, 8, 8), "layers", 256),  # 32 × 8 × 8 values: 256 samples are 22 MiB
-])
+@pytest.mark.parametrize(
+    "architecture, shape, method, samples",
+    [
+        ("cnn", (3, 32, 32), "layers", 17),  # largest activation 32 × 32 × 32 values: 11 × 17 × 128 KiB = 23.4 MiB
+        ("cnn", (3, 32, 32), "functorch", 256),  # measured for the layer-wise method only
+        ("cnn-digits", (1, 8, 8), "layers", 256),  # 32 × 8 × 8 values: 256 samples are 22 MiB
+    ],
+)
 def test_cpu_layerwise_calls_keep_their_largest_activation_about_cache_sized(architecture, shape, method, samples):
     models = [build_model(architecture, input_shape=shape, num_classes=10, seed=k) for k in range(11)]
-    plan = EnsembleGradients(models, per_sample=True, example=torch.zeros(shape), max_samples=256,
-                             memory_budget_mb=1e6, method=method).plan
+    plan = EnsembleGradients(
+        models, per_sample=True, example=torch.zeros(shape), max_samples=256, memory_budget_mb=1e6, method=method
+    ).plan
     assert CPU_CALL_ACTIVATION_BYTES == 24 * 2**20  # what the sample counts above follow from
     assert plan == ChunkPlan(11, samples, plan.bytes_per_model_sample)
 
@@ -127,8 +164,10 @@ def test_stacked_sums_are_rows_saved_alone_and_checked():
     hyper = optim.Hyperparameters(lr=0.1, expected_batch_size=4, dataset_size=40, clip_norm=1.0, sigma_dp=0.25)
     stacks = [torch.zeros(3, 5, 2), torch.zeros(3, 7)]
     own = torch.zeros(4)  # optimizer 0 also updates a tensor of its own (the canary target's)
-    made = [optim.DPSGD([values[k] for values in stacks] + ([own] if k == 0 else []), hyper, generator=torch.Generator())
-            for k in range(3)]
+    made = [
+        optim.DPSGD([values[k] for values in stacks] + ([own] if k == 0 else []), hyper, generator=torch.Generator())
+        for k in range(3)
+    ]
     made[1].accumulate([torch.ones(2, 5, 2), torch.ones(2, 7)])
     optim.DPSGD.stack_rows(made, stacks)
     assert made[1]._sum[0].data_ptr() == made[0]._sum[0].data_ptr() + 10 * 4  # row 1 of one [3, 5, 2] tensor
@@ -140,8 +179,7 @@ def test_stacked_sums_are_rows_saved_alone_and_checked():
     assert [total.shape for total in target._sum] == [(7,), (4,)]
     saved = capture(made[1])["_sum"][0]
     assert saved.untyped_storage().nbytes() == saved.nbytes  # a state file holds this model's sums, not the stack
-    strangers = [optim.DPSGD([torch.zeros(5, 2), torch.zeros(7)], hyper, generator=torch.Generator())
-                 for _ in range(3)]
+    strangers = [optim.DPSGD([torch.zeros(5, 2), torch.zeros(7)], hyper, generator=torch.Generator()) for _ in range(3)]
     with pytest.raises(DPAuditError, match="not row 0 of the stacked parameters"):
         optim.DPSGD.stack_rows(strangers, stacks)
 
@@ -161,9 +199,15 @@ def test_engine_choices_are_validated():
         _config("dpsgd-gc", grad_sample="opacus")
     with pytest.raises(DPAuditError, match="equal training-set sizes"):
         data = load_dataset("digits")
-        train_models(config=_config("dpsgd-gc"), test_data=None, progress=False,
-                     members=[Member(train_data=data.subset(np.arange(60)), model_index=0),
-                              Member(train_data=data.subset(np.arange(50)), model_index=1)])
+        train_models(
+            config=_config("dpsgd-gc"),
+            test_data=None,
+            progress=False,
+            members=[
+                Member(train_data=data.subset(np.arange(60)), model_index=0),
+                Member(train_data=data.subset(np.arange(50)), model_index=1),
+            ],
+        )
 
 
 @pytest.fixture
@@ -183,8 +227,9 @@ def cuda_without_tf32():
 def test_ensemble_trains_the_same_models_as_one_at_a_time_on_cuda(optimizer, cuda_without_tf32):
     members = _members(3)
     together = _train(_config(optimizer, device="cuda", canaries=20), members)
-    alone = [_train(_config(optimizer, device="cuda", engine="sequential", canaries=20), [member])[0]
-             for member in members]
+    alone = [
+        _train(_config(optimizer, device="cuda", engine="sequential", canaries=20), [member])[0] for member in members
+    ]
     for ensemble_model, single_model in zip(together, alone):
         assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
         for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):

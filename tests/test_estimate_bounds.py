@@ -1,7 +1,8 @@
 """Known-answer and coverage tests of the ε estimates and lower bounds (dpaudit.estimate, dpaudit.audit).
 
 Every expected number comes from first principles (exact binomial tails, closed forms, brute force,
-numerical integration) or from the spec tables (anchors-auditing.md §2.5 and §2.12).
+numerical integration) or from the reference tables dpaudit was specified against (perfect-attack ceilings;
+one-run bounds).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SELECTIONS = ("split", "gaussian", "bonferroni")
 
 
 def _perfect_attack_epsilon(n: int, alpha: float) -> float:
-    """Spec §2.12: ln(p/(1−p)) with p = (α/2)^(1/n), δ = 0, n scores per class, no errors."""
+    """Perfect-attack ceiling: ln(p/(1−p)) with p = (α/2)^(1/n), δ = 0, n scores per class, no errors."""
     p = (alpha / 2) ** (1 / n)
     return math.log(p / (1 - p))
 
@@ -123,8 +124,16 @@ def test_tpr_at_fpr_hand_example():
 # Clopper–Pearson
 # ------------------------------------------------------------------------------------------------
 
-CP_CASES = [(0, 10, 0.05), (1, 10, 0.05), (3, 17, 0.01), (50, 100, 0.025), (7, 1000, 1e-6), (999, 1000, 0.05),
-            (12345, 20000, 1.25e-6), (2, 5, 0.5)]
+CP_CASES = [
+    (0, 10, 0.05),
+    (1, 10, 0.05),
+    (3, 17, 0.01),
+    (50, 100, 0.025),
+    (7, 1000, 1e-6),
+    (999, 1000, 0.05),
+    (12345, 20000, 1.25e-6),
+    (2, 5, 0.5),
+]
 
 
 @pytest.mark.parametrize("k, n, alpha", CP_CASES)
@@ -164,7 +173,7 @@ def test_clopper_pearson_vectorised_matches_scalar():
 
 @pytest.mark.parametrize("n, alpha, spec", [(500, 0.01, 4.54), (1000, 0.05, 5.60), (10_000, 0.05, 7.90)])
 def test_ceiling_known_answers(n, alpha, spec):
-    # Spec §2.12. Its table prints 7.91 for n = 10⁴, α = 0.05; the exact ln(p/(1−p)) is 7.9048 → 7.90
+    # The reference table prints 7.91 for n = 10⁴, α = 0.05; the exact ln(p/(1−p)) is 7.9048 → 7.90
     # (7.91 is what the approximation ln(1/(1−p)) = 7.9050 rounds to).
     value = epsilon_from_counts(false_positives=0, nonmembers=n, false_negatives=0, members=n, delta=0.0, alpha=alpha)
     assert value == pytest.approx(_perfect_attack_epsilon(n, alpha), rel=1e-9)
@@ -172,7 +181,7 @@ def test_ceiling_known_answers(n, alpha, spec):
 
 
 def test_split_ceiling_uses_held_out_half():
-    # 1000 per class → 500 held out per class; spec §2.12, n = 500, α = 0.05: 4.91.
+    # 1000 per class → 500 held out per class; reference table, n = 500, α = 0.05: 4.91.
     value = epsilon_ceiling(n_members=1000, n_nonmembers=1000, delta=0.0, confidence=0.95, selection="split")
     assert round(value, 2) == 4.91
     assert value == pytest.approx(_perfect_attack_epsilon(500, 0.05), rel=1e-9)
@@ -204,7 +213,8 @@ def test_gaussian_selection_nears_the_best_threshold_on_gaussian_scores():
         members, nonmembers = rng.normal(mu, 1.0, n), rng.normal(0.0, 1.0, n)
         for selection in values:
             values[selection].append(
-                epsilon_lower_bound(members, nonmembers, delta=delta, selection=selection, seed=rep).epsilon)
+                epsilon_lower_bound(members, nonmembers, delta=delta, selection=selection, seed=rep).epsilon
+            )
     assert 0.85 * best <= np.mean(values["gaussian"]) <= 1.1 * best
     assert np.mean(values["gaussian"]) > np.mean(values["split"])
 
@@ -225,8 +235,10 @@ def test_bonferroni_ceiling_closed_form():
 
 def test_from_counts_reaches_zero_at_the_chance_line():
     # FP = FN = half: the rectangle straddles FPR + FNR = 1 − δ.
-    assert epsilon_from_counts(false_positives=50, nonmembers=100, false_negatives=50, members=100,
-                               delta=1e-5, alpha=0.05) == 0.0
+    assert (
+        epsilon_from_counts(false_positives=50, nonmembers=100, false_negatives=50, members=100, delta=1e-5, alpha=0.05)
+        == 0.0
+    )
 
 
 @pytest.mark.parametrize("selection", SELECTIONS)
@@ -236,10 +248,12 @@ def test_perfect_separation_gives_exactly_the_ceiling(selection, sizes):
     members = rng.normal(20.0, 1.0, sizes[0])
     nonmembers = rng.normal(0.0, 1.0, sizes[1])
     for delta, confidence in ((0.0, 0.95), (1e-5, 0.99)):
-        bound = epsilon_lower_bound(members, nonmembers, delta=delta, confidence=confidence, selection=selection,
-                                    seed=3)
-        ceiling = epsilon_ceiling(n_members=sizes[0], n_nonmembers=sizes[1], delta=delta, confidence=confidence,
-                                  selection=selection)
+        bound = epsilon_lower_bound(
+            members, nonmembers, delta=delta, confidence=confidence, selection=selection, seed=3
+        )
+        ceiling = epsilon_ceiling(
+            n_members=sizes[0], n_nonmembers=sizes[1], delta=delta, confidence=confidence, selection=selection
+        )
         assert bound.epsilon == ceiling
         if ceiling > 0:  # with 2 + 3 scores not even a perfect attack certifies anything
             assert bound.false_positives == bound.false_negatives == 0
@@ -253,8 +267,11 @@ def test_bound_never_exceeds_ceiling(selection):
         members = rng.normal(rng.uniform(0, 6), 1, n_m).round(1)
         nonmembers = rng.normal(0, 1, n_n).round(1)
         bound = epsilon_lower_bound(members, nonmembers, delta=1e-5, selection=selection, seed=seed)
-        assert 0.0 <= bound.epsilon <= epsilon_ceiling(n_members=int(n_m), n_nonmembers=int(n_n), delta=1e-5,
-                                                       selection=selection)
+        assert (
+            0.0
+            <= bound.epsilon
+            <= epsilon_ceiling(n_members=int(n_m), n_nonmembers=int(n_n), delta=1e-5, selection=selection)
+        )
 
 
 @pytest.mark.parametrize("selection", SELECTIONS)
@@ -284,8 +301,13 @@ def test_split_depends_on_seed_only_through_the_halves():
 def _hockey_stick(mu: float, epsilon: float) -> float:
     """δ(ε) = ∫ max(0, φ(x − μ) − e^ε φ(x)) dx, by quadrature (first principles, Dong–Roth–Su)."""
     crossing = epsilon / mu + mu / 2  # φ(x − μ) ≥ e^ε φ(x) ⇔ x ≥ ε/μ + μ/2
-    value, _ = integrate.quad(lambda x: stats.norm.pdf(x - mu) - math.exp(epsilon) * stats.norm.pdf(x), crossing,
-                              np.inf, epsabs=1e-14, epsrel=1e-12)
+    value, _ = integrate.quad(
+        lambda x: stats.norm.pdf(x - mu) - math.exp(epsilon) * stats.norm.pdf(x),
+        crossing,
+        np.inf,
+        epsabs=1e-14,
+        epsrel=1e-12,
+    )
     return value
 
 
@@ -355,8 +377,9 @@ def test_coverage_of_lower_bounds(mu, delta, confidence, repetitions):
         rng = np.random.default_rng(10_000 + rep)
         members, nonmembers = rng.normal(mu, 1.0, 200), rng.normal(0.0, 1.0, 200)
         for selection in SELECTIONS:
-            bound = epsilon_lower_bound(members, nonmembers, delta=delta, confidence=confidence,
-                                        selection=selection, seed=rep)
+            bound = epsilon_lower_bound(
+                members, nonmembers, delta=delta, confidence=confidence, selection=selection, seed=rep
+            )
             exceed[selection] += bound.epsilon > true
         exceed["naive"] += _naive_same_data_bound(members, nonmembers, delta, alpha) > true
     assert exceed["split"] / repetitions <= alpha + tolerance
@@ -371,16 +394,23 @@ def test_coverage_of_lower_bounds(mu, delta, confidence, repetitions):
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("canaries, guesses, delta, spec", [
-    (1000, 100, 0.0, 3.49), (1000, 1000, 0.0, 5.81), (1000, 1000, 1e-5, 5.78),
-    (10_000, 10_000, 0.0, 8.11), (10_000, 10_000, 1e-5, 7.83),
-])
+@pytest.mark.parametrize(
+    "canaries, guesses, delta, spec",
+    [
+        (1000, 100, 0.0, 3.49),
+        (1000, 1000, 0.0, 5.81),
+        (1000, 1000, 1e-5, 5.78),
+        (10_000, 10_000, 0.0, 8.11),
+        (10_000, 10_000, 1e-5, 7.83),
+    ],
+)
 def test_one_run_known_answers(canaries, guesses, delta, spec):
     value = epsilon_one_run(guesses=guesses, correct=guesses, canaries=canaries, delta=delta, confidence=0.95)
     assert round(value, 2) == spec
     # at ε̂ the p-value is the target 0.05
-    assert one_run_p_value(epsilon=value, delta=delta, guesses=guesses, correct=guesses,
-                           canaries=canaries) == pytest.approx(0.05, rel=1e-6)
+    assert one_run_p_value(
+        epsilon=value, delta=delta, guesses=guesses, correct=guesses, canaries=canaries
+    ) == pytest.approx(0.05, rel=1e-6)
     if delta == 0:  # all correct, δ = 0: q^r = 0.05 with q = e^ε/(1 + e^ε)
         q = 0.05 ** (1 / guesses)
         assert value == pytest.approx(math.log(q / (1 - q)), rel=1e-8)
@@ -440,10 +470,12 @@ BAD_CALLS = {
     "n zero": lambda: clopper_pearson_upper(0, 0, alpha=0.05),
     "k fractional": lambda: clopper_pearson_upper(1.5, 10, alpha=0.05),
     "k bool": lambda: clopper_pearson_upper(True, 10, alpha=0.05),
-    "fp above n": lambda: epsilon_from_counts(false_positives=5, nonmembers=4, false_negatives=0, members=4,
-                                              delta=0.0, alpha=0.05),
-    "members zero": lambda: epsilon_from_counts(false_positives=0, nonmembers=4, false_negatives=0, members=0,
-                                                delta=0.0, alpha=0.05),
+    "fp above n": lambda: epsilon_from_counts(
+        false_positives=5, nonmembers=4, false_negatives=0, members=4, delta=0.0, alpha=0.05
+    ),
+    "members zero": lambda: epsilon_from_counts(
+        false_positives=0, nonmembers=4, false_negatives=0, members=0, delta=0.0, alpha=0.05
+    ),
     "ceiling size zero": lambda: epsilon_ceiling(n_members=0, n_nonmembers=10, delta=1e-5),
     "ceiling size fractional": lambda: epsilon_ceiling(n_members=10.5, n_nonmembers=10, delta=1e-5),
     "split with one score": lambda: epsilon_lower_bound([1.0], GOOD_N, delta=1e-5, selection="split"),
@@ -479,8 +511,16 @@ def test_audit_scores_report_is_consistent():
     report = audit_scores(members, nonmembers, delta=1e-5, confidence=0.95, seed=0)
     assert isinstance(report, AuditReport)
     true = gdp_epsilon(mu=1.0, delta=1e-5)
-    numbers = [report.epsilon_point, report.epsilon_lower, report.epsilon_lower_bonferroni, report.epsilon_gdp,
-               report.epsilon_ceiling, report.epsilon_ceiling_bonferroni, report.auc, report.gdp_mu]
+    numbers = [
+        report.epsilon_point,
+        report.epsilon_lower,
+        report.epsilon_lower_bonferroni,
+        report.epsilon_gdp,
+        report.epsilon_ceiling,
+        report.epsilon_ceiling_bonferroni,
+        report.auc,
+        report.gdp_mu,
+    ]
     assert all(math.isfinite(value) for value in numbers)
     assert 0 <= report.epsilon_lower <= report.epsilon_ceiling
     assert 0 <= report.epsilon_lower_bonferroni <= report.epsilon_ceiling_bonferroni
@@ -490,8 +530,15 @@ def test_audit_scores_report_is_consistent():
     assert report.auc == pytest.approx(stats.norm.cdf(1 / math.sqrt(2)), abs=0.01)  # P[N(1,1) > N(0,1)]
     assert set(report.tpr_at_fpr) == {0.001, 0.01}
     assert 0 <= report.tpr_at_fpr[0.001] <= report.tpr_at_fpr[0.01] <= 1
-    assert set(report.methods) >= {"epsilon_point", "epsilon_lower", "epsilon_lower_bonferroni", "epsilon_gdp",
-                                   "epsilon_ceiling", "auc", "tpr_at_fpr"}
+    assert set(report.methods) >= {
+        "epsilon_point",
+        "epsilon_lower",
+        "epsilon_lower_bonferroni",
+        "epsilon_gdp",
+        "epsilon_ceiling",
+        "auc",
+        "tpr_at_fpr",
+    }
     assert (report.n_members, report.n_nonmembers, report.delta, report.confidence) == (10_000, 10_000, 1e-5, 0.95)
     fpr, tpr = report.roc["fpr"], report.roc["tpr"]
     assert 2 <= len(fpr) == len(tpr) <= 1000

@@ -1,4 +1,4 @@
-"""Seed 004 theory figures and Table 1: files, evaluated claims, determinism."""
+"""DPSGD-GC/DC (Liang et al.) theory figures and Table 1: files, evaluated claims, determinism."""
 
 import inspect
 import json
@@ -8,9 +8,11 @@ import pytest
 from dpaudit.cli import main
 from dpaudit.figures import FIGURES
 
-
-THEORY_FIGURES = sorted(name for name, draw in FIGURES.items()
-                        if name.startswith("dpsgd_dc/") and "runs" not in inspect.signature(draw).parameters)
+THEORY_FIGURES = sorted(
+    name
+    for name, draw in FIGURES.items()
+    if name.startswith("dpsgd_dc/") and "runs" not in inspect.signature(draw).parameters
+)
 
 
 def test_theory_and_data_figures_are_registered():
@@ -23,7 +25,7 @@ def test_figure_writes_files_and_manifest_entry(name, tmp_path, capsys):
     assert main(["figure", name, "--out", str(tmp_path)]) == 0
     stem = name.split("/")[-1]
     entry = json.loads((tmp_path / f"{stem}.manifest.json").read_text())
-    assert entry["name"] == name and entry["paper"].startswith("seed 004")
+    assert entry["name"] == name and entry["paper"].startswith("Liang et al.")
     for path in entry["files"]:
         with open(path, "rb") as stream:
             assert len(stream.read()) > 200
@@ -34,10 +36,18 @@ def test_figure_writes_files_and_manifest_entry(name, tmp_path, capsys):
 def test_figure1_claims_use_the_computed_values(tmp_path):
     entry = FIGURES["dpsgd_dc/figure1"](out_dir=tmp_path)
     values = entry["claims"][0]["numbers"]["values_at_T"]
-    assert values == pytest.approx({"feldman2018": 27.5, "mironov-composition": 6.875, "kong-ribero2024": 3.90641,
-                                    "altschuler-talwar2022": 0.6875, "dpsgd-dc": 1.684375}, rel=1e-5)
+    assert values == pytest.approx(
+        {
+            "feldman2018": 27.5,
+            "mironov-composition": 6.875,
+            "kong-ribero2024": 3.90641,
+            "altschuler-talwar2022": 0.6875,
+            "dpsgd-dc": 1.684375,
+        },
+        rel=1e-5,
+    )
     assert entry["claims"][0]["holds"]
-    # spec §7.15: the SGM-based curves are drawn outside their validity conditions; the manifest says so
+    # as in the paper's Fig 1, the SGM-based curves are drawn outside their validity conditions; the manifest says so
     assert set(entry["validity_conditions_violated"]) == {"mironov-composition", "altschuler-talwar2022"}
 
 

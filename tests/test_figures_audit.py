@@ -25,17 +25,37 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
         for eps in (1, 4, 8):
             folder = tmp_path / "results" / f"{name}_eps{eps}"
             folder.mkdir(parents=True)
-            files += [_audit_file(folder, "canary", strength * eps / 2, eps / 2),
-                      _audit_file(folder, "loss", strength * 0.1, eps)]
+            files += [
+                _audit_file(folder, "canary", strength * eps / 2, eps / 2),
+                _audit_file(folder, "loss", strength * 0.1, eps),
+            ]
     out = tmp_path / "figures"
-    assert main(["audit-table", *map(str, files), "--metrics", str(tmp_path / "m.json"), "--markdown",
-                 str(tmp_path / "m.md"), "--figures", str(out), "--title", "test", "--roc-epsilon", "5"]) == 0
+    assert (
+        main(
+            [
+                "audit-table",
+                *map(str, files),
+                "--metrics",
+                str(tmp_path / "m.json"),
+                "--markdown",
+                str(tmp_path / "m.md"),
+                "--figures",
+                str(out),
+                "--title",
+                "test",
+                "--roc-epsilon",
+                "5",
+            ]
+        )
+        == 0
+    )
     for stem in ("lower_bounds", "roc_canary", "roc_loss"):
         for suffix in (".pdf", ".png"):
             assert (out / (stem + suffix)).stat().st_size > 1000
     metrics = read_json(tmp_path / "m.json")
-    assert set(metrics) == {f"{n}_eps{e}/{a}" for n in ("dpsgd-gc", "tp-topk") for e in (1, 4, 8)
-                            for a in ("canary", "loss")}
+    assert set(metrics) == {
+        f"{n}_eps{e}/{a}" for n in ("dpsgd-gc", "tp-topk") for e in (1, 4, 8) for a in ("canary", "loss")
+    }
     # the stronger canary separation certifies more, and theory is the mechanism's ε for canaries
     assert metrics["dpsgd-gc_eps8/canary"]["epsilon_lower"] > metrics["tp-topk_eps8/canary"]["epsilon_lower"]
     assert metrics["dpsgd-gc_eps8/canary"]["epsilon_theory"] == 4.0
@@ -47,8 +67,13 @@ def _validation_run(root, optimizer, eps, dp_claim, shift, design=None):
     trial = root / (design or "") / f"{optimizer}_eps{eps}" / "trial_0"
     trial.mkdir(parents=True)
     settings = {} if design is None else {"canary_design": design}  # runs from before the design existed have none
-    write_json(trial / "config.json", {"config": {"optimizer": optimizer, "target_epsilon": None, **settings},
-                                       "derived": {"dp_claim": dp_claim, "target_epsilon": eps}})
+    write_json(
+        trial / "config.json",
+        {
+            "config": {"optimizer": optimizer, "target_epsilon": None, **settings},
+            "derived": {"dp_claim": dp_claim, "target_epsilon": eps},
+        },
+    )
     files = []
     for attack, claimed in (("canary", eps / 2), ("loss", eps)):
         path = _audit_file(trial.parent, attack, shift, claimed)
@@ -69,15 +94,30 @@ def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, caps
         files += _validation_run(tmp_path, "dp2-sgd", eps, True, 0.0, design="projection-aligned")
         files += _validation_run(tmp_path, "dp2-sgd-as-published", eps, False, 8.0, design="projection-aligned")
     out = tmp_path / "figures"
-    assert main(["validation", *map(str, files), "--pair", "dpsgd-no-noise=dpsgd-gc",
-                 "dp2-sgd-as-published=dp2-sgd", "--out", str(out), "--title", "test"]) == 0
+    assert (
+        main(
+            [
+                "validation",
+                *map(str, files),
+                "--pair",
+                "dpsgd-no-noise=dpsgd-gc",
+                "dp2-sgd-as-published=dp2-sgd",
+                "--out",
+                str(out),
+                "--title",
+                "test",
+            ]
+        )
+        == 0
+    )
     for suffix in (".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"):
         assert (out / f"validation{suffix}").stat().st_size > 200
     report = read_json(out / "validation.json")
     broken = [row for row in report["rows"] if row["role"] == "broken"]
     assert [row["target_epsilon"] for row in broken] == [1, 4, 1, 4] and all(row["flagged"] for row in broken)
     assert {row["canary_design"] for row in report["rows"] if row["pair"] == "dp2-sgd-as-published"} == {
-        "projection-aligned"}
+        "projection-aligned"
+    }
     for row in report["rows"]:  # flagged means the lower bound exceeds the claim the attack faces
         assert row["flagged"] == (row["lower"] > row["claimed"]) and row["claimed"] == row["target_epsilon"] / 2
     # every audit of a DP-claiming run counts: 4 runs × 2 ε × 2 attacks, none flagged
@@ -92,9 +132,11 @@ def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, caps
 
 def test_validation_rejects_bad_pairs_in_one_line(tmp_path, capsys):
     files = _validation_run(tmp_path, "dpsgd-gc", 1, True, 0.0)
-    for pair, message in (("dpsgd-no-noise", "--pair takes VARIANT=TWIN"),
-                          ("dpsgd-no-noise=dpsgd-gc", "no canary-attack audit given for: dpsgd-no-noise"),
-                          ("dpsgd-gc=dpsgd-gc", "dpsgd-gc claims DP")):
+    for pair, message in (
+        ("dpsgd-no-noise", "--pair takes VARIANT=TWIN"),
+        ("dpsgd-no-noise=dpsgd-gc", "no canary-attack audit given for: dpsgd-no-noise"),
+        ("dpsgd-gc=dpsgd-gc", "dpsgd-gc claims DP"),
+    ):
         assert main(["validation", *map(str, files), "--pair", pair, "--out", str(tmp_path / "f")]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err

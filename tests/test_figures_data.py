@@ -1,6 +1,5 @@
 """Figures 2–4 from run folders: claims are computed from the data and can fail."""
 
-import json
 import math
 
 import numpy as np
@@ -16,8 +15,16 @@ EPOCHS = [10, 20, 30]
 
 def _fake_run(root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=None, n=120, epochs=30):
     run = root / name
-    config = {"dataset": "digits", "model": "cnn-digits", "batch_size": batch_size, "target_size": n,
-              "clip_norm": 20.0, "sigma_dp": 0.002, "lr": 0.1, "domain_radius": domain_radius}
+    config = {
+        "dataset": "digits",
+        "model": "cnn-digits",
+        "batch_size": batch_size,
+        "target_size": n,
+        "clip_norm": 20.0,
+        "sigma_dp": 0.002,
+        "lr": 0.1,
+        "domain_radius": domain_radius,
+    }
     write_json(run / "config.json", {"config": config})
     write_json(run / "attack.json", {"results": [{"epoch": e, "epsilon_hat": v} for e, v in zip(EPOCHS, epsilon_hat)]})
     loss = list(loss_scale * 2.3 * np.exp(-np.arange(epochs) / 10) + 0.01)
@@ -61,8 +68,16 @@ def test_figure3_claims(tmp_path):
         for b, offset in ((10, 0.5), (40, 0.0)):
             for d, scale in ((1.0, 1.0), (2.0, 1.5)):
                 values = [offset + scale * v for v in (0.2, 0.35, 0.4)]  # concave: stabilises
-                runs.append(_fake_run(tmp_path / "r", f"b{b}_D{d}_t{trial}", batch_size=b, epsilon_hat=values,
-                                      loss_scale=1.0, domain_radius=d))
+                runs.append(
+                    _fake_run(
+                        tmp_path / "r",
+                        f"b{b}_D{d}_t{trial}",
+                        batch_size=b,
+                        epsilon_hat=values,
+                        loss_scale=1.0,
+                        domain_radius=d,
+                    )
+                )
     entry = FIGURES["dpsgd_dc/figure3"](out_dir=tmp_path / "fig", runs=runs)
     holds = {c["claim"][:30]: c["holds"] for c in entry["claims"]}
     assert list(holds.values())[:3] == [True, True, True]

@@ -8,8 +8,15 @@ from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.ensemble import EnsembleGradients, _vmapped_gradients, bytes_per_model_sample, resolve_method
-from dpaudit.layerwise import (LayerwiseGradients, OuterProducts, dense, largest_unfolded_input, sample_norms,
-                               unsupported_reason, weighted_sample_sums)
+from dpaudit.layerwise import (
+    LayerwiseGradients,
+    OuterProducts,
+    dense,
+    largest_unfolded_input,
+    sample_norms,
+    unsupported_reason,
+    weighted_sample_sums,
+)
 
 MODELS, WIDTH = 3, 5
 PRIVATE = {"clip_norm": 1.0, "noise_multiplier": 1.0}
@@ -18,17 +25,32 @@ PRIVATE = {"clip_norm": 1.0, "noise_multiplier": 1.0}
 def _odd_cnn() -> nn.Sequential:
     """Every supported layer kind and option: stride, dilation, unequal padding, no bias, GroupNorm, pools."""
     return nn.Sequential(
-        nn.Conv2d(3, 6, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1)), nn.GroupNorm(2, 6), nn.Tanh(),
-        nn.AvgPool2d(2), nn.Conv2d(6, 4, 3, bias=False), nn.LeakyReLU(), nn.MaxPool2d(1), nn.Flatten(),
-        nn.Linear(16, 7, bias=False), nn.ELU(), nn.Linear(7, 5),
+        nn.Conv2d(3, 6, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1)),
+        nn.GroupNorm(2, 6),
+        nn.Tanh(),
+        nn.AvgPool2d(2),
+        nn.Conv2d(6, 4, 3, bias=False),
+        nn.LeakyReLU(),
+        nn.MaxPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 7, bias=False),
+        nn.ELU(),
+        nn.Linear(7, 5),
     )
 
 
 CASES = {
-    "cnn-digits": (lambda: model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10), (1, 8, 8), 10),
+    "cnn-digits": (
+        lambda: model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10),
+        (1, 8, 8),
+        10,
+    ),
     "mlp": (lambda: model_registry.build_model("mlp", input_shape=(1, 8, 8), num_classes=10), (1, 8, 8), 10),
-    "cnn (GroupNorm, 32×32)": (lambda: model_registry.build_model("cnn", input_shape=(3, 32, 32), num_classes=10),
-                               (3, 32, 32), 10),
+    "cnn (GroupNorm, 32×32)": (
+        lambda: model_registry.build_model("cnn", input_shape=(3, 32, 32), num_classes=10),
+        (3, 32, 32),
+        10,
+    ),
     "odd options": (_odd_cnn, (3, 16, 13), 5),
 }
 
@@ -58,8 +80,16 @@ def test_per_sample_gradients_equal_vmap(case):
 def test_pooling_before_relu_routes_the_same_gradients_through_ties_and_negative_windows():
     # ReLU → MaxPool2d runs as MaxPool2d → ReLU; average pooling does not commute with ReLU and keeps its place
     torch.manual_seed(3)
-    model = nn.Sequential(nn.Conv2d(1, 2, 1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(2, 2, 1), nn.ReLU(),
-                          nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8, 3))
+    model = nn.Sequential(
+        nn.Conv2d(1, 2, 1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(2, 2, 1),
+        nn.ReLU(),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    )
     kinds = [type(layer).__name__ for layer in LayerwiseGradients(model).layers]
     assert kinds == ["Conv2d", "MaxPool2d", "ReLU", "Conv2d", "ReLU", "AvgPool2d", "Flatten", "Linear"]
     params = [p.detach()[None].repeat(MODELS, *[1] * p.dim()) for p in model.parameters()]
@@ -109,8 +139,9 @@ def test_unsupported_models_are_named_and_fall_back_to_functorch():
     assert resolve_method(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), "auto") == "layers"
     with pytest.raises(DPAuditError, match="grad_sample 'layers' cannot take this model: ResNet"):
         resolve_method(resnet, "layers")
-    ensemble = EnsembleGradients([resnet], per_sample=True, example=torch.zeros(3, 32, 32), max_samples=4,
-                                 memory_budget_mb=64)
+    ensemble = EnsembleGradients(
+        [resnet], per_sample=True, example=torch.zeros(3, 32, 32), max_samples=4, memory_budget_mb=64
+    )
     assert ensemble.method == "functorch"
 
 
@@ -125,7 +156,9 @@ def test_memory_estimate_counts_the_unfolded_patches():
     model = model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10)
     example = torch.zeros(1, 8, 8)
     assert largest_unfolded_input(model, example) == 16 * 3 * 3 * 8 * 8  # second conv: C_in·k_h·k_w per position
-    extra = bytes_per_model_sample(model, example=example, method="layers") - bytes_per_model_sample(model, example=example)
+    extra = bytes_per_model_sample(model, example=example, method="layers") - bytes_per_model_sample(
+        model, example=example
+    )
     assert extra == 4 * 16 * 3 * 3 * 8 * 8
 
 
@@ -137,8 +170,11 @@ def test_factored_linear_gradients_give_the_norms_and_weighted_sums_of_vmap(case
     images, labels = torch.randn(MODELS, WIDTH, *shape), torch.randint(0, classes, (MODELS, WIDTH))
     want, _ = _vmapped_gradients(model)(params, images, labels)
     got, _ = LayerwiseGradients(model, factored=True)(params, images, labels)
-    linear_weights = [i for i, (name, p) in enumerate(model.named_parameters())
-                      if isinstance(model.get_submodule(name.rsplit(".", 1)[0]), nn.Linear) and name.endswith("weight")]
+    linear_weights = [
+        i
+        for i, (name, p) in enumerate(model.named_parameters())
+        if isinstance(model.get_submodule(name.rsplit(".", 1)[0]), nn.Linear) and name.endswith("weight")
+    ]
     assert linear_weights and all(isinstance(got[i], OuterProducts) for i in linear_weights)
     factors = [t for g in got for t in ((g.outer, g.inner) if isinstance(g, OuterProducts) else (g,))]
     assert not any(t.requires_grad for t in factors)  # a factor tied to the forward graph kept every step's graph alive
@@ -155,5 +191,6 @@ def test_memory_estimate_counts_factored_linear_weights_as_their_factors():
     model = model_registry.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10)
     example = torch.zeros(1, 8, 8)
     saved = bytes_per_model_sample(model, example=example, method="layers") - bytes_per_model_sample(
-        model, example=example, method="layers", factored=True)
+        model, example=example, method="layers", factored=True
+    )
     assert saved == 4 * 2 * (10 * 512 - (10 + 512))  # 2 copies of the gradient, 4 bytes per value

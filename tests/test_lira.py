@@ -26,24 +26,31 @@ def test_halves_split_puts_every_record_in_half_the_shadows():
     assert split.num_shadows == 8 and len(split.shadows) == 8
     assert np.array_equal(np.sort(np.concatenate([split.target_members, split.target_nonmembers])), split.pool)
     assert split.nonmember_source == "train"
-    assert split == make_halves_split(dataset="digits", train_size=1000, target_size=150, num_shadows=8, trial=1, seed=4)
-    assert split != make_halves_split(dataset="digits", train_size=1000, target_size=150, num_shadows=8, trial=2, seed=4)
+    assert split == make_halves_split(
+        dataset="digits", train_size=1000, target_size=150, num_shadows=8, trial=1, seed=4
+    )
+    assert split != make_halves_split(
+        dataset="digits", train_size=1000, target_size=150, num_shadows=8, trial=2, seed=4
+    )
 
 
 def test_halves_split_round_trips_and_old_splits_still_load(tmp_path, tiny_config):
     split = make_halves_split(dataset="digits", train_size=500, target_size=50, num_shadows=4)
     split.save(tmp_path / "halves.json")
     assert load_split(tmp_path / "halves.json") == split
-    seed004 = tiny_config.make_split()
-    seed004.save(tmp_path / "seed004.json")
-    assert load_split(tmp_path / "seed004.json") == seed004
+    disjoint = tiny_config.make_split()
+    disjoint.save(tmp_path / "disjoint.json")
+    assert load_split(tmp_path / "disjoint.json") == disjoint
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"num_shadows": 7}, "even num_shadows"),
-    ({"num_shadows": 0}, "even num_shadows"),
-    ({"target_size": 600}, "pool of 2·target_size = 1200"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_shadows": 7}, "even num_shadows"),
+        ({"num_shadows": 0}, "even num_shadows"),
+        ({"target_size": 600}, "pool of 2·target_size = 1200"),
+    ],
+)
 def test_bad_halves_split_is_a_one_line_error(kwargs, message):
     with pytest.raises(DPAuditError, match=message):
         make_halves_split(**{"dataset": "digits", "train_size": 1000, "target_size": 100, "num_shadows": 4, **kwargs})
@@ -51,8 +58,13 @@ def test_bad_halves_split_is_a_one_line_error(kwargs, message):
 
 def test_unbalanced_keep_matrix_is_rejected():
     with pytest.raises(DPAuditError, match="half the pool"):
-        HalvesSplit(dataset="digits", trial=0, seed=0, pool=np.arange(4),
-                    keep=np.array([[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]], dtype=bool))
+        HalvesSplit(
+            dataset="digits",
+            trial=0,
+            seed=0,
+            pool=np.arange(4),
+            keep=np.array([[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 1]], dtype=bool),
+        )
     with pytest.raises(DPAuditError, match="even number"):
         HalvesSplit(dataset="digits", trial=0, seed=0, pool=np.arange(4), keep=np.array([[1, 1, 0, 0]], dtype=bool))
 
@@ -113,8 +125,9 @@ def test_lira_needs_shadows_on_both_sides():
 def test_lira_end_to_end_on_a_halves_run(tmp_path, tiny_config, trained_run):
     from dpaudit.train import train_configuration
 
-    config = dataclasses.replace(tiny_config, split_design="halves", num_shadows=2, target_size=100, epochs=2,
-                                 eval_epochs=(2,))
+    config = dataclasses.replace(
+        tiny_config, split_design="halves", num_shadows=2, target_size=100, epochs=2, eval_epochs=(2,)
+    )
     train_configuration(config, out_dir=tmp_path, progress=False)
     split = load_split(tmp_path / "split.json")
     assert isinstance(split, HalvesSplit) and split.num_shadows == 2

@@ -8,7 +8,7 @@ from opacus.validators import ModuleValidator
 
 from dpaudit import models
 from dpaudit._validation import DPAuditError
-from dpaudit.train import PerSampleGradients
+from dpaudit.per_sample import PerSampleGradients
 
 SHAPES = {
     "mlp": [(1, 8, 8), (3, 32, 32)],
@@ -70,9 +70,9 @@ def test_resnet18_is_torchvisions_network(name, cifar_stem):
     torch.testing.assert_close(model(images), reference(images), rtol=0, atol=0)
 
 
-def test_resnet18_gn_matches_seed004():
+def test_resnet18_gn_matches_the_dpsgd_dc_model():
     model = models.build_model("resnet18-gn", input_shape=(3, 32, 32), num_classes=10, seed=0)
-    # torchvision ResNet-18 with a 512→10 head: d ≈ 11.18M (seed 004 §4), GroupNorm(min(32, c), c)
+    # torchvision ResNet-18 with a 512→10 head: d ≈ 11.18M (Liang et al.'s CIFAR-10 model), GroupNorm(min(32, c), c)
     assert models.parameter_count(model) == 11_181_642
     norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert norms and all(m.num_groups == min(32, m.num_channels) for m in norms)

@@ -21,7 +21,7 @@ def _hyper(**overrides):
     return Hyperparameters(**values)
 
 
-def test_registry_lists_seed004_optimizers():
+def test_registry_lists_dpsgd_gc_dc_optimizers():
     names = optim.available()
     assert {"sgd", "dpsgd-gc", "dpsgd-dc"} <= set(names)
     assert optim.get_spec("sgd").dp_claim is False
@@ -31,10 +31,12 @@ def test_registry_lists_seed004_optimizers():
 
 
 def test_noise_convention_maps_onto_noise_multiplier():
-    # seed 004 §1.5: z = σ_DP·b/C with σ_DP = 0.002, C = 20.
+    # z = σ_DP·b/C (the DPSGD-GC/DC authors' code) with the paper's σ_DP = 0.002, C = 20.
     for b, z in [(100, 0.01), (200, 0.02), (300, 0.03), (400, 0.04), (600, 0.06), (1000, 0.1)]:
         assert optim.sigma_dp_to_noise_multiplier(sigma_dp=0.002, batch_size=b, clip_norm=20) == pytest.approx(z)
-        assert optim.noise_multiplier_to_sigma_dp(noise_multiplier=z, batch_size=b, clip_norm=20) == pytest.approx(0.002)
+        assert optim.noise_multiplier_to_sigma_dp(noise_multiplier=z, batch_size=b, clip_norm=20) == pytest.approx(
+            0.002
+        )
 
 
 def test_dpsgd_gc_step_matches_hand_computation():
@@ -81,8 +83,11 @@ def test_every_clipped_per_sample_gradient_has_norm_at_most_c():
         def accumulate(self, per_sample):
             norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_sample))
             factors = (self.hyper.clip_norm / (norms + optim.CLIP_EPSILON)).clamp(max=1.0)
-            captured.append(torch.sqrt(sum((g * factors.view(-1, *[1] * (g.dim() - 1))).flatten(1).pow(2).sum(1)
-                                           for g in per_sample)))
+            captured.append(
+                torch.sqrt(
+                    sum((g * factors.view(-1, *[1] * (g.dim() - 1))).flatten(1).pow(2).sum(1) for g in per_sample)
+                )
+            )
             super().accumulate(per_sample)
 
     params = [torch.zeros(5, 3), torch.zeros(7)]
@@ -102,7 +107,8 @@ def test_dpsgd_dc_keeps_parameters_in_the_ball(center):
     initial = [p.clone() for p in params]
     radius = 2.0
     opt = optim.DPSGDDomainConstrained(
-        params, _hyper(sigma_dp=5.0, domain_radius=radius, domain_center=center, clip_norm=3.0),
+        params,
+        _hyper(sigma_dp=5.0, domain_radius=radius, domain_center=center, clip_norm=3.0),
         generator=torch.Generator().manual_seed(0),
     )
     centre = initial if center == "init" else [torch.zeros_like(p) for p in params]
@@ -157,8 +163,18 @@ def test_sgd_is_plain_gradient_step():
         torch.testing.assert_close(p.detach(), b - 0.1)
 
 
-@pytest.mark.parametrize("name, momentum", [("dpsgd-gc", 0.0), ("auto-s", 0.0), ("nsgd", 0.0), ("d2p-sgd", 0.0),
-                                            ("dpsgd-no-noise", 0.0), ("dpsgd-gc", 0.9), ("dpsgd-dc", 0.0)])
+@pytest.mark.parametrize(
+    "name, momentum",
+    [
+        ("dpsgd-gc", 0.0),
+        ("auto-s", 0.0),
+        ("nsgd", 0.0),
+        ("d2p-sgd", 0.0),
+        ("dpsgd-no-noise", 0.0),
+        ("dpsgd-gc", 0.9),
+        ("dpsgd-dc", 0.0),
+    ],
+)
 def test_step_together_is_step_model_by_model(name, momentum):
     """The ensemble's one-pass update on stacked rows gives each model exactly its own ``step`` (own noise
     stream), also when one model records its release (the canary target, row 0) and so takes its own ``step``."""
@@ -180,9 +196,11 @@ def test_step_together_is_step_model_by_model(name, momentum):
     alone, alone_params = optimizers(stacked=False)
     own_steps = []
     for k, optimizer in enumerate(together):
+
         def counted(*, realized_batch_size, optimizer=optimizer, k=k):
             own_steps.append(k)
             return type(optimizer).step(optimizer, realized_batch_size=realized_batch_size)
+
         optimizer.step = counted
     grads = [torch.randn(5, *shape, generator=torch.Generator().manual_seed(9)) for shape in shapes]
     sizes = [5, 4, 6, 3]

@@ -1,4 +1,4 @@
-"""Seeds 000 and 001 online/importance optimizers: ON-TopK, ON-Rand, AdaDPIGU (+ the code variant),
+"""AdaDPIGU and TP-TopK online/importance optimizers: ON-TopK, ON-Rand, AdaDPIGU (+ the code variant),
 one step against a hand computation, supports from released quantities only, frozen coordinates,
 accounting, bad input, and the training diagnostics."""
 
@@ -20,8 +20,9 @@ LR, SIGMA, B = 0.1, 0.05, 2
 
 
 def _hyper(**overrides) -> Hyperparameters:
-    values = dict(lr=LR, expected_batch_size=B, dataset_size=4, clip_norm=1.0, sigma_dp=SIGMA, epochs=3,
-                  active_ratio=0.4)  # 2 steps per epoch
+    values = dict(
+        lr=LR, expected_batch_size=B, dataset_size=4, clip_norm=1.0, sigma_dp=SIGMA, epochs=3, active_ratio=0.4
+    )  # 2 steps per epoch
     values.update(overrides)
     return Hyperparameters(**values)
 
@@ -190,7 +191,7 @@ def test_code_variant_ranks_by_unnoised_gradients_and_makes_no_claim():
     assert not optim.get_spec("adadpigu-code").dp_claim and optim.get_spec("adadpigu").dp_claim
     params, opt = _adadpigu("adadpigu-code")
     _run_steps(opt, params, GRADS, 2)
-    clean = (GRADS[0].sum(0).tolist() + GRADS[1].sum(0).tolist())
+    clean = GRADS[0].sum(0).tolist() + GRADS[1].sum(0).tolist()
     assert _support(opt) == _top(torch.tensor(clean).abs(), 3)  # the data's own gradients leak into the mask
     _run_steps(opt, params, GRADS, 2)
     assert all(torch.all(a == 0) for a in opt.alpha) and all(torch.all(b == 1) for b in opt.beta)
@@ -200,10 +201,28 @@ def test_code_variant_ranks_by_unnoised_gradients_and_makes_no_claim():
 def test_single_sigma_run_is_calibrated_to_the_target(name):
     from dpaudit.train import planned_epsilon
 
-    config = TrainConfig(dataset="digits", model="mlp", optimizer=name, clip_norm=1.0, target_epsilon=2.0,
-                         batch_size=20, epochs=10, target_size=100, num_shadows=0).validated()
-    dpsgd = TrainConfig(dataset="digits", model="mlp", optimizer="dpsgd-gc", clip_norm=1.0, target_epsilon=2.0,
-                        batch_size=20, epochs=10, target_size=100, num_shadows=0).validated()
+    config = TrainConfig(
+        dataset="digits",
+        model="mlp",
+        optimizer=name,
+        clip_norm=1.0,
+        target_epsilon=2.0,
+        batch_size=20,
+        epochs=10,
+        target_size=100,
+        num_shadows=0,
+    ).validated()
+    dpsgd = TrainConfig(
+        dataset="digits",
+        model="mlp",
+        optimizer="dpsgd-gc",
+        clip_norm=1.0,
+        target_epsilon=2.0,
+        batch_size=20,
+        epochs=10,
+        target_size=100,
+        num_shadows=0,
+    ).validated()
     assert config.sigma_dp == pytest.approx(dpsgd.sigma_dp)  # supports and masks are free: same σ as DP-SGD
     assert planned_epsilon(config) == pytest.approx(2.0, abs=0.01)
 
@@ -214,8 +233,18 @@ def test_ledger_of_a_trained_run_gives_the_target_per_epoch(tmp_path, name):
     from dpaudit.theory import ledger_epsilons
     from dpaudit.train import train_configuration
 
-    config = TrainConfig(dataset="digits", model="mlp", optimizer=name, clip_norm=1.0, target_epsilon=3.0,
-                         batch_size=30, epochs=4, target_size=120, num_shadows=0, lr=0.2)
+    config = TrainConfig(
+        dataset="digits",
+        model="mlp",
+        optimizer=name,
+        clip_norm=1.0,
+        target_epsilon=3.0,
+        batch_size=30,
+        epochs=4,
+        target_size=120,
+        num_shadows=0,
+        lr=0.2,
+    )
     train_configuration(config, out_dir=tmp_path, progress=False)
     ledger = PrivacyLedger.from_dict(json.loads((tmp_path / "target" / "ledger.json").read_text()))
     per_epoch = ledger_epsilons(ledger, delta=1e-5, accountant="rdp")
@@ -243,8 +272,17 @@ def test_ledger_of_a_trained_run_gives_the_target_per_epoch(tmp_path, name):
     ],
 )
 def test_bad_sparse_input_is_a_one_line_error(overrides, message):
-    values = {"dataset": "digits", "model": "mlp", "clip_norm": 1.0, "target_epsilon": 2.0, "batch_size": 20,
-              "epochs": 5, "target_size": 60, "num_shadows": 0, **overrides}
+    values = {
+        "dataset": "digits",
+        "model": "mlp",
+        "clip_norm": 1.0,
+        "target_epsilon": 2.0,
+        "batch_size": 20,
+        "epochs": 5,
+        "target_size": 60,
+        "num_shadows": 0,
+        **overrides,
+    }
     with pytest.raises(DPAuditError, match=message) as caught:
         TrainConfig(**values).validated()
     assert "\n" not in str(caught.value)
@@ -274,15 +312,18 @@ def test_support_quality_against_an_independent_oracle():
     data = load_dataset("digits", split="train")
     train, held_out = data.subset(np.arange(40)), data.subset(np.arange(40, 100))
     model = build_model("mlp", input_shape=data.images.shape[1:], num_classes=10, seed=0)
-    recorder = TrainingDiagnostics(model=model, train_data=train, held_out=held_out, histogram_epoch=1,
-                                   batch_size=10, seed=0, path=None)
+    recorder = TrainingDiagnostics(
+        model=model, train_data=train, held_out=held_out, histogram_epoch=1, batch_size=10, seed=0, path=None
+    )
     d = sum(p.numel() for p in model.parameters())
     mask = torch.zeros(d)
     mask[: d // 4] = 1
     score = torch.arange(d, dtype=torch.float64)  # ranks the last coordinates first
     record = recorder._support_quality(mask, score, epoch=1, step=0)
     model.zero_grad()
-    torch.nn.functional.cross_entropy(model(torch.from_numpy(held_out.images)), torch.from_numpy(held_out.labels)).backward()
+    torch.nn.functional.cross_entropy(
+        model(torch.from_numpy(held_out.images)), torch.from_numpy(held_out.labels)
+    ).backward()
     oracle = _flat([p.grad for p in model.parameters()]).double() ** 2
     assert record["oracle_capture"] == pytest.approx(float(oracle[: d // 4].sum() / oracle.sum()), rel=1e-6)
     assert record["random_baseline"] == pytest.approx((d // 4) / d)
@@ -292,8 +333,10 @@ def test_support_quality_against_an_independent_oracle():
     assert curves["oracle_capture_score_topk"][3] == pytest.approx(float(oracle[-k10:].sum() / oracle.sum()), rel=1e-6)
     assert curves["energy_oracle_topk"][-1] == pytest.approx(1.0)
     assert curves["energy_oracle_topk"] == sorted(curves["energy_oracle_topk"])
-    assert all(r <= sum(topk[: max(1, math.floor(x * d))]) / sum(topk) + 1e-9
-               for r, x in zip(curves["oracle_capture_random_mean"], curves["active_ratio"]))
+    assert all(
+        r <= sum(topk[: max(1, math.floor(x * d))]) / sum(topk) + 1e-9
+        for r, x in zip(curves["oracle_capture_random_mean"], curves["active_ratio"])
+    )
 
 
 def test_diagnostics_are_written_and_never_change_training(tmp_path):
@@ -301,8 +344,19 @@ def test_diagnostics_are_written_and_never_change_training(tmp_path):
 
     outputs = []
     for diagnostics in (True, False):
-        config = TrainConfig(dataset="digits", model="mlp", optimizer="tp-topk", clip_norm=1.0, target_epsilon=4.0,
-                             batch_size=30, epochs=3, target_size=120, num_shadows=0, lr=0.3, diagnostics=diagnostics)
+        config = TrainConfig(
+            dataset="digits",
+            model="mlp",
+            optimizer="tp-topk",
+            clip_norm=1.0,
+            target_epsilon=4.0,
+            batch_size=30,
+            epochs=3,
+            target_size=120,
+            num_shadows=0,
+            lr=0.3,
+            diagnostics=diagnostics,
+        )
         out = tmp_path / str(diagnostics)
         train_configuration(config, out_dir=out, progress=False)
         outputs.append(torch.load(out / "target" / "epoch_0003.pt", weights_only=True))
@@ -315,4 +369,6 @@ def test_diagnostics_are_written_and_never_change_training(tmp_path):
     from dpaudit.results import diagnostics_summary
 
     summary = diagnostics_summary(tmp_path / "True")
-    assert summary["support_oracle_capture"] == support["oracle_capture"] and diagnostics_summary(tmp_path / "False") == {}
+    assert (
+        summary["support_oracle_capture"] == support["oracle_capture"] and diagnostics_summary(tmp_path / "False") == {}
+    )

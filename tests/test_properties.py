@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import warnings
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -53,8 +52,9 @@ def test_lower_bound_is_finite_nonnegative_and_under_its_ceiling(members, nonmem
     except DPAuditError as error:  # too few scores for the selection split: a one-line refusal, not a crash
         assert "\n" not in str(error)
         return
-    ceiling = estimate.epsilon_ceiling(n_members=len(members), n_nonmembers=len(nonmembers), delta=delta,
-                                       selection=selection)
+    ceiling = estimate.epsilon_ceiling(
+        n_members=len(members), n_nonmembers=len(nonmembers), delta=delta, selection=selection
+    )
     assert 0.0 <= bound.epsilon <= ceiling + 1e-9
 
 
@@ -75,8 +75,12 @@ def test_gdp_epsilon_grows_with_mu(mu, more, delta):
 
 
 @PROPERTY
-@given(z=st.floats(min_value=0.5, max_value=20), q=st.floats(min_value=1e-3, max_value=1.0),
-       steps=st.integers(1, 2000), delta=deltas)
+@given(
+    z=st.floats(min_value=0.5, max_value=20),
+    q=st.floats(min_value=1e-3, max_value=1.0),
+    steps=st.integers(1, 2000),
+    delta=deltas,
+)
 def test_rdp_epsilon_grows_with_steps_and_rate_and_falls_with_noise(z, q, steps, delta):
     def eps(**changes):
         values = {"noise_multiplier": z, "sample_rate": q, "steps": steps, **changes}
@@ -91,8 +95,9 @@ def test_rdp_epsilon_grows_with_steps_and_rate_and_falls_with_noise(z, q, steps,
 
 
 @settings(max_examples=10, deadline=None)
-@given(target=st.floats(min_value=0.2, max_value=20), q=st.floats(min_value=1e-3, max_value=0.5),
-       steps=st.integers(1, 500))
+@given(
+    target=st.floats(min_value=0.2, max_value=20), q=st.floats(min_value=1e-3, max_value=0.5), steps=st.integers(1, 500)
+)
 def test_calibrated_noise_meets_its_target_and_falls_as_the_target_grows(target, q, steps):
     z = accounting.calibrate_noise(target_epsilon=target, delta=1e-5, sample_rate=q, steps=steps)
     assert accounting.epsilon(noise_multiplier=z, sample_rate=q, steps=steps, delta=1e-5) <= target * (1 + 1e-6)

@@ -10,12 +10,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from test_ensemble import _config, _members
 
 from dpaudit import optim
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError
 from dpaudit.train import _ModelRun, train_models
-from test_ensemble import _config, _members
 
 
 def _files(folder):
@@ -28,7 +28,9 @@ def assert_same_results(first, second):
     for path in _files(first):
         ours, theirs = (first / path).read_bytes(), (second / path).read_bytes()
         if path.name == "metrics.json":
-            ours, theirs = ({k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs))
+            ours, theirs = (
+                {k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs)
+            )
         assert ours == theirs, path
 
 
@@ -79,15 +81,22 @@ def test_every_optimizer_resumes_bit_identically(optimizer, tmp_path, monkeypatc
     assert_same_results(tmp_path / "whole", tmp_path / "cut")  # the state files are gone from both
 
 
-@pytest.mark.parametrize("optimizer, changes", [
-    ("tp-topk", {"engine": "sequential", "canaries": 20}),
-    # projection-aligned canaries: their directions (an SVD of the optimizer's projection) are not saved but
-    # recomputed after the resume, from one matrix for the run or this step's
-    ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "run"}),
-    ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "step"}),
-    # support canaries: the bits drawn for the whole pre-training (6 steps) must survive the cut after 4
-    ("adadpigu-code", {"canaries": 10, "canary_design": "support", "pretrain_fraction": 0.5}),
-], ids=["sequential-engine", "aligned-canaries-run", "aligned-canaries-step", "support-canaries"])
+@pytest.mark.parametrize(
+    "optimizer, changes",
+    [
+        ("tp-topk", {"engine": "sequential", "canaries": 20}),
+        # projection-aligned canaries: their directions (an SVD of the optimizer's projection) are not saved but
+        # recomputed after the resume, from one matrix for the run or this step's
+        ("d2p2-sgd-as-published", {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "run"}),
+        (
+            "d2p2-sgd-as-published",
+            {"canaries": 10, "canary_design": "projection-aligned", "projection_refresh": "step"},
+        ),
+        # support canaries: the bits drawn for the whole pre-training (6 steps) must survive the cut after 4
+        ("adadpigu-code", {"canaries": 10, "canary_design": "support", "pretrain_fraction": 0.5}),
+    ],
+    ids=["sequential-engine", "aligned-canaries-run", "aligned-canaries-step", "support-canaries"],
+)
 def test_other_settings_resume_bit_identically(optimizer, changes, tmp_path, monkeypatch):
     config = _config(optimizer, **changes)
     _train_into(tmp_path / "whole", config)
@@ -152,8 +161,9 @@ def test_state_round_trip_restores_values_and_generators_in_place():
     restore(target, capture(source))
     assert target.weights is weights and torch.equal(weights, source.weights)
     assert target.rng is rng and rng.random() == source.rng.random()
-    assert target.generator is generator and torch.equal(torch.randn(3, generator=generator),
-                                                         torch.randn(3, generator=source.generator))
+    assert target.generator is generator and torch.equal(
+        torch.randn(3, generator=generator), torch.randn(3, generator=source.generator)
+    )
     assert target.count == 4 and type(target.count) is np.int64
     np.testing.assert_array_equal(target.history[0], np.arange(3))
     assert target.history[1:4] == [2.5, None, {"k": [1, "a"]}] and target.history[4].dtype == bool
@@ -167,9 +177,35 @@ def test_unsupported_state_is_named():
         capture(recorder)
 
 
-TRAIN = ["--dataset", "digits", "--optimizer", "dpsgd-gc", "--sigma-dp", "0.01", "--clip-norm", "1", "--batch-size",
-         "50", "--lr", "0.1", "--epochs", "30", "--eval-epochs", "15,30", "--target-size", "300", "--num-shadows", "2",
-         "--canaries", "50", "--device", "cpu", "--quiet", "--state-every", "0"]
+TRAIN = [
+    "--dataset",
+    "digits",
+    "--optimizer",
+    "dpsgd-gc",
+    "--sigma-dp",
+    "0.01",
+    "--clip-norm",
+    "1",
+    "--batch-size",
+    "50",
+    "--lr",
+    "0.1",
+    "--epochs",
+    "30",
+    "--eval-epochs",
+    "15,30",
+    "--target-size",
+    "300",
+    "--num-shadows",
+    "2",
+    "--canaries",
+    "50",
+    "--device",
+    "cpu",
+    "--quiet",
+    "--state-every",
+    "0",
+]
 
 
 def test_a_killed_dpaudit_train_resumes_where_it_stopped(tmp_path):

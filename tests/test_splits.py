@@ -1,4 +1,4 @@
-"""The seed-004 §3.2 membership-inference split."""
+"""The membership-inference split (Liang et al., App. D.2; members and non-members as in the authors' code)."""
 
 from __future__ import annotations
 

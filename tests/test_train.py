@@ -35,7 +35,12 @@ def test_run_layout_metrics_and_ledger(trained_run, tiny_config):
         assert ledger["steps"] == 4 * steps_per_epoch
         assert ledger["epoch_ends"] == [4, 8, 12, 16]
         assert ledger["runs"] == [
-            {"steps": 16, "noise_multiplier": pytest.approx(0.005), "sample_rate": pytest.approx(0.25), "phase": "train"}
+            {
+                "steps": 16,
+                "noise_multiplier": pytest.approx(0.005),
+                "sample_rate": pytest.approx(0.25),
+                "phase": "train",
+            }
         ]
         for epoch in (2, 4):
             assert (folder / f"epoch_{epoch:04d}.pt").is_file()
@@ -70,8 +75,9 @@ def test_per_sample_gradients_match_single_backward_and_opacus(model_name):
     model = build_model(model_name, input_shape=(1, 8, 8), num_classes=10, seed=0)
     func_grads, losses = PerSampleGradients(model, "functorch")(images, labels)
     layer_grads, layer_losses = PerSampleGradients(model, "layers")(images, labels)
-    hook_grads, hook_losses = PerSampleGradients(build_model(model_name, input_shape=(1, 8, 8), num_classes=10, seed=0),
-                                                 "opacus")(images, labels)
+    hook_grads, hook_losses = PerSampleGradients(
+        build_model(model_name, input_shape=(1, 8, 8), num_classes=10, seed=0), "opacus"
+    )(images, labels)
     params = [p for p in model.parameters()]
     for i in range(len(images)):
         loss = F.cross_entropy(model(images[i : i + 1]), labels[i : i + 1])
@@ -91,15 +97,18 @@ def test_poisson_and_shuffle_sampling():
     shuffle = list(batch_indices(dataset_size=103, batch_size=25, sampling="shuffle", rng=rng))
     assert [len(b) for b in shuffle] == [25, 25, 25, 25, 3]
     assert sorted(np.concatenate(shuffle).tolist()) == list(range(103))
-    sizes = [len(b) for _ in range(200) for b in batch_indices(dataset_size=100, batch_size=20, sampling="poisson", rng=rng)]
+    sizes = [
+        len(b) for _ in range(200) for b in batch_indices(dataset_size=100, batch_size=20, sampling="poisson", rng=rng)
+    ]
     assert len(set(sizes)) > 3
     assert np.mean(sizes) == pytest.approx(20, abs=1.0)
 
 
 def test_dc_training_stays_in_the_domain(tiny_config):
     data = load_dataset("digits").subset(np.arange(100))
-    config = replace(tiny_config, optimizer="dpsgd-dc", domain_radius=1.5, epochs=2, eval_epochs=(2,),
-                     sampling="poisson").validated()
+    config = replace(
+        tiny_config, optimizer="dpsgd-dc", domain_radius=1.5, epochs=2, eval_epochs=(2,), sampling="poisson"
+    ).validated()
     trained = train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False)
     norm = math.sqrt(sum(float(p.detach().pow(2).sum()) for p in trained.model.parameters()))
     assert norm <= 1.5 + 1e-5
@@ -155,8 +164,9 @@ def test_opacus_functorch_and_layers_backends_train_the_same_model(tiny_config):
     data = load_dataset("digits").subset(np.arange(100))
     results = []
     for backend in ("functorch", "opacus", "layers"):
-        config = replace(tiny_config, epochs=2, eval_epochs=(2,), grad_sample=backend, engine="sequential",
-                         microbatch_size=16).validated()
+        config = replace(
+            tiny_config, epochs=2, eval_epochs=(2,), grad_sample=backend, engine="sequential", microbatch_size=16
+        ).validated()
         results.append(train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False))
     for other in results[1:]:
         for a, b in zip(results[0].model.parameters(), other.model.parameters()):

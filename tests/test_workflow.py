@@ -33,10 +33,12 @@ def _snakemake(folder, *args, check=True):
     return result
 
 
-PAPER_FIGURES = {"adadpigu": ["figure2", "figure5", "figure6", "figure7", "figure8", "table3", "table4"],
-                 "tp_topk": ["figure1", "figure2", "table2", "table3", "table4"],
-                 "dp_psac": ["figure1", "figure2", "figure3", "figure4", "figure5", "table2"],
-                 "d2p2_sgd": ["figure2", "figure4", "figure5", "figure6", "table2"]}
+PAPER_FIGURES = {
+    "adadpigu": ["figure2", "figure5", "figure6", "figure7", "figure8", "table3", "table4"],
+    "tp_topk": ["figure1", "figure2", "table2", "table3", "table4"],
+    "dp_psac": ["figure1", "figure2", "figure3", "figure4", "figure5", "table2"],
+    "d2p2_sgd": ["figure2", "figure4", "figure5", "figure6", "table2"],
+}
 
 
 def _job_count(output: str, rule: str) -> int:
@@ -48,21 +50,24 @@ def _job_count(output: str, rule: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs", [
+    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs",
+    [
         # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
         # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
         # audit settings (projection-aligned, support or noise-scale canaries)
         (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 4),
         ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 2),
         ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2),
-    ])
-def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run,
-                                    cross_optimizers, validation_runs):
+    ],
+)
+def test_presets_build_the_same_dag(
+    workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs
+):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
     # each job trains one run-trial and attacks it in one process (`dpaudit batch`)
-    assert _job_count(output, "seed004_run") == trainings
-    assert _job_count(output, "seed004_data_figure") == 3
+    assert _job_count(output, "dpsgd_dc_run") == trainings
+    assert _job_count(output, "dpsgd_dc_data_figure") == 3
     assert _job_count(output, "optimizers_run") == optimizer_runs
     assert _job_count(output, "audit_run") == audit_runs
     # one job per run scores all its attacks (audit: 5), trials pooled; one per optimizer trains and scores its
@@ -70,12 +75,16 @@ def test_presets_build_the_same_dag(workflow_copy, preset, trainings, optimizer_
     assert _job_count(output, "audit_score") == audit_runs // trials_per_run
     assert _job_count(output, "audit_optimizer") == cross_optimizers + validation_runs
     assert _job_count(output, "audit_cross_table") == 1 and _job_count(output, "audit_validation") == 1
-    # every paper figure and table (seeds 000–003) whose optimizers the preset's optimizers.runs has
-    figures = sum(_job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items()
-                  for name in names)
-    assert figures == (len([n for names in PAPER_FIGURES.values() for n in names]) if preset != "configs/smoke.yaml"
-                       else 21)
-    paper_rules = {line.split()[0] for line in output.splitlines() if line.startswith("papers_") and len(line.split()) == 2}
+    # every paper figure and table (AdaDPIGU, TP-TopK, DP-PSAC, D2P2-SGD) whose optimizers the preset has
+    figures = sum(
+        _job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items() for name in names
+    )
+    assert figures == (
+        len([n for names in PAPER_FIGURES.values() for n in names]) if preset != "configs/smoke.yaml" else 21
+    )
+    paper_rules = {
+        line.split()[0] for line in output.splitlines() if line.startswith("papers_") and len(line.split()) == 2
+    }
     paper_jobs = sum(_job_count(output, rule) for rule in paper_rules)
     assert 0 < paper_jobs <= 12 and _job_count(output, "manifest") == 1  # one per optimizer with paper runs
 
@@ -86,47 +95,80 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
     result = _snakemake(workflow_copy, "-n", "--cores", "1", check=False)
     assert result.returncode != 0
     assert "Error validating config file" in result.stdout + result.stderr
-    assert "seed004_run" not in result.stdout
+    assert "dpsgd_dc_run" not in result.stdout
 
 
 @pytest.mark.parametrize(
     "old, new, message",
     [
-        ("{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3, projection_refresh: run}",
-         "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5, projection_refresh: run}", "Error validating config file"),
+        (
+            "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3, projection_refresh: run}",
+            "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5, projection_refresh: run}",
+            "Error validating config file",
+        ),
         ("{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}", "unknown optimizer 'auto-w'"),
         ("target_epsilons: [4]", "target_epsilons: [0]", "Error validating config file"),
-        ("attacks: [loss, shadow, lira-online, lira-offline, canary]", "attacks: [loss, lira]",
-         "Error validating config file"),
+        (
+            "attacks: [loss, shadow, lira-online, lira-offline, canary]",
+            "attacks: [loss, lira]",
+            "Error validating config file",
+        ),
         # LiRA needs the paired-halves split with an even model count
         ("    split_design: halves\n", "", "Error validating config file"),
         ("num_shadows: 8 ", "num_shadows: 7 ", "Error validating config file"),
         # the auditor's validation: a variant must be a registered optimizer, a twin a run of optimizers.runs
         ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clipping, dpsgd-gc]", "Error validating config file"),
         # run names become folder names: none may leave results/
-        ("    - {name: dpsgd-gc, lr: 0.2}\npapers:", "    - {name: ../../escape, lr: 0.2}\npapers:",
-         "Error validating config file"),
+        (
+            "    - {name: dpsgd-gc, lr: 0.2}\npapers:",
+            "    - {name: ../../escape, lr: 0.2}\npapers:",
+            "Error validating config file",
+        ),
         ("{name: auto-v, lr: 0.2}", "{name: auto-v.., lr: 0.2}", "Error validating config file"),
-        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-dc]",
-         "audit.validation.pairs.dpsgd-no-clip: twin 'dpsgd-dc' is not a run of optimizers.runs"),
+        (
+            "- [dpsgd-no-clip, dpsgd-gc]",
+            "- [dpsgd-no-clip, dpsgd-dc]",
+            "audit.validation.pairs.dpsgd-no-clip: twin 'dpsgd-dc' is not a run of optimizers.runs",
+        ),
         # projection-aligned canaries: only for the random-projection optimizers, variant (schema) and twin
         ("{canary_design: projection-aligned}]   #", "{canary_design: aligned}]   #", "Error validating config file"),
-        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-gc, {canary_design: projection-aligned}]",
-         "Error validating config file"),
-        ("- [dp2-sgd-as-published, dp2-sgd,", "- [dp2-sgd-as-published, dpsgd-gc,",
-         "projection-aligned canaries need a random projection; the twin 'dpsgd-gc' (dpsgd-gc) has none"),
+        (
+            "- [dpsgd-no-clip, dpsgd-gc]",
+            "- [dpsgd-no-clip, dpsgd-gc, {canary_design: projection-aligned}]",
+            "Error validating config file",
+        ),
+        (
+            "- [dp2-sgd-as-published, dp2-sgd,",
+            "- [dp2-sgd-as-published, dpsgd-gc,",
+            "projection-aligned canaries need a random projection; the twin 'dpsgd-gc' (dpsgd-gc) has none",
+        ),
         # support canaries: only for optimizers that learn a support from dense steps
-        ("- [dpsgd-no-clip, dpsgd-gc]", "- [dpsgd-no-clip, dpsgd-gc, {canary_design: support}]",
-         "Error validating config file"),
-        ("- [adadpigu-code, adadpigu,", "- [adadpigu-code, dpsgd-gc,",
-         "support canaries need a support learned from dense steps; the twin 'dpsgd-gc' (dpsgd-gc) has none"),
-        ("{canary_design: support, canaries: 1000}", "{canary_design: support, canaries: 0}",
-         "Error validating config file"),
+        (
+            "- [dpsgd-no-clip, dpsgd-gc]",
+            "- [dpsgd-no-clip, dpsgd-gc, {canary_design: support}]",
+            "Error validating config file",
+        ),
+        (
+            "- [adadpigu-code, adadpigu,",
+            "- [adadpigu-code, dpsgd-gc,",
+            "support canaries need a support learned from dense steps; the twin 'dpsgd-gc' (dpsgd-gc) has none",
+        ),
+        (
+            "{canary_design: support, canaries: 1000}",
+            "{canary_design: support, canaries: 0}",
+            "Error validating config file",
+        ),
         # noise-scale canaries: one per step
-        ("{canary_design: noise-scale, canaries: 1}", "{canary_design: noise-scale, canaries: 200}",
-         "noise-scale canaries insert one canary per step"),
-        ("{canary_design: noise-scale, canaries: 1}", "{canary_design: noise-scale}",
-         "noise-scale canaries insert one canary per step"),
+        (
+            "{canary_design: noise-scale, canaries: 1}",
+            "{canary_design: noise-scale, canaries: 200}",
+            "noise-scale canaries insert one canary per step",
+        ),
+        (
+            "{canary_design: noise-scale, canaries: 1}",
+            "{canary_design: noise-scale}",
+            "noise-scale canaries insert one canary per step",
+        ),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):
@@ -148,15 +190,19 @@ def test_schema_knows_every_registered_optimizer():
     assert sorted(schema["$defs"]["optimizer_name"]["enum"]) == sorted(optim.available())
     projected = [name for name in optim.available() if issubclass(optim.get_spec(name).cls, optim.ProjectedNoise)]
     assert sorted(schema["$defs"]["projection_optimizer_name"]["enum"]) == sorted(projected)
-    learned = [name for name in optim.available()
-               if issubclass(optim.get_spec(name).cls, (optim.AdaDPIGU, optim.TwoPhaseSparse))]
+    learned = [
+        name
+        for name in optim.available()
+        if issubclass(optim.get_spec(name).cls, (optim.AdaDPIGU, optim.TwoPhaseSparse))
+    ]
     assert sorted(schema["$defs"]["support_optimizer_name"]["enum"]) == sorted(learned)
 
 
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):
-    output = _snakemake(workflow_copy, "-n", "--workflow-profile", "profiles/slurm",
-                        "--configfile", "configs/paper.yaml").stdout
-    assert _job_count(output, "seed004_run") == 120
+    output = _snakemake(
+        workflow_copy, "-n", "--workflow-profile", "profiles/slurm", "--configfile", "configs/paper.yaml"
+    ).stdout
+    assert _job_count(output, "dpsgd_dc_run") == 120
 
 
 def test_jobs_are_dispatched_through_an_executor_plugin(workflow_copy):
@@ -164,8 +210,19 @@ def test_jobs_are_dispatched_through_an_executor_plugin(workflow_copy):
     log = workflow_copy / "submitted.log"
     submit.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\nbash "${{@: -1}}" > /dev/null 2>&1 &\necho $!\n')
     submit.chmod(0o755)
-    _snakemake(workflow_copy, "--executor", "cluster-generic", "--cluster-generic-submit-cmd", str(submit),
-               "--jobs", "2", "--latency-wait", "30", "figures/dpsgd_dc/figure1.pdf", "figures/dpsgd_dc/table1.md")
+    _snakemake(
+        workflow_copy,
+        "--executor",
+        "cluster-generic",
+        "--cluster-generic-submit-cmd",
+        str(submit),
+        "--jobs",
+        "2",
+        "--latency-wait",
+        "30",
+        "figures/dpsgd_dc/figure1.pdf",
+        "figures/dpsgd_dc/table1.md",
+    )
     assert (workflow_copy / "figures" / "dpsgd_dc" / "figure1.png").is_file()
     assert (workflow_copy / "figures" / "dpsgd_dc" / "table1.tex").is_file()
     assert len(log.read_text().strip().splitlines()) == 2  # two jobs, each through the submit command
@@ -176,8 +233,10 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     shutil.copy(ROOT / "dvc.yaml", workflow_copy / "dvc.yaml")
     smoke = yaml.safe_load((workflow_copy / "configs" / "smoke.yaml").read_text())
     # keeps it short: one paper figure family per output folder (dvc needs every folder it tracks)
-    smoke["papers"]["experiments"] = {name: smoke["papers"]["experiments"][name]
-                                      for name in ("nonprivate", "d2p2_sigma", "d2p2_batch", "d2p2_reduction")}
+    smoke["papers"]["experiments"] = {
+        name: smoke["papers"]["experiments"][name]
+        for name in ("nonprivate", "d2p2_sigma", "d2p2_batch", "d2p2_reduction")
+    }
     (workflow_copy / "params.yaml").write_text(yaml.safe_dump(smoke, sort_keys=False, allow_unicode=True))
     subprocess.run(["git", "init", "-q"], cwd=workflow_copy, check=True)
     dvc = [sys.executable, "-m", "dvc"]
@@ -192,65 +251,91 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     params = workflow_copy / "params.yaml"
     first = repro()
     assert (workflow_copy / "figures" / "dpsgd_dc" / "figure3.png").is_file()
-    assert (workflow_copy / "metrics" / "seed004.json").is_file()
-    assert "seed004_run" in first
-    gc_config = (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns
+    assert (workflow_copy / "metrics" / "dpsgd_dc.json").is_file()
+    assert "dpsgd_dc_run" in first
+    gc_config = (workflow_copy / "results/dpsgd_dc/gc_b20/trial_0/config.json").stat().st_mtime_ns
     assert (workflow_copy / "metrics" / "optimizers.json").is_file()
     edited = yaml.safe_load(params.read_text())
-    edited["seed004"]["dc"]["domain_radii"] = [2, 5]
+    edited["dpsgd_dc"]["dc"]["domain_radii"] = [2, 5]
     next(run for run in edited["optimizers"]["runs"] if run["name"] == "d2p2-sgd")["lr"] = 0.01
     params.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
     second = repro()
     # the `dpaudit train` steps of the jobs that ran (a job's "reason" may quote its old command too)
-    trained = [step for line in second.splitlines() if line.startswith("Shell command:")
-               for step in re.findall(r"'train [^']*'", line)]
+    trained = [
+        step
+        for line in second.splitlines()
+        if line.startswith("Shell command:")
+        for step in re.findall(r"'train [^']*'", line)
+    ]
     # the new D = 5 runs (2 batch sizes × 2 trials), d2p2-sgd in the optimizer and cross-optimizer audit
     # sections (both take optimizers.runs) and the 4 d2p2-sgd paper runs (they start from its tuned lr)
     assert len(trained) == 2 * 2 + 2 + 4, "\n".join(trained)
     assert sum("--domain-radius 5.0" in line for line in trained) == 4
     assert sum("--optimizer d2p2-sgd" in line and "--lr 0.01" in line for line in trained) == 2 + 4
     assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
-    assert (workflow_copy / "results/seed004/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
+    assert (workflow_copy / "results/dpsgd_dc/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
 
 
 def test_editing_a_run_setting_reruns_exactly_its_jobs(workflow_copy):
     """Snakemake's params trigger sees the `dpaudit train` flags of the training rules (a params function that
     takes `output` once hid them: an edit of params.yaml left the finished runs in place)."""
-    targets = ["results/seed004/gc_b20/trial_0/attack.json", "results/optimizers/d2p2-sgd_eps4/trial_0/attack.json",
-               "results/audit/dpsgd-gc_eps4/trial_0/config.json"]
+    targets = [
+        "results/dpsgd_dc/gc_b20/trial_0/attack.json",
+        "results/optimizers/d2p2-sgd_eps4/trial_0/attack.json",
+        "results/audit/dpsgd-gc_eps4/trial_0/config.json",
+    ]
     _snakemake(workflow_copy, "--cores", "2", "--configfile", "configs/smoke.yaml", "--", *targets)
     smoke = workflow_copy / "configs" / "smoke.yaml"
     edited = yaml.safe_load(smoke.read_text())
-    edited["seed004"]["gc"]["eval_epochs"] = [1, 4]
+    edited["dpsgd_dc"]["gc"]["eval_epochs"] = [1, 4]
     next(run for run in edited["optimizers"]["runs"] if run["name"] == "d2p2-sgd")["lr"] = 0.01
     smoke.write_text(yaml.safe_dump(edited, sort_keys=False, allow_unicode=True))
     result = _snakemake(workflow_copy, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml", "--", *targets)
     planned = result.stdout + result.stderr
-    assert _job_count(planned, "seed004_run") == 1 and _job_count(planned, "optimizers_run") == 1
+    assert _job_count(planned, "dpsgd_dc_run") == 1 and _job_count(planned, "optimizers_run") == 1
     assert _job_count(planned, "audit_run") == 0
 
 
 def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupted(workflow_copy, tmp_path):
-    """Ctrl-C (SIGINT to Snakemake and its job) once a seed-004 run has saved epoch 3 or later of 40; `snakemake`
+    """Ctrl-C (SIGINT to Snakemake and its job) once a DPSGD-GC/DC run has saved epoch 3 or later of 40; `snakemake`
     again resumes the run and writes the same files as an uninterrupted pipeline."""
     from test_resume import assert_same_results, wait_for_saved_epoch
 
-    (workflow_copy / "longer.yaml").write_text("seed004:\n  gc: {batch_sizes: [20, 30], epochs: 40, eval_epochs: [20, 40]}\n")
+    (workflow_copy / "longer.yaml").write_text(
+        "dpsgd_dc:\n  gc: {batch_sizes: [20, 30], epochs: 40, eval_epochs: [20, 40]}\n"
+    )
     interrupted = tmp_path / "interrupted"
     shutil.copytree(workflow_copy, interrupted)
-    run = "results/seed004/gc_b20/trial_1"
-    command = [*SNAKEMAKE, "--cores", "2", "--configfile", "configs/smoke.yaml", "longer.yaml", "--", f"{run}/attack.json"]
+    run = "results/dpsgd_dc/gc_b20/trial_1"
+    command = [
+        *SNAKEMAKE,
+        "--cores",
+        "2",
+        "--configfile",
+        "configs/smoke.yaml",
+        "longer.yaml",
+        "--",
+        f"{run}/attack.json",
+    ]
     environment = {**os.environ, "DPAUDIT_STATE_EVERY": "0"}
     subprocess.run(command, cwd=workflow_copy, env=environment, check=True, capture_output=True, timeout=300)
     log = tmp_path / "interrupted.log"
     # SIGINT as in a terminal: a shell's background job (CI) would start it with SIGINT ignored
-    process = subprocess.Popen(command, cwd=interrupted, env=environment, start_new_session=True,
-                               stdout=log.open("w"), stderr=subprocess.STDOUT,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        command,
+        cwd=interrupted,
+        env=environment,
+        start_new_session=True,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     wait_for_saved_epoch(process, interrupted / run / "shadow_00", 3)
     os.killpg(process.pid, signal.SIGINT)
-    assert process.wait(timeout=120) != 0, "the pipeline ended before it could be interrupted:\n" + log.read_text()[-3000:]
+    assert process.wait(timeout=120) != 0, (
+        "the pipeline ended before it could be interrupted:\n" + log.read_text()[-3000:]
+    )
     assert not (interrupted / run / "attack.json").exists()
     resumed = subprocess.run(command, cwd=interrupted, env=environment, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -259,11 +344,11 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
 
 
 def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(workflow_copy, tmp_path):
-    """Two clean runs of part of the smoke DAG (a seed-004 run attacked, a cross-audit optimizer trained, summarised
+    """Two clean runs of part of the smoke DAG (a DPSGD-GC/DC run attacked, a cross-audit optimizer trained, summarised
     and scored, each through `dpaudit batch`) write identical files; only wall-clock times differ."""
     second = tmp_path / "second"
     shutil.copytree(workflow_copy, second)
-    targets = ["results/seed004/gc_b20/trial_1/attack.json", "results/audit_cross/dpsgd-gc_eps4/audit_canary.json"]
+    targets = ["results/dpsgd_dc/gc_b20/trial_1/attack.json", "results/audit_cross/dpsgd-gc_eps4/audit_canary.json"]
     for folder in (workflow_copy, second):
         _snakemake(folder, *targets, "--cores", "2", "--configfile", "configs/smoke.yaml")
     files = sorted(path.relative_to(workflow_copy) for path in (workflow_copy / "results").rglob("*") if path.is_file())
@@ -272,5 +357,7 @@ def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(workflow
     for path in files:
         ours, theirs = (folder / path).read_bytes(), (second / path).read_bytes()
         if path.name == "metrics.json":  # per-epoch wall-clock seconds
-            ours, theirs = ({k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs))
+            ours, theirs = (
+                {k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs)
+            )
         assert ours == theirs, path

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -112,13 +113,19 @@ class CanaryObservations:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        write_json(path.with_suffix(".json"), {"clip_norm": self.clip_norm, "design": self.design,
-                                               "steps": int(self.bits.shape[0]),
-                                               "canaries": int(self.bits.shape[1]),
-                                               "smallest_noise_multiplier": float(np.min(self.noise_multipliers,
-                                                                                         initial=np.inf))})
-        buffer = _npz_bytes(bits=self.bits.astype(np.uint8), observations=self.observations,
-                            noise_multipliers=self.noise_multipliers)
+        write_json(
+            path.with_suffix(".json"),
+            {
+                "clip_norm": self.clip_norm,
+                "design": self.design,
+                "steps": int(self.bits.shape[0]),
+                "canaries": int(self.bits.shape[1]),
+                "smallest_noise_multiplier": float(np.min(self.noise_multipliers, initial=np.inf)),
+            },
+        )
+        buffer = _npz_bytes(
+            bits=self.bits.astype(np.uint8), observations=self.observations, noise_multipliers=self.noise_multipliers
+        )
         return atomic_write_bytes(path, buffer)
 
     @classmethod
@@ -144,7 +151,9 @@ def _npz_bytes(**arrays: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def canary_dimension(*, count: int, design: str, reduction_rate: float = 1.0, reduction_convention: str = "code") -> int:
+def canary_dimension(
+    *, count: int, design: str, reduction_rate: float = 1.0, reduction_convention: str = "code"
+) -> int:
     """Size of the canary tensor: m for Dirac and support canaries; for projection-aligned ones the smallest d whose
     projected dimension p (``optim.projected_dimension``) is at least ``ALIGNED_SPECTRUM``·m."""
     if design != "projection-aligned":
@@ -174,8 +183,18 @@ class GradientCanaries:
 
     transient_state = ("_aligned",)  # the SVD of the optimizer's projection, recomputed from its seed on use
 
-    def __init__(self, *, count: int, clip_norm: float, seed: int, device, dtype, design: str = "dirac",
-                 dimension: int | None = None, norm_factor: float = 1e3):
+    def __init__(
+        self,
+        *,
+        count: int,
+        clip_norm: float,
+        seed: int,
+        device,
+        dtype,
+        design: str = "dirac",
+        dimension: int | None = None,
+        norm_factor: float = 1e3,
+    ):
         check_choice("canary design", design, CANARY_DESIGNS)
         self.count = count
         self.design = design
@@ -203,8 +222,11 @@ class GradientCanaries:
         matrix = optimizer.matrices()[-1]  # the canary tensor is the optimizer's last parameter
         if self._aligned is None or self._aligned[0] is not matrix:
             left, singular, _ = torch.linalg.svd(matrix.double(), full_matrices=False)
-            self._aligned = (matrix, left[:, : self.count].T.to(matrix.dtype).contiguous(),
-                             singular[: self.count].to(matrix.dtype))
+            self._aligned = (
+                matrix,
+                left[:, : self.count].T.to(matrix.dtype).contiguous(),
+                singular[: self.count].to(matrix.dtype),
+            )
         return self._aligned[1], self._aligned[2]
 
     def insert(self, optimizer, model_params: list[torch.Tensor]) -> None:
@@ -224,8 +246,9 @@ class GradientCanaries:
             return
         chosen = torch.as_tensor(included, device=self.parameter.device)
         if aligned is None:
-            rows = torch.zeros((included.size, self.parameter.numel()), device=self.parameter.device,
-                               dtype=self.parameter.dtype)
+            rows = torch.zeros(
+                (included.size, self.parameter.numel()), device=self.parameter.device, dtype=self.parameter.dtype
+            )
             rows[torch.arange(included.size), chosen] = self.norm
         else:
             rows = self.norm * aligned[0].index_select(0, chosen)
@@ -265,5 +288,10 @@ class GradientCanaries:
             else:
                 bits, observations = self._fixed_bits[None, :], self._support[None, :]
             return CanaryObservations(bits, observations, np.array(self._noise), self.clip_norm, self.design)
-        return CanaryObservations(np.array(self._bits, dtype=bool), np.array(self._observations),
-                                  np.array(self._noise), self.clip_norm, self.design)
+        return CanaryObservations(
+            np.array(self._bits, dtype=bool),
+            np.array(self._observations),
+            np.array(self._noise),
+            self.clip_norm,
+            self.design,
+        )

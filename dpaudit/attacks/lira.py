@@ -63,8 +63,9 @@ def _side_statistics(values: np.ndarray, mask: np.ndarray, variance: str) -> tup
     return mean, np.maximum(std, floor)
 
 
-def lira_scores(target: np.ndarray, shadows: np.ndarray, shadow_in: np.ndarray, *, variant: str = "online",
-                variance: str = "global") -> np.ndarray:
+def lira_scores(
+    target: np.ndarray, shadows: np.ndarray, shadow_in: np.ndarray, *, variant: str = "online", variance: str = "global"
+) -> np.ndarray:
     """LiRA membership scores of the target's records from shadow-model signals.
 
     Args:
@@ -87,8 +88,10 @@ def lira_scores(target: np.ndarray, shadows: np.ndarray, shadow_in: np.ndarray, 
     shadows = np.asarray(shadows, dtype=np.float64)
     shadow_in = np.asarray(shadow_in, dtype=bool)
     if target.ndim != 1 or shadows.ndim != 2 or shadows.shape[1] != target.size or shadow_in.shape != shadows.shape:
-        raise DPAuditError(f"need target [N], shadows [S, N] and shadow_in [S, N], got {target.shape}, "
-                           f"{shadows.shape} and {shadow_in.shape}")
+        raise DPAuditError(
+            f"need target [N], shadows [S, N] and shadow_in [S, N], got {target.shape}, "
+            f"{shadows.shape} and {shadow_in.shape}"
+        )
     if not (np.isfinite(target).all() and np.isfinite(shadows).all()):
         raise DPAuditError("LiRA signals must be finite")
     needed = 2 if variance == "per-example" else 1
@@ -96,8 +99,10 @@ def lira_scores(target: np.ndarray, shadows: np.ndarray, shadow_in: np.ndarray, 
     for name, mask in sides:
         short = int(np.count_nonzero(mask.sum(axis=0) < needed))
         if short:
-            raise DPAuditError(f"{short} record(s) have fewer than {needed} '{name}' shadow model(s); "
-                               f"train more shadows (LiRA {variant}, {variance} variance)")
+            raise DPAuditError(
+                f"{short} record(s) have fewer than {needed} '{name}' shadow model(s); "
+                f"train more shadows (LiRA {variant}, {variance} variance)"
+            )
     mean_out, std_out = _side_statistics(shadows, ~shadow_in, variance)
     if variant == "offline":
         return (target - mean_out) / std_out
@@ -109,8 +114,9 @@ def lira_scores(target: np.ndarray, shadows: np.ndarray, shadow_in: np.ndarray, 
     return log_normal(target, mean_in, std_in) - log_normal(target, mean_out, std_out)
 
 
-def run_lira_scores(run_dir: str | Path, *, epoch: int, variant: str = "online",
-                    variance: str = "global") -> tuple[np.ndarray, np.ndarray]:
+def run_lira_scores(
+    run_dir: str | Path, *, epoch: int, variant: str = "online", variance: str = "global"
+) -> tuple[np.ndarray, np.ndarray]:
     """(member scores, non-member scores) of LiRA against the target of a ``split_design: halves`` run.
 
     Args:
@@ -120,14 +126,17 @@ def run_lira_scores(run_dir: str | Path, *, epoch: int, variant: str = "online",
         variance: "global" or "per-example".
     """
     from dpaudit.data import HalvesSplit, load_dataset
-    from dpaudit.train import open_run, predict_logits, shadow_name
+    from dpaudit.inference import predict_logits
+    from dpaudit.run import open_run, shadow_name
 
     check_choice("variant", variant, LIRA_VARIANTS)
     check_choice("variance", variance, VARIANCES)
     config, split, load, device = open_run(run_dir, epoch=epoch)
     if not isinstance(split, HalvesSplit):
-        raise DPAuditError(f"LiRA needs a run trained with split_design 'halves' (every record in half the shadow "
-                           f"models); {run_dir} used '{config.split_design}'")
+        raise DPAuditError(
+            f"LiRA needs a run trained with split_design 'halves' (every record in half the shadow "
+            f"models); {run_dir} used '{config.split_design}'"
+        )
     pool = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.pool)
 
     def signal(name: str) -> np.ndarray:

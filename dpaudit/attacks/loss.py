@@ -19,10 +19,12 @@ from dpaudit.data import ArrayDataset
 LOSS_SIGNALS = ("loss", "confidence")
 
 
-def loss_scores(model: nn.Module, data: ArrayDataset, *, signal: str = "loss", device: str | torch.device = "cpu") -> np.ndarray:
+def loss_scores(
+    model: nn.Module, data: ArrayDataset, *, signal: str = "loss", device: str | torch.device = "cpu"
+) -> np.ndarray:
     """Per-record membership score: −cross-entropy ("loss") or the softmax probability of the true class
     ("confidence"); higher means "member"."""
-    from dpaudit.train import predict_logits
+    from dpaudit.inference import predict_logits
 
     check_choice("signal", signal, LOSS_SIGNALS)
     logits = torch.from_numpy(predict_logits(model, data.images, device=device)).double()
@@ -34,12 +36,15 @@ def loss_scores(model: nn.Module, data: ArrayDataset, *, signal: str = "loss", d
 def run_loss_scores(run_dir: str | Path, *, epoch: int, signal: str = "loss") -> tuple[np.ndarray, np.ndarray]:
     """(member scores, non-member scores) of a ``dpaudit train`` run's target at checkpoint ``epoch``."""
     from dpaudit.data import load_dataset
-    from dpaudit.train import open_run
+    from dpaudit.run import open_run
 
     config, split, load, device = open_run(run_dir, epoch=epoch)
     network = load("target")
     members = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
-    nonmembers = load_dataset(config.dataset, split=split.nonmember_source,
-                              root=config.data_root).subset(split.target_nonmembers)
-    return (loss_scores(network, members, signal=signal, device=device),
-            loss_scores(network, nonmembers, signal=signal, device=device))
+    nonmembers = load_dataset(config.dataset, split=split.nonmember_source, root=config.data_root).subset(
+        split.target_nonmembers
+    )
+    return (
+        loss_scores(network, members, signal=signal, device=device),
+        loss_scores(network, nonmembers, signal=signal, device=device),
+    )

@@ -1,4 +1,4 @@
-"""Shokri-style shadow-model membership inference, exactly as seed 004 §3.4–3.5.
+"""Shokri-style shadow-model membership inference, exactly as Liang et al., App. D.2 and D.4.
 
 Features are a model's raw output logits. For each true class c, a 10→50→2 MLP (ReLU; SGD with
 lr 0.01, momentum 0.9, weight decay 5e-4, batch 100, 50 epochs, cross-entropy) is trained on the
@@ -27,7 +27,7 @@ from dpaudit.estimate import empirical_epsilon, error_rates
 
 @dataclass(frozen=True)
 class ShadowAttackConfig:
-    """Attack-model hyperparameters (defaults: seed 004's code)."""
+    """Attack-model hyperparameters (defaults: the DPSGD-GC/DC authors' code)."""
 
     hidden: int = 50
     epochs: int = 50
@@ -150,7 +150,8 @@ def shadow_attack(
     target_classes = np.asarray(target_classes)
     if shadow_features.ndim != 2 or target_features.ndim != 2 or shadow_features.shape[1] != target_features.shape[1]:
         raise DPAuditError(
-            f"shadow and target features must be 2-D with equal width, got {shadow_features.shape} and {target_features.shape}"
+            f"shadow and target features must be 2-D with equal width, got {shadow_features.shape} and "
+            f"{target_features.shape}"
         )
     if len(set(shadow_membership.tolist())) < 2:
         raise DPAuditError("shadow data need both members and non-members to train an attack")
@@ -207,8 +208,10 @@ def attack_run(
         One ``AttackResult`` per epoch.
     """
     from dpaudit import models as model_registry
+    from dpaudit._device import resolve_device
     from dpaudit.data import dataset_info, load_dataset, load_split
-    from dpaudit.train import load_checkpoint, load_run_config, predict_logits, resolve_device, shadow_name
+    from dpaudit.inference import predict_logits
+    from dpaudit.run import load_checkpoint, load_run_config, shadow_name
 
     run = Path(run_dir)
     train_config = load_run_config(run)
@@ -217,7 +220,9 @@ def attack_run(
     chosen = list(train_config.eval_epochs) if epochs is None else sorted(set(epochs))
     for epoch in chosen:
         if epoch not in train_config.eval_epochs:
-            raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(train_config.eval_epochs)}")
+            raise DPAuditError(
+                f"epoch {epoch} has no checkpoint; evaluation epochs are {list(train_config.eval_epochs)}"
+            )
     split = load_split(run / "split.json")
     info = dataset_info(train_config.dataset)
     train_set = load_dataset(train_config.dataset, split="train", root=train_config.data_root)
@@ -261,7 +266,7 @@ def attack_run(
         write_scores(out / f"scores_epoch_{epoch:04d}.csv", result, record_ids)
     write_json(
         out / "attack.json",
-        {"attack": "shadow-model (seed 004)", "config": asdict(config), "results": [r.summary() for r in results]},
+        {"attack": "shadow-model (Liang et al.)", "config": asdict(config), "results": [r.summary() for r in results]},
     )
     return results
 

@@ -142,7 +142,7 @@ DATASET_STATS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = Mappi
         # Commonly published EMNIST (balanced) training-set statistics; used for every EMNIST split, whose
         # pixel statistics differ only in the third decimal.
         "emnist": ((0.1751,), (0.3332,)),
-        # The constants of the widely used pytorch-cifar training scripts (and of the seed-004 code).
+        # The constants of the widely used pytorch-cifar training scripts (and of the DPSGD-GC/DC authors' code).
         "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
         # Commonly published SVHN (train_32x32) per-channel statistics.
         "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),

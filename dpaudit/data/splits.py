@@ -1,4 +1,4 @@
-"""The membership-inference data split of seed 004 (§3.2), as a reusable seeded function.
+"""The membership-inference data split of the DPSGD-GC/DC paper (its App. D.2), as a reusable seeded function.
 
 The target model trains on ``target_size`` train-split images (its members); the same number of
 test-split images are its non-members. Shadow models draw their own members and non-members from the
@@ -18,11 +18,19 @@ import numpy as np
 from dpaudit._io import read_json, write_json
 from dpaudit._validation import DPAuditError, check_choice, check_positive_int
 
-__all__ = ["HalvesSplit", "MIASplit", "ShadowSplit", "load_split", "make_halves_split", "make_mia_split",
-           "SPLIT_DESIGNS", "TARGET_MEMBER_CHOICES"]
+__all__ = [
+    "HalvesSplit",
+    "MIASplit",
+    "ShadowSplit",
+    "load_split",
+    "make_halves_split",
+    "make_mia_split",
+    "SPLIT_DESIGNS",
+    "TARGET_MEMBER_CHOICES",
+]
 
-#: ``TrainConfig.split_design`` values: seed 004's disjoint shadows, or LiRA's paired halves of one pool.
-SPLIT_DESIGNS = ("seed004", "halves")
+#: ``TrainConfig.split_design`` values: the DPSGD-GC/DC paper's disjoint shadows, or LiRA's paired halves of one pool.
+SPLIT_DESIGNS = ("disjoint", "halves")
 
 TARGET_MEMBER_CHOICES = ("first", "random")
 _FORMAT = "dpaudit.mia_split/1"
@@ -238,7 +246,7 @@ def make_mia_split(
     shadow_size: int | None = None,
     target_members: str = "first",
 ) -> MIASplit:
-    """Draw the seed-004 §3.2 split for one trial.
+    """Draw the DPSGD-GC/DC paper's split (App. D.2; members as in its code) for one trial.
 
     - Target members: train indices ``[0, target_size)`` (``"first"``, as the paper's code does) or a
       sorted draw of ``target_size`` train indices without replacement (``"random"``; then the target
@@ -342,8 +350,9 @@ class HalvesSplit:
         _check_unique("pool", pool)
         keep = np.array(self.keep, dtype=bool, copy=True)
         if keep.ndim != 2 or keep.shape[1] != pool.size or keep.shape[0] < 3 or keep.shape[0] % 2 == 0:
-            raise DPAuditError(f"keep must be [1 + an even number ≥ 2 of shadows, {pool.size} pool records], "
-                               f"got {keep.shape}")
+            raise DPAuditError(
+                f"keep must be [1 + an even number ≥ 2 of shadows, {pool.size} pool records], got {keep.shape}"
+            )
         if not (keep.sum(axis=1) * 2 == pool.size).all() or not (keep[1:].sum(axis=0) * 2 == keep.shape[0] - 1).all():
             raise DPAuditError("keep must give every model half the pool and every record to half the shadows")
         keep.setflags(write=False)
@@ -353,8 +362,11 @@ class HalvesSplit:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HalvesSplit):
             return NotImplemented
-        return ((self.dataset, self.trial, self.seed) == (other.dataset, other.trial, other.seed)
-                and np.array_equal(self.pool, other.pool) and np.array_equal(self.keep, other.keep))
+        return (
+            (self.dataset, self.trial, self.seed) == (other.dataset, other.trial, other.seed)
+            and np.array_equal(self.pool, other.pool)
+            and np.array_equal(self.keep, other.keep)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -376,16 +388,23 @@ class HalvesSplit:
         return self.keep.shape[0] - 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": _HALVES_FORMAT, "dataset": self.dataset, "trial": self.trial, "seed": self.seed,
-                "pool": self.pool.tolist(), "keep": self.keep.astype(int).tolist()}
+        return {
+            "format": _HALVES_FORMAT,
+            "dataset": self.dataset,
+            "trial": self.trial,
+            "seed": self.seed,
+            "pool": self.pool.tolist(),
+            "keep": self.keep.astype(int).tolist(),
+        }
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the split to ``path`` as JSON, atomically."""
         write_json(path, self.to_dict())
 
 
-def make_halves_split(*, dataset: str, train_size: int, target_size: int, num_shadows: int, trial: int = 0,
-                      seed: int = 0) -> HalvesSplit:
+def make_halves_split(
+    *, dataset: str, train_size: int, target_size: int, num_shadows: int, trial: int = 0, seed: int = 0
+) -> HalvesSplit:
     """Draw a pool of ``2·target_size`` TRAIN records, the target's random half and paired shadow halves.
 
     Args:
@@ -404,10 +423,14 @@ def make_halves_split(*, dataset: str, train_size: int, target_size: int, num_sh
     trial = check_positive_int("trial", trial, allow_zero=True)
     seed = check_positive_int("seed", seed, allow_zero=True)
     if num_shadows < 2 or num_shadows % 2:
-        raise DPAuditError(f"split_design 'halves' needs an even num_shadows ≥ 2 (complementary pairs), got {num_shadows}")
+        raise DPAuditError(
+            f"split_design 'halves' needs an even num_shadows ≥ 2 (complementary pairs), got {num_shadows}"
+        )
     if 2 * target_size > train_size:
-        raise DPAuditError(f"split_design 'halves' needs a pool of 2·target_size = {2 * target_size} train images, "
-                           f"the train split holds {train_size}")
+        raise DPAuditError(
+            f"split_design 'halves' needs a pool of 2·target_size = {2 * target_size} train images, "
+            f"the train split holds {train_size}"
+        )
     rng = np.random.default_rng([seed, trial, 2])
     pool = np.sort(rng.choice(train_size, size=2 * target_size, replace=False)).astype(np.int64)
     keep = np.zeros((1 + num_shadows, pool.size), dtype=bool)
@@ -426,8 +449,13 @@ def load_split(path: str | os.PathLike) -> MIASplit | HalvesSplit:
         if missing:
             raise DPAuditError(f"{path}: missing field(s) {', '.join(missing)}")
         try:
-            return HalvesSplit(dataset=payload["dataset"], trial=payload["trial"], seed=payload["seed"],
-                               pool=_as_index_array("pool", payload["pool"]), keep=np.asarray(payload["keep"]))
+            return HalvesSplit(
+                dataset=payload["dataset"],
+                trial=payload["trial"],
+                seed=payload["seed"],
+                pool=_as_index_array("pool", payload["pool"]),
+                keep=np.asarray(payload["keep"]),
+            )
         except (DPAuditError, TypeError, ValueError) as error:
             raise DPAuditError(f"{path}: {' '.join(str(error).split())}") from None
     return MIASplit.from_dict(payload, source=str(path))

@@ -1,4 +1,4 @@
-"""Seed 002 (DP-PSAC) figures and tables: weight functions, gradient alignment, lazy region, heatmaps."""
+"""DP-PSAC (Xia et al.) figures and tables: weight functions, gradient alignment, lazy region, heatmaps."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     means = np.array([cosine[which == b].mean() for b in range(10)])
     centres = np.array([np.median(norms[which == b]) for b in range(10)])
     eps = run["target_epsilon"]
-    title = (f"Figs 1/6: alignment of single-record gradients, DP-SGD (ε = {eps:g}, epochs {alignment['epochs']}; "
-             f"{P.describe(found, preset)})")
+    title = (
+        f"Figs 1/6: alignment of single-record gradients, DP-SGD (ε = {eps:g}, epochs {alignment['epochs']}; "
+        f"{P.describe(found, preset)})"
+    )
     with figure_style():
         fig, ax = plt.subplots(figsize=(5.6, 3.8))
         ax.scatter(norms, cosine, s=2, alpha=0.15, color="grey", label="records")
@@ -54,15 +56,25 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         ax.set_xlabel("per-sample gradient norm ‖g_i‖")
         ax.set_ylabel("cos(g_i, batch-averaged gradient)")
         loss, canary = P.loss_audit([run]), P.canary_audit([run])
-        ax.legend(fontsize=7, title=f"run: ε̂ loss {loss['point']:.2f} (≥ {loss['lower']:.2f}); "
-                                    f"canary ≥ {canary['lower']:.2f}", title_fontsize=6)
+        ax.legend(
+            fontsize=7,
+            title=f"run: ε̂ loss {loss['point']:.2f} (≥ {loss['lower']:.2f}); canary ≥ {canary['lower']:.2f}",
+            title_fontsize=6,
+        )
         ax.set_title(title, fontsize=7)
         files = save_figure(fig, Path(out_dir) / "figure1")
     claims = [
-        P.claim("Larger per-sample gradients align better with the batch average (top norm decile above the bottom)",
-                means[-1] > means[0], bottom_decile=float(means[0]), top_decile=float(means[-1])),
-        P.claim("The smallest gradients are almost orthogonal or opposed to the batch average (bottom decile < 0.1)",
-                means[0] < 0.1, bottom_decile=float(means[0])),
+        P.claim(
+            "Larger per-sample gradients align better with the batch average (top norm decile above the bottom)",
+            means[-1] > means[0],
+            bottom_decile=float(means[0]),
+            top_decile=float(means[-1]),
+        ),
+        P.claim(
+            "The smallest gradients are almost orthogonal or opposed to the batch average (bottom decile < 0.1)",
+            means[0] < 0.1,
+            bottom_decile=float(means[0]),
+        ),
     ]
     return P.entry(PAPER, "Figs 1 and 6", title, files, claims, dataset=P.describe(found, preset))
 
@@ -93,12 +105,24 @@ def figure2(*, out_dir: str | Path, preset: str = "default", **_: Any) -> dict[s
         peak_at = np.sqrt(r) - r
         peak = float(weights["dp-psac"](np.float64(peak_at)))
         dense = np.linspace(0, 2, 200001)
-        numbers[f"r_{r:g}"] = {"psac_at_0": float(weights["dp-psac"](np.float64(0.0))), "peak": peak,
-                               "peak_formula": 1 / (2 * np.sqrt(r) - r), "auto_s_at_0": float(weights["auto-s"](np.float64(0.0)))}
-        holds &= (abs(numbers[f"r_{r:g}"]["psac_at_0"] - 1) < 1e-12 and abs(peak - 1 / (2 * np.sqrt(r) - r)) < 1e-9
-                  and float(weights["dp-psac"](dense).max()) <= peak + 1e-9)
-    claims = [P.claim("DP-PSAC's weight is 1 at s = 0 and peaks at 1/(2√r − r) at s = √r − r; Auto-S's tends to 1/r",
-                      holds, **numbers)]
+        numbers[f"r_{r:g}"] = {
+            "psac_at_0": float(weights["dp-psac"](np.float64(0.0))),
+            "peak": peak,
+            "peak_formula": 1 / (2 * np.sqrt(r) - r),
+            "auto_s_at_0": float(weights["auto-s"](np.float64(0.0))),
+        }
+        holds &= (
+            abs(numbers[f"r_{r:g}"]["psac_at_0"] - 1) < 1e-12
+            and abs(peak - 1 / (2 * np.sqrt(r) - r)) < 1e-9
+            and float(weights["dp-psac"](dense).max()) <= peak + 1e-9
+        )
+    claims = [
+        P.claim(
+            "DP-PSAC's weight is 1 at s = 0 and peaks at 1/(2√r − r) at s = √r − r; Auto-S's tends to 1/r",
+            holds,
+            **numbers,
+        )
+    ]
     return P.entry(PAPER, "Fig 2", title, files, claims, dataset="none (closed form)")
 
 
@@ -110,23 +134,35 @@ def figure3(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     cosines = {}
     for name in ("dp-psac", "auto-s"):
         run = _tuned_run(found, name)
-        cosines[name] = np.asarray(gradient_alignment(run["path"], weights={name: _weights(TUNED["r"])[name]})["weighted"][name])
+        cosines[name] = np.asarray(
+            gradient_alignment(run["path"], weights={name: _weights(TUNED["r"])[name]})["weighted"][name]
+        )
     title = f"Fig 3: weighted vs true batch gradient, r = {TUNED['r']:g}, ε = 3 runs ({P.describe(found, preset)})"
     bins = np.arange(-1, 1.0001, 0.05)
     with figure_style():
         fig, ax = plt.subplots(figsize=(5.6, 3.6))
         for index, (name, values) in enumerate(cosines.items()):
-            ax.hist(values, bins=bins, weights=np.full(len(values), 100 / len(values)), alpha=0.55,
-                    color=series_style(name, index)["color"], label=f"{name} (median {np.median(values):.3f})")
+            ax.hist(
+                values,
+                bins=bins,
+                weights=np.full(len(values), 100 / len(values)),
+                alpha=0.55,
+                color=series_style(name, index)["color"],
+                label=f"{name} (median {np.median(values):.3f})",
+            )
         ax.set_xlabel("cos(Σ w_i g_i, Σ g_i)")
         ax.set_ylabel("% of batches")
         ax.set_xlim(max(-1.0, min(v.min() for v in cosines.values()) - 0.05), 1.0)
         ax.legend()
         ax.set_title(title, fontsize=7)
         files = save_figure(fig, Path(out_dir) / "figure3")
-    claims = [P.claim("DP-PSAC's weighted gradient is closer to the true batch gradient than Auto-S's (higher median cosine)",
-                      np.median(cosines["dp-psac"]) > np.median(cosines["auto-s"]),
-                      **{f"median_{k}": float(np.median(v)) for k, v in cosines.items()})]
+    claims = [
+        P.claim(
+            "DP-PSAC's weighted gradient is closer to the true batch gradient than Auto-S's (higher median cosine)",
+            np.median(cosines["dp-psac"]) > np.median(cosines["auto-s"]),
+            **{f"median_{k}": float(np.median(v)) for k, v in cosines.items()},
+        )
+    ]
     return P.entry(PAPER, "Fig 3", title, files, claims, dataset=P.describe(found, preset))
 
 
@@ -148,8 +184,15 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             for i, lr in enumerate(lrs):
                 for j, v in enumerate(values):
                     if (lr, v) in groups:
-                        ax.text(j, i, f"{100 * grid[i, j]:.0f}\nε̂≥{P.canary_audit(groups[(lr, v)])['lower']:.2f}",
-                                ha="center", va="center", fontsize=7, color="white" if grid[i, j] < 0.6 else "black")
+                        ax.text(
+                            j,
+                            i,
+                            f"{100 * grid[i, j]:.0f}\nε̂≥{P.canary_audit(groups[(lr, v)])['lower']:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=7,
+                            color="white" if grid[i, j] < 0.6 else "black",
+                        )
             ax.set_xticks(range(len(values)), [f"{v:g}" for v in values])
             ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
             ax.set_xlabel("r" if key == "r" else "clipping threshold C")
@@ -161,10 +204,16 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         fig.tight_layout()
         files = save_figure(fig, Path(out_dir) / "figure4")
     claims = [
-        P.claim("DP-SGD is more sensitive to C than DP-PSAC and Auto-S are to r (mean accuracy spread at fixed lr)",
-                spread["dpsgd-gc"] > max(spread["dp-psac"], spread["auto-s"]), **spread),
-        P.claim("DP-PSAC and Auto-S change little with r (spread ≤ 1 point at fixed lr)",
-                max(spread["dp-psac"], spread["auto-s"]) <= 0.01, **spread),
+        P.claim(
+            "DP-SGD is more sensitive to C than DP-PSAC and Auto-S are to r (mean accuracy spread at fixed lr)",
+            spread["dpsgd-gc"] > max(spread["dp-psac"], spread["auto-s"]),
+            **spread,
+        ),
+        P.claim(
+            "DP-PSAC and Auto-S change little with r (spread ≤ 1 point at fixed lr)",
+            max(spread["dp-psac"], spread["auto-s"]) <= 0.01,
+            **spread,
+        ),
     ]
     return P.entry(PAPER, "Fig 4", title, files, claims, dataset=P.describe(found, preset))
 
@@ -181,8 +230,12 @@ def lazy_region_gradients(theta: np.ndarray, *, records: int = 10_000, seed: int
     margin = y[None, :] * (theta[:, None] + x[None, :])
     g = -y[None, :] * (1 - 1 / (1 + np.exp(-margin)))
     size = np.abs(g)
-    return {"sgd": g.mean(1), "dpsgd-gc": (g * np.minimum(1, 0.1 / np.maximum(size, 1e-300))).mean(1),
-            "auto-s": (g * auto_s_factor(size, r=0.01)).mean(1), "dp-psac": (g * psac_factor(size, r=0.01)).mean(1)}
+    return {
+        "sgd": g.mean(1),
+        "dpsgd-gc": (g * np.minimum(1, 0.1 / np.maximum(size, 1e-300))).mean(1),
+        "auto-s": (g * auto_s_factor(size, r=0.01)).mean(1),
+        "dp-psac": (g * psac_factor(size, r=0.01)).mean(1),
+    }
 
 
 def figure5(*, out_dir: str | Path, preset: str = "default", **_: Any) -> dict[str, Any]:
@@ -201,23 +254,35 @@ def figure5(*, out_dir: str | Path, preset: str = "default", **_: Any) -> dict[s
         files = save_figure(fig, Path(out_dir) / "figure5")
     distance = {name: np.abs(curves[name] - curves["sgd"]) for name in ("dpsgd-gc", "auto-s", "dp-psac")}
     closer = (distance["dp-psac"] <= distance["dpsgd-gc"]) & (distance["dp-psac"] <= distance["auto-s"])
-    claims = [P.claim("DP-PSAC is closer to the raw gradient than DP-SGD and Auto-S at every θ",
-                      bool(closer.all()), share_of_theta=float(closer.mean()),
-                      **{f"mean_distance_{k}": float(v.mean()) for k, v in distance.items()}),
-              P.claim("DP-PSAC is closer to the raw gradient than DP-SGD and Auto-S on average over θ",
-                      distance["dp-psac"].mean() < min(distance["dpsgd-gc"].mean(), distance["auto-s"].mean()))]
+    claims = [
+        P.claim(
+            "DP-PSAC is closer to the raw gradient than DP-SGD and Auto-S at every θ",
+            bool(closer.all()),
+            share_of_theta=float(closer.mean()),
+            **{f"mean_distance_{k}": float(v.mean()) for k, v in distance.items()},
+        ),
+        P.claim(
+            "DP-PSAC is closer to the raw gradient than DP-SGD and Auto-S on average over θ",
+            distance["dp-psac"].mean() < min(distance["dpsgd-gc"].mean(), distance["auto-s"].mean()),
+        ),
+    ]
     return P.entry(PAPER, "Fig 5", title, files, claims, dataset="synthetic (App. C)")
 
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: DP-SGD, Auto-S and DP-PSAC at matched ε, with the theoretical ε and ε̂."""
     found, groups, accuracy, epsilons, files = P.matched_epsilon_table(
-        out_dir, runs, preset=preset, caption="Table 2: test accuracy at matched (ε, 1e-5) with ε̂")
+        out_dir, runs, preset=preset, caption="Table 2: test accuracy at matched (ε, 1e-5) with ε̂"
+    )
     claims = [
-        P.claim("DP-PSAC has the highest accuracy at every ε",
-                all(accuracy[(e, "dp-psac")] >= max(accuracy[(e, m)] for m in METHODS) for e in epsilons),
-                **{f"eps{e:g}": {m: accuracy[(e, m)] for m in METHODS} for e in epsilons}),
-        P.claim("The theoretical ε is the same for the three optimizers (each within 0.01 of the target)",
-                all(abs(P.final_epsilon(g) - e) <= 0.01 for (e, _), g in groups.items())),
+        P.claim(
+            "DP-PSAC has the highest accuracy at every ε",
+            all(accuracy[(e, "dp-psac")] >= max(accuracy[(e, m)] for m in METHODS) for e in epsilons),
+            **{f"eps{e:g}": {m: accuracy[(e, m)] for m in METHODS} for e in epsilons},
+        ),
+        P.claim(
+            "The theoretical ε is the same for the three optimizers (each within 0.01 of the target)",
+            all(abs(P.final_epsilon(g) - e) <= 0.01 for (e, _), g in groups.items()),
+        ),
     ]
     return P.entry(PAPER, "Table 2", "accuracy at matched ε", files, claims, dataset=P.describe(found, preset))

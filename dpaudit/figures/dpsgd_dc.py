@@ -1,4 +1,4 @@
-"""Seed 004 (DPSGD-GC / DPSGD-DC) theory figures and Table 1.
+"""DPSGD-GC / DPSGD-DC (Liang et al.) theory figures and Table 1.
 
 Each ``figure*`` function draws from ``dpaudit.theory`` only, writes ``<stem>.pdf``/``.png`` and
 returns a manifest entry whose claims are evaluated on the numbers just computed.
@@ -18,7 +18,7 @@ from dpaudit.figures._paper import latex_escape
 from dpaudit.figures.style import figure_style, save_figure, series_style
 from dpaudit.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
 
-PAPER = "seed 004: Liang et al., Improved privacy and utility analysis of DP-SGD with bounded domain (AAAI 2026)"
+PAPER = "Liang et al., Improved privacy and utility analysis of DP-SGD with bounded domain (AAAI 2026)"
 
 # App. D.1 parameters of Fig 1 (and, with n = 16, of Fig 5).
 FIGURE1_PARAMS = {"alpha": 1.1, "L": 1.0, "C": 2.0, "sigma": 4.0, "D": 1.0, "n": 8, "b": 2, "eta": 0.2, "m": 1.0}
@@ -57,7 +57,7 @@ def _entry(figure: str, title: str, files: list[Path], claims: list[dict], **ext
 
 
 def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, float] = FIGURE1_PARAMS) -> dict[str, Any]:
-    """Fig 1: seed 004's Theorem 3.4 bound against four earlier RDP bounds (RDP ε at α = 1.1)."""
+    """Fig 1: Liang et al.'s Theorem 3.4 bound against four earlier RDP bounds (RDP ε at α = 1.1)."""
     steps = np.arange(max_steps + 1)
     curves = {name: _bound_curve(name, steps, params) for name in FIGURE1_BOUNDS}
     with figure_style():
@@ -76,9 +76,9 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
     violations = {name: _violated_conditions(name, params) for name in FIGURE1_BOUNDS}
     claims = [
         _claim(
-            "Theorem 3.4 is tighter than every earlier bound except Altschuler & Talwar (2022) at T = "
-            f"{max_steps}",
-            all(final["dpsgd-dc"] < final[name] for name in others) and final["altschuler-talwar2022"] < final["dpsgd-dc"],
+            f"Theorem 3.4 is tighter than every earlier bound except Altschuler & Talwar (2022) at T = {max_steps}",
+            all(final["dpsgd-dc"] < final[name] for name in others)
+            and final["altschuler-talwar2022"] < final["dpsgd-dc"],
             values_at_T=final,
         ),
         _claim(
@@ -87,8 +87,14 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
             saturation_step=theory.dc_cap(**_bound_inputs("dpsgd-dc", params)).t_sat,
         ),
     ]
-    return _entry("Fig 1", "Comparison of RDP bounds for DPSGD-DC", files, claims, parameters=params,
-                  validity_conditions_violated={k: v for k, v in violations.items() if v})
+    return _entry(
+        "Fig 1",
+        "Comparison of RDP bounds for DPSGD-DC",
+        files,
+        claims,
+        parameters=params,
+        validity_conditions_violated={k: v for k, v in violations.items() if v},
+    )
 
 
 def figure5(*, out_dir: str | Path, max_steps: int = 300, params: dict[str, float] = FIGURE5_PARAMS) -> dict[str, Any]:
@@ -100,8 +106,12 @@ def figure5(*, out_dir: str | Path, max_steps: int = 300, params: dict[str, floa
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         ax.plot(steps, trivial, **series_style("bound:trivial"))
         ax.plot(steps, ours, **series_style("bound:dpsgd-dc"))
-        ax.annotate("", xy=(max_steps * 0.75, trivial[0]), xytext=(max_steps * 0.75, ours[-1]),
-                    arrowprops={"arrowstyle": "<->", "color": "0.3"})
+        ax.annotate(
+            "",
+            xy=(max_steps * 0.75, trivial[0]),
+            xytext=(max_steps * 0.75, ours[-1]),
+            arrowprops={"arrowstyle": "<->", "color": "0.3"},
+        )
         ax.text(max_steps * 0.77, (trivial[0] + ours[-1]) / 2, "gap", va="center", color="0.3")
         ax.set_xlabel("Number of iterations T")
         ax.set_ylabel(f"Theoretical privacy level ε (RDP, α = {params['alpha']})")
@@ -122,19 +132,47 @@ def figure5(*, out_dir: str | Path, max_steps: int = 300, params: dict[str, floa
 
 
 TABLE1_ROWS = [
-    ("Feldman et al. (2018)", "convex, L-smooth, M-Lipschitz, η ≤ 2/L", "unbounded",
-     "O(α M² T / (b² σ²))", "2αC²T/(b²σ²)", "yes"),
-    ("Altschuler & Talwar (2022)", "convex, L-smooth, M-Lipschitz, η ≤ 2/L, b ≤ n/5, σ > 8√2 M/b, α ≤ α*",
-     "bounded", "O(α M²/(n² σ²) · min{T, Dn/(ηM)})", "8αC²/(n²σ²)·min{T, Dn/(ηC)}", "no"),
-    ("Kong & Ribero (2024)", "m-weakly convex, L-smooth, η ≤ 1/(2(m+L)); cyclic traversal", "bounded",
-     "O(α/(η²σ²) · (D√(1+2ηm[1+m/(2(L+m))]) + ηC/b)²)",
-     "α/(2η²σ²)·(√2·D·√(1+2ηm(1+m/(2(L+m)))) + 2ηC/b)²", "no"),
-    ("Chien & Li (2024)", "M-Lipschitz L-smooth, or (L, λ)-Hölder gradient", "unbounded / bounded",
-     "no analytical form", "—", "no"),
+    (
+        "Feldman et al. (2018)",
+        "convex, L-smooth, M-Lipschitz, η ≤ 2/L",
+        "unbounded",
+        "O(α M² T / (b² σ²))",
+        "2αC²T/(b²σ²)",
+        "yes",
+    ),
+    (
+        "Altschuler & Talwar (2022)",
+        "convex, L-smooth, M-Lipschitz, η ≤ 2/L, b ≤ n/5, σ > 8√2 M/b, α ≤ α*",
+        "bounded",
+        "O(α M²/(n² σ²) · min{T, Dn/(ηM)})",
+        "8αC²/(n²σ²)·min{T, Dn/(ηC)}",
+        "no",
+    ),
+    (
+        "Kong & Ribero (2024)",
+        "m-weakly convex, L-smooth, η ≤ 1/(2(m+L)); cyclic traversal",
+        "bounded",
+        "O(α/(η²σ²) · (D√(1+2ηm[1+m/(2(L+m))]) + ηC/b)²)",
+        "α/(2η²σ²)·(√2·D·√(1+2ηm(1+m/(2(L+m)))) + 2ηC/b)²",
+        "no",
+    ),
+    (
+        "Chien & Li (2024)",
+        "M-Lipschitz L-smooth, or (L, λ)-Hölder gradient",
+        "unbounded / bounded",
+        "no analytical form",
+        "—",
+        "no",
+    ),
     ("Ours, Theorem 3.3 (DPSGD-GC)", "L-smooth", "unbounded", "O(α C² T / (n b σ²))", "2αC²T/(nbσ²)", "yes"),
-    ("Ours, Theorem 3.4 (DPSGD-DC)", "L-smooth", "bounded",
-     "O(α C²/(n b σ²) · min{T, (1+ηL)² n b D²/(η² C²)})",
-     "min{AT, (√A+√B)²}, A = 2αC²/(nbσ²), B = α(1+ηL)²D²/(2η²σ²)", "yes"),
+    (
+        "Ours, Theorem 3.4 (DPSGD-DC)",
+        "L-smooth",
+        "bounded",
+        "O(α C²/(n b σ²) · min{T, (1+ηL)² n b D²/(η² C²)})",
+        "min{AT, (√A+√B)²}, A = 2αC²/(nbσ²), B = α(1+ηL)²D²/(2η²σ²)",
+        "yes",
+    ),
 ]
 TABLE1_HEADER = ("Reference", "Assumptions", "Domain", "Privacy guarantee (paper)", "Computed here", "Utility analysis")
 
@@ -147,8 +185,15 @@ def table1(*, out_dir: str | Path) -> dict[str, Any]:
     markdown = atomic_write_bytes(out / "table1.md", ("\n".join(lines) + "\n").encode())
     latex_rows = [" & ".join(latex_escape(cell) for cell in row) + r" \\" for row in TABLE1_ROWS]
     latex = "\n".join(
-        [r"\begin{tabular}{p{2.6cm}p{3.6cm}p{1.6cm}p{3.6cm}p{3.6cm}p{1.2cm}}", r"\toprule",
-         " & ".join(TABLE1_HEADER) + r" \\", r"\midrule", *latex_rows, r"\bottomrule", r"\end{tabular}"]
+        [
+            r"\begin{tabular}{p{2.6cm}p{3.6cm}p{1.6cm}p{3.6cm}p{3.6cm}p{1.2cm}}",
+            r"\toprule",
+            " & ".join(TABLE1_HEADER) + r" \\",
+            r"\midrule",
+            *latex_rows,
+            r"\bottomrule",
+            r"\end{tabular}",
+        ]
     )
     tex = atomic_write_bytes(out / "table1.tex", (latex + "\n").encode())
     return _entry("Table 1", "RDP guarantees and assumptions", [markdown, tex], [])
@@ -176,8 +221,14 @@ def _ordered(means: list[float], *, decreasing: bool) -> bool:
 def _run_theory_parameters(run: RunRecord, *, alpha: float, L: float | None = None) -> dict[str, float]:
     """A run's configuration under the theory's parameter names (α, C, σ_DP, n, b, η, L, D)."""
     c = run.config
-    params = {"alpha": alpha, "C": c["clip_norm"], "sigma": c["sigma_dp"], "n": c["target_size"],
-              "b": c["batch_size"], "eta": c["lr"]}
+    params = {
+        "alpha": alpha,
+        "C": c["clip_norm"],
+        "sigma": c["sigma_dp"],
+        "n": c["target_size"],
+        "b": c["batch_size"],
+        "eta": c["lr"],
+    }
     if L is not None:
         params["L"] = L
     if c.get("domain_radius") is not None:
@@ -216,10 +267,16 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         for index, b in enumerate(groups):
             style = series_style(f"b:{b}", index)
             ax_b.plot(np.arange(len(normalised[b])), normalised[b], color=style["color"], label=f"b = {b}")
-        ax_a.set(xlabel="Number of epochs E", ylabel="Estimated privacy level ε̂ (eq. 20)",
-                 title=f"(a) empirical: mean and 95 % band over {len(group)} trials")
-        ax_b.set(xlabel="Number of epochs E", ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
-                 title="(b) theory: Theorem 3.3, T from each run's ledger")
+        ax_a.set(
+            xlabel="Number of epochs E",
+            ylabel="Estimated privacy level ε̂ (eq. 20)",
+            title=f"(a) empirical: mean and 95 % band over {len(group)} trials",
+        )
+        ax_b.set(
+            xlabel="Number of epochs E",
+            ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
+            title="(b) theory: Theorem 3.3, T from each run's ledger",
+        )
         ax_a.axhline(0, color="0.6", linewidth=0.8)
         ax_a.legend()
         ax_b.legend()
@@ -229,21 +286,37 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
     per_epoch = [[float(means[b][i]) for b in batch_sizes] for i in range(len(epochs))]
     ordered = [_ordered(row, decreasing=True) for row in per_epoch]
     claims = [
-        _claim("Larger batch size gives smaller ε̂ at every epoch (means over trials)", all(ordered),
-               batch_sizes=batch_sizes, epochs=epochs, mean_epsilon_hat=per_epoch,
-               epochs_where_ordered=int(sum(ordered)), infinite_values_left_out=dropped),
-        _claim("ε̂ increases with epochs (last evaluated epoch above the first, for every batch size)",
-               all(means[b][-1] > means[b][0] for b in batch_sizes),
-               first_epoch={str(b): float(means[b][0]) for b in batch_sizes},
-               last_epoch={str(b): float(means[b][-1]) for b in batch_sizes}),
-        _claim("Theory (Theorem 3.3) gives smaller ε for larger batch size", _ordered(
-            [float(normalised[b][-1]) for b in batch_sizes], decreasing=True),
+        _claim(
+            "Larger batch size gives smaller ε̂ at every epoch (means over trials)",
+            all(ordered),
+            batch_sizes=batch_sizes,
+            epochs=epochs,
+            mean_epsilon_hat=per_epoch,
+            epochs_where_ordered=int(sum(ordered)),
+            infinite_values_left_out=dropped,
+        ),
+        _claim(
+            "ε̂ increases with epochs (last evaluated epoch above the first, for every batch size)",
+            all(means[b][-1] > means[b][0] for b in batch_sizes),
+            first_epoch={str(b): float(means[b][0]) for b in batch_sizes},
+            last_epoch={str(b): float(means[b][-1]) for b in batch_sizes},
+        ),
+        _claim(
+            "Theory (Theorem 3.3) gives smaller ε for larger batch size",
+            _ordered([float(normalised[b][-1]) for b in batch_sizes], decreasing=True),
             normalised_at_last_epoch={str(b): float(normalised[b][-1]) for b in batch_sizes},
-            unnormalised_rdp_at_last_epoch={str(b): float(theory_curves[b][-1]) for b in batch_sizes}),
+            unnormalised_rdp_at_last_epoch={str(b): float(theory_curves[b][-1]) for b in batch_sizes},
+        ),
     ]
-    return _entry("Fig 2", "ε̂ and normalised theoretical ε of DPSGD-GC across batch sizes", files, claims,
-                  dataset=_runs_dataset(records), runs=[str(r.path) for r in records],
-                  theory="Theorem 3.3 (RDP, α = %g), normalised by the global maximum" % alpha)
+    return _entry(
+        "Fig 2",
+        "ε̂ and normalised theoretical ε of DPSGD-GC across batch sizes",
+        files,
+        claims,
+        dataset=_runs_dataset(records),
+        runs=[str(r.path) for r in records],
+        theory="Theorem 3.3 (RDP, α = %g), normalised by the global maximum" % alpha,
+    )
 
 
 def figure4(*, out_dir: str | Path, runs: list[str | Path], **_: Any) -> dict[str, Any]:
@@ -265,28 +338,44 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], **_: Any) -> dict[st
         ax.legend()
         files = save_figure(fig, Path(out_dir) / "figure4")
     batch_sizes = list(groups)
-    ordered = [_ordered([float(means[b][e]) for b in batch_sizes], decreasing=False)
-               for e in range(1, len(means[batch_sizes[0]]))]
+    ordered = [
+        _ordered([float(means[b][e]) for b in batch_sizes], decreasing=False)
+        for e in range(1, len(means[batch_sizes[0]]))
+    ]
     checkpoints = sorted({0, len(ordered) // 4, len(ordered) // 2, len(ordered)})
     claims = [
-        _claim("Training loss is higher for larger batch sizes at every epoch after the first", all(ordered),
-               batch_sizes=batch_sizes, epochs_where_ordered=int(sum(ordered)), epochs_compared=len(ordered),
-               mean_loss_at_epoch={str(e + 1): [float(means[b][e]) for b in batch_sizes] for e in checkpoints}),
-        _claim("Training loss decreases over training (last epoch below the first, every batch size)",
-               all(means[b][-1] < means[b][0] for b in batch_sizes),
-               first={str(b): float(means[b][0]) for b in batch_sizes},
-               last={str(b): float(means[b][-1]) for b in batch_sizes}),
+        _claim(
+            "Training loss is higher for larger batch sizes at every epoch after the first",
+            all(ordered),
+            batch_sizes=batch_sizes,
+            epochs_where_ordered=int(sum(ordered)),
+            epochs_compared=len(ordered),
+            mean_loss_at_epoch={str(e + 1): [float(means[b][e]) for b in batch_sizes] for e in checkpoints},
+        ),
+        _claim(
+            "Training loss decreases over training (last epoch below the first, every batch size)",
+            all(means[b][-1] < means[b][0] for b in batch_sizes),
+            first={str(b): float(means[b][0]) for b in batch_sizes},
+            last={str(b): float(means[b][-1]) for b in batch_sizes},
+        ),
     ]
-    return _entry("Fig 4", "Training loss of DPSGD-GC across batch sizes", files, claims,
-                  dataset=_runs_dataset(records), runs=[str(r.path) for r in records])
+    return _entry(
+        "Fig 4",
+        "Training loss of DPSGD-GC across batch sizes",
+        files,
+        claims,
+        dataset=_runs_dataset(records),
+        runs=[str(r.path) for r in records],
+    )
 
 
 def _domain(run: RunRecord) -> tuple[int, float]:
     return int(run.config["batch_size"]), float(run.config["domain_radius"])
 
 
-def figure3(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, L: float = 0.1,
-            **_: Any) -> dict[str, Any]:
+def figure3(
+    *, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, L: float = 0.1, **_: Any
+) -> dict[str, Any]:
     """Fig 3: DPSGD-DC — (a) ε̂ per domain size D and batch size; (b) normalised Theorem 3.4 bound,
     both the paper's schematic recipe and the faithful curve for these runs."""
     records = [load_run(path) for path in runs]
@@ -304,8 +393,9 @@ def figure3(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         means = {}
         for (b, d), group in groups.items():
             values = stack_trials(group, "epsilon_hat")
-            means[(b, d)], _ = _plot_band(ax_a, group[0].attack_epochs, values, {"color": colour(b, d)},
-                                          label=f"b = {b}, D = {d:g}")
+            means[(b, d)], _ = _plot_band(
+                ax_a, group[0].attack_epochs, values, {"color": colour(b, d)}, label=f"b = {b}, D = {d:g}"
+            )
             faithful[(b, d)] = _run_theory_curve("dpsgd-dc", group[0], alpha=alpha, L=L)
         schematic = theory.fig3b_curves(mode="paper_schematic")
         for (b, label), curve in schematic.items():
@@ -313,47 +403,84 @@ def figure3(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
             ax_s.plot(np.arange(len(curve)), curve, color=hue, label=f"b = {b}, D = {label}")
         normalised = theory.normalize_global({f"{k}": v for k, v in faithful.items()})
         for key, curve in faithful.items():
-            ax_f.plot(np.arange(len(curve)), normalised[f"{key}"], color=colour(*key),
-                      label=f"b = {key[0]}, D = {key[1]:g}")
-        ax_a.set(xlabel="Number of epochs E", ylabel="Estimated privacy level ε̂ (eq. 20)",
-                 title="(a) empirical: mean and 95 % band over trials")
-        ax_s.set(xlabel="Number of epochs E", ylabel="Normalised theoretical ε",
-                 title="(b) paper's schematic (n = 1000, D relabelled)")
-        ax_f.set(xlabel="Number of epochs E", ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
-                 title=f"(b') faithful eq. 55 for these runs (L = {L})")
+            ax_f.plot(
+                np.arange(len(curve)), normalised[f"{key}"], color=colour(*key), label=f"b = {key[0]}, D = {key[1]:g}"
+            )
+        ax_a.set(
+            xlabel="Number of epochs E",
+            ylabel="Estimated privacy level ε̂ (eq. 20)",
+            title="(a) empirical: mean and 95 % band over trials",
+        )
+        ax_s.set(
+            xlabel="Number of epochs E",
+            ylabel="Normalised theoretical ε",
+            title="(b) paper's schematic (n = 1000, D relabelled)",
+        )
+        ax_f.set(
+            xlabel="Number of epochs E",
+            ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
+            title=f"(b') faithful eq. 55 for these runs (L = {L})",
+        )
         for ax in (ax_a, ax_s, ax_f):
             ax.legend(fontsize=6)
         ax_a.axhline(0, color="0.6", linewidth=0.8)
         files = save_figure(fig, Path(out_dir) / "figure3")
     epochs = list(groups[(batch_sizes[0], radii[0])][0].attack_epochs)
-    d_ordered = {b: [_ordered([float(means[(b, d)][i]) for d in radii], decreasing=False) for i in range(len(epochs))]
-                 for b in batch_sizes}
-    b_ordered = {d: [_ordered([float(means[(b, d)][i]) for b in batch_sizes], decreasing=True)
-                     for i in range(len(epochs))] for d in radii}
+    d_ordered = {
+        b: [_ordered([float(means[(b, d)][i]) for d in radii], decreasing=False) for i in range(len(epochs))]
+        for b in batch_sizes
+    }
+    b_ordered = {
+        d: [_ordered([float(means[(b, d)][i]) for b in batch_sizes], decreasing=True) for i in range(len(epochs))]
+        for d in radii
+    }
     half = len(epochs) // 2
-    growth = {f"b={b}, D={d:g}": (float(means[(b, d)][half] - means[(b, d)][0]),
-                                  float(means[(b, d)][-1] - means[(b, d)][half])) for (b, d) in groups}
+    growth = {
+        f"b={b}, D={d:g}": (
+            float(means[(b, d)][half] - means[(b, d)][0]),
+            float(means[(b, d)][-1] - means[(b, d)][half]),
+        )
+        for (b, d) in groups
+    }
     saturation = {
-        f"b={b}, D={d:g}": float(theory.dc_cap(
-            **_bound_inputs("dpsgd-dc", _run_theory_parameters(group[0], alpha=alpha, L=L))).t_sat)
+        f"b={b}, D={d:g}": float(
+            theory.dc_cap(**_bound_inputs("dpsgd-dc", _run_theory_parameters(group[0], alpha=alpha, L=L))).t_sat
+        )
         for (b, d), group in groups.items()
     }
     claims = [
-        _claim("Smaller D gives smaller ε̂ at every epoch, for each batch size",
-               all(all(v) for v in d_ordered.values()), domain_sizes=radii, epochs=epochs,
-               epochs_where_ordered={str(b): int(sum(v)) for b, v in d_ordered.items()},
-               mean_epsilon_hat={f"b={b}, D={d:g}": [float(x) for x in means[(b, d)]] for (b, d) in groups}),
-        _claim("The smaller batch size lies above the larger one at every epoch, for each D",
-               all(all(v) for v in b_ordered.values()),
-               epochs_where_ordered={f"D={d:g}": int(sum(v)) for d, v in b_ordered.items()}),
-        _claim("ε̂ stabilises under DC: it grows less over the second half of the epochs than over the first",
-               all(second < first for first, second in growth.values()),
-               growth_first_half_second_half=growth),
-        _claim("With these runs' real parameters, eq. 55 saturates within the epochs trained (the paper's Fig 3b "
-               "plateaus come from a schematic; spec §2.9)",
-               all(t <= groups[k][0].steps_at_epoch[-1] for t, k in zip(saturation.values(), groups)),
-               saturation_step=saturation, steps_trained=int(records[0].steps_at_epoch[-1])),
+        _claim(
+            "Smaller D gives smaller ε̂ at every epoch, for each batch size",
+            all(all(v) for v in d_ordered.values()),
+            domain_sizes=radii,
+            epochs=epochs,
+            epochs_where_ordered={str(b): int(sum(v)) for b, v in d_ordered.items()},
+            mean_epsilon_hat={f"b={b}, D={d:g}": [float(x) for x in means[(b, d)]] for (b, d) in groups},
+        ),
+        _claim(
+            "The smaller batch size lies above the larger one at every epoch, for each D",
+            all(all(v) for v in b_ordered.values()),
+            epochs_where_ordered={f"D={d:g}": int(sum(v)) for d, v in b_ordered.items()},
+        ),
+        _claim(
+            "ε̂ stabilises under DC: it grows less over the second half of the epochs than over the first",
+            all(second < first for first, second in growth.values()),
+            growth_first_half_second_half=growth,
+        ),
+        _claim(
+            "With these runs' real parameters, eq. 55 saturates within the epochs trained (the paper's Fig 3b "
+            "plateaus come from a schematic)",
+            all(t <= groups[k][0].steps_at_epoch[-1] for t, k in zip(saturation.values(), groups)),
+            saturation_step=saturation,
+            steps_trained=int(records[0].steps_at_epoch[-1]),
+        ),
     ]
-    return _entry("Fig 3", "ε̂ and normalised theoretical ε of DPSGD-DC across domain sizes", files, claims,
-                  dataset=_runs_dataset(records), runs=[str(r.path) for r in records],
-                  theory=f"Theorem 3.4 / eq. 55 (RDP, α = {alpha}, L = {L}); schematic panel = the paper's recipe")
+    return _entry(
+        "Fig 3",
+        "ε̂ and normalised theoretical ε of DPSGD-DC across domain sizes",
+        files,
+        claims,
+        dataset=_runs_dataset(records),
+        runs=[str(r.path) for r in records],
+        theory=f"Theorem 3.4 / eq. 55 (RDP, α = {alpha}, L = {L}); schematic panel = the paper's recipe",
+    )

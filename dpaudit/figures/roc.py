@@ -33,8 +33,10 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
             smallest = min(smallest, 1.0 / max(report["n_nonmembers"], 1))
             style = series_style(f"attack:{label}", index)
             tprs = ", ".join(f"{100 * float(value):.2g} %" for value in report["tpr_at_fpr"].values())
-            text = (f"{style.pop('label')}: AUC {report['auc']:.3f}, ε̂ lower {float(report['epsilon_lower']):.2f}, "
-                    f"TPR {tprs}")
+            text = (
+                f"{style.pop('label')}: AUC {report['auc']:.3f}, ε̂ lower {float(report['epsilon_lower']):.2f}, "
+                f"TPR {tprs}"
+            )
             ax.plot(fpr[keep], tpr[keep], label=text, **style)
             for target, tpr_value in report["tpr_at_fpr"].items():
                 ax.plot([float(target)], [max(float(tpr_value), 1e-12)], marker="o", color=style["color"], markersize=3)
@@ -46,8 +48,16 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
         ax.set_xlabel("false-positive rate")
         ax.set_ylabel("true-positive rate")
         ax.set_title(title)
-        fprs = " and ".join(f"{100 * float(target):g} %" for target in next(iter(curves.values()))["tpr_at_fpr"]) \
-            if curves else ""
-        ax.legend(loc="center left" if many else "lower right", bbox_to_anchor=(1.02, 0.5) if many else None,
-                  title=f"TPR at FPR {fprs} (dots)" if fprs else None, title_fontsize=7, fontsize=6.5 if many else 7)
+        fprs = (
+            " and ".join(f"{100 * float(target):g} %" for target in next(iter(curves.values()))["tpr_at_fpr"])
+            if curves
+            else ""
+        )
+        ax.legend(
+            loc="center left" if many else "lower right",
+            bbox_to_anchor=(1.02, 0.5) if many else None,
+            title=f"TPR at FPR {fprs} (dots)" if fprs else None,
+            title_fontsize=7,
+            fontsize=6.5 if many else 7,
+        )
         return save_figure(fig, stem)

@@ -32,15 +32,18 @@ RC_PARAMS = {
 
 # One colour (and line style) per series, the same in every figure. Keys are "<kind>:<value>".
 SERIES_STYLES: dict[str, dict] = {
-    # theoretical bounds (seed 004 Fig 1 / Fig 5 colours)
+    # theoretical bounds (Liang et al. Fig 1 / Fig 5 colours)
     "bound:feldman2018": {"color": "darkgoldenrod", "linestyle": "-.", "label": "Feldman et al. (2018)"},
-    "bound:mironov-composition": {"color": "darkblue", "linestyle": "--",
-                                  "label": "Mironov (2017) + Mironov et al. (2019)"},
+    "bound:mironov-composition": {
+        "color": "darkblue",
+        "linestyle": "--",
+        "label": "Mironov (2017) + Mironov et al. (2019)",
+    },
     "bound:altschuler-talwar2022": {"color": "darkorange", "linestyle": "-.", "label": "Altschuler & Talwar (2022)"},
     "bound:kong-ribero2024": {"color": "darkred", "linestyle": ":", "label": "Kong & Ribero (2024)"},
     "bound:dpsgd-dc": {"color": "darkcyan", "linestyle": "-", "label": "Ours (Theorem 3.4)"},
     "bound:trivial": {"color": "darkred", "linestyle": "--", "label": "Trivial upper bound"},
-    # batch sizes (seed 004 Figs 2 and 4)
+    # batch sizes (Liang et al. Figs 2 and 4)
     "b:100": {"color": "#d62728"},
     "b:150": {"color": "#e377c2"},
     "b:200": {"color": "#ff7f0e"},

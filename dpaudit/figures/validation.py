@@ -36,11 +36,18 @@ def audit_row(path: str | Path) -> dict[str, Any]:
     lower, ceiling = float(report["epsilon_lower"]), float(report["epsilon_ceiling"])
     settings = {key: value for key, value in run["config"].items() if key != "optimizer"}
     return {
-        "file": str(path), "optimizer": run["config"]["optimizer"], "settings": json.dumps(settings, sort_keys=True),
+        "file": str(path),
+        "optimizer": run["config"]["optimizer"],
+        "settings": json.dumps(settings, sort_keys=True),
         "canary_design": run["config"].get("canary_design", "dirac"),
-        "target_epsilon": run["derived"]["target_epsilon"], "dp_claim": bool(run["derived"]["dp_claim"]), "attack": attack,
-        "claimed": None if claimed is None else float(claimed), "lower": lower,
-        "point": float(report["epsilon_point"]), "ceiling": ceiling, "confidence": float(report["confidence"]),
+        "target_epsilon": run["derived"]["target_epsilon"],
+        "dp_claim": bool(run["derived"]["dp_claim"]),
+        "attack": attack,
+        "claimed": None if claimed is None else float(claimed),
+        "lower": lower,
+        "point": float(report["epsilon_point"]),
+        "ceiling": ceiling,
+        "confidence": float(report["confidence"]),
         "flagged": claimed is not None and lower > float(claimed),
         "detectable": claimed is not None and ceiling > float(claimed),
     }
@@ -62,8 +69,10 @@ def validation_report(files: list[str | Path], *, pairs: dict[str, str], attack:
     from dpaudit.estimate import clopper_pearson_upper
 
     rows = [audit_row(path) for path in files]
-    missing = sorted({name for pair in pairs.items() for name in pair}
-                     - {row["optimizer"] for row in rows if row["attack"] == attack})
+    missing = sorted(
+        {name for pair in pairs.items() for name in pair}
+        - {row["optimizer"] for row in rows if row["attack"] == attack}
+    )
     if missing:
         raise DPAuditError(f"no {attack}-attack audit given for: {', '.join(missing)}")
     for variant, twin in pairs.items():
@@ -80,23 +89,39 @@ def validation_report(files: list[str | Path], *, pairs: dict[str, str], attack:
         # a variant's audit pairs with its twin's at the same settings (ε, data, seed, canaries); other audits of
         # the twin (another section's settings) count towards the false-alarm rate only
         twins = {_same_run(r): r for r in rows if r["optimizer"] == twin and r["attack"] == attack}
-        broken = sorted((r for r in rows
-                         if r["optimizer"] == variant and r["attack"] == attack and _same_run(r) in twins),
-                        key=lambda r: r["target_epsilon"])
+        broken = sorted(
+            (r for r in rows if r["optimizer"] == variant and r["attack"] == attack and _same_run(r) in twins),
+            key=lambda r: r["target_epsilon"],
+        )
         if not broken:
             raise DPAuditError(f"no {attack}-attack audit of {variant} has a twin ({twin}) trained with its settings")
         twins = [twins[_same_run(r)] for r in broken]
         pair_rows += [{**row, "pair": variant, "role": "broken"} for row in broken]
         pair_rows += [{**row, "pair": variant, "role": "correct twin"} for row in twins]
-    variants = {variant: {"flagged_at": [r["target_epsilon"] for r in pair_rows
-                                         if r["pair"] == variant and r["role"] == "broken" and r["flagged"]],
-                          "audits": sum(r["pair"] == variant and r["role"] == "broken" for r in pair_rows)}
-                for variant in pairs}
-    return {"attack": attack, "confidence": confidence, "rows": pair_rows, "variants": variants,
-            "false_alarms": {"flagged": len(alarms), "audits": len(correct),
-                             "rate": len(alarms) / len(correct) if correct else float("nan"),
-                             f"rate_upper_{100 * confidence:g}": upper,
-                             "which": [row["file"] for row in alarms]}}
+    variants = {
+        variant: {
+            "flagged_at": [
+                r["target_epsilon"]
+                for r in pair_rows
+                if r["pair"] == variant and r["role"] == "broken" and r["flagged"]
+            ],
+            "audits": sum(r["pair"] == variant and r["role"] == "broken" for r in pair_rows),
+        }
+        for variant in pairs
+    }
+    return {
+        "attack": attack,
+        "confidence": confidence,
+        "rows": pair_rows,
+        "variants": variants,
+        "false_alarms": {
+            "flagged": len(alarms),
+            "audits": len(correct),
+            "rate": len(alarms) / len(correct) if correct else float("nan"),
+            f"rate_upper_{100 * confidence:g}": upper,
+            "which": [row["file"] for row in alarms],
+        },
+    }
 
 
 def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> list[Path]:
@@ -108,9 +133,10 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
     grid_rows = -(-len(pairs) // columns)
     with figure_style():
         legend_inches = 0.5  # two rows of legend under the panels
-        fig, axes = plt.subplots(grid_rows, columns, figsize=(3.4 * columns, 3.1 * grid_rows + legend_inches),
-                                 squeeze=False)
-        for ax in axes.flat[len(pairs):]:
+        fig, axes = plt.subplots(
+            grid_rows, columns, figsize=(3.4 * columns, 3.1 * grid_rows + legend_inches), squeeze=False
+        )
+        for ax in axes.flat[len(pairs) :]:
             ax.set_visible(False)
         legend = {}
         for ax, variant in zip(axes.flat, pairs):
@@ -123,14 +149,21 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
                 for hit, label in ((True, "flagged"), (False, "not flagged")):
                     if (flagged == hit).any():
                         legend[f"{role}, {label}"] = ax.scatter(
-                            x[flagged == hit], y[flagged == hit], marker=marker if hit else "o", s=50 if hit else 36,
-                            zorder=3, **({"color": color} if hit else {"facecolors": "none", "edgecolors": color}))
-            legend["ε̂ = claimed ε (above: flagged)"], = ax.plot([0, limit], [0, limit], color="grey", linestyle="--",
-                                                               linewidth=1)
+                            x[flagged == hit],
+                            y[flagged == hit],
+                            marker=marker if hit else "o",
+                            s=50 if hit else 36,
+                            zorder=3,
+                            **({"color": color} if hit else {"facecolors": "none", "edgecolors": color}),
+                        )
+            (legend["ε̂ = claimed ε (above: flagged)"],) = ax.plot(
+                [0, limit], [0, limit], color="grey", linestyle="--", linewidth=1
+            )
             ceiling = float(np.mean([row["ceiling"] for row in rows]))
             if ceiling < limit:
-                legend["ceiling (most a perfect attack certifies)"] = ax.axhline(ceiling, color="black", linestyle=":",
-                                                                                linewidth=1)
+                legend["ceiling (most a perfect attack certifies)"] = ax.axhline(
+                    ceiling, color="black", linestyle=":", linewidth=1
+                )
             ax.set_xlim(0, limit)
             ax.set_ylim(0, limit)
             twin = next(row["optimizer"] for row in rows if row["role"] == "correct twin")
@@ -145,54 +178,92 @@ def plot_validation(report: dict[str, Any], *, stem: str | Path, title: str) -> 
             ax.set_xlabel(claim, fontsize=8)
             ax.set_ylabel(f"ε̂ lower bound ({100 * report['confidence']:g} %)", fontsize=8)
         alarms = report["false_alarms"]
-        fig.suptitle(f"Auditor validation ({report['attack']} attack), {title}\nfalse alarms on correct optimizers "
-                     f"(every attack): {alarms['flagged']} of {alarms['audits']} audits", fontsize=10)
+        fig.suptitle(
+            f"Auditor validation ({report['attack']} attack), {title}\nfalse alarms on correct optimizers "
+            f"(every attack): {alarms['flagged']} of {alarms['audits']} audits",
+            fontsize=10,
+        )
         fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
         fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=7)
         return save_figure(fig, stem)
 
 
-def write_validation(files: list[str | Path], *, pairs: dict[str, str], attack: str, out_dir: str | Path,
-                     title: str) -> list[Path]:
+def write_validation(
+    files: list[str | Path], *, pairs: dict[str, str], attack: str, out_dir: str | Path, title: str
+) -> list[Path]:
     """``validation.{pdf,png,md,tex,json}`` and ``validation.manifest.json`` under ``out_dir``."""
     from dpaudit.figures._paper import write_table
 
     report = validation_report(files, pairs=pairs, attack=attack)
     out = Path(out_dir)
     written = plot_validation(report, stem=out / "validation", title=title)
-    header = ["broken variant", "optimizer", "role", "canaries", "target ε (run)", "claimed ε", "ε̂ lower", "ceiling",
-              "flagged"]
-    table = [[row["pair"], row["optimizer"], row["role"], row["canary_design"] if attack == "canary" else "–",
-              f"{row['target_epsilon']:g}", f"{row['claimed']:.3g}",
-              f"{row['lower']:.3g}", f"{row['ceiling']:.3g}",
-              "yes" if row["flagged"] else ("no" if row["detectable"] else "no (ceiling ≤ claim)")]
-             for row in report["rows"]]
+    header = [
+        "broken variant",
+        "optimizer",
+        "role",
+        "canaries",
+        "target ε (run)",
+        "claimed ε",
+        "ε̂ lower",
+        "ceiling",
+        "flagged",
+    ]
+    table = [
+        [
+            row["pair"],
+            row["optimizer"],
+            row["role"],
+            row["canary_design"] if attack == "canary" else "–",
+            f"{row['target_epsilon']:g}",
+            f"{row['claimed']:.3g}",
+            f"{row['lower']:.3g}",
+            f"{row['ceiling']:.3g}",
+            "yes" if row["flagged"] else ("no" if row["detectable"] else "no (ceiling ≤ claim)"),
+        ]
+        for row in report["rows"]
+    ]
     alarms = report["false_alarms"]
     upper = alarms[f"rate_upper_{100 * report['confidence']:g}"]
-    caption = (f"Auditor validation, {attack} attack: flagged = ε̂ lower bound ({100 * report['confidence']:g} %) > "
-               f"claimed ε. False alarms on correct optimizers: {alarms['flagged']} of {alarms['audits']} audits "
-               f"(every attack; rate {alarms['rate']:.3f}, {100 * report['confidence']:g} % upper bound {upper:.3f}). "
-               f"{title}")
+    caption = (
+        f"Auditor validation, {attack} attack: flagged = ε̂ lower bound ({100 * report['confidence']:g} %) > "
+        f"claimed ε. False alarms on correct optimizers: {alarms['flagged']} of {alarms['audits']} audits "
+        f"(every attack; rate {alarms['rate']:.3f}, {100 * report['confidence']:g} % upper bound {upper:.3f}). "
+        f"{title}"
+    )
     written += write_table(out / "validation", header, table, caption=caption)
     write_json(out / "validation.json", report)
     written.append(out / "validation.json")
     missed = sorted(variant for variant, found in report["variants"].items() if not found["flagged_at"])
-    correct_flagged = sorted({row["optimizer"] for row in report["rows"] if row["role"] == "correct twin"
-                              and row["flagged"]})
+    correct_flagged = sorted(
+        {row["optimizer"] for row in report["rows"] if row["role"] == "correct twin" and row["flagged"]}
+    )
     entry = {
-        "name": "audit/validation", "paper": "all seeds: the auditor on optimizers broken on purpose",
-        "figure": "auditor validation", "title": title, "dataset": title, "files": [str(path) for path in written],
+        "name": "audit/validation",
+        "paper": "all seeds: the auditor on optimizers broken on purpose",
+        "figure": "auditor validation",
+        "title": title,
+        "dataset": title,
+        "files": [str(path) for path in written],
         "claims": [
-            {"claim": "Every broken variant (no DP claim) is flagged at some claimed ε",
-             "holds": not missed,
-             "numbers": {"flagged_at": {v: found["flagged_at"] for v, found in report["variants"].items()},
-                         "not_flagged": missed}},
-            {"claim": "No correct twin is flagged", "holds": not correct_flagged,
-             "numbers": {"flagged": correct_flagged}},
-            {"claim": f"False-alarm rate on correct optimizers ≤ {1 - report['confidence']:.2g} "
-                      "(by construction of the bound)",
-             "holds": alarms["rate"] <= 1 - report["confidence"],
-             "numbers": {key: value for key, value in alarms.items() if key != "which"}},
+            {
+                "claim": "Every broken variant (no DP claim) is flagged at some claimed ε",
+                "holds": not missed,
+                "numbers": {
+                    "flagged_at": {v: found["flagged_at"] for v, found in report["variants"].items()},
+                    "not_flagged": missed,
+                },
+            },
+            {
+                "claim": "No correct twin is flagged",
+                "holds": not correct_flagged,
+                "numbers": {"flagged": correct_flagged},
+            },
+            {
+                "claim": f"False-alarm rate on correct optimizers ≤ {1 - report['confidence']:.2g} "
+                "(by construction of the bound)",
+                "holds": alarms["rate"] <= 1 - report["confidence"],
+                "numbers": {key: value for key, value in alarms.items() if key != "which"},
+            },
         ],
     }
     write_json(out / "validation.manifest.json", entry)

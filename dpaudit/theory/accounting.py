@@ -40,11 +40,12 @@ OPACUS_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + l
 """Rényi orders α used by Opacus (and TF Privacy's Tramer–Boneh experiments): 1.1 … 10.9, 12 … 63."""
 
 DEFAULT_ORDERS: tuple[float, ...] = OPACUS_ORDERS + tuple(sorted({round(64 * 1.2**k) for k in range(25)}))
-"""Opacus's orders, then integer orders 64 … 5,047 spaced by a factor of about 1.2.
+"""Opacus's orders, then integer orders 64 … 5,088 spaced by a factor of about 1.2.
 
 With Opacus's orders alone the RDP ε can never fall below ≈ 0.10 at δ = 1e-5 (the conversion term
 (log(1/δ) − log α)/(α − 1) at α = 63), however much noise is added; the larger orders lower that floor to
-≈ 0.002 (:func:`rdp_epsilon_floor`). Where the best order is below 64 the ε is Opacus's exactly."""
+≈ 0.0004 (0.002 with the classic conversion; :func:`rdp_epsilon_floor`). Where the best order is below 64 the
+ε is Opacus's exactly."""
 
 ACCOUNTANTS = ("rdp", "prv")
 CONVERSIONS = ("improved", "classic")
@@ -83,11 +84,9 @@ def _log_a_fractional(alpha: float, q: float, sigma: float) -> float:
         j = alpha - i
         log_coef = np.log(np.abs(coef))
         # below z0: expand in powers of the likelihood ratio; N(i, σ²) mass below z0
-        left = (log_coef + i * log_q + j * log_1q + (i * i - i) / (2 * sigma**2)
-                + special.log_ndtr((z0 - i) / sigma))
+        left = log_coef + i * log_q + j * log_1q + (i * i - i) / (2 * sigma**2) + special.log_ndtr((z0 - i) / sigma)
         # above z0: expand around the q·N(1, σ²) component; N(j, σ²) mass above z0
-        right = (log_coef + j * log_q + i * log_1q + (j * j - j) / (2 * sigma**2)
-                 + special.log_ndtr((j - z0) / sigma))
+        right = log_coef + j * log_q + i * log_1q + (j * j - j) / (2 * sigma**2) + special.log_ndtr((j - z0) / sigma)
         logs.extend([left, right])
         signs.extend([np.sign(coef)] * 2)
         total = special.logsumexp(np.concatenate(logs), b=np.concatenate(signs))
@@ -99,8 +98,9 @@ def _log_a_fractional(alpha: float, q: float, sigma: float) -> float:
             raise DPAuditError(f"RDP series did not converge (α={alpha}, q={q}, σ={sigma})")
 
 
-def rdp_subsampled_gaussian(*, noise_multiplier: float, sample_rate: float,
-                            orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
+def rdp_subsampled_gaussian(
+    *, noise_multiplier: float, sample_rate: float, orders: Sequence[float] = DEFAULT_ORDERS
+) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step at each order (add/remove-one neighbours).
 
     Args:
@@ -126,8 +126,9 @@ def rdp_subsampled_gaussian(*, noise_multiplier: float, sample_rate: float,
     return np.asarray(values)
 
 
-def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
-                   conversion: str = "improved") -> tuple[float, float]:
+def rdp_to_epsilon(
+    *, rdp: np.ndarray, orders: Sequence[float], delta: float, conversion: str = "improved"
+) -> tuple[float, float]:
     """Convert an RDP curve to (ε, best order α) at δ.
 
     Args:
@@ -154,7 +155,9 @@ def rdp_to_epsilon(*, rdp: np.ndarray, orders: Sequence[float], delta: float,
     eps = np.where(np.isnan(eps), np.inf, eps)
     best = int(np.argmin(eps))
     if not np.isfinite(eps[best]):
-        raise DPAuditError(f"the RDP is infinite at every one of the {len(orders)} orders: no finite ε at δ = {delta:g}")
+        raise DPAuditError(
+            f"the RDP is infinite at every one of the {len(orders)} orders: no finite ε at δ = {delta:g}"
+        )
     return max(float(eps[best]), 0.0), float(orders[best])
 
 
@@ -188,10 +191,17 @@ def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, floa
     return [(float(a), float(b), int(c)) for (a, b), c in zip(pairs, counts)]
 
 
-def epsilon(*, noise_multiplier: float | Sequence[float], sample_rate: float | Sequence[float],
-            steps: int | None = None, delta: float, accountant: str = "rdp",
-            orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
-            eps_error: float = 0.01) -> float:
+def epsilon(
+    *,
+    noise_multiplier: float | Sequence[float],
+    sample_rate: float | Sequence[float],
+    steps: int | None = None,
+    delta: float,
+    accountant: str = "rdp",
+    orders: Sequence[float] = DEFAULT_ORDERS,
+    conversion: str = "improved",
+    eps_error: float = 0.01,
+) -> float:
     """Theoretical ε of a composition of Poisson-subsampled Gaussian steps at δ.
 
     Args:
@@ -227,8 +237,14 @@ class AccountingFallbackWarning(UserWarning):
     """The PRV accountant could not compute ε here; the (valid, looser) RDP upper bound was returned."""
 
 
-def prv_grid(*, noise_multiplier: float | Sequence[float], sample_rate: float | Sequence[float],
-             steps: int | None = None, delta: float, eps_error: float = 0.01) -> dict:
+def prv_grid(
+    *,
+    noise_multiplier: float | Sequence[float],
+    sample_rate: float | Sequence[float],
+    steps: int | None = None,
+    delta: float,
+    eps_error: float = 0.01,
+) -> dict:
     """Size of the grid on which the PRV accountant would discretise this run, without building it.
 
     Follows Opacus's ``PRVAccountant`` (Gopi, Lee & Wutschitz 2021, remark 5.6): the privacy loss t is
@@ -253,18 +269,27 @@ def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error:
     delta_error = delta / 1000  # Opacus's default
     with warnings.catch_warnings():  # Opacus warns when its RDP bound's best order is an end of its grid
         warnings.simplefilter("ignore", UserWarning)
-        domain = compute_safe_domain_size(prvs=[PoissonSubsampledGaussianPRV(q, z) for z, q, _ in table],
-                                          max_self_compositions=[count for *_, count in table],
-                                          eps_error=eps_error, delta_error=delta_error)
+        domain = compute_safe_domain_size(
+            prvs=[PoissonSubsampledGaussianPRV(q, z) for z, q, _ in table],
+            max_self_compositions=[count for *_, count in table],
+            eps_error=eps_error,
+            delta_error=delta_error,
+        )
     steps = sum(count for *_, count in table)
     mesh = eps_error / math.sqrt(steps * math.log(12 / delta_error) / 2)
     points = 2 * domain / mesh
-    return {"domain": float(domain), "mesh": mesh, "points": points, "pairs": len(table),
-            "bytes": points * (180 + 24 * (len(table) - 1))}
+    return {
+        "domain": float(domain),
+        "mesh": mesh,
+        "points": points,
+        "pairs": len(table),
+        "bytes": points * (180 + 24 * (len(table) - 1)),
+    }
 
 
-def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_error: float,
-                 orders: Sequence[float], conversion: str) -> float:
+def _prv_epsilon(
+    table: list[tuple[float, float, int]], *, delta: float, eps_error: float, orders: Sequence[float], conversion: str
+) -> float:
     check_positive("eps_error", eps_error)
     grid = _prv_grid(table, delta=delta, eps_error=eps_error)
     z, q = min(z for z, _, _ in table), max(q for _, q, _ in table)
@@ -273,17 +298,22 @@ def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_err
 
     def fallback(reason: str) -> float:
         value = _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
-        warnings.warn(f"PRV accountant: {reason} ({settings}); returning the RDP upper bound ε = {value:.6g} "
-                      f"instead", AccountingFallbackWarning, stacklevel=4)
+        warnings.warn(
+            f"PRV accountant: {reason} ({settings}); returning the RDP upper bound ε = {value:.6g} instead",
+            AccountingFallbackWarning,
+            stacklevel=4,
+        )
         return value
 
     if grid["domain"] > _PRV_LARGEST_LOSS:
         return fallback(f"the privacy loss reaches t = {grid['domain']:.4g}, beyond what e^t can hold")
     if grid["bytes"] > PRV_MEMORY_BUDGET:
-        raise DPAuditError(f"the PRV accountant needs a grid of {grid['points']:.3g} points (about "
-                           f"{grid['bytes'] / 2**30:.1f} GiB, over dpaudit.theory.accounting.PRV_MEMORY_BUDGET = "
-                           f"{PRV_MEMORY_BUDGET / 2**30:.1f} GiB) for {settings}, eps_error = {eps_error:g}; use "
-                           f"accountant='rdp' or a larger eps_error")
+        raise DPAuditError(
+            f"the PRV accountant needs a grid of {grid['points']:.3g} points (about "
+            f"{grid['bytes'] / 2**30:.1f} GiB, over dpaudit.theory.accounting.PRV_MEMORY_BUDGET = "
+            f"{PRV_MEMORY_BUDGET / 2**30:.1f} GiB) for {settings}, eps_error = {eps_error:g}; use "
+            f"accountant='rdp' or a larger eps_error"
+        )
     from opacus.accountants import PRVAccountant
 
     prv = PRVAccountant()
@@ -298,16 +328,17 @@ def _prv_epsilon(table: list[tuple[float, float, int]], *, delta: float, eps_err
     return max(value, 0.0)
 
 
-def _rdp_epsilon(table: list[tuple[float, float, int]], *, delta: float, orders: Sequence[float],
-                 conversion: str) -> float:
+def _rdp_epsilon(
+    table: list[tuple[float, float, int]], *, delta: float, orders: Sequence[float], conversion: str
+) -> float:
     orders = _check_orders(orders)
-    total = sum(count * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
-                for z, q, count in table)
+    total = sum(
+        count * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders) for z, q, count in table
+    )
     return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
 
 
-def rdp_epsilon_floor(*, delta: float, orders: Sequence[float] = DEFAULT_ORDERS,
-                      conversion: str = "improved") -> float:
+def rdp_epsilon_floor(*, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved") -> float:
     """The smallest ε the RDP accountant can report at δ with these orders (RDP → 0, infinite noise).
 
     Args:
@@ -322,12 +353,21 @@ def rdp_epsilon_floor(*, delta: float, orders: Sequence[float] = DEFAULT_ORDERS,
     return rdp_to_epsilon(rdp=np.zeros(len(orders)), orders=orders, delta=delta, conversion=conversion)[0]
 
 
-def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float | Sequence[float],
-                    steps: int | None = None, accountant: str = "rdp",
-                    orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
-                    noise_schedule: Sequence[float] | None = None, eps_error: float = 0.01,
-                    tolerance: float = 1e-5, grid: float | None = None,
-                    preceding: tuple[Sequence[float], Sequence[float]] | None = None) -> float:
+def calibrate_noise(
+    *,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float | Sequence[float],
+    steps: int | None = None,
+    accountant: str = "rdp",
+    orders: Sequence[float] = DEFAULT_ORDERS,
+    conversion: str = "improved",
+    noise_schedule: Sequence[float] | None = None,
+    eps_error: float = 0.01,
+    tolerance: float = 1e-5,
+    grid: float | None = None,
+    preceding: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> float:
     """Smallest noise multiplier z whose run meets ``target_epsilon`` at δ.
 
     With ``noise_schedule`` (one relative factor per step, e.g. e^(−1/4) decay per epoch), step t uses
@@ -362,30 +402,58 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
         if steps is None:
             raise DPAuditError("give steps when sample_rate is a single value")
         rates = np.full(steps, float(rates))
-    prior_z, prior_q = (np.zeros(0), np.zeros(0)) if preceding is None else (
-        np.atleast_1d(np.asarray(preceding[0], dtype=float)), np.atleast_1d(np.asarray(preceding[1], dtype=float)))
+    prior_z, prior_q = (
+        (np.zeros(0), np.zeros(0))
+        if preceding is None
+        else (
+            np.atleast_1d(np.asarray(preceding[0], dtype=float)),
+            np.atleast_1d(np.asarray(preceding[1], dtype=float)),
+        )
+    )
     if prior_q.size == 1 and prior_z.size > 1:
         prior_q = np.full(prior_z.size, prior_q[0])
 
     def eps_at(z: float, name: str = accountant) -> float:
         noise = np.full(len(rates), z) if factors is None else z * factors
-        return epsilon(noise_multiplier=np.concatenate([prior_z, noise]), sample_rate=np.concatenate([prior_q, rates]),
-                       delta=delta, accountant=name, orders=orders, conversion=conversion, eps_error=eps_error)
+        return epsilon(
+            noise_multiplier=np.concatenate([prior_z, noise]),
+            sample_rate=np.concatenate([prior_q, rates]),
+            delta=delta,
+            accountant=name,
+            orders=orders,
+            conversion=conversion,
+            eps_error=eps_error,
+        )
 
     check_choice("accountant", accountant, ACCOUNTANTS)
-    _check_reachable(target_epsilon, delta=delta, accountant=accountant, orders=orders, conversion=conversion,
-                     eps_error=eps_error, preceding=(prior_z, prior_q))
+    _check_reachable(
+        target_epsilon,
+        delta=delta,
+        accountant=accountant,
+        orders=orders,
+        conversion=conversion,
+        eps_error=eps_error,
+        preceding=(prior_z, prior_q),
+    )
     if accountant == "prv":
         # Bracket with the cheap RDP accountant: PRV's grid grows without bound as z falls (about 10⁸ points
         # at z = 0.05), so PRV is only asked near the answer, where its grid is modest.
-        high = calibrate_noise(target_epsilon=target_epsilon, delta=delta, sample_rate=rates, orders=orders,
-                               conversion=conversion, noise_schedule=factors, tolerance=1e-3,
-                               preceding=None if preceding is None else (prior_z, prior_q))
+        high = calibrate_noise(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=rates,
+            orders=orders,
+            conversion=conversion,
+            noise_schedule=factors,
+            tolerance=1e-3,
+            preceding=None if preceding is None else (prior_z, prior_q),
+        )
         while eps_at(high) > target_epsilon:  # PRV's upper estimate exceeds RDP's only by about eps_error
             high *= 1.25
             if high > 1e6:
-                raise DPAuditError(f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta} "
-                                   f"by the PRV accountant")
+                raise DPAuditError(
+                    f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta} by the PRV accountant"
+                )
         low = high / 1.25
         while eps_at(low) <= target_epsilon:
             high, low = low, low / 1.25
@@ -399,6 +467,7 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
             high, low = low, low / 2
             if low < 1e-4:
                 return high
+
     # Illinois regula falsi on log ε against log z: the bracket [low (too little noise), high (enough)]
     # shrinks in a few evaluations where bisection needs ~17; `high` always meets the target.
     def gap(z: float) -> float:
@@ -428,26 +497,47 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float |
     return round(steps_up * grid, 12)
 
 
-def _check_reachable(target_epsilon: float, *, delta: float, accountant: str, orders: Sequence[float],
-                     conversion: str, eps_error: float, preceding: tuple[np.ndarray, np.ndarray]) -> None:
+def _check_reachable(
+    target_epsilon: float,
+    *,
+    delta: float,
+    accountant: str,
+    orders: Sequence[float],
+    conversion: str,
+    eps_error: float,
+    preceding: tuple[np.ndarray, np.ndarray],
+) -> None:
     """One-line error, before any search, when no amount of noise can meet ``target_epsilon``."""
     if accountant == "rdp":
         floor = rdp_epsilon_floor(delta=delta, orders=orders, conversion=conversion)
         if target_epsilon <= floor:
             largest = float(np.max(_check_orders(orders)))
-            raise DPAuditError(f"ε = {target_epsilon:g} is below the smallest ε the RDP accountant can report at "
-                               f"δ = {delta:g} with Rényi orders up to {largest:g} ({floor:.4g}, however large the "
-                               f"noise); pass larger orders or use accountant='prv'")
+            raise DPAuditError(
+                f"ε = {target_epsilon:g} is below the smallest ε the RDP accountant can report at "
+                f"δ = {delta:g} with Rényi orders up to {largest:g} ({floor:.4g}, however large the "
+                f"noise); pass larger orders or use accountant='prv'"
+            )
     elif target_epsilon <= eps_error:
-        raise DPAuditError(f"ε = {target_epsilon:g} is not above the PRV accountant's error eps_error = "
-                           f"{eps_error:g}, which its upper bound includes; pass a smaller eps_error")
+        raise DPAuditError(
+            f"ε = {target_epsilon:g} is not above the PRV accountant's error eps_error = "
+            f"{eps_error:g}, which its upper bound includes; pass a smaller eps_error"
+        )
     prior_z, prior_q = preceding
     if prior_z.size:
-        spent = epsilon(noise_multiplier=prior_z, sample_rate=prior_q, steps=prior_z.size, delta=delta,
-                        accountant="rdp", orders=orders, conversion=conversion)
+        spent = epsilon(
+            noise_multiplier=prior_z,
+            sample_rate=prior_q,
+            steps=prior_z.size,
+            delta=delta,
+            accountant="rdp",
+            orders=orders,
+            conversion=conversion,
+        )
         if accountant == "rdp" and spent > target_epsilon:
-            raise DPAuditError(f"the preceding steps alone spend ε = {spent:.4g} > {target_epsilon:g} at "
-                               f"δ = {delta:g}: no noise on the remaining steps can meet the target")
+            raise DPAuditError(
+                f"the preceding steps alone spend ε = {spent:.4g} > {target_epsilon:g} at "
+                f"δ = {delta:g}: no noise on the remaining steps can meet the target"
+            )
 
 
 def _check_orders(orders: Sequence[float]) -> np.ndarray:
@@ -460,9 +550,17 @@ def _check_orders(orders: Sequence[float]) -> np.ndarray:
 EPOCH_LOGGING = ("epoch-end", "first-step")
 
 
-def ledger_epsilons(ledger, *, delta: float, accountant: str = "rdp", epochs: Sequence[int] | None = None,
-                    logging: str = "epoch-end", orders: Sequence[float] = DEFAULT_ORDERS,
-                    conversion: str = "improved", eps_error: float = 0.01) -> list[float]:
+def ledger_epsilons(
+    ledger,
+    *,
+    delta: float,
+    accountant: str = "rdp",
+    epochs: Sequence[int] | None = None,
+    logging: str = "epoch-end",
+    orders: Sequence[float] = DEFAULT_ORDERS,
+    conversion: str = "improved",
+    eps_error: float = 0.01,
+) -> list[float]:
     """Theoretical ε of a training run after each epoch, replayed from its privacy ledger.
 
     Args:
@@ -491,18 +589,40 @@ def ledger_epsilons(ledger, *, delta: float, accountant: str = "rdp", epochs: Se
     if ledger.steps == 0 and not ledger.dp_claim:
         return [math.inf] * len(epochs)
     z, q = ledger.per_step()
-    prefixes = [ends[epoch - 1] if logging == "epoch-end" else min((ends[epoch - 2] if epoch > 1 else 0) + 1, ends[epoch - 1])
-                for epoch in epochs]
+    prefixes = [
+        ends[epoch - 1] if logging == "epoch-end" else min((ends[epoch - 2] if epoch > 1 else 0) + 1, ends[epoch - 1])
+        for epoch in epochs
+    ]
     if accountant == "prv" or not len(z):
-        return [epsilon(noise_multiplier=z[:prefix], sample_rate=q[:prefix], steps=prefix, delta=delta,
-                        accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error)
-                if prefix else 0.0 for prefix in prefixes]
+        return [
+            epsilon(
+                noise_multiplier=z[:prefix],
+                sample_rate=q[:prefix],
+                steps=prefix,
+                delta=delta,
+                accountant=accountant,
+                orders=orders,
+                conversion=conversion,
+                eps_error=eps_error,
+            )
+            if prefix
+            else 0.0
+            for prefix in prefixes
+        ]
     check_choice("accountant", accountant, ACCOUNTANTS)
     _steps_table(z, q, None)  # validates every step
     orders = _check_orders(orders)
     pairs, step_pair = np.unique(np.stack([z, q], axis=1), axis=0, return_inverse=True)
     curves = np.stack([rdp_subsampled_gaussian(noise_multiplier=a, sample_rate=b, orders=orders) for a, b in pairs])
     step_pair = step_pair.reshape(-1)
-    return [rdp_to_epsilon(rdp=np.bincount(step_pair[:prefix], minlength=len(pairs)) @ curves, orders=orders,
-                           delta=delta, conversion=conversion)[0] if prefix else 0.0
-            for prefix in prefixes]
+    return [
+        rdp_to_epsilon(
+            rdp=np.bincount(step_pair[:prefix], minlength=len(pairs)) @ curves,
+            orders=orders,
+            delta=delta,
+            conversion=conversion,
+        )[0]
+        if prefix
+        else 0.0
+        for prefix in prefixes
+    ]

@@ -92,8 +92,10 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
             train_command(trial_folder("audit", wildcards.run, wildcards.trial), wildcards.trial,
                           audit_train_flags(wildcards.run, "audit")),
             *([f"attack --quiet --run {trial_folder('audit', wildcards.run, wildcards.trial)}"] if AUD_SHADOW else [])),
+    log:
+        "logs/audit_run/{run}/trial_{trial}.log",
     shell:
-        "{params.commands}"
+        "{params.commands} > {log} 2>&1"
 
 
 def score_command(section, run):
@@ -112,8 +114,10 @@ rule audit_score:  # every attack on one run in one process; the trials are pool
         expand("results/audit/{{run}}/audit_{attack}.json", attack=AUD["attacks"]),
     params:
         commands=lambda wildcards: batch_command(score_command("audit", wildcards.run)),
+    log:
+        "logs/audit_score/{run}.log",
     shell:
-        "{params.commands}"
+        "{params.commands} > {log} 2>&1"
 
 
 rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each trial, then score each ε-run
@@ -130,8 +134,10 @@ rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each t
                             audit_train_flags(run, wildcards.section), summarize=True)
               for run in epsilon_runs(wildcards.name) for trial in range(CROSS["trials"])],
             *[score_command(wildcards.section, run) for run in epsilon_runs(wildcards.name)]),
+    log:
+        "logs/audit_optimizer/{section}/{name}.log",
     shell:
-        "{params.commands}"
+        "{params.commands} > {log} 2>&1"
 
 
 rule audit_validation:  # the broken variants beside their twins; false alarms over every correct run's audits
@@ -144,8 +150,10 @@ rule audit_validation:  # the broken variants beside their twins; false alarms o
     params:
         pairs=" ".join(f"{variant}={twin}" for variant, twin in VALIDATION_PAIRS.items()),
         title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+    log:
+        "logs/audit_validation.log",
     shell:
-        "dpaudit validation {input} --pair {params.pairs} --attack " + VALIDATION["attack"]
+        "dpaudit validation {input} --pair {params.pairs} --attack " + VALIDATION["attack"] + " > {log} 2>&1"
         + " --out figures/audit --title '{params.title}' > /dev/null"
 
 
@@ -155,8 +163,10 @@ rule audit_table:
     output:
         metrics="metrics/audit.json",
         table="metrics/audit.md",
+    log:
+        "logs/audit_table.log",
     shell:
-        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table}"
+        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table} > {log} 2>&1"
 
 
 rule audit_cross_table:
@@ -170,6 +180,8 @@ rule audit_cross_table:
         manifest="figures/audit/audit.manifest.json",
     params:
         title=f"every optimizer, {AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+    log:
+        "logs/audit_cross_table.log",
     shell:
-        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table}"
+        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table} > {log} 2>&1"
         " --figures figures/audit --title '{params.title}' --roc-epsilon 4"

@@ -1,4 +1,4 @@
-# Seeds 002 and 003 optimizers (and DP-SGD beside them) trained at matched theoretical ε: each run is
+# DP-PSAC and D2P2-SGD optimizers (and DP-SGD beside them) trained at matched theoretical ε: each run is
 # calibrated to a target ε at δ by its own noise schedule, then attacked, and its theoretical ε per checkpoint
 # is replayed from its privacy ledger. The audit figures of later issues draw from these runs.
 
@@ -68,8 +68,10 @@ rule optimizers_run:  # train target + shadows, attack every checkpoint, replay 
         gpu=OPT_RESOURCES["gpu"],
         mem_mb=OPT_RESOURCES["mem_mb"],
         runtime=OPT_RESOURCES["runtime"],
+    log:
+        "logs/optimizers_run/{run}/trial_{trial}.log",
     shell:
-        "{params.commands}"
+        "{params.commands} > {log} 2>&1"
 
 
 rule optimizers_metrics:
@@ -81,5 +83,7 @@ rule optimizers_metrics:
         plot="metrics/optimizers_epsilon_hat.csv",
     params:
         runs=lambda wildcards, input: run_folders(input),
+    log:
+        "logs/optimizers_metrics.log",
     shell:
-        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot}"
+        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot} > {log} 2>&1"

@@ -1,4 +1,4 @@
-# Seeds 000–003 figures. Each experiment of `papers.experiments` is a set of target-only runs; a run is named by
+# AdaDPIGU, TP-TopK, DP-PSAC and D2P2-SGD figures. Each experiment of `papers.experiments` is a set of target-only runs; a run is named by
 # its settings (dpaudit.experiments.run_id), so a run several experiments share is trained once. Every run is
 # summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
@@ -94,8 +94,10 @@ for _optimizer, _runs in PAPER_GROUPS.items():
         params:
             commands=batch_command(*[train_command(trial_folder("papers", run, trial), trial,
                                                    cli_flags(PAPER_RUNS[run]), summarize=True) for run, trial in _runs]),
+        log:
+            f"logs/papers_{_optimizer}.log",
         shell:
-            "{params.commands}"
+            "{params.commands} > {log} 2>&1"
 
 
 for _figure in PAPER_FIGURES:
@@ -112,8 +114,10 @@ for _figure in PAPER_FIGURES:
             folder=f"figures/{_figure.split('/')[0]}",
             runs=lambda wildcards, input: (" --runs " + " ".join(sorted({str(Path(path).parent) for path in input})))
             if input else "",
+        log:
+            f"logs/figure_{_figure.replace('/', '_')}.log",
         shell:
-            "dpaudit figure {params.name} --out {params.folder} --preset {PRESET}{params.runs}"
+            "dpaudit figure {params.name} --out {params.folder} --preset {PRESET}{params.runs} > {log} 2>&1"
 
 
 

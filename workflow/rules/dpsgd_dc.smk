@@ -1,7 +1,7 @@
-# Seed 004 (DPSGD-GC/DC): train target + shadows per configuration and trial, attack every checkpoint,
+# DPSGD-GC/DC (Liang et al.): train target + shadows per configuration and trial, attack every checkpoint,
 # then draw Figs 1–5 and Table 1 into figures/dpsgd_dc/.
 
-S4 = config["seed004"]
+S4 = config["dpsgd_dc"]
 RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **S4.get("resources", {})}
 COMMON = S4["common"]
 TRIALS = list(range(COMMON["trials"]))
@@ -12,7 +12,7 @@ DATA_FIGURES = {"figure2": GC_RUNS, "figure3": DC_RUNS, "figure4": GC_RUNS}
 
 
 def run_config(name):
-    """Command-line flags of one seed-004 run, from params.yaml (so an edit reruns exactly its jobs)."""
+    """Command-line flags of one DPSGD-GC/DC run, from params.yaml (so an edit reruns exactly its jobs)."""
     kind, rest = name.split("_", 1)
     grid = S4[kind]
     flags = {**{k: v for k, v in COMMON.items() if k != "trials"}, "epochs": grid["epochs"],
@@ -25,59 +25,65 @@ def run_config(name):
     return cli_flags(flags)
 
 
-rule seed004_all:
+rule dpsgd_dc_all:
     input:
         # the runs themselves, so that a fresh clone (figures committed, results/ empty) re-runs the
         # experiments and then redraws every figure from them
-        expand("results/seed004/{run}/trial_{trial}/attack.json", run=GC_RUNS + DC_RUNS, trial=TRIALS),
+        expand("results/dpsgd_dc/{run}/trial_{trial}/attack.json", run=GC_RUNS + DC_RUNS, trial=TRIALS),
         expand("figures/dpsgd_dc/{name}.{ext}", name=THEORY_FIGURES + list(DATA_FIGURES), ext=["pdf", "png"]),
         "figures/dpsgd_dc/table1.md",
         "figures/manifest.json",
         "figures/claims.md",
-        "metrics/seed004.json",
+        "metrics/dpsgd_dc.json",
 
 
-rule seed004_metrics:
+rule dpsgd_dc_metrics:
     input:
-        expand("results/seed004/{run}/trial_{trial}/attack.json", run=GC_RUNS + DC_RUNS, trial=TRIALS),
+        expand("results/dpsgd_dc/{run}/trial_{trial}/attack.json", run=GC_RUNS + DC_RUNS, trial=TRIALS),
     output:
-        metrics="metrics/seed004.json",
-        plot="metrics/seed004_epsilon_hat.csv",
+        metrics="metrics/dpsgd_dc.json",
+        plot="metrics/dpsgd_dc_epsilon_hat.csv",
     params:
         runs=lambda wildcards, input: run_folders(input),
+    log:
+        "logs/dpsgd_dc_metrics.log",
     shell:
-        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot}"
+        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot} > {log} 2>&1"
 
 
-rule seed004_run:  # train target + shadows, then attack every checkpoint, in one process
+rule dpsgd_dc_run:  # train target + shadows, then attack every checkpoint, in one process
     output:
-        "results/seed004/{run}/trial_{trial}/config.json",
-        "results/seed004/{run}/trial_{trial}/attack.json",
+        "results/dpsgd_dc/{run}/trial_{trial}/config.json",
+        "results/dpsgd_dc/{run}/trial_{trial}/attack.json",
     params:
         commands=lambda wildcards: batch_command(
-            train_command(trial_folder("seed004", wildcards.run, wildcards.trial), wildcards.trial,
+            train_command(trial_folder("dpsgd_dc", wildcards.run, wildcards.trial), wildcards.trial,
                           run_config(wildcards.run)),
-            f"attack --quiet --run {trial_folder('seed004', wildcards.run, wildcards.trial)}"),
+            f"attack --quiet --run {trial_folder('dpsgd_dc', wildcards.run, wildcards.trial)}"),
     resources:
         gpu=RESOURCES["gpu"],
         mem_mb=RESOURCES["mem_mb"],
         runtime=RESOURCES["runtime"],
+    log:
+        "logs/dpsgd_dc_run/{run}/trial_{trial}.log",
     shell:
-        "{params.commands}"
+        "{params.commands} > {log} 2>&1"
 
 
-rule seed004_theory_figure:
+rule dpsgd_dc_theory_figure:
     output:
         multiext("figures/dpsgd_dc/{name}", ".pdf", ".png", ".manifest.json"),
     wildcard_constraints:
         name="|".join(THEORY_FIGURES),
+    log:
+        "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc"
+        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc > {log} 2>&1"
 
 
-rule seed004_data_figure:
+rule dpsgd_dc_data_figure:
     input:
-        lambda wildcards: expand("results/seed004/{run}/trial_{trial}/attack.json",
+        lambda wildcards: expand("results/dpsgd_dc/{run}/trial_{trial}/attack.json",
                                  run=DATA_FIGURES[wildcards.name], trial=TRIALS),
     output:
         multiext("figures/dpsgd_dc/{name}", ".pdf", ".png", ".manifest.json"),
@@ -86,13 +92,23 @@ rule seed004_data_figure:
     params:
         runs=lambda wildcards, input: run_folders(input),
         theory=S4["theory"],
+    log:
+        "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --runs {params.runs}"
+        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --runs {params.runs} > {log} 2>&1"
         " --alpha {params.theory[alpha]} --L {params.theory[L]}"
 
 
-rule seed004_table1:
+rule dpsgd_dc_table1:
     output:
         multiext("figures/dpsgd_dc/table1", ".md", ".tex", ".manifest.json"),
+    log:
+        "logs/dpsgd_dc_table1.log",
     shell:
-        "dpaudit figure dpsgd_dc/table1 --out figures/dpsgd_dc"
+        "dpaudit figure dpsgd_dc/table1 --out figures/dpsgd_dc > {log} 2>&1"
+
+
+# the DPSGD-GC/DC paper's figures, Table 1 and metrics alone, as `paper_<name>` does for the other papers
+rule paper_dpsgd_dc:
+    input:
+        rules.dpsgd_dc_all.input,

@@ -1,4 +1,5 @@
-"""Known-answer tests for dpaudit.theory (seed 004). Golden values are from spec §2.3–2.9 / the paper."""
+"""Known-answer tests for dpaudit.theory (DPSGD-GC/DC bounds of Liang et al.). Golden values are from the paper
+(its lemmas, theorems and figures) and from first principles."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def test_available_bounds_and_parameters():
 
 
 # ---------------------------------------------------------------------------------------------
-# Figure 1 (spec §2.7)
+# Figure 1 (the bounds of the paper's Table 1)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -106,7 +107,7 @@ def test_fig1_kong_ribero():
     values = fig1("kong-ribero2024", T)
     assert values.shape == T.shape
     assert np.allclose(values, 3.90641, atol=5e-6, rtol=0)
-    # Table-1 form without the √2 on ηC/b (spec §2.7).
+    # Table-1 form without the √2 on ηC/b (the paper's Table 1).
     assert fig1("kong-ribero2024", 7, variant="table") == pytest.approx(3.4889, abs=5e-5)
 
 
@@ -132,8 +133,10 @@ def test_fig1_ours_values():
 
 
 def test_fig1_ordering_at_200():
-    values = {name: fig1(name, 200) for name in
-              ("feldman2018", "mironov-composition", "kong-ribero2024", "dpsgd-dc", "altschuler-talwar2022")}
+    values = {
+        name: fig1(name, 200)
+        for name in ("feldman2018", "mironov-composition", "kong-ribero2024", "dpsgd-dc", "altschuler-talwar2022")
+    }
     assert values["feldman2018"] == pytest.approx(27.5, rel=REL)
     assert values["mironov-composition"] == pytest.approx(6.875, rel=REL)
     assert values["kong-ribero2024"] == pytest.approx(3.906, abs=5e-4)
@@ -167,11 +170,13 @@ def test_check_conditions_step_size():
 
 
 # ---------------------------------------------------------------------------------------------
-# α* and Lemma A.13 (spec §2.3)
+# α* and Lemma A.13 (Mironov, Talwar & Zhang 2019)
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("q", "sigma", "spec_value"), [(0.01, 5, 19.81), (0.01, 10, 50.55), (0.2, 5, 4.81), (0.05, 8, 18.50)])
+@pytest.mark.parametrize(
+    ("q", "sigma", "spec_value"), [(0.01, 5, 19.81), (0.01, 10, 50.55), (0.2, 5, 4.81), (0.05, 8, 18.50)]
+)
 def test_alpha_star_reference(q, sigma, spec_value):
     a = alpha_star(q=q, sigma=sigma)
     # The spec's values come from a grid search (a feasible grid point just below α*): α* must lie
@@ -205,13 +210,13 @@ def test_sgm_bound_and_conditions():
     assert any("q ≤ 1/5" in v for v in violated)
     assert any("σ' > 4" in v for v in violated)
     assert any("α*" in v for v in violated)
-    # SGM with q = b/n, σ' = bσ/(2C) reproduces the composition slope (§2.2).
+    # SGM with q = b/n, σ' = bσ/(2C) reproduces the composition slope (the paper's Lemma 3.2).
     q, sigma_sgm = FIG1["b"] / FIG1["n"], FIG1["b"] * FIG1["sigma"] / (2 * FIG1["C"])
     assert sgm_rdp_bound(alpha=1.1, q=q, sigma=sigma_sgm) == pytest.approx(0.034375, rel=REL)
 
 
 # ---------------------------------------------------------------------------------------------
-# Figure 5 (spec §2.8)
+# Figure 5 (the paper's App. E.1)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -291,7 +296,8 @@ def test_gc_strong_errors_at_experimental_params():
         rdp_bound("dpsgd-gc-strong", 10, **p)
     message = str(err.value)
     assert "\n" not in message
-    assert "8C/(b√β) = 1.6" in message  # 8C/b = 1.6 ≫ σ_DP = 0.002 (spec §7 item 15)
+    # 8C/b = 1.6 ≫ σ_DP = 0.002: Fig 1's parameters violate the bound's validity condition
+    assert "8C/(b√β) = 1.6" in message
     assert "check_conditions=False" in message
     value = rdp_bound("dpsgd-gc-strong", 10, check_conditions=False, **p)
     assert value == pytest.approx(8 * 1.1 * 400 * 10 / (10000**2 * 0.002**2), rel=REL)
@@ -323,7 +329,7 @@ def test_strong_valid_regime_no_error():
 
 
 # ---------------------------------------------------------------------------------------------
-# Figure 2b (spec §2.9)
+# Figure 2b
 # ---------------------------------------------------------------------------------------------
 
 FIG2B_TABLE = {  # b: (E=100, E=200, E=400), as printed in the spec
@@ -372,7 +378,7 @@ def test_fig2b_unnormalized():
 
 
 # ---------------------------------------------------------------------------------------------
-# Figure 3b (spec §2.9)
+# Figure 3b
 # ---------------------------------------------------------------------------------------------
 
 FIG3B_TABLE = {  # (b, label): (cap, normalised plateau, saturation epoch)
@@ -443,7 +449,7 @@ def test_fig3b_bad_mode_and_labels():
 
 
 # ---------------------------------------------------------------------------------------------
-# RDP → DP (spec §2.6)
+# RDP → DP (the paper's Lemma 2.4)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -493,10 +499,18 @@ def test_normalize_global():
         normalize_global({"a": [0.0, 0.0]})
 
 
-@pytest.mark.parametrize("name", [
-    "dpsgd-gc", "dpsgd-dc", "feldman2018", "mironov-composition",
-    "altschuler-talwar2022", "kong-ribero2024", "trivial",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dpsgd-gc",
+        "dpsgd-dc",
+        "feldman2018",
+        "mironov-composition",
+        "altschuler-talwar2022",
+        "kong-ribero2024",
+        "trivial",
+    ],
+)
 def test_vectorisation_shape(name):
     p = params_for(name, FIG1)
     scalar = rdp_bound(name, 7, **p)

@@ -1,7 +1,7 @@
 """Whether two source trees train bit for bit the same models with the ensemble engine; prints JSON.
 
-    python benchmarks/engine_fingerprint.py                            # this tree's fingerprints
-    python benchmarks/engine_fingerprint.py --trees OLD_TREE NEW_TREE  # each tree's, and which cases differ
+    python tools/engine_fingerprint.py                            # this tree's fingerprints
+    python tools/engine_fingerprint.py --trees OLD_TREE NEW_TREE  # each tree's, and which cases differ
 
 A change meant to make the engine faster without touching its arithmetic should leave every trained bit as
 it was, and then a pipeline's committed outputs stay those of the new engine too. Each case trains 4 models
@@ -30,6 +30,7 @@ from job_cpu_time import source_tree
 
 MODELS, RECORDS = 4, 60
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # ensemble.training_set
 
 
 def cases() -> dict[str, tuple[str, dict]]:
@@ -42,21 +43,25 @@ def cases() -> dict[str, tuple[str, dict]]:
     named["dpsgd-gc+diagnostics"] = ("dpsgd-gc", {"diagnostics": True})
     named["dpsgd-gc+cnn-32x32"] = ("dpsgd-gc", {"dataset": "cifar10", "model": "cnn"})
     named["d2p-sgd+shuffle"] = ("d2p-sgd", {"sampling": "shuffle"})
-    named["dp-psac-batch-noise+noise-scale-canary"] = ("dp-psac-batch-noise", {"canaries": 1,
-                                                                               "canary_design": "noise-scale"})
+    named["dp-psac-batch-noise+noise-scale-canary"] = (
+        "dp-psac-batch-noise",
+        {"canaries": 1, "canary_design": "noise-scale"},
+    )
     named["adadpigu+support-canary"] = ("adadpigu", {"canaries": 1, "canary_design": "support"})
     return named
 
 
 def random_images_members():
     import numpy as np
-
-    from dpaudit.train import Member
     from ensemble import training_set  # its random 32×32×3 images
 
+    from dpaudit.train import Member
+
     data = training_set("cifar10", MODELS * RECORDS)
-    return [Member(train_data=data.subset(np.arange(RECORDS * k, RECORDS * (k + 1))), model_index=k, label=f"m{k}")
-            for k in range(MODELS)]
+    return [
+        Member(train_data=data.subset(np.arange(RECORDS * k, RECORDS * (k + 1))), model_index=k, label=f"m{k}")
+        for k in range(MODELS)
+    ]
 
 
 def fingerprint(optimizer: str, settings: dict) -> str:
@@ -100,12 +105,17 @@ def main() -> None:
         done = subprocess.run([sys.executable, __file__], env=env, check=True, stdout=subprocess.PIPE, text=True)
         found[str(tree)] = json.loads(done.stdout)
     old, new = found.values()
-    print(json.dumps({
-        "trees": [str(tree) for tree in args.trees],
-        "same": sorted(name for name in old.keys() & new.keys() if old[name] == new[name]),
-        "different": sorted(name for name in old.keys() & new.keys() if old[name] != new[name]),
-        "missing": sorted(old.keys() ^ new.keys()),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "trees": [str(tree) for tree in args.trees],
+                "same": sorted(name for name in old.keys() & new.keys() if old[name] == new[name]),
+                "different": sorted(name for name in old.keys() & new.keys() if old[name] != new[name]),
+                "missing": sorted(old.keys() ^ new.keys()),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where the ensemble engine's time goes on one configuration; prints JSON.
 
-    python benchmarks/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
+    python tools/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
 
 Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
 the per-sample gradient calls (``EnsembleGradients._chunk``), the clipping and summing of their output (the
@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
-from dpaudit.ensemble import EnsembleGradients
 from dpaudit.config import TrainConfig
+from dpaudit.ensemble import EnsembleGradients
 from dpaudit.optim import DPSGD
 from dpaudit.train import Member, train_models
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the workloads of benchmarks/ensemble.py
 from ensemble import DATASETS, add_workload_arguments, training_set, workload_epochs
 
 
@@ -57,28 +60,55 @@ def main() -> None:
     data = training_set(dataset, args.dataset_size)
     members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
     steps_per_epoch, epochs = workload_epochs(args)
-    config = TrainConfig(dataset=dataset, model=args.architecture, optimizer="dpsgd-gc", epochs=epochs,
-                         batch_size=args.batch_size, lr=0.1, clip_norm=1.0, noise_multiplier=1.0, sampling="poisson",
-                         target_size=args.dataset_size, num_shadows=0, diagnostics=False, device="cpu").validated()
+    config = TrainConfig(
+        dataset=dataset,
+        model=args.architecture,
+        optimizer="dpsgd-gc",
+        epochs=epochs,
+        batch_size=args.batch_size,
+        lr=0.1,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        sampling="poisson",
+        target_size=args.dataset_size,
+        num_shadows=0,
+        diagnostics=False,
+        device="cpu",
+    ).validated()
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
-    with (timing(EnsembleGradients, "_chunk", seconds, "gradient_chunks"),
-          timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
-          timing(DPSGD, "step_together", seconds, "optimizer_steps")):
+    with (
+        timing(EnsembleGradients, "_chunk", seconds, "gradient_chunks"),
+        timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
+        timing(DPSGD, "step_together", seconds, "optimizer_steps"),
+    ):
         start = time.perf_counter()
         train_models(config=config, members=members, test_data=None, progress=False)
         total = time.perf_counter() - start
     gradients = seconds["gradient_chunks"]
     sink = seconds["accumulate"] - gradients  # accumulate = gradient chunks + sink calls (+ a little slicing)
-    shares = {"gradient_calls": gradients, "clip_and_sum": sink,
-              "optimizer_steps_and_noise": seconds["optimizer_steps"]}
+    shares = {
+        "gradient_calls": gradients,
+        "clip_and_sum": sink,
+        "optimizer_steps_and_noise": seconds["optimizer_steps"],
+    }
     shares["everything_else"] = total - sum(shares.values())
-    print(json.dumps({
-        "architecture": args.architecture, "models_K": args.models, "steps_per_model": epochs * steps_per_epoch,
-        "batch_size": args.batch_size, "threads": torch.get_num_threads(),
-        "total_seconds": total, "seconds": shares, "fractions": {key: value / total for key, value in shares.items()},
-        "most_speedup_from_removing_all_but_gradients": total / gradients,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "architecture": args.architecture,
+                "models_K": args.models,
+                "steps_per_model": epochs * steps_per_epoch,
+                "batch_size": args.batch_size,
+                "threads": torch.get_num_threads(),
+                "total_seconds": total,
+                "seconds": shares,
+                "fractions": {key: value / total for key, value in shares.items()},
+                "most_speedup_from_removing_all_but_gradients": total / gradients,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How far a pipeline run's outputs are from the committed ones; prints JSON.
 
-    python benchmarks/output_drift.py [--ref HEAD] [CHECKOUT]
+    python tools/output_drift.py [--ref HEAD] [CHECKOUT]
 
 After ``snakemake --cores all`` in CHECKOUT (default: this repository), compares its ``figures/manifest.json``
 and ``metrics/*_epsilon_hat.csv`` with the versions committed at ``--ref``: how many numbers changed, by how
@@ -22,8 +22,9 @@ from pathlib import Path
 
 
 def committed(checkout: Path, ref: str, path: str) -> str:
-    return subprocess.run(["git", "-C", str(checkout), "show", f"{ref}:{path}"], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(checkout), "show", f"{ref}:{path}"], check=True, capture_output=True, text=True
+    ).stdout
 
 
 def leaves(value, path: str = ""):
@@ -40,8 +41,11 @@ def leaves(value, path: str = ""):
 
 def manifest_drift(old: dict, new: dict) -> dict:
     old, new = dict(leaves(old)), dict(leaves(new))
-    numbers = [path for path, value in old.items()
-               if isinstance(value, (int, float)) and not isinstance(value, bool) and path in new]
+    numbers = [
+        path
+        for path, value in old.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and path in new
+    ]
     changed = [path for path in numbers if old[path] != new[path]]
     clock = [path for path in changed if path.rsplit("/", 1)[-1].startswith("seconds")]
     relative = [abs(new[path] - old[path]) / max(abs(old[path]), 1e-300) for path in changed if path not in clock]
@@ -50,8 +54,9 @@ def manifest_drift(old: dict, new: dict) -> dict:
         "changed": len(changed) - len(clock),
         "changed_wall_clock": len(clock),
         "smallest_relative_change": min(relative, default=None),
-        "verdicts_changed": sorted(path for path, value in old.items()
-                                   if isinstance(value, bool) and new.get(path) is not value),
+        "verdicts_changed": sorted(
+            path for path, value in old.items() if isinstance(value, bool) and new.get(path) is not value
+        ),
     }
 
 
@@ -60,8 +65,12 @@ def epsilon_hat_drift(old_text: str, new_text: str) -> dict:
     if [(row["config"], row["epoch"]) for row in old] != [(row["config"], row["epoch"]) for row in new]:
         return {"rows_differ": True}
     changes = [abs(float(a["epsilon_hat"]) - float(b["epsilon_hat"])) for a, b in zip(old, new)]
-    return {"rows": len(changes), "equal": sum(change == 0 for change in changes),
-            "largest_change": max(changes, default=0.0), "median_change": statistics.median(changes) if changes else 0.0}
+    return {
+        "rows": len(changes),
+        "equal": sum(change == 0 for change in changes),
+        "largest_change": max(changes, default=0.0),
+        "median_change": statistics.median(changes) if changes else 0.0,
+    }
 
 
 def main() -> None:
@@ -69,9 +78,14 @@ def main() -> None:
     parser.add_argument("checkout", nargs="?", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--ref", default="HEAD", help="the commit whose outputs to compare with (default: HEAD)")
     args = parser.parse_args()
-    report = {"checkout": str(args.checkout), "ref": args.ref, "manifest": manifest_drift(
-        json.loads(committed(args.checkout, args.ref, "figures/manifest.json")),
-        json.loads((args.checkout / "figures/manifest.json").read_text()))}
+    report = {
+        "checkout": str(args.checkout),
+        "ref": args.ref,
+        "manifest": manifest_drift(
+            json.loads(committed(args.checkout, args.ref, "figures/manifest.json")),
+            json.loads((args.checkout / "figures/manifest.json").read_text()),
+        ),
+    }
     for table in sorted((args.checkout / "metrics").glob("*_epsilon_hat.csv")):
         path = f"metrics/{table.name}"
         report[path] = epsilon_hat_drift(committed(args.checkout, args.ref, path), table.read_text())

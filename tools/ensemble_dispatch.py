@@ -1,9 +1,9 @@
 """How many torch operations the ensemble engine dispatches per training step; prints JSON.
 
-    python benchmarks/ensemble_dispatch.py [--architecture cnn] [--optimizer dpsgd-gc] [--device cpu] [--cpu-plan]
+    python tools/ensemble_dispatch.py [--architecture cnn] [--optimizer dpsgd-gc] [--device cpu] [--cpu-plan]
 
 On a GPU a small ensemble is bound by the host: each step's time is the time the host takes to issue its
-operations (``benchmarks/ensemble_syncs.py``), so the number of operations per step is what sets that time,
+operations (``tools/ensemble_syncs.py``), so the number of operations per step is what sets that time,
 and, unlike a timing, it is the same on every machine. This counts, under ``TorchDispatchMode``, the aten
 operations of 11 models (n = 360, b = 36, Poisson) over 3 epochs minus those over 1 epoch (which leaves
 out the set-up) and divides by the 20 steps between. ``kernel_ops`` are the operations that may launch a
@@ -25,6 +25,7 @@ import cProfile
 import json
 import pstats
 import sys
+from pathlib import Path
 from unittest import mock
 
 import torch
@@ -34,6 +35,7 @@ from dpaudit import ensemble as ensemble_engine
 from dpaudit.config import TrainConfig
 from dpaudit.train import Member, train_models
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the workloads of benchmarks/ensemble.py
 from ensemble import DATASETS, training_set
 
 MODELS, RECORDS, BATCH = 11, 360, 36
@@ -56,11 +58,17 @@ def main() -> None:
     parser.add_argument("--architecture", default="cnn", choices=sorted(DATASETS))
     parser.add_argument("--optimizer", default="dpsgd-gc")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--cpu-plan", action="store_true",
-                        help="keep the CPU's cache-sized calls instead of counting the GPU's one call per step")
+    parser.add_argument(
+        "--cpu-plan",
+        action="store_true",
+        help="keep the CPU's cache-sized calls instead of counting the GPU's one call per step",
+    )
     args = parser.parse_args()
-    with (contextlib.nullcontext() if args.cpu_plan else
-          mock.patch.object(ensemble_engine, "CPU_CALL_ACTIVATION_BYTES", sys.maxsize)):
+    with (
+        contextlib.nullcontext()
+        if args.cpu_plan
+        else mock.patch.object(ensemble_engine, "CPU_CALL_ACTIVATION_BYTES", sys.maxsize)
+    ):
         count(args)
 
 
@@ -70,9 +78,21 @@ def count(args: argparse.Namespace) -> None:
     members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(MODELS)]
 
     def config(epochs: int) -> TrainConfig:
-        return TrainConfig(dataset=dataset, model=args.architecture, optimizer=args.optimizer, epochs=epochs,
-                           batch_size=BATCH, lr=0.1, clip_norm=1.0, noise_multiplier=1.0, sampling="poisson",
-                           target_size=RECORDS, num_shadows=0, diagnostics=False, device=args.device).validated()
+        return TrainConfig(
+            dataset=dataset,
+            model=args.architecture,
+            optimizer=args.optimizer,
+            epochs=epochs,
+            batch_size=BATCH,
+            lr=0.1,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            sampling="poisson",
+            target_size=RECORDS,
+            num_shadows=0,
+            diagnostics=False,
+            device=args.device,
+        ).validated()
 
     train_models(config=config(1), members=members, test_data=None, progress=False)  # warm-up
     counted, python_calls = {}, {}
@@ -88,14 +108,26 @@ def count(args: argparse.Namespace) -> None:
     steps = 2 * (RECORDS // BATCH)
     views = sum(count for op, count in per_step.items() if op.is_view)
     total = sum(per_step.values())
-    print(json.dumps({
-        "architecture": args.architecture, "optimizer": args.optimizer, "device": args.device, "models_K": MODELS,
-        "cpu_cache_cap": args.cpu_plan and args.device == "cpu",
-        "batch_size": BATCH, "torch": torch.__version__, "python": sys.version.split()[0],
-        "ops_per_step": total / steps, "kernel_ops_per_step": (total - views) / steps, "view_ops_per_step": views / steps,
-        "python_calls_per_step": (python_calls[3] - python_calls[1]) / steps,
-        "most_frequent": {str(op): count / steps for op, count in per_step.most_common(15)},
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "architecture": args.architecture,
+                "optimizer": args.optimizer,
+                "device": args.device,
+                "models_K": MODELS,
+                "cpu_cache_cap": args.cpu_plan and args.device == "cpu",
+                "batch_size": BATCH,
+                "torch": torch.__version__,
+                "python": sys.version.split()[0],
+                "ops_per_step": total / steps,
+                "kernel_ops_per_step": (total - views) / steps,
+                "view_ops_per_step": views / steps,
+                "python_calls_per_step": (python_calls[3] - python_calls[1]) / steps,
+                "most_frequent": {str(op): count / steps for op, count in per_step.most_common(15)},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """CPU time against wall time of one `dpaudit` command at two source trees, taking turns; prints JSON.
 
-    python benchmarks/job_cpu_time.py --trees OLD_TREE NEW_TREE [--repeats 3] -- train --out {out} ...
+    python tools/job_cpu_time.py --trees OLD_TREE NEW_TREE [--repeats 3] -- train --out {out} ...
 
 On a shared virtual machine the wall time of the same job can vary several-fold with what the host takes away
 (the ``steal`` column of ``/proc/stat``), while its CPU time (user + system, ``getrusage`` of the child) does not
@@ -50,8 +50,11 @@ def run_once(tree: Path, command: list[str]) -> dict[str, float | None]:
         wall = time.perf_counter() - start
         after, stolen_after = resource.getrusage(resource.RUSAGE_CHILDREN), steal_seconds()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_seconds": wall, "cpu_seconds": cpu,
-            "steal_seconds": None if stolen is None else stolen_after - stolen}
+    return {
+        "wall_seconds": wall,
+        "cpu_seconds": cpu,
+        "steal_seconds": None if stolen is None else stolen_after - stolen,
+    }
 
 
 def main() -> None:

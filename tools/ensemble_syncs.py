@@ -1,14 +1,25 @@
 """Where the ensemble engine makes the host wait for the GPU, and a cProfile of its loop (CUDA only); prints text.
 
-    python benchmarks/ensemble_syncs.py [architecture: cnn] [optimizer: dpsgd-gc]
+    python tools/ensemble_syncs.py [architecture: cnn] [optimizer: dpsgd-gc]
 
 Trains 11 models (n = 360, b = 36, Poisson) one epoch under ``torch.cuda.set_sync_debug_mode('warn')`` and
 counts the synchronising calls by the dpaudit lines that made them, then profiles 100 steps.
 """
-import collections, cProfile, pstats, sys, traceback, warnings, io, time
-sys.path.insert(0, "benchmarks")
+
+import collections
+import cProfile
+import io
+import pstats
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import torch
 from ensemble import training_set
+
 from dpaudit.config import TrainConfig
 from dpaudit.train import Member, train_models
 
@@ -17,14 +28,31 @@ opt = sys.argv[2] if len(sys.argv) > 2 else "dpsgd-gc"
 dataset = "digits" if arch == "cnn-digits" else "cifar10"
 data = training_set(dataset, 360)
 members = [Member(train_data=data, model_index=k, label=f"m{k}") for k in range(11)]
-config = TrainConfig(dataset=dataset, model=arch, optimizer=opt, epochs=1, batch_size=36, lr=0.1, clip_norm=1.0,
-                     noise_multiplier=1.0, sampling="poisson", target_size=360, num_shadows=0, diagnostics=False,
-                     device="cuda", memory_budget_mb=32768).validated()
+config = TrainConfig(
+    dataset=dataset,
+    model=arch,
+    optimizer=opt,
+    epochs=1,
+    batch_size=36,
+    lr=0.1,
+    clip_norm=1.0,
+    noise_multiplier=1.0,
+    sampling="poisson",
+    target_size=360,
+    num_shadows=0,
+    diagnostics=False,
+    device="cuda",
+    memory_budget_mb=32768,
+).validated()
 train_models(config=config, members=members, test_data=None, progress=False)
 sites = collections.Counter()
+
+
 def hook(message, category, filename, lineno, file=None, line=None):
     stack = [f for f in traceback.extract_stack() if "dpaudit" in f.filename]
     sites[" <- ".join(f"{f.filename.split('dpaudit/')[-1]}:{f.lineno} {f.line}" for f in reversed(stack[-3:]))] += 1
+
+
 warnings.showwarning = hook
 torch.cuda.set_sync_debug_mode("warn")
 with warnings.catch_warnings():
@@ -36,11 +64,18 @@ print(f"== {arch} {opt}: syncs in one epoch (10 steps)")
 for site, n in sites.most_common():
     print(n, site)
 prof = cProfile.Profile()
-torch.cuda.synchronize(); t = time.perf_counter()
+torch.cuda.synchronize()
+t = time.perf_counter()
 prof.enable()
-train_models(config=TrainConfig(**{k: getattr(config, k) for k in config.__dataclass_fields__} | {"epochs": 10}).validated(),
-             members=members, test_data=None, progress=False)
+train_models(
+    config=TrainConfig(**{k: getattr(config, k) for k in config.__dataclass_fields__} | {"epochs": 10}).validated(),
+    members=members,
+    test_data=None,
+    progress=False,
+)
 torch.cuda.synchronize()
 prof.disable()
 print("seconds for 100 steps", time.perf_counter() - t)
-s = io.StringIO(); pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25); print(s.getvalue()[-6000:])
+s = io.StringIO()
+pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+print(s.getvalue()[-6000:])

@@ -1,4 +1,5 @@
-"""Theoretical RDP bounds for DPSGD-GC / DPSGD-DC and the competing bounds of seed 004.
+"""Theoretical RDP bounds for DPSGD-GC / DPSGD-DC and the bounds they are compared with
+(Liang et al., AAAI 2026, arXiv 2502.17772).
 
 Paper: Liang, Zhang, He, Wu, Xing, "An Improved Privacy and Utility Analysis of Differentially
 Private SGD with Bounded Domain and Smooth Losses" (AAAI 2026; arXiv 2502.17772).
@@ -352,9 +353,7 @@ def _collect(name: str, params: Mapping[str, float], required: Sequence[str], op
     missing = [k for k in required if k not in params]
     extra = [k for k in params if k not in required and k not in optional]
     if missing:
-        raise DPAuditError(
-            f"{name}: missing parameter(s) {', '.join(missing)}; it takes {', '.join(required)}"
-        )
+        raise DPAuditError(f"{name}: missing parameter(s) {', '.join(missing)}; it takes {', '.join(required)}")
     if extra:
         raise DPAuditError(
             f"{name}: unexpected parameter(s) {', '.join(extra)}; it takes {', '.join((*required, *optional))}"
@@ -399,9 +398,7 @@ def _violations(name: str, p: Mapping[str, float]) -> list[str]:
             out.append(f"q = b/n = {_fmt(q)} violates q ≤ 1/5")
         threshold = 8.0 * math.sqrt(2.0) * C / b
         if not sigma > threshold:
-            out.append(
-                f"sigma = {_fmt(sigma)} violates σ > 8√2·C/b = {_fmt(threshold)} (σ' = bσ/(2√2C) > 4)"
-            )
+            out.append(f"sigma = {_fmt(sigma)} violates σ > 8√2·C/b = {_fmt(threshold)} (σ' = bσ/(2√2C) > 4)")
         sigma_sgm = b * sigma / (2.0 * math.sqrt(2.0) * C)
         a_star = alpha_star(q=q, sigma=sigma_sgm)
         if alpha > a_star:
@@ -487,7 +484,7 @@ def _evaluate(name: str, T: np.ndarray, p: Mapping[str, float], variant: str) ->
 
 
 def rdp_bound(name: str, T, /, *, check_conditions: bool = True, variant: str | None = None, **params: float):
-    """RDP ε at order α after T iterations for one of the seed-004 bounds (vectorised over T).
+    """RDP ε at order α after T iterations for one of the bounds of Liang et al.'s Figure 1 (vectorised over T).
 
     Bounds (σ = σ_DP; A = 2αC²/(nbσ²), A' = 8αC²/(n²σ²), B = α(1+ηL)²D²/(2η²σ²)):
 
@@ -581,7 +578,7 @@ def dp_from_linear_rdp(*, slope: float, delta: float) -> tuple[float, float]:
     """Best (ε, δ)-DP for a bound linear in the order, ε_RDP(α) = α·slope (all bounds here).
 
     Minimising α·c + log(1/δ)/(α − 1) over α > 1 gives α_opt = 1 + √(log(1/δ)/c) and
-    ε_DP = c + 2√(c·log(1/δ)) (Mironov 2017, Lemma 2.4; spec §2.6). The strengthened bounds
+    ε_DP = c + 2√(c·log(1/δ)) (Mironov 2017; the paper's Lemma 2.4). The strengthened bounds
     additionally need α_opt ≤ α*, which is not checked here.
 
     Args:
@@ -628,7 +625,8 @@ def epochs_to_steps(*, epochs, n: int, b: int, mode: str = "ceil"):
 
 
 def normalize_global(curves: Mapping) -> dict:
-    """Divide every curve by the single global maximum over all curves and points (spec §2.9, Figs. 2b/3b).
+    """Divide every curve by the single global maximum over all curves and points (Figs. 2b/3b; the
+    normalisation is the authors' plotting code's).
 
     Args:
         curves: mapping from a label to an array of ε values.
@@ -707,7 +705,7 @@ def fig3b_curves(
 ) -> dict[tuple[int, float], np.ndarray]:
     """Fig. 3b: DPSGD-DC RDP ε (order α) per (b, D) over epochs.
 
-    ``mode="paper_schematic"`` reproduces the published panel, which is a schematic (spec §2.9): n = 1000,
+    ``mode="paper_schematic"`` reproduces the published panel, which is a schematic (the paper's Fig. 3b): n = 1000,
     the labels D = 20/60/100 are drawn with D_plot = 2.0/2.5/3.0, the linear part uses the strengthened
     slope 8αC²T/(n²σ²), and the cap is (√(2αC²/(bnσ²)) + √(α(1+ηL)²D_plot²/(2σ²)))², i.e. eq. 54 without
     the η² in the second term. ``mode="faithful"`` uses eq. 55 (``rdp_bound("dpsgd-dc")``) with the real
@@ -750,9 +748,7 @@ def fig3b_curves(
         if schematic_D is None:
             unknown = [d for d in labels if d not in _SCHEMATIC_D]
             if unknown:
-                raise DPAuditError(
-                    f"schematic_D is required for domain_sizes other than 20/60/100, got {unknown!r}"
-                )
+                raise DPAuditError(f"schematic_D is required for domain_sizes other than 20/60/100, got {unknown!r}")
             plot_values = [_SCHEMATIC_D[d] for d in labels]
         else:
             plot_values = list(schematic_D)
@@ -770,4 +766,3 @@ def fig3b_curves(
                 cap = (math.sqrt(A) + math.sqrt(B_no_eta)) ** 2
                 curves[(int(b), D)] = np.minimum(slope * T, cap)
     return normalize_global(curves) if normalize else curves
-

@@ -1,0 +1,81 @@
+"""Run one benchmark and keep its JSON as a dated result: benchmarks/results/<name>.json.
+
+    python benchmarks/record.py NAME -- COMMAND ...     # e.g. record.py ensemble -- python benchmarks/ensemble.py
+
+The result holds the date (UTC), the machine (processor, cores, GPU if any), the command and the benchmark's
+own JSON (the last JSON document it printed on standard output). The docs' benchmark page renders every result
+file as a table, so measured numbers live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    """Processor, core count and GPU name (if torch sees one) of this machine."""
+    gpu = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "processor": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "gpu": gpu or None,
+    }
+
+
+def last_json(text: str):
+    """The JSON document that ends ``text`` (benchmarks print one, possibly after progress lines)."""
+    decoder = json.JSONDecoder()
+    for start in reversed([i for i, char in enumerate(text) if char in "{[" and (i == 0 or text[i - 1] == "\n")]):
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        if not text[end:].strip():
+            return value
+    raise SystemExit("record.py: the benchmark's output does not end with a JSON document")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", help="result name (file benchmarks/results/NAME.json)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the benchmark's command")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the benchmark's command after --")
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"record.py: {' '.join(command)} exited with {done.returncode}")
+    record = {
+        "name": args.name,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "command": " ".join(command),
+        "result": last_json(done.stdout),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    print(f"benchmarks/results/{args.name}.json")
+
+
+if __name__ == "__main__":
+    main()
