@@ -35,8 +35,8 @@ FLOAT_BYTES = 4
 # backward pass, their gradients and slack for the framework's temporaries
 GRADIENT_COPIES, ACTIVATION_COPIES = 2, 3
 # On CPU a layer-wise call is fastest while its largest activation (over all its models and samples) stays about
-# the size of a last-level cache: 11 32×32 CNNs, `benchmarks/ensemble.py --architectures cnn`, 22.5 s in calls of
-# 17 samples against 28.4 s in one call of all (about 45)
+# the size of a last-level cache (11 32×32 CNNs then take 17 samples per call; `benchmarks/ensemble.py
+# --architectures cnn` measures it, `tools/ensemble_dispatch.py --cpu-plan` shows the calls)
 CPU_CALL_ACTIVATION_BYTES = 24 * 2**20
 
 

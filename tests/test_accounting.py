@@ -375,3 +375,7 @@ def test_prv_calibration_stays_within_memory(tmp_path):
 def test_rdp_epsilon_is_never_silently_infinite():
     with pytest.raises(DPAuditError, match="infinite"):
         rdp_to_epsilon(rdp=np.full(3, np.inf), orders=[2.0, 4.0, 8.0], delta=1e-5)
+    # σ = 1e-200: σ² underflows to 0, where the series gave NaN; the RDP of a noiseless step is +inf at every order
+    assert np.all(rdp_subsampled_gaussian(noise_multiplier=1e-200, sample_rate=0.1, orders=[1.5, 2.0, 64.0]) == np.inf)
+    with pytest.raises(DPAuditError, match="infinite"):
+        epsilon(noise_multiplier=1e-200, sample_rate=0.1, steps=3, delta=1e-5)

@@ -339,7 +339,8 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
     assert not (interrupted / run / "attack.json").exists()
     resumed = subprocess.run(command, cwd=interrupted, env=environment, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert re.search(r"resuming target\+shadow_00 after epoch ([3-9]|\d\d) of 40", resumed.stdout + resumed.stderr)
+    job_log = (interrupted / "logs/dpsgd_dc_run/gc_b20/trial_1.log").read_text()  # the rule's log: what the job said
+    assert re.search(r"resuming target\+shadow_00 after epoch ([3-9]|\d\d) of 40", job_log)
     assert_same_results(workflow_copy / "results", interrupted / "results")
 
 

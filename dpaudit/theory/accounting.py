@@ -109,11 +109,14 @@ def rdp_subsampled_gaussian(
         orders: Rényi orders α > 1.
 
     Returns:
-        RDP(α) in nats, one entry per order.
+        RDP(α) in nats, one entry per order (+inf at an order where σ is so small that the divergence
+        overflows; :func:`rdp_to_epsilon` raises if every order is +inf).
     """
     check_positive("noise_multiplier (σ)", noise_multiplier)
     check_ratio("sample_rate (q)", sample_rate)
     orders = _check_orders(orders)
+    if noise_multiplier**2 == 0:  # σ² underflows: no noise to speak of, the divergence is infinite at every order
+        return np.full(len(orders), np.inf)
     if sample_rate == 1.0:
         return orders / (2 * noise_multiplier**2)
     values = []
