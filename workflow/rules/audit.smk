@@ -49,6 +49,10 @@ AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, a
 }
 
 
+AUD_RUN_TABLES = {section: epsilon_run_table(settings, AUD["target_epsilons"])
+                  for section, (settings, _, _, _) in AUD_SECTIONS.items()}
+
+
 def epsilon_runs(name):
     """The runs of one optimizer setting, one per theoretical ε."""
     return [f"{name}_eps{eps:g}" for eps in AUD["target_epsilons"]]
@@ -65,8 +69,8 @@ def audit_files(section):
 
 def audit_train_flags(run, section):
     settings, common, _, _ = AUD_SECTIONS[section]
-    name, eps = run.rsplit("_eps", 1)
-    return cli_flags({**common, "optimizer": name, **settings[name], "target_epsilon": float(eps)})
+    name, eps = AUD_RUN_TABLES[section][run]
+    return cli_flags({**common, "optimizer": name, **settings[name], "target_epsilon": eps})
 
 
 wildcard_constraints:

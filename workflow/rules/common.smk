@@ -18,6 +18,12 @@ def cli_flags(values):
     return " ".join(parts)
 
 
+def epsilon_run_table(settings, epsilons):
+    """Run name → (setting name, target ε) for every setting at every ε. A run's parameters reach its job through
+    this table, built from the config, never by parsing the run's name."""
+    return {f"{name}_eps{eps:g}": (name, float(eps)) for name in settings for eps in epsilons}
+
+
 def run_folders(paths):
     """The run folders (…/trial_<t>) holding a list of files, each once, in order."""
     import re

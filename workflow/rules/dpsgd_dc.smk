@@ -5,23 +5,24 @@ S4 = config["dpsgd_dc"]
 RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **S4.get("resources", {})}
 COMMON = S4["common"]
 TRIALS = list(range(COMMON["trials"]))
-GC_RUNS = [f"gc_b{b}" for b in S4["gc"]["batch_sizes"]]
-DC_RUNS = [f"dc_b{b}_D{d:g}" for b in S4["dc"]["batch_sizes"] for d in S4["dc"]["domain_radii"]]
+# run name → its own settings, from the config (a job's flags come from here, never from parsing its name)
+RUN_SETTINGS = {
+    **{f"gc_b{b}": {"kind": "gc", "batch_size": int(b), "optimizer": "dpsgd-gc"} for b in S4["gc"]["batch_sizes"]},
+    **{f"dc_b{b}_D{d:g}": {"kind": "dc", "batch_size": int(b), "optimizer": "dpsgd-dc", "domain_radius": float(d)}
+       for b in S4["dc"]["batch_sizes"] for d in S4["dc"]["domain_radii"]},
+}
+GC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "gc"]
+DC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "dc"]
 THEORY_FIGURES = ["figure1", "figure5"]
 DATA_FIGURES = {"figure2": GC_RUNS, "figure3": DC_RUNS, "figure4": GC_RUNS}
 
 
 def run_config(name):
     """Command-line flags of one DPSGD-GC/DC run, from params.yaml (so an edit reruns exactly its jobs)."""
-    kind, rest = name.split("_", 1)
-    grid = S4[kind]
+    run = RUN_SETTINGS[name]
+    grid = S4[run["kind"]]
     flags = {**{k: v for k, v in COMMON.items() if k != "trials"}, "epochs": grid["epochs"],
-             "eval_epochs": grid["eval_epochs"]}
-    parts = {part[0]: part[1:] for part in rest.split("_")}
-    flags["batch_size"] = int(parts["b"])
-    flags["optimizer"] = "dpsgd-gc" if kind == "gc" else "dpsgd-dc"
-    if kind == "dc":
-        flags["domain_radius"] = float(parts["D"])
+             "eval_epochs": grid["eval_epochs"], **{k: v for k, v in run.items() if k != "kind"}}
     return cli_flags(flags)
 
 

@@ -7,7 +7,8 @@ OPT_RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **OPT.get("resources",
 OPT_COMMON = {k: v for k, v in OPT["common"].items() if k != "trials"}
 OPT_TRIALS = list(range(OPT["common"]["trials"]))
 OPT_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in OPT["runs"]}
-OPT_RUNS = [f"{name}_eps{eps:g}" for name in OPT_SETTINGS for eps in OPT["target_epsilons"]]
+OPT_RUN_TABLE = epsilon_run_table(OPT_SETTINGS, OPT["target_epsilons"])
+OPT_RUNS = list(OPT_RUN_TABLE)
 
 
 def _schema():
@@ -36,9 +37,9 @@ _check_optimizer_names()
 
 
 def optimizer_run_flags(run):
-    name, eps = run.rsplit("_eps", 1)
+    name, eps = OPT_RUN_TABLE[run]
     settings = {"optimizer": name, **OPT_SETTINGS[name]}
-    return cli_flags({**OPT_COMMON, **settings, "target_epsilon": float(eps)})
+    return cli_flags({**OPT_COMMON, **settings, "target_epsilon": eps})
 
 
 def optimizer_run_commands(run, trial):
