@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -197,18 +198,31 @@ def _accounting_options(args: argparse.Namespace) -> dict:
     return {"delta": args.delta, "conversion": args.conversion, "eps_error": args.eps_error}
 
 
-def _fallback_notes(caught: list) -> list[str]:
-    """The messages of the accounting fallbacks (PRV → RDP) among caught warnings, each once."""
+@contextlib.contextmanager
+def _recorded_warnings():
+    """Record the warnings raised inside: every accounting fallback (PRV → RDP), the others as filtered."""
     from dpaudit.theory import AccountingFallbackWarning
 
-    return list(
-        dict.fromkeys(str(item.message) for item in caught if issubclass(item.category, AccountingFallbackWarning))
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AccountingFallbackWarning)
+        yield caught
+
+
+def _fallback_notes(caught: list) -> list[str]:
+    """The messages of the accounting fallbacks among recorded warnings, each once; the others are shown as usual."""
+    from dpaudit.theory import AccountingFallbackWarning
+
+    notes = []
+    for item in caught:
+        if issubclass(item.category, AccountingFallbackWarning):
+            notes.append(str(item.message))
+        else:
+            warnings.showwarning(item.message, item.category, item.filename, item.lineno)
+    return list(dict.fromkeys(notes))
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _recorded_warnings() as caught:
         return _epsilon_report(args, caught)
 
 
@@ -283,8 +297,7 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from dpaudit.theory import calibrate_noise, epsilon
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _recorded_warnings() as caught:
         z = calibrate_noise(
             target_epsilon=args.target_epsilon,
             sample_rate=args.sample_rate,

@@ -210,3 +210,14 @@ def test_list_commands(capsys):
         assert main(["list", what]) == 0
     out = capsys.readouterr().out
     assert "dpsgd-dc" in out and "resnet18-gn" in out and "cifar10" in out and "kong-ribero2024" in out
+
+
+def test_epsilon_output_says_when_prv_fell_back_to_rdp(capsys):
+    argv = ["epsilon", "--noise-multiplier", "0.5", "--sample-rate", "0.1", "--accountants", "rdp,prv", "--steps"]
+    assert main(argv + ["10000"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["epsilon"]["prv"] == payload["epsilon"]["rdp"]  # the RDP bound, reported as such
+    assert len(payload["notes"]) == 1 and "returning the RDP upper bound" in payload["notes"][0]
+    assert main(argv + ["100"]) == 0  # a grid PRV can hold: its own ε, no note
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["notes"] == [] and payload["epsilon"]["prv"] < payload["epsilon"]["rdp"]

@@ -526,7 +526,7 @@ def _check_reachable(
             f"{eps_error:g}, which its upper bound includes; pass a smaller eps_error"
         )
     prior_z, prior_q = preceding
-    if prior_z.size:
+    if accountant == "rdp" and prior_z.size:  # PRV calibration brackets with RDP, which checks this first
         spent = epsilon(
             noise_multiplier=prior_z,
             sample_rate=prior_q,
@@ -536,7 +536,7 @@ def _check_reachable(
             orders=orders,
             conversion=conversion,
         )
-        if accountant == "rdp" and spent > target_epsilon:
+        if spent > target_epsilon:
             raise DPAuditError(
                 f"the preceding steps alone spend ε = {spent:.4g} > {target_epsilon:g} at "
                 f"δ = {delta:g}: no noise on the remaining steps can meet the target"
