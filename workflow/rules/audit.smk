@@ -55,11 +55,11 @@ AUD_RUN_TABLES = {section: epsilon_run_table(settings, AUD["target_epsilons"])
 
 def epsilon_runs(name):
     """The runs of one optimizer setting, one per theoretical ε."""
-    return [f"{name}_eps{eps:g}" for eps in AUD["target_epsilons"]]
+    return list(epsilon_run_table([name], AUD["target_epsilons"]))
 
 
 def audit_runs(section):
-    return [run for name in AUD_SECTIONS[section][0] for run in epsilon_runs(name)]
+    return list(AUD_RUN_TABLES[section])
 
 
 def audit_files(section):
