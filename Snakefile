@@ -1,13 +1,19 @@
 # dpaudit — reproduce the figures: `snakemake --cores all`.
 # Parameters live in params.yaml (other presets: configs/smoke.yaml, configs/paper.yaml);
 # rules call the `dpaudit` command line, and parameters reach jobs through `params:`.
+import yaml
 from snakemake.utils import validate
+
+from dpaudit.pipeline_config import check_pipeline_config
 
 
 configfile: "params.yaml"
 
 
-validate(config, "workflow/schemas/params.schema.yaml")
+validate(config, "workflow/schemas/params.schema.yaml")  # the first gate: each field on its own
+with open(workflow.source_path("workflow/schemas/params.schema.yaml"), encoding="utf-8") as _stream:
+    SCHEMA = yaml.safe_load(_stream)
+check_pipeline_config(config=config, schema=SCHEMA)  # then how fields refer to one another, before any job
 
 
 include: "workflow/rules/common.smk"

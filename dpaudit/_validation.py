@@ -1,9 +1,17 @@
-"""Argument checks shared by public functions: one-line errors before any expensive work."""
+"""Argument checks shared by public functions: one-line errors before any expensive work.
+
+The general checks (numbers, integers, probabilities, choices) come first, then the checks of the
+auditing functions (:mod:`dpaudit.estimate`, :mod:`dpaudit.audit`, the ``audit`` commands): scores,
+δ, confidence, α, seeds and counts. Every check raises :class:`DPAuditError` with a one-line message
+that names the argument; the messages are part of the interface (tests and docs quote them).
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+
+import numpy as np
 
 
 class DPAuditError(ValueError):
@@ -59,3 +67,106 @@ def check_ratio(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and 0 < value <= 1):
         raise DPAuditError(f"{name} must be in (0, 1]; got {value!r}")
     return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks of the auditing functions (dpaudit.estimate, dpaudit.audit, the audit commands)
+# ----------------------------------------------------------------------------------------------
+
+
+def check_scores(name: str, values) -> np.ndarray:
+    """Return ``values`` as a non-empty 1-D float array of finite numbers (membership scores)."""
+    try:
+        array = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise DPAuditError(f"{name} must be a 1-D array of numbers") from None
+    if array.ndim != 1:
+        raise DPAuditError(f"{name} must be a 1-D array, got shape {array.shape}")
+    if array.size == 0:
+        raise DPAuditError(f"{name} is empty; an audit needs at least one score per class")
+    bad = int(np.count_nonzero(~np.isfinite(array)))
+    if bad:
+        raise DPAuditError(f"{name} has {bad} non-finite value(s) (NaN or ±inf); scores must be finite")
+    return array
+
+
+def check_delta(delta, *, allow_zero: bool = True) -> float:
+    """Return the DP δ as a float if it lies in [0, 1), or in (0, 1) with ``allow_zero=False``.
+
+    Booleans are refused ("delta must be a number"); a δ outside the interval reads
+    "delta must lie in [0, 1)" (or "(0, 1)"), a negative or non-finite one "delta must be finite and ≥ 0".
+    """
+    if isinstance(delta, bool):
+        raise DPAuditError(f"delta must be a number, got {delta!r}")
+    number = check_positive("delta", delta, allow_zero=True)
+    if number >= 1 or (number == 0 and not allow_zero):
+        interval = "[0, 1)" if allow_zero else "(0, 1)"
+        raise DPAuditError(f"delta must lie in {interval}, got {delta!r}")
+    return number
+
+
+def check_confidence(confidence) -> float:
+    """Check a confidence level 1 − α in (0, 1) and return the significance α = 1 − confidence."""
+    if isinstance(confidence, bool):
+        raise DPAuditError(f"confidence must be a number, got {confidence!r}")
+    return 1.0 - check_probability("confidence", confidence)
+
+
+def check_alpha(alpha) -> float:
+    """Return a significance level α in (0, 1) as a float (booleans refused)."""
+    if isinstance(alpha, bool):
+        raise DPAuditError(f"alpha must be a number, got {alpha!r}")
+    return check_probability("alpha", alpha)
+
+
+def check_seed(seed) -> int:
+    """Return a random seed as a non-negative ``int`` (numpy integers accepted)."""
+    if isinstance(seed, np.integer):
+        seed = int(seed)
+    return check_positive_int("seed", seed, allow_zero=True)
+
+
+def check_count(name: str, value, *, allow_zero: bool) -> int:
+    """Return a count as an ``int`` > 0 (or ≥ 0 with ``allow_zero``); numpy integers accepted."""
+    if isinstance(value, np.integer):
+        value = int(value)
+    return check_positive_int(name, value, allow_zero=allow_zero)
+
+
+def check_counts(k, n, *, k_name: str = "k", n_name: str = "n") -> tuple[np.ndarray, np.ndarray]:
+    """Return binomial counts as int64 arrays broadcast together, with n ≥ 1 and 0 ≤ k ≤ n.
+
+    ``k`` and ``n`` are integers or arrays of integers (integral floats accepted, booleans refused);
+    ``k_name`` and ``n_name`` name them in the messages.
+    """
+    arrays = []
+    for name, value in ((k_name, k), (n_name, n)):
+        try:
+            array = np.asarray(value)
+        except Exception:  # pragma: no cover - np.asarray accepts nearly anything
+            raise DPAuditError(f"{name} must be an integer count, got {value!r}") from None
+        if array.dtype == bool or array.dtype.kind not in "iuf" or array.size == 0:
+            raise DPAuditError(f"{name} must be an integer count (or array of counts), got {value!r}")
+        if array.dtype.kind == "f" and (not np.all(np.isfinite(array)) or np.any(array != np.round(array))):
+            raise DPAuditError(f"{name} must be an integer count (or array of counts), got {value!r}")
+        arrays.append(array.astype(np.int64))
+    k_arr, n_arr = arrays
+    try:
+        k_arr, n_arr = np.broadcast_arrays(k_arr, n_arr)
+    except ValueError:
+        raise DPAuditError(f"{k_name} {k_arr.shape} and {n_name} {n_arr.shape} do not broadcast") from None
+    if np.any(n_arr < 1):
+        raise DPAuditError(f"{n_name} must be ≥ 1, got {n!r}")
+    if np.any(k_arr < 0) or np.any(k_arr > n_arr):
+        raise DPAuditError(f"{k_name} must lie in [0, {n_name}], got {k_name}={k!r}, {n_name}={n!r}")
+    return k_arr, n_arr
+
+
+def check_split_sizes(members: np.ndarray, nonmembers: np.ndarray) -> None:
+    """Refuse fewer than 2 member or 2 non-member scores, which a held-out ("split"/"gaussian")
+    threshold selection cannot divide."""
+    if members.size < 2 or nonmembers.size < 2:
+        raise DPAuditError(
+            "a split selection needs at least 2 member and 2 non-member scores, got "
+            f"{members.size} and {nonmembers.size}"
+        )

@@ -13,14 +13,34 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit import estimate as _est
-from dpaudit._validation import DPAuditError, check_choice
+from dpaudit._validation import (
+    DPAuditError,
+    check_choice,
+    check_confidence,
+    check_delta,
+    check_scores,
+    check_seed,
+    check_split_sizes,
+)
+from dpaudit.estimate import (
+    SELECTIONS,
+    BonferroniSelection,
+    GDPEstimate,
+    ScoreCounts,
+    ThresholdSelection,
+    epsilon_ceiling,
+    resolve_selection,
+)
 
 #: FPR targets reported in :attr:`AuditReport.tpr_at_fpr`.
 REPORT_FPRS = (0.001, 0.01)
 
 #: Most ROC points kept in a report.
 MAX_ROC_POINTS = 1000
+
+#: The selections ``audit_scores`` accepts for ``epsilon_lower``: those that choose on held-out scores
+#: ("bonferroni" is always reported, as ``epsilon_lower_bonferroni``).
+_HELD_OUT = tuple(name for name, selection in SELECTIONS.items() if selection.holds_out)
 
 
 def _json_float(value: float) -> float | str:
@@ -165,7 +185,7 @@ def audit_scores(
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
-    selection: str = "split",
+    selection: str | ThresholdSelection = "split",
 ) -> AuditReport:
     """Audit membership-inference scores (higher = member): estimates, lower bounds and the ROC.
 
@@ -177,8 +197,9 @@ def audit_scores(
         seed: non-negative integer seed of the split bound's random halves.
         selection: how ``epsilon_lower`` chooses its threshold: "split" (empirically, on a held-out
             half) or "gaussian" (normal fits to a held-out fifth; for near-Gaussian scores such as
-            white-box canaries). Fix it before seeing the scores: choosing the better of the two
-            afterwards would void the confidence.
+            white-box canaries), or the :class:`~dpaudit.estimate.SplitSelection` /
+            :class:`~dpaudit.estimate.GaussianSelection` object. Fix it before seeing the scores:
+            choosing the better of the two afterwards would void the confidence.
 
     Returns:
         An :class:`AuditReport`.
@@ -187,36 +208,36 @@ def audit_scores(
         DPAuditError: empty or non-finite scores, fewer than 2 scores in a class, δ outside (0, 1),
             confidence outside (0, 1), a bad seed.
     """
-    members = _est._check_scores("member_scores", member_scores)
-    nonmembers = _est._check_scores("nonmember_scores", nonmember_scores)
-    delta = _est._check_delta(delta, allow_zero=False)
-    alpha = _est._check_confidence(confidence)
-    seed = _est._check_seed(seed)
-    check_choice("selection", selection, tuple(_est.SPLIT_BOUNDS))
-    _est._check_split_sizes(members, nonmembers)
+    members = check_scores("member_scores", member_scores)
+    nonmembers = check_scores("nonmember_scores", nonmember_scores)
+    delta = check_delta(delta, allow_zero=False)
+    alpha = check_confidence(confidence)
+    seed = check_seed(seed)
+    chosen: ThresholdSelection = resolve_selection(selection, choices=_HELD_OUT)
+    check_split_sizes(members, nonmembers)
     confidence = float(confidence)
 
-    curve = _est._curve(members, nonmembers)
-    split = _est.SPLIT_BOUNDS[selection](members, nonmembers, delta, alpha, seed)
-    bonferroni = _est._lower_bonferroni(curve, delta, alpha)
-    gdp = _est._gdp(curve, delta, alpha)
-    ceiling = _est.epsilon_ceiling(
-        n_members=curve.n_members,
-        n_nonmembers=curve.n_nonmembers,
+    counts = ScoreCounts.from_scores(member_scores=members, nonmember_scores=nonmembers)
+    split = chosen.lower_bound(members, nonmembers, delta=delta, alpha=alpha, seed=seed)
+    bonferroni = BonferroniSelection().lower_bound_from_counts(counts, delta=delta, alpha=alpha)
+    gdp = GDPEstimate.from_counts(counts, delta=delta, confidence=confidence)
+    ceiling = epsilon_ceiling(
+        n_members=counts.n_members,
+        n_nonmembers=counts.n_nonmembers,
         delta=delta,
         confidence=confidence,
-        selection=selection,
+        selection=chosen,
     )
-    ceiling_bonferroni = _est.epsilon_ceiling(
-        n_members=curve.n_members,
-        n_nonmembers=curve.n_nonmembers,
+    ceiling_bonferroni = epsilon_ceiling(
+        n_members=counts.n_members,
+        n_nonmembers=counts.n_nonmembers,
         delta=delta,
         confidence=confidence,
         selection="bonferroni",
     )
     if split.epsilon > ceiling or bonferroni.epsilon > ceiling_bonferroni:  # pragma: no cover - invariant
         raise DPAuditError("internal error: a lower bound exceeds its sample-size ceiling")
-    roc_fpr, roc_tpr = thin_roc(curve.fpr, curve.tpr)
+    roc_fpr, roc_tpr = thin_roc(counts.fpr, counts.tpr)
     methods = {
         "epsilon_point": "eq. 20 (Kairouz-Oh-Viswanath) point estimate, max over all thresholds of the finite "
         "ratios; not a bound",
@@ -229,7 +250,7 @@ def audit_scores(
         "tpr_at_fpr": "largest TPR over deterministic thresholds with FPR <= target (no interpolation)",
     }
     return AuditReport(
-        epsilon_point=_est._point(curve, delta),
+        epsilon_point=counts.epsilon_point(delta=delta),
         epsilon_lower=split.epsilon,
         epsilon_lower_bonferroni=bonferroni.epsilon,
         epsilon_gdp=gdp.epsilon,
@@ -237,15 +258,15 @@ def audit_scores(
         epsilon_ceiling=ceiling,
         epsilon_ceiling_bonferroni=ceiling_bonferroni,
         threshold_lower=split.threshold,
-        auc=_est._auc(curve),
-        tpr_at_fpr={target: _est._tpr_at(curve, target) for target in REPORT_FPRS},
+        auc=counts.auc(),
+        tpr_at_fpr={target: counts.tpr_at(target) for target in REPORT_FPRS},
         methods=methods,
-        n_members=curve.n_members,
-        n_nonmembers=curve.n_nonmembers,
+        n_members=counts.n_members,
+        n_nonmembers=counts.n_nonmembers,
         delta=delta,
         confidence=confidence,
         seed=seed,
-        selection=selection,
+        selection=chosen.name,
         roc={"fpr": roc_fpr, "tpr": roc_tpr},
     )
 
@@ -265,7 +286,7 @@ def audit_model(
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
-    selection: str = "split",
+    selection: str | ThresholdSelection = "split",
     device: str = "cpu",
 ) -> AuditReport:
     """Attack a trained model on known members and non-members and audit the scores.
@@ -285,9 +306,9 @@ def audit_model(
         DPAuditError: on an unknown attack or bad δ / confidence, before the model is run.
     """
     check_choice("attack", attack, AUDIT_MODEL_ATTACKS)
-    check_choice("selection", selection, tuple(_est.SPLIT_BOUNDS))
-    _est._check_delta(delta, allow_zero=False)
-    _est._check_confidence(confidence)
+    resolve_selection(selection, choices=_HELD_OUT)
+    check_delta(delta, allow_zero=False)
+    check_confidence(confidence)
     for name, data in (("members", members), ("nonmembers", nonmembers)):
         if not hasattr(data, "images") or len(data.labels) == 0:
             raise DPAuditError(f"{name} must be a non-empty dpaudit.data.ArrayDataset")

@@ -10,6 +10,7 @@ import numpy as np
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int, check_probability
 from dpaudit.data import HalvesSplit, MIASplit, dataset_info, make_halves_split, make_mia_split
 from dpaudit.data.splits import SPLIT_DESIGNS
+from dpaudit.settings import SETTINGS, declare_settings
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale")  # dpaudit.attacks.canary
@@ -18,6 +19,7 @@ ENGINES = ("ensemble", "sequential")
 
 
 @dataclass(frozen=True)
+@declare_settings(after="batch_size")
 class TrainConfig:
     """One training configuration: data, model, optimizer and its privacy parameters.
 
@@ -27,35 +29,9 @@ class TrainConfig:
         optimizer: optimizer name (``dpaudit.optim.available()``).
         epochs: number of epochs E; T = ceil(n / b) · E steps.
         batch_size: (expected) batch size b.
-        lr: learning rate η.
-        clip_norm: per-sample ℓ2 clipping threshold C (DP optimizers).
-        sigma_dp: std of the noise on the averaged clipped gradient, σ_DP (the DPSGD-GC/DC paper's convention).
-        noise_multiplier: z = σ_DP · b / C; give this or ``sigma_dp``, not both.
-        domain_radius: D, radius of the ℓ2 ball of DPSGD-DC.
-        domain_center: "origin" or "init" (ball centred at θ_0).
-        target_epsilon: calibrate the noise so the run's theoretical ε at ``delta`` is this (instead of
-            giving sigma_dp or noise_multiplier); dynamic schedules keep their shape.
-        delta: δ of ``target_epsilon``.
-        accountant: accountant used for ``target_epsilon``: "rdp" or "prv".
-        momentum: heavy-ball momentum μ of the outer SGD update (0: plain SGD).
-        r: regulariser r of the DP-PSAC / Auto-S weights.
-        gamma: stability constant γ of automatic clipping (D2P2 family).
-        noise_decay_exponent: a in the dynamic noise schedule z·k^(−a) (0.25: authors' code; 0.5: paper text).
-        noise_decay_unit: k counts "epoch"s or "step"s in the dynamic schedule.
-        reduction_rate: random-projection rate in (0, 1] (D2P2 family).
-        reduction_convention: "code" (p = ⌊rate·d⌋, kept fraction) or "paper" (p = round((1 − rate)·d)).
-        projection_refresh: "step" (new matrix each step) or "run" (one matrix per run).
-        active_ratio: ρ, fraction of coordinates trained after the warm-up (TP-TopK family), in (0, 1].
-        warmup_fraction: E1/E, share of the steps in the dense DP warm-up (TP-TopK family), in (0, 1).
-        warmup_budget_fraction: ε1/ε, share of target_epsilon given to the warm-up alone; the rest is
-            calibrated so the composed ε equals target_epsilon (TP-TopK family), in (0, 1).
-        warmup_sigma_dp: σ_DP of the warm-up (default: sigma_dp) when the noise is given, not calibrated.
-        pretrain_fraction: T_pre/T, AdaDPIGU's DP pre-training share of the steps, in (0, 1).
-        retention_ratio: r, fraction of coordinates AdaDPIGU's importance mask keeps, in (0, 1].
-        example_topk_fraction: AdaDPIGU's per-record top-k as a fraction of d, in (0, 1] (1: off).
-        ema_mean_decay: γ1 of AdaDPIGU's running mean, in [0, 1).
-        ema_variance_decay: γ2 of AdaDPIGU's running variance, in [0, 1).
-        standardise_constant: μ of AdaDPIGU's standardisation (g − α) / (√β + μ), > 0.
+        lr … standardise_constant: the optimizer and privacy settings, declared once in
+            :data:`dpaudit.settings.SETTINGS` (each with its help, units and accepted values); inserted here in
+            that order.
         diagnostics: record the target's gradient histogram and support diagnostics (diagnostics.json).
         histogram_epoch: epoch of the gradient-value histogram (default: min(5, epochs); AdaDPIGU's Fig 2).
         canaries: m white-box gradient canaries observed in the target's released updates
@@ -96,33 +72,6 @@ class TrainConfig:
     optimizer: str = "dpsgd-gc"
     epochs: int = 10
     batch_size: int = 50
-    lr: float = 0.1
-    clip_norm: float | None = None
-    sigma_dp: float | None = None
-    noise_multiplier: float | None = None
-    domain_radius: float | None = None
-    domain_center: str = "origin"
-    target_epsilon: float | None = None
-    delta: float = 1e-5
-    accountant: str = "rdp"
-    momentum: float = 0.0
-    r: float = 0.1
-    gamma: float = 0.01
-    noise_decay_exponent: float = 0.25
-    noise_decay_unit: str = "epoch"
-    reduction_rate: float = 0.3
-    reduction_convention: str = "code"
-    projection_refresh: str = "step"
-    active_ratio: float = 0.4
-    warmup_fraction: float = 0.3
-    warmup_budget_fraction: float = 0.3
-    warmup_sigma_dp: float | None = None
-    pretrain_fraction: float = 0.075
-    retention_ratio: float = 0.6
-    example_topk_fraction: float = 0.4
-    ema_mean_decay: float = 0.9
-    ema_variance_decay: float = 0.999
-    standardise_constant: float = 1e-6
     diagnostics: bool = True
     histogram_epoch: int | None = None
     canaries: int = 0
@@ -171,7 +120,7 @@ class TrainConfig:
                 "split_design 'halves' trains every model on target_size records; leave shadow_size unset"
             )
         check_probability("delta (δ)", self.delta)
-        check_choice("accountant", self.accountant, ("rdp", "prv"))
+        SETTINGS["accountant"].check(self.accountant)
         check_choice("grad_sample", self.grad_sample, GRAD_SAMPLE_BACKENDS)
         check_choice("engine", self.engine, ENGINES)
         check_positive("memory_budget_mb", self.memory_budget_mb)
@@ -207,7 +156,7 @@ class TrainConfig:
         sigma_dp = self.sigma_dp
         if sum(value is not None for value in (self.sigma_dp, self.noise_multiplier, self.target_epsilon)) > 1:
             raise DPAuditError("give one of sigma_dp, noise_multiplier and target_epsilon")
-        check_probability("warmup_budget_fraction (ε1/ε)", self.warmup_budget_fraction)
+        SETTINGS["warmup_budget_fraction"].check(self.warmup_budget_fraction)
         warmup_sigma_dp = self.warmup_sigma_dp
         if self.target_epsilon is not None:
             sigma_dp, warmup_sigma_dp = self._calibrated_noise(spec.cls)
@@ -215,7 +164,7 @@ class TrainConfig:
             check_positive("noise_multiplier", self.noise_multiplier, allow_zero=True)
             if self.clip_norm is None:
                 raise DPAuditError("noise_multiplier needs clip_norm (C) to give σ_DP = z·C/b")
-            check_positive("clip_norm (C)", self.clip_norm)
+            SETTINGS["clip_norm"].check(self.clip_norm)
             sigma_dp = self.noise_multiplier * self.clip_norm / self.batch_size  # σ_DP = z·C/b
         if warmup_sigma_dp is None:
             warmup_sigma_dp = sigma_dp
@@ -272,10 +221,10 @@ class TrainConfig:
         from dpaudit.optim import TwoPhaseSparse
         from dpaudit.theory import calibrate_noise
 
-        check_positive("target_epsilon (ε)", self.target_epsilon)
+        SETTINGS["target_epsilon"].check(self.target_epsilon)
         if self.clip_norm is None:
             raise DPAuditError("target_epsilon needs clip_norm (C) to give σ_DP = z·C/b")
-        check_positive("clip_norm (C)", self.clip_norm)
+        SETTINGS["clip_norm"].check(self.clip_norm)
         hyper = self.hyperparameters(self.target_size)
         options = {"delta": self.delta, "sample_rate": hyper.sample_rate, "accountant": self.accountant}
         to_sigma_dp = self.clip_norm / self.batch_size  # σ_DP = z·C/b

@@ -22,9 +22,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpaudit._io import write_json
-from dpaudit.data import ArrayDataset
+from dpaudit.data import ArrayDataset, load_dataset
 from dpaudit.models import parameter_count, trainable_parameters
-from dpaudit.optim import top_k_indices
+from dpaudit.observers import TrainingObserver
+from dpaudit.optim import StepCost, top_k_indices
+from dpaudit.per_sample import PerSampleGradients
+from dpaudit.run import load_run_config, open_run
 
 HISTOGRAM_EDGES = np.linspace(-0.05, 0.05, 201)
 SMALL_GRADIENT = 0.01
@@ -73,8 +76,11 @@ class GradientHistogram:
         }
 
 
-class TrainingDiagnostics:
-    """Recorder the engine calls around each step of one model; writes ``diagnostics.json``.
+class TrainingDiagnostics(TrainingObserver):
+    """Recorder of one model's training, an observer of the loop (``dpaudit.observers``); writes ``diagnostics.json``.
+
+    The histogram looks at each step's accumulated gradient before the update (``before_update``); the support
+    quality is recorded whenever the support changed, after ``begin_epoch`` and after each update.
 
     Args:
         model: the model being trained.
@@ -86,6 +92,7 @@ class TrainingDiagnostics:
         path: the JSON file to write (None: keep in memory).
     """
 
+    name = "diagnostics"
     transient_state = ("model", "train_data", "held_out", "path")
 
     def __init__(
@@ -110,11 +117,17 @@ class TrainingDiagnostics:
         self._version = 0
         self._previous: torch.Tensor | None = None
 
-    def before_step(self, optimizer, *, epoch: int) -> None:
+    def begin_epoch(self, optimizer, *, epoch: int) -> None:
+        self.observe_support(optimizer, epoch=epoch)
+
+    def before_update(self, optimizer, *, epoch: int) -> None:
         if epoch == self.histogram.epoch:
             gradient = optimizer.gradient_before_noise()
             if gradient is not None:
                 self.histogram.add(gradient)
+
+    def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
+        self.observe_support(optimizer, epoch=epoch)
 
     def observe_support(self, optimizer, *, epoch: int) -> None:
         """Record the support's quality if it changed since the last call (after begin_epoch and each step)."""
@@ -130,7 +143,8 @@ class TrainingDiagnostics:
         score = None if optimizer.score is None else optimizer.score[:d]
         self.supports.append(self._support_quality(mask[:d], score, epoch=epoch, step=optimizer.steps_taken))
 
-    def save(self) -> None:
+    def end_epoch(self, *, epoch: int) -> None:
+        """Write what was recorded so far to ``path`` (if any)."""
         if self.path is not None:
             write_json(self.path, self.to_dict())
 
@@ -213,10 +227,6 @@ def gradient_alignment(
     Returns:
         ``{"epochs", "norms", "cosine" (per record), "weighted": {name: [cos per batch]}}``.
     """
-    from dpaudit.data import load_dataset
-    from dpaudit.per_sample import PerSampleGradients
-    from dpaudit.run import load_run_config, open_run
-
     weights = weights or {}
     rng = np.random.default_rng(seed)
     epochs = list(load_run_config(run_dir).eval_epochs)

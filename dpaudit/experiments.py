@@ -21,8 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit._validation import DPAuditError
+from dpaudit.attacks import ATTACKS
+from dpaudit.rundir import RunDir
 
 SUMMARY_FILE = "summary.json"
+
+#: The attacks a run summary can hold (what the paper figures draw), in the order it holds them.
+SUMMARY_ATTACKS = ("loss", "canary")
 
 
 def run_id(settings: Mapping[str, Any]) -> str:
@@ -103,8 +108,8 @@ def summarize_run(
         delta: δ of every ε and ε̂.
         accountant: accountant replaying the ledger for the theoretical ε per epoch.
         confidence: confidence of the ε̂ lower bounds.
-        attacks: "loss" (black-box, at every eval epoch) and/or "canary" (white-box, whole run; needs
-            ``canaries`` at training).
+        attacks: some of :data:`SUMMARY_ATTACKS`: "loss" (black-box, at every eval epoch) and/or "canary"
+            (white-box, whole run; needs ``canaries`` at training), scored through :data:`dpaudit.attacks.ATTACKS`.
 
     Returns:
         ``{"config", "epochs", "steps", "train_loss", "test_accuracy", "train_accuracy",
@@ -118,9 +123,9 @@ def summarize_run(
 
     run = Path(run_dir)
     config = load_run_config(run)
-    metrics = read_json(run / "target" / "metrics.json")
-    ledger = read_json(run / "target" / "ledger.json")
-    derived = read_json(run / "config.json")["derived"]
+    metrics = read_json(RunDir(run).target.metrics)
+    ledger = read_json(RunDir(run).target.ledger)
+    derived = read_json(RunDir(run).config)["derived"]
     summary: dict[str, Any] = {
         "config": config.to_dict(),
         "noise_multiplier": derived.get("noise_multiplier_z"),
@@ -139,8 +144,10 @@ def summarize_run(
         ],
     }
 
-    def report(members, nonmembers, selection):
-        full = audit_scores(members, nonmembers, delta=delta, confidence=confidence, selection=selection).to_dict()
+    def report(found):
+        full = audit_scores(
+            found.members, found.nonmembers, delta=delta, confidence=confidence, selection=found.selection or "split"
+        ).to_dict()
         return {
             key: full[key]
             for key in (
@@ -154,24 +161,21 @@ def summarize_run(
             )
         }
 
-    if "loss" in attacks:
-        from dpaudit.attacks.loss import run_loss_scores
-
-        summary["loss"] = {
-            str(epoch): report(*run_loss_scores(run, epoch=epoch), "split") for epoch in config.eval_epochs
-        }
-    if "canary" in attacks:
-        from dpaudit.attacks.canary import CanaryObservations
-
-        path = run / "target" / "canaries.npz"
-        if not path.is_file():
-            raise DPAuditError(f"{run} has no canaries (train with --canaries M for the canary audit)")
-        observed = CanaryObservations.load(path)
-        summary["canary"] = {
-            **report(*observed.scores(), observed.selection),
-            "epsilon_mechanism": observed.mechanism_epsilon(delta=delta),
-            "audited_steps": int(observed.audited_steps().sum()),
-        }
+    for name in (name for name in SUMMARY_ATTACKS if name in attacks):  # this order, whatever the order given
+        attack = ATTACKS[name]
+        if attack.whole_run:
+            if name == "canary" and not RunDir(run).target.canaries.is_file():
+                raise DPAuditError(f"{run} has no canaries (train with --canaries M for the canary audit)")
+            found = attack.scores(run, epoch=None, delta=delta)
+            summary[name] = {
+                **report(found),
+                "epsilon_mechanism": found.epsilon_mechanism,
+                "audited_steps": found.audited_steps,
+            }
+        else:
+            summary[name] = {
+                str(epoch): report(attack.scores(run, epoch=epoch, delta=delta)) for epoch in config.eval_epochs
+            }
     write_json(run / SUMMARY_FILE, summary)
     return summary
 

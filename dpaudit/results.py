@@ -13,6 +13,8 @@ import numpy as np
 
 from dpaudit._io import read_json
 from dpaudit._validation import DPAuditError
+from dpaudit.attacks import get_attack
+from dpaudit.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,13 @@ class RunRecord:
 def load_run(path: str | Path) -> RunRecord:
     """Read one run folder; a missing file is a one-line error naming it."""
     run = Path(path)
+    files = RunDir(run)
     try:
-        config = read_json(run / "config.json")["config"]
-        attack = read_json(run / "attack.json")["results"]
-        metrics = read_json(run / "target" / "metrics.json")
-        ledger = read_json(run / "target" / "ledger.json")
-        theory = read_json(run / "target" / "epsilon.json") if (run / "target" / "epsilon.json").is_file() else None
+        config = read_json(files.config)["config"]
+        attack = read_json(files.attack)["results"]
+        metrics = read_json(files.target.metrics)
+        ledger = read_json(files.target.ledger)
+        theory = read_json(files.target.epsilon) if files.target.epsilon.is_file() else None
     except FileNotFoundError as error:
         raise DPAuditError(f"incomplete run {run}: missing {Path(error.filename).name}") from None
     except KeyError as error:
@@ -158,7 +161,7 @@ def diagnostics_summary(run: str | Path) -> dict[str, float | None]:
     """Headline numbers of ``target/diagnostics.json`` (empty if the run has none): the share of
     clipped mean-gradient values within ±0.01 at the histogram epoch and, for the first support, the
     share of the oracle's squared gradient it captures against a random support's k/d."""
-    path = Path(run) / "target" / "diagnostics.json"
+    path = RunDir(run).target.diagnostics
     if not path.is_file():
         return {}
     record = read_json(path)
@@ -199,7 +202,8 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
     ]
     for (run, attack), results in sorted(groups.items()):
         reports = [r["report"] for r in results]
-        theory_key = "epsilon_mechanism" if attack == "canary" else "epsilon_run"
+        per_step = get_attack(attack).claim == "mechanism"
+        theory_key = get_attack(attack).claim_key
         theory = float(np.mean([r.get(theory_key) or np.nan for r in results]))
 
         def mean(key):
@@ -212,14 +216,14 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
             "samples": int(np.mean([rep["n_members"] + rep["n_nonmembers"] for rep in reports])),
             "epsilon_ceiling": mean("epsilon_ceiling"),
             "epsilon_theory": theory,
-            "theory": "one Gaussian step (canary's mechanism)" if attack == "canary" else "whole run",
+            "theory": "one Gaussian step (canary's mechanism)" if per_step else "whole run",
             "ratio_lower_to_theory": mean("epsilon_lower") / theory if theory > 0 else float("nan"),
             "auc": mean("auc"),
             "tpr_at_0.1%_fpr": float(np.mean([float(rep["tpr_at_fpr"]["0.001"]) for rep in reports])),
             "files": len(results),
         }
         metrics[f"{run}/{attack}"] = row
-        label = f"{theory:.2f} ({'per step' if attack == 'canary' else 'run'})"
+        label = f"{theory:.2f} ({'per step' if per_step else 'run'})"
         lines.append(
             f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} | {row['epsilon_gdp']:.2f} | "
             f"{row['epsilon_lower']:.2f} | "

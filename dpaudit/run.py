@@ -1,15 +1,6 @@
-"""The folder of a ``dpaudit train`` run: reading its configuration, split and checkpoints.
+"""Reading a ``dpaudit train`` run: its configuration, split and checkpoints (the layout: :mod:`dpaudit.rundir`).
 
-Layout (written by :func:`dpaudit.train.train_configuration`)::
-
-    RUN/config.json              the validated configuration and derived values (z, σ_DP, q, T/epoch)
-    RUN/split.json               member / non-member indices of the target and every shadow
-    RUN/<model>/metrics.json     per epoch: training loss, test loss and accuracy
-    RUN/<model>/ledger.json      per step: noise multiplier z, sample rate q (run-length encoded)
-    RUN/<model>/epoch_EEEE.pt    state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
-
-where <model> is ``target`` or :func:`shadow_name` (``shadow_00``, …). Attacks, diagnostics and summaries read
-runs through this module, never through the training engine.
+Attacks, diagnostics and summaries read runs through this module, never through the training engine.
 """
 
 from __future__ import annotations
@@ -27,6 +18,9 @@ from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.data import dataset_info
+from dpaudit.rundir import RunDir, shadow_name
+
+__all__ = ["RunDir", "load_checkpoint", "load_run_config", "open_run", "save_checkpoint", "shadow_name"]
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, metadata: dict[str, Any]) -> Path:
@@ -58,10 +52,6 @@ def _first_sentence(error: Exception) -> str:
     return text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(error).__name__
 
 
-def shadow_name(index: int) -> str:
-    return f"shadow_{index:02d}"
-
-
 def open_run(run_dir: str | Path, *, epoch: int):
     """What attacks on one checkpoint epoch of a ``dpaudit train`` run need.
 
@@ -74,24 +64,24 @@ def open_run(run_dir: str | Path, *, epoch: int):
     """
     from dpaudit.data import load_split
 
-    run = Path(run_dir)
-    config = load_run_config(run)
+    run = RunDir(run_dir)
+    config = load_run_config(run.path)
     if epoch not in config.eval_epochs:
         raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
-    split = load_split(run / "split.json")
+    split = load_split(run.split)
     info = dataset_info(config.dataset)
     device = resolve_device(config.device)
     network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
 
     def load(name: str) -> nn.Module:
-        return load_checkpoint(run / name / f"epoch_{epoch:04d}.pt", network).to(device)
+        return load_checkpoint(run.model(name).checkpoint(epoch), network).to(device)
 
     return config, split, load, device
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
     """The ``TrainConfig`` a run directory was trained with."""
-    path = Path(run_dir) / "config.json"
+    path = RunDir(run_dir).config
     if not path.is_file():
         raise DPAuditError(f"no training run at {run_dir} (missing config.json); run `dpaudit train` first")
     return TrainConfig.from_dict(read_json(path)["config"])

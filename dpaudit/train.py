@@ -8,10 +8,14 @@ configuration and one Monte Carlo trial (Liang et al., App. D.2 and D.4) and wri
     out_dir/<model>/metrics.json     per epoch: training loss, test loss and accuracy
     out_dir/<model>/ledger.json      per step: noise multiplier z, sample rate q (run-length encoded)
     out_dir/<model>/epoch_EEEE.pt    state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
+    out_dir/target/canaries.npz      the white-box canaries' bits and observations (``dpaudit.attacks.canary``)
     out_dir/target/diagnostics.json  gradient histogram and support quality (``dpaudit.diagnostics``)
     out_dir/<model>/state_EEEE.pt    while training: the full training state after epoch EEEE (resume)
 
 where <model> is ``target``, ``shadow_00``, ``shadow_01``, … Every file is written atomically.
+
+The canaries and the diagnostics are observers of the loop (``dpaudit.observers``), built from the
+configuration for the target and called at fixed points of every step, not branches of it.
 
 No lost work: at the end of an epoch, once ``state_every`` seconds have passed since the last save,
 each model's whole training state (parameters, optimizer state, the sampling, noise, canary and
@@ -41,15 +45,20 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dpaudit import models as model_registry
-from dpaudit import optim
+from dpaudit import optim, theory
 from dpaudit._device import host_to_device, resolve_device
 from dpaudit._io import atomic_write_bytes, remove_partial_writes, write_json
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError, check_positive
+from dpaudit.attacks.canary import GradientCanaries, canary_dimension
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, dataset_info, load_dataset
+from dpaudit.diagnostics import TrainingDiagnostics
+from dpaudit.ensemble import EnsembleGradients, RecordPool
 from dpaudit.inference import evaluate, predict_logits  # noqa: F401 - predict_logits: dpaudit.train's public name
+from dpaudit.layerwise import dense
 from dpaudit.ledger import PrivacyLedger
+from dpaudit.observers import TrainingObserver
 from dpaudit.per_sample import PerSampleGradients
 from dpaudit.run import (  # noqa: F401 - the run-folder readers stay importable from dpaudit.train
     _first_sentence,
@@ -59,6 +68,7 @@ from dpaudit.run import (  # noqa: F401 - the run-folder readers stay importable
     save_checkpoint,
     shadow_name,
 )
+from dpaudit.rundir import ModelDir
 
 STATE_FORMAT = 1
 STATE_EVERY_SECONDS = 60.0  # the default: a kill loses at most about this much training (plus one epoch)
@@ -141,6 +151,58 @@ class Member:
     out_dir: str | Path | None = None
 
 
+def _observers(
+    config: TrainConfig,
+    member: Member,
+    *,
+    model: nn.Module,
+    held_out: ArrayDataset | None,
+    noise_seed: int,
+    sampling_seed: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    out: ModelDir | None,
+) -> list[TrainingObserver]:
+    """The observers of one model's training, in the order the loop calls them: the target's white-box canaries
+    (``config.canaries``; seeded by its noise seed), then its diagnostics (``config.diagnostics``; seeded by its
+    sampling seed), which also see the canaries' coordinates. Their files go to ``out`` (None: none written)."""
+    if member.model_index != 0:
+        return []
+    observers: list[TrainingObserver] = []
+    if config.canaries:
+        dimension = canary_dimension(
+            count=config.canaries,
+            design=config.canary_design,
+            reduction_rate=config.reduction_rate,
+            reduction_convention=config.reduction_convention,
+        )
+        observers.append(
+            GradientCanaries(
+                count=config.canaries,
+                clip_norm=config.clip_norm or 1.0,
+                seed=noise_seed,
+                device=device,
+                dtype=dtype,
+                design=config.canary_design,
+                dimension=dimension,
+                path=out.canaries if out is not None else None,
+            )
+        )
+    if config.diagnostics:
+        observers.append(
+            TrainingDiagnostics(
+                model=model,
+                train_data=member.train_data,
+                held_out=held_out,
+                batch_size=config.batch_size,
+                seed=sampling_seed,
+                histogram_epoch=config.histogram_epoch or min(5, config.epochs),
+                path=out.diagnostics if out is not None else None,
+            )
+        )
+    return observers
+
+
 class _ModelRun:
     """One model's state in the engine's lockstep loop: network, optimizer, streams, ledger, metrics, files."""
 
@@ -160,52 +222,33 @@ class _ModelRun:
         ).to(device)
         spec = optim.get_spec(config.optimizer)
         self.params = model_registry.trainable_parameters(self.model)
-        self.canaries = None
-        if config.canaries and member.model_index == 0:
-            from dpaudit.attacks.canary import GradientCanaries, canary_dimension
-
-            dimension = canary_dimension(
-                count=config.canaries,
-                design=config.canary_design,
-                reduction_rate=config.reduction_rate,
-                reduction_convention=config.reduction_convention,
-            )
-            self.canaries = GradientCanaries(
-                count=config.canaries,
-                clip_norm=config.clip_norm or 1.0,
-                seed=noise_seed,
-                device=device,
-                dtype=self.params[0].dtype,
-                design=config.canary_design,
-                dimension=dimension,
-            )
+        self.out = ModelDir(Path(member.out_dir)) if member.out_dir is not None else None
+        self.observers = _observers(
+            config,
+            member,
+            model=self.model,
+            held_out=test_data,
+            noise_seed=noise_seed,
+            sampling_seed=sampling_seed,
+            device=device,
+            dtype=self.params[0].dtype,
+            out=self.out,
+        )
+        # this model's gradients go through its observers alone, not through an ensemble's shared accumulation
+        self.observes_gradients = any(observer.sees_gradients for observer in self.observers)
         generator = torch.Generator(device=device).manual_seed(noise_seed)
         self.optimizer = spec.cls(
-            self.params + ([self.canaries.parameter] if self.canaries else []),
+            self.params + [tensor for observer in self.observers for tensor in observer.parameters],
             config.hyperparameters(len(member.train_data)),
             generator=generator,
         )
-        self.optimizer.record_updates = self.canaries is not None
+        self.optimizer.record_updates = any(observer.reads_updates for observer in self.observers)
         self.rng = np.random.default_rng(sampling_seed)
         self.images = torch.from_numpy(member.train_data.images).to(device)
         self.labels = torch.from_numpy(member.train_data.labels).to(device)
         self.ledger = PrivacyLedger(sampling=config.sampling, dp_claim=spec.dp_claim)
         self.metrics = EpochMetrics()
         self.checkpoints: dict[int, Path] = {}
-        self.out = Path(member.out_dir) if member.out_dir is not None else None
-        self.diagnostics = None
-        if config.diagnostics and member.model_index == 0:
-            from dpaudit.diagnostics import TrainingDiagnostics
-
-            self.diagnostics = TrainingDiagnostics(
-                model=self.model,
-                train_data=member.train_data,
-                held_out=test_data,
-                batch_size=config.batch_size,
-                seed=sampling_seed,
-                histogram_epoch=config.histogram_epoch or min(5, config.epochs),
-                path=self.out / "diagnostics.json" if self.out is not None else None,
-            )
         # loss sums stay on the device (float64), read once per epoch: reading them every step would make the
         # host wait for the GPU
         self._loss_sum: torch.Tensor | None = None
@@ -221,18 +264,15 @@ class _ModelRun:
 
     def begin_epoch(self, epoch: int) -> None:
         self.optimizer.begin_epoch(epoch)
-        if self.diagnostics is not None:
-            self.diagnostics.observe_support(self.optimizer, epoch=epoch)
+        for observer in self.observers:
+            observer.begin_epoch(self.optimizer, epoch=epoch)
         self._batch_losses = []
 
     def accumulate(self, grads: list[torch.Tensor], losses: torch.Tensor) -> None:
-        """Feed one chunk of gradients (per-sample, or a share of the batch mean) to the optimizer."""
-        if self.canaries is not None:  # the canary tensor is a coordinate no loss touches
-            if self.canaries.zeroes_records:  # the noise-scale audit's dataset: records with zero gradients
-                grads = [torch.zeros_like(g) for g in grads]
-            padding = self.canaries.parameter
-            shape = (len(losses), *padding.shape) if self.optimizer.per_sample else padding.shape
-            grads = list(grads) + [padding.new_zeros(shape)]
+        """Feed one chunk of gradients (per-sample, or a share of the batch mean) to the optimizer, through the
+        observers (the canaries' coordinates, the noise-scale audit's zeroed records)."""
+        for observer in self.observers:
+            grads = observer.accumulate(self.optimizer, grads, records=len(losses))
         self.optimizer.accumulate(grads)
         self.add_losses(losses)
 
@@ -243,26 +283,20 @@ class _ModelRun:
         self._loss_sum = total if self._loss_sum is None else self._loss_sum + total
 
     def before_update(self, index: np.ndarray, *, epoch: int) -> None:
-        """The batch's loss, the canaries' insertion and the diagnostics' look before the optimizer's update."""
+        """The batch's loss, then the observers (the canaries' insertion, the diagnostics' look) before the
+        optimizer's update."""
         if len(index) and self._loss_sum is not None:
             self._batch_losses.append((self._loss_sum, len(index)))
         self._loss_sum = None
-        if self.canaries is not None:
-            self.canaries.insert(self.optimizer, self.params)
-        if self.diagnostics is not None:
-            self.diagnostics.before_step(self.optimizer, epoch=epoch)
+        for observer in self.observers:
+            observer.before_update(self.optimizer, epoch=epoch)
 
-    def after_update(self, cost: tuple | None, *, epoch: int) -> None:
-        """The canaries' and diagnostics' look at the update (``cost``: what ``optimizer.step`` returned); the
-        ledger."""
-        if self.canaries is not None:
-            self.canaries.observe(self.optimizer, cost)
-        if self.diagnostics is not None:
-            self.diagnostics.observe_support(self.optimizer, epoch=epoch)
+    def after_update(self, cost: optim.StepCost | None, *, epoch: int) -> None:
+        """The observers' look at the update (``cost``: what ``optimizer.step`` returned), then the ledger."""
+        for observer in self.observers:
+            observer.after_update(self.optimizer, cost, epoch=epoch)
         if cost is not None:
-            self.ledger.record(
-                noise_multiplier=cost[0], sample_rate=cost[1], phase=cost[2] if len(cost) > 2 else "train"
-            )
+            self.ledger.record(noise_multiplier=cost.noise_multiplier, sample_rate=cost.sample_rate, phase=cost.phase)
 
     def end_epoch(self, epoch: int, *, started: float) -> bool:
         """Record the epoch's metrics, write files and the checkpoint; return whether training diverged."""
@@ -291,23 +325,22 @@ class _ModelRun:
         diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not bool(
             torch.isfinite(torch.cat([p.detach().flatten() for p in self.model.parameters()])).all()
         )
-        if self.diagnostics is not None:
-            self.diagnostics.save()
+        for observer in self.observers:
+            observer.end_epoch(epoch=epoch)
         if self.out is not None:
-            if self.canaries is not None:
-                self.canaries.result().save(self.out / "canaries.npz")
-            write_json(self.out / "metrics.json", {"model": self.label, **asdict(metrics)})
-            write_json(self.out / "ledger.json", self.ledger.to_dict())
+            write_json(self.out.metrics, {"model": self.label, **asdict(metrics)})
+            write_json(self.out.ledger, self.ledger.to_dict())
             if epoch in self.config.eval_epochs and not diverged:
                 self.checkpoints[epoch] = save_checkpoint(
-                    self.out / f"epoch_{epoch:04d}.pt",
+                    self.out.checkpoint(epoch),
                     self.model,
                     {"model": self.label, "epoch": epoch, "steps": self.ledger.steps, "config": self.config.to_dict()},
                 )
         return diverged
 
     def result(self) -> TrainedModel:
-        return TrainedModel(self.model, self.metrics, self.ledger, self.checkpoints, self.diagnostics)
+        diagnostics = next((o for o in self.observers if isinstance(o, TrainingDiagnostics)), None)
+        return TrainedModel(self.model, self.metrics, self.ledger, self.checkpoints, diagnostics)
 
     @property
     def identity(self) -> str:
@@ -319,9 +352,7 @@ class _ModelRun:
 
     def saved_states(self) -> dict[int, Path]:
         """Saved training states of this model's folder, by epoch."""
-        if self.out is None or not self.out.is_dir():
-            return {}
-        return {int(path.stem.split("_")[1]): path for path in self.out.glob("state_[0-9][0-9][0-9][0-9].pt")}
+        return {} if self.out is None else self.out.states()
 
     def save_state(self, epoch: int) -> None:
         """Write everything the run after ``epoch`` depends on to ``state_EEEE.pt`` (atomically)."""
@@ -332,15 +363,14 @@ class _ModelRun:
             "model": {key: value.detach().clone() for key, value in self.model.state_dict().items()},
             "optimizer": capture(self.optimizer),
             "sampling_rng": encode(self.rng),
-            "canaries": None if self.canaries is None else capture(self.canaries),
-            "diagnostics": None if self.diagnostics is None else capture(self.diagnostics),
+            **{observer.name: capture(observer) for observer in self.observers},
             "ledger": self.ledger.to_dict(),
             "metrics": asdict(self.metrics),
             "checkpoints": {str(key): str(path) for key, path in self.checkpoints.items()},
         }
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        atomic_write_bytes(self.out / f"state_{epoch:04d}.pt", buffer.getvalue())
+        atomic_write_bytes(self.out.state(epoch), buffer.getvalue())
 
     def load_state(self, path: Path) -> dict[str, Any] | None:
         """The state saved at ``path`` if it belongs to this run (None: another configuration's)."""
@@ -359,10 +389,8 @@ class _ModelRun:
         self.model.load_state_dict(state["model"])
         restore(self.optimizer, state["optimizer"])
         self.rng = decode(state["sampling_rng"], self.rng)
-        if self.canaries is not None:
-            restore(self.canaries, state["canaries"])
-        if self.diagnostics is not None:
-            restore(self.diagnostics, state["diagnostics"])
+        for observer in self.observers:
+            restore(observer, state[observer.name])
         self.ledger = PrivacyLedger.from_dict(state["ledger"])
         self.metrics = EpochMetrics(**state["metrics"])
         self.checkpoints = {int(key): Path(path) for key, path in state["checkpoints"].items()}
@@ -443,7 +471,7 @@ def train_models(
     name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
     if done:
         print(
-            f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.parent})",
+            f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.path.parent})",
             file=sys.stderr,
             flush=True,
         )
@@ -473,7 +501,7 @@ def train_models(
         if diverged:
             bar.close()
             losses = ", ".join(f"{run.label} (loss {run.metrics.train_loss[-1]})" for run in diverged)
-            where = diverged[0].out
+            where = diverged[0].out.path if diverged[0].out is not None else None
             kept = (
                 ""
                 if where is None
@@ -502,9 +530,6 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
     """A function feeding every run's optimizer the gradients of its batch (``indices[k]`` for run k)."""
     per_sample = runs[0].optimizer.per_sample
     if config.engine == "ensemble":
-        from dpaudit.ensemble import EnsembleGradients, RecordPool
-        from dpaudit.layerwise import dense
-
         ensemble = EnsembleGradients(
             [run.model for run in runs],
             per_sample=per_sample,
@@ -522,7 +547,7 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
 
         def sink(models, counts, grads, losses, padding):
             loss_sums = losses.sum(1).double().unbind()  # padding rows' losses are 0; one view op for all models
-            together = [m for m, k in enumerate(models) if runs[k].canaries is None]
+            together = [m for m, k in enumerate(models) if not runs[k].observes_gradients]
             if 0 < len(together) < len(models):
                 rows = host_to_device(together, losses.device)
                 grads_together = [g.index_select(0, rows) for g in grads]
@@ -537,7 +562,7 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
                     padding_together,
                 )
             for m, k in enumerate(models):
-                if runs[k].canaries is not None:  # the target's optimizer has the canary tensor too
+                if runs[k].observes_gradients:  # e.g. the target's optimizer has the canary tensor too
                     runs[k].accumulate(
                         [dense(g[m, : counts[m]]) if per_sample else g[m] for g in grads], losses[m, : counts[m]]
                     )
@@ -682,13 +707,11 @@ def train_configuration(
 
 def planned_epsilon(config: TrainConfig) -> float | None:
     """Theoretical ε at ``config.delta`` of the target's planned steps (None for non-private optimizers)."""
-    from dpaudit.theory import epsilon
-
     spec = optim.get_spec(config.optimizer)
     if not issubclass(spec.cls, optim.PrivateOptimizer):
         return None
     hyper = config.hyperparameters(config.target_size)
-    return epsilon(
+    return theory.epsilon(
         noise_multiplier=spec.cls.planned_noise_multipliers(hyper),
         sample_rate=hyper.sample_rate,
         delta=config.delta,

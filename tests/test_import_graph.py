@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dpaudit"
-ENGINE = {"dpaudit.train", "dpaudit.cli"}  # the engine itself, and the command that starts it
+ENGINE = {"dpaudit.train", "dpaudit.cli", "dpaudit.cli.commands"}  # the engine itself, and the command that starts it
 
 
 def _module_name(path: Path) -> str:

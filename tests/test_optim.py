@@ -45,7 +45,7 @@ def test_dpsgd_gc_step_matches_hand_computation():
     # two samples; sample 0 has norm 5 (clipped to 1), sample 1 has norm 0.5 (kept)
     grads = [torch.tensor([[3.0, 0.0], [0.3, 0.0]]), torch.tensor([[4.0], [0.4]])]
     opt.accumulate(grads)
-    z, q = opt.step(realized_batch_size=2)
+    cost = opt.step(realized_batch_size=2)
     reference = torch.Generator().manual_seed(7)
     noise = [torch.randn(2, generator=reference), torch.randn(1, generator=reference)]
     scale0 = 1.0 / (5.0 + 1e-6)
@@ -53,7 +53,8 @@ def test_dpsgd_gc_step_matches_hand_computation():
     expected = [p - 0.1 * (s / 2 + 0.3 * n) for p, s, n in zip(_tiny_params(), summed, noise)]
     for got, want in zip(params, expected):
         torch.testing.assert_close(got, want)
-    assert z == pytest.approx(0.3 * 2 / 1.0) and q == pytest.approx(0.2)
+    assert cost.noise_multiplier == pytest.approx(0.3 * 2 / 1.0) and cost.sample_rate == pytest.approx(0.2)
+    assert cost.phase == "train"
 
 
 @pytest.mark.parametrize("name, clipped, noisy", [("dpsgd-no-noise", True, False), ("dpsgd-no-clip", False, True)])
@@ -64,14 +65,15 @@ def test_broken_dpsgd_variants_depart_in_exactly_one_way_and_claim_nothing(name,
     opt = spec.cls(params, _hyper(), generator=torch.Generator().manual_seed(7))
     grads = [torch.tensor([[3.0, 0.0], [0.3, 0.0]]), torch.tensor([[4.0], [0.4]])]  # norms 5 and 0.5
     opt.accumulate(grads)
-    z, q = opt.step(realized_batch_size=2)
+    cost = opt.step(realized_batch_size=2)
     scale0 = 1.0 / (5.0 + 1e-6) if clipped else 1.0
     summed = [torch.tensor([3.0 * scale0 + 0.3, 0.0]), torch.tensor([4.0 * scale0 + 0.4])]
     reference = torch.Generator().manual_seed(7)
     noise = [torch.randn(2, generator=reference), torch.randn(1, generator=reference)] if noisy else [0.0, 0.0]
     for got, start, total, n in zip(params, _tiny_params(), summed, noise):
         torch.testing.assert_close(got, start - 0.1 * (total / 2 + 0.3 * n))
-    assert z == pytest.approx(0.6) and q == pytest.approx(0.2)  # the ledger records what DP-SGD would claim
+    # the ledger records what DP-SGD would claim
+    assert cost.noise_multiplier == pytest.approx(0.6) and cost.sample_rate == pytest.approx(0.2)
 
 
 def test_every_clipped_per_sample_gradient_has_norm_at_most_c():

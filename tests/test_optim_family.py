@@ -119,13 +119,13 @@ def test_one_step_matches_hand_computation(name, phi):
     params = _params()
     opt = optim.get_spec(name).cls(params, _hyper(r=r, gamma=gamma), generator=torch.Generator().manual_seed(11))
     opt.accumulate(GRADS)
-    z, q = opt.step(realized_batch_size=2)
+    cost = opt.step(realized_batch_size=2)
     f0, f1 = phi(5.0, r, gamma), phi(0.5, r, gamma)
     summed = [torch.tensor([3.0 * f0 + 0.3 * f1, 0.0]), torch.tensor([4.0 * f0 + 0.4 * f1])]
     noise = _noise_after(11, [(2,), (1,)])
     for got, start, s, n in zip(params, _params(), summed, noise):
         torch.testing.assert_close(got, start - lr * (s / b + sigma * n))
-    assert (z, q) == (pytest.approx(sigma * b / 1.0), pytest.approx(0.2))
+    assert (cost.noise_multiplier, cost.sample_rate) == (pytest.approx(sigma * b / 1.0), pytest.approx(0.2))
 
 
 def test_momentum_is_heavy_ball_on_the_private_gradient():
@@ -151,7 +151,7 @@ def test_dynamic_schedule_per_epoch_and_per_step():
     opt = optim.D2PSGD(params, hyper, generator=torch.Generator().manual_seed(5))
     opt.begin_epoch(16)
     opt.accumulate(GRADS)
-    z, _ = opt.step(realized_batch_size=2)
+    z = opt.step(realized_batch_size=2).noise_multiplier
     assert z == pytest.approx(hyper.noise_multiplier * 0.5)  # 16^(−1/4) = 1/2
     f0, f1 = 1 / 5.01, 1 / 0.51
     noise = _noise_after(5, [(2,), (1,)])
@@ -337,8 +337,8 @@ def test_warmup_is_dp_sgd_with_sigma_1_and_the_support_comes_from_released_gradi
     expected = [p.clone() for p in params]
     for step in range(2):
         opt.accumulate(TP_GRADS)
-        z, q, phase = opt.step(realized_batch_size=2)
-        assert phase == "warmup" and z == pytest.approx(0.2 * 2 / 1.0)
+        cost = opt.step(realized_batch_size=2)
+        assert cost.phase == "warmup" and cost.noise_multiplier == pytest.approx(0.2 * 2 / 1.0)
         for i, grad in enumerate(TP_GRADS):  # every per-sample norm ≤ C = 1: no clipping
             released = grad.sum(0) / 2 + 0.2 * torch.randn(grad.shape[1:], generator=reference)
             released_squares[i] += released**2
@@ -363,8 +363,8 @@ def test_frozen_coordinates_never_move_in_phase_2(name, momentum):
     frozen = [(p.clone(), m == 0) for p, m in zip(params, opt.mask)]
     for _ in range(2):
         opt.accumulate([g * 100 for g in TP_GRADS])
-        z, _, phase = opt.step(realized_batch_size=2)
-        assert phase == "train" and z == pytest.approx(0.1 * 2 / 1.0)
+        cost = opt.step(realized_batch_size=2)
+        assert cost.phase == "train" and cost.noise_multiplier == pytest.approx(0.1 * 2 / 1.0)
     for param, (before, is_frozen) in zip(params, frozen):
         assert torch.equal(param[is_frozen], before[is_frozen])
         assert not torch.equal(param[~is_frozen], before[~is_frozen]) or not (~is_frozen).any()

@@ -43,6 +43,8 @@ model's (k = ⌊ρ(d + m)⌋), so a frozen canary coordinate releases nothing (i
 
 from __future__ import annotations
 
+import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +54,9 @@ import torch
 from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import CANARY_DESIGNS
+from dpaudit.estimate import gdp_epsilon
+from dpaudit.observers import TrainingObserver
+from dpaudit.optim import StepCost, projected_dimension
 
 ALIGNED_SPECTRUM = 3  # a projection-aligned canary tensor keeps p ≥ 3m singular directions; the canaries take the top m
 
@@ -103,8 +108,6 @@ class CanaryObservations:
     def mechanism_epsilon(self, *, delta: float) -> float:
         """ε at δ of the mechanism each trial faces: one Gaussian step at the smallest z of the run, or for
         the support design the composition of the dense steps."""
-        from dpaudit.estimate import gdp_epsilon
-
         z = self.noise_multipliers
         if z.size == 0 or np.min(z) <= 0:
             return float("inf")
@@ -144,8 +147,6 @@ class CanaryObservations:
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
-    import io
-
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
@@ -158,8 +159,6 @@ def canary_dimension(
     projected dimension p (``optim.projected_dimension``) is at least ``ALIGNED_SPECTRUM``·m."""
     if design != "projection-aligned":
         return count
-    from dpaudit.optim import projected_dimension
-
     needed = ALIGNED_SPECTRUM * count
     kept = reduction_rate if reduction_convention == "code" else 1 - reduction_rate  # > 0: TrainConfig checks
     dimension = max(needed, int(needed / kept))
@@ -168,8 +167,10 @@ def canary_dimension(
     return dimension
 
 
-class GradientCanaries:
-    """The engine's side: the canary tensor, the per-step insertion and the observation.
+class GradientCanaries(TrainingObserver):
+    """The engine's side, an observer of the target's training loop (``dpaudit.observers``): the canary tensor
+    (the optimizer's last parameter), the per-step insertion (``before_update``) and the observation
+    (``after_update``).
 
     Args:
         count: m, the number of canaries.
@@ -179,9 +180,14 @@ class GradientCanaries:
         design: one of ``CANARY_DESIGNS`` (module docstring).
         dimension: size of the canary tensor (``canary_dimension``; default m).
         norm_factor: ≥ 1, so that clipping or normalisation brings each canary to (about) C.
+        path: where each epoch end writes the observations (``CanaryObservations.save``; None: keep in memory).
     """
 
-    transient_state = ("_aligned",)  # the SVD of the optimizer's projection, recomputed from its seed on use
+    name = "canaries"
+    sees_gradients = True  # it appends the canary tensor's zero gradients (noise-scale design: zeroes the records')
+    reads_updates = True  # the scores are read from the released update
+    # the SVD of the optimizer's projection, recomputed from its seed on use; the output file
+    transient_state = ("_aligned", "path")
 
     def __init__(
         self,
@@ -194,6 +200,7 @@ class GradientCanaries:
         design: str = "dirac",
         dimension: int | None = None,
         norm_factor: float = 1e3,
+        path: str | Path | None = None,
     ):
         check_choice("canary design", design, CANARY_DESIGNS)
         self.count = count
@@ -209,11 +216,25 @@ class GradientCanaries:
         self._aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (A, V [m, d], s [m])
         self._fixed_bits: np.ndarray | None = None  # support design: b_j for every dense step
         self._support: np.ndarray | None = None  # support design: the learned support at the canaries
+        self.path = Path(path) if path is not None else None
 
     @property
     def zeroes_records(self) -> bool:
-        """Whether the engine zeroes every real record's gradient (the noise-scale design's dataset)."""
+        """Whether every real record's gradient is zeroed (the noise-scale design's dataset)."""
         return self.design == "noise-scale"
+
+    @property
+    def parameters(self) -> tuple[torch.Tensor, ...]:
+        """The canary tensor, the optimizer's last parameter."""
+        return (self.parameter,)
+
+    def accumulate(self, optimizer, grads: Sequence[torch.Tensor], *, records: int) -> list[torch.Tensor]:
+        """The records' gradients (zeroed for the noise-scale design) and their zero gradients at the canary
+        tensor, a coordinate no loss touches."""
+        if self.zeroes_records:  # the noise-scale audit's dataset: records with zero gradients
+            grads = [torch.zeros_like(g) for g in grads]
+        shape = (records, *self.parameter.shape) if optimizer.per_sample else self.parameter.shape
+        return list(grads) + [self.parameter.new_zeros(shape)]
 
     def directions(self, optimizer) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(v_j as rows [m, d], scales s_j [m]) this step, or None for Dirac canaries (v_j = e_j, s_j = 1)."""
@@ -229,7 +250,7 @@ class GradientCanaries:
             )
         return self._aligned[1], self._aligned[2]
 
-    def insert(self, optimizer, model_params: list[torch.Tensor]) -> None:
+    def before_update(self, optimizer, *, epoch: int) -> None:
         """Draw this step's bits and feed the included canaries to the optimizer as extra records."""
         if self.design != "support":
             bits = self.rng.random(self.count) < 0.5
@@ -240,7 +261,7 @@ class GradientCanaries:
         else:
             bits = np.zeros(self.count, dtype=bool)
         self._current = bits
-        aligned = self.directions(optimizer)  # before the step: ``observe`` scores along these
+        aligned = self.directions(optimizer)  # before the step: ``after_update`` scores along these
         included = np.flatnonzero(bits)
         if included.size == 0:
             return
@@ -252,6 +273,7 @@ class GradientCanaries:
             rows[torch.arange(included.size), chosen] = self.norm
         else:
             rows = self.norm * aligned[0].index_select(0, chosen)
+        model_params = optimizer.params[:-1]  # the canary tensor is the optimizer's last parameter
         if optimizer.per_sample:
             zeros = [torch.zeros((included.size, *p.shape), device=p.device, dtype=p.dtype) for p in model_params]
             optimizer.accumulate(zeros + [rows])
@@ -259,9 +281,10 @@ class GradientCanaries:
             zeros = [torch.zeros_like(p) for p in model_params]
             optimizer.accumulate(zeros + [rows.sum(0) / optimizer.hyper.expected_batch_size])
 
-    def observe(self, optimizer, cost) -> None:
-        """Record each canary's score in the released update (before momentum) and the step's z."""
-        z = float(cost[0]) if cost is not None else 0.0
+    def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
+        """Record each canary's score in the released update (before momentum) and the step's z
+        (``cost.noise_multiplier``)."""
+        z = float(cost.noise_multiplier) if cost is not None else 0.0
         if self.design == "support":
             if self._support is None:  # a dense step the canaries were in (or out of)
                 self._noise.append(z)
@@ -274,12 +297,17 @@ class GradientCanaries:
         elif self.design == "noise-scale":  # the model's coordinates: no record moves them (zeroed gradients)
             model = torch.cat([part.detach().reshape(-1) for part in optimizer.last_update[:-1]])
             scores = model.double().pow(2).mean().sqrt().reshape(1)
-        else:  # the directions of the step just taken (cached at insert; the next step may redraw A)
+        else:  # the directions of the step just taken (cached before it; the next step may redraw A)
             _, directions, scales = self._aligned
             scores = directions @ update / scales
         self._observations.append(scores.double().cpu().numpy().copy())
         self._bits.append(self._current)
         self._noise.append(z)
+
+    def end_epoch(self, *, epoch: int) -> None:
+        """Write the observations so far to ``path`` (if any)."""
+        if self.path is not None:
+            self.result().save(self.path)
 
     def result(self) -> CanaryObservations:
         if self.design == "support":

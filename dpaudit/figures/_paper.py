@@ -19,6 +19,7 @@ import numpy as np
 from dpaudit._io import atomic_write_bytes, read_json
 from dpaudit._validation import DPAuditError
 from dpaudit.experiments import load_summaries
+from dpaudit.rundir import RunDir
 
 PAPERS = {
     "adadpigu": "AdaDPIGU, differentially private SGD with adaptive importance-based gradient updates",
@@ -213,7 +214,7 @@ def latex_escape(text: str) -> str:
 
 
 def diagnostics(run: str | Path) -> dict[str, Any]:
-    path = Path(run) / "target" / "diagnostics.json"
+    path = RunDir(run).target.diagnostics
     if not path.is_file():
         raise DPAuditError(f"{path} is missing: train the run with diagnostics on")
     return read_json(path)

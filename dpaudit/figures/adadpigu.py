@@ -10,6 +10,7 @@ import numpy as np
 
 from dpaudit.figures import _paper as P
 from dpaudit.figures.style import figure_style, save_figure, series_style
+from dpaudit.rundir import RunDir
 
 PAPER = "adadpigu"
 TABLE3_PAPER = {  # Table 3, σ at ε (δ = 1e-5): MNIST (q = 1/60, T = 12000), CIFAR-10 (q = 0.01, T = 20000)
@@ -29,7 +30,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     """Fig 2: histogram of the clipped mean-gradient values at the diagnostics epoch, share within ±0.01."""
     run = Path(runs[0])
     record = P.diagnostics(run)["gradient_histogram"]
-    config = P.read_json(run / "config.json")
+    config = P.read_json(RunDir(run).config)
     edges, counts = np.asarray(record["bin_edges"]), np.asarray(record["counts"], dtype=float)
     share = record["fraction_within_0.01"]
     title = (

@@ -8,10 +8,14 @@ from typing import Any
 import numpy as np
 
 from dpaudit._io import read_json, write_json
+from dpaudit.attacks import get_attack
 from dpaudit.figures.roc import plot_roc
 from dpaudit.figures.style import figure_style, save_figure, series_style
 
-_THEORY_LABEL = {"canary": "theoretical ε of one step (the canary's mechanism)", "other": "theoretical ε of the run"}
+_THEORY_LABEL = {
+    "mechanism": "theoretical ε of one step (the canary's mechanism)",
+    "run": "theoretical ε of the run",
+}  # by Attack.claim
 
 
 def _run_parts(run: str) -> tuple[str, float]:
@@ -74,7 +78,7 @@ def plot_lower_bounds(
                 )
             ax.set_xlim(0, limit)
             ax.set_ylim(0, max(limit, 1.05 * ceiling) if ceiling < 2 * limit else limit)
-            ax.set_xlabel(_THEORY_LABEL["canary" if attack == "canary" else "other"])
+            ax.set_xlabel(_THEORY_LABEL[get_attack(attack).claim])
             ax.set_ylabel(f"ε̂ lower bound ({100 * confidence:g} %)")
             ax.set_title(f"{attack} attack")
         handles, labels = axes[0][0].get_legend_handles_labels()
@@ -101,7 +105,7 @@ def plot_audit_figures(
     epsilons = sorted({_run_parts(run)[1] for run, _ in payloads})
     wanted = epsilons[len(epsilons) // 2] if roc_epsilon is None else min(epsilons, key=lambda e: abs(e - roc_epsilon))
     for attack in sorted({payload["attack"] for _, payload in payloads}):
-        theory = "epsilon_mechanism" if attack == "canary" else "epsilon_run"
+        theory = get_attack(attack).claim_key
         curves = dict(
             sorted(
                 (f"{_run_parts(run)[0]} (ε {float(payload.get(theory) or 'nan'):.2f})", payload["report"])

@@ -10,6 +10,7 @@ import numpy as np
 
 from dpaudit.figures import _paper as P
 from dpaudit.figures.style import figure_style, save_figure, series_style
+from dpaudit.rundir import RunDir
 
 PAPER = "tp_topk"
 VARIANTS = ("dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk")
@@ -20,7 +21,7 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     squared gradient that TP-TopK's warm-up support (DP score) captures against random supports."""
     run = Path(runs[0])
     support = P.diagnostics(run)["supports"][0]
-    config = P.read_json(run / "config.json")
+    config = P.read_json(RunDir(run).config)
     curves = support["curves"]
     ratios = np.asarray(curves["active_ratio"])
     energy = np.asarray(curves["energy_oracle_topk"])

@@ -16,7 +16,9 @@ import numpy as np
 
 from dpaudit._io import read_json, write_json
 from dpaudit._validation import DPAuditError
+from dpaudit.attacks import get_attack
 from dpaudit.figures.style import figure_style, save_figure
+from dpaudit.rundir import RunDir
 
 
 def audit_row(path: str | Path) -> dict[str, Any]:
@@ -27,11 +29,11 @@ def audit_row(path: str | Path) -> dict[str, Any]:
     """
     payload = read_json(path)
     source = str(payload.get("source", "")).split()
-    if not source or not (Path(source[0]) / "config.json").is_file():
+    if not source or not RunDir(source[0]).config.is_file():
         raise DPAuditError(f"{path}: its source run ({' '.join(source) or 'none'}) has no config.json")
-    run = read_json(Path(source[0]) / "config.json")
+    run = read_json(RunDir(source[0]).config)
     attack = payload["attack"]
-    claimed = payload.get("epsilon_mechanism" if attack == "canary" else "epsilon_run")
+    claimed = payload.get(get_attack(attack).claim_key)
     report = payload["report"]
     lower, ceiling = float(report["epsilon_lower"]), float(report["epsilon_ceiling"])
     settings = {key: value for key, value in run["config"].items() if key != "optimizer"}

@@ -2,12 +2,17 @@
 
 * :mod:`dpaudit.theory.accounting` — ε of any sequence of Poisson-subsampled Gaussian steps (RDP with the
   improved or classic conversion, PRV), noise calibration, per-epoch ε replayed from a run's ledger.
-* :mod:`dpaudit.theory.dpsgd_dc` — Liang et al.'s DPSGD-GC / DPSGD-DC bounds and the bounds they compare with.
+  It holds the one RDP → (ε, δ) conversion (:func:`~dpaudit.theory.accounting.rdp_to_epsilon_per_order`).
+* :mod:`dpaudit.theory.bounds` — closed-form RDP bounds, one :class:`~dpaudit.theory.bounds.Bound` record each:
+  Liang et al.'s DPSGD-GC / DPSGD-DC bounds and the bounds they compare with.
+* :mod:`dpaudit.theory.sgm` — α*(q, σ) and Lemma A.13 of Liang et al. for the sampled Gaussian mechanism.
+* :mod:`dpaudit.theory.dpsgd_dc` — those bounds read as (ε, δ)-DP and over epochs, and the presets of the
+  DPSGD-GC/DC paper's Figs. 2b/3b.
 """
 
 from __future__ import annotations
 
-from dpaudit.theory import accounting, dpsgd_dc  # noqa: F401 - the submodules, as dpaudit.theory.accounting etc.
+from dpaudit.theory import accounting, bounds, dpsgd_dc, sgm  # noqa: F401 - the submodules, as theory.bounds etc.
 from dpaudit.theory.accounting import (
     DEFAULT_ORDERS,
     OPACUS_ORDERS,
@@ -20,14 +25,17 @@ from dpaudit.theory.accounting import (
     rdp_subsampled_gaussian,
     rdp_to_epsilon,
 )
+from dpaudit.theory.bounds import Bound, get_bound
 from dpaudit.theory.dpsgd_dc import *  # noqa: F403 - the public names are dpsgd_dc.__all__
 
 __all__ = [
     "DEFAULT_ORDERS",
     "OPACUS_ORDERS",
     "AccountingFallbackWarning",
+    "Bound",
     "calibrate_noise",
     "epsilon",
+    "get_bound",
     "ledger_epsilons",
     "prv_grid",
     "rdp_epsilon_floor",

@@ -147,14 +147,8 @@ def rdp_to_epsilon(
     Raises:
         DPAuditError: when the RDP is infinite (or undefined) at every order.
     """
-    check_choice("conversion", conversion, CONVERSIONS)
-    check_probability("delta (δ)", delta)
+    eps = rdp_to_epsilon_per_order(rdp=rdp, orders=orders, delta=delta, conversion=conversion)
     orders = np.asarray(orders, dtype=float)
-    rdp = np.asarray(rdp, dtype=float)
-    if conversion == "classic":
-        eps = rdp + math.log(1 / delta) / (orders - 1)
-    else:
-        eps = rdp + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
     eps = np.where(np.isnan(eps), np.inf, eps)
     best = int(np.argmin(eps))
     if not np.isfinite(eps[best]):
@@ -162,6 +156,51 @@ def rdp_to_epsilon(
             f"the RDP is infinite at every one of the {len(orders)} orders: no finite ε at δ = {delta:g}"
         )
     return max(float(eps[best]), 0.0), float(orders[best])
+
+
+def rdp_to_epsilon_per_order(*, rdp, orders, delta: float, conversion: str = "improved") -> np.ndarray:
+    """The (ε, δ)-DP ε that (α, RDP)-RDP gives at each order α, without minimising over α.
+
+    This is the one RDP → (ε, δ) formula of dpaudit: :func:`rdp_to_epsilon` minimises it over the orders, and
+    :func:`dpaudit.theory.rdp_to_dp` reads a closed-form bound at its own α with the classic form.
+
+    Args:
+        rdp: RDP ε at each order (nats), broadcast against ``orders``.
+        orders: Rényi orders α > 1.
+        delta: target δ ∈ (0, 1).
+        conversion: "improved" (Balle et al. 2020): ε = RDP + log((α−1)/α) − (log δ + log α)/(α−1);
+            "classic" (Mironov 2017, Proposition 3): ε = RDP + log(1/δ)/(α−1).
+
+    Returns:
+        ε at each order (broadcast shape; not clipped at 0).
+    """
+    check_choice("conversion", conversion, CONVERSIONS)
+    check_probability("delta (δ)", delta)
+    orders = np.asarray(orders, dtype=float)
+    rdp = np.asarray(rdp, dtype=float)
+    if conversion == "classic":
+        return rdp + math.log(1 / delta) / (orders - 1)
+    return rdp + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+
+
+def linear_rdp_to_epsilon(*, slope: float, delta: float) -> tuple[float, float]:
+    """Classic conversion minimised in closed form over every real α > 1, for RDP linear in α: RDP(α) = α·c.
+
+    A named variant of :func:`rdp_to_epsilon_per_order` (``conversion="classic"``) for closed-form bounds such as
+    those of :mod:`dpaudit.theory.bounds`: α·c + log(1/δ)/(α − 1) is smallest at α_opt = 1 + √(log(1/δ)/c),
+    where ε = c + 2√(c·log(1/δ)) (Mironov 2017; Lemma 2.4 of Liang et al., AAAI 2026).
+
+    Args:
+        slope: c = RDP(α)/α, > 0.
+        delta: target δ ∈ (0, 1).
+
+    Returns:
+        (ε, α_opt).
+    """
+    c = check_positive("slope", slope)
+    check_probability("delta (δ)", delta)
+    log_term = math.log(1.0 / delta)
+    return c + 2.0 * math.sqrt(c * log_term), 1.0 + math.sqrt(log_term / c)
 
 
 def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, float, int]]:

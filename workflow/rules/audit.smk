@@ -15,32 +15,13 @@ CROSS_COMMON = {**{k: v for k, v in AUD_COMMON.items() if k not in ("num_shadows
 VALIDATION = AUD["validation"]
 VALIDATION_PAIRS = {pair[0]: pair[1] for pair in VALIDATION["pairs"]}  # broken variant → correct twin
 VALIDATION_AUDIT = {pair[0]: pair[2] if len(pair) > 2 else {} for pair in VALIDATION["pairs"]}  # e.g. canary_design
-for _variant, _twin in VALIDATION_PAIRS.items():  # before any job: a twin must be a run of optimizers.runs
-    if _twin not in OPT_SETTINGS:
-        raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} is not a run of optimizers.runs "
-                         f"({', '.join(OPT_SETTINGS)})")
-if VALIDATION["attack"] not in CROSS["attacks"]:
-    raise ValueError(f"params audit.validation.attack: {VALIDATION['attack']!r} is not one of "
-                     f"audit.cross_optimizer.attacks ({', '.join(CROSS['attacks'])})")
 # each broken variant trains with its twin's settings: the two differ only where the variant breaks DP
+# (the Snakefile has checked every pair with dpaudit.pipeline_config before any job)
 VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], **VALIDATION_AUDIT[variant], "optimizer": variant}
                        for variant, twin in VALIDATION_PAIRS.items()}
-CANARY_DESIGN_NEEDS = {"projection-aligned": ("projection_optimizer_name", "a random projection"),
-                       "support": ("support_optimizer_name", "a support learned from dense steps")}
 # a pair audited with its own settings trains its twin with them here too (the cross-optimizer audit has the defaults)
 for _variant, _twin in VALIDATION_PAIRS.items():
     if VALIDATION_AUDIT[_variant]:
-        _optimizer = OPT_SETTINGS[_twin].get("optimizer", _twin)
-        _design = VALIDATION_AUDIT[_variant].get("canary_design")
-        if _design in CANARY_DESIGN_NEEDS and _optimizer not in SCHEMA["$defs"][CANARY_DESIGN_NEEDS[_design][0]]["enum"]:
-            raise ValueError(f"params audit.validation.pairs.{_variant}: {_design} canaries need "
-                             f"{CANARY_DESIGN_NEEDS[_design][1]}; the twin {_twin!r} ({_optimizer}) has none")
-        if _design == "noise-scale" and VALIDATION_AUDIT[_variant].get("canaries", CROSS["canaries"]) != 1:
-            raise ValueError(f"params audit.validation.pairs.{_variant}: noise-scale canaries insert one canary per "
-                             "step (the noise level is one number per step); set canaries: 1 in the pair's settings")
-        if _twin in VALIDATION_SETTINGS:
-            raise ValueError(f"params audit.validation.pairs.{_variant}: twin {_twin!r} with its own audit settings "
-                             "is in another pair too")
         VALIDATION_SETTINGS[_twin] = {**OPT_SETTINGS[_twin], **VALIDATION_AUDIT[_variant]}
 AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, attacks)
     "audit": (AUD_SETTINGS, AUD_COMMON, AUD["common"]["trials"], AUD["attacks"]),

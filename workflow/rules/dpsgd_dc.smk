@@ -1,5 +1,6 @@
 # DPSGD-GC/DC (Liang et al.): train target + shadows per configuration and trial, attack every checkpoint,
 # then draw Figs 1–5 and Table 1 into figures/dpsgd_dc/.
+from dpaudit.figures import FIGURE_SPECS
 
 S4 = config["dpsgd_dc"]
 RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **S4.get("resources", {})}
@@ -13,8 +14,14 @@ RUN_SETTINGS = {
 }
 GC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "gc"]
 DC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "dc"]
-THEORY_FIGURES = ["figure1", "figure5"]
-DATA_FIGURES = {"figure2": GC_RUNS, "figure3": DC_RUNS, "figure4": GC_RUNS}
+# the paper's figures, each declared once with the grids it draws (dpaudit.figures.FIGURE_SPECS): figures drawn from
+# theory alone, and figure → the runs it draws; Table 1 has a rule of its own
+DPSGD_DC_FIGURES = {name.split("/")[1]: figure for name, figure in FIGURE_SPECS.items() if name.startswith("dpsgd_dc/")}
+GRID_RUNS = {"gc": GC_RUNS, "dc": DC_RUNS}
+THEORY_FIGURES = [name for name, figure in DPSGD_DC_FIGURES.items()
+                  if not figure.draws_runs and not name.startswith("table")]
+DATA_FIGURES = {name: [run for grid in figure.grids for run in GRID_RUNS[grid]]
+                for name, figure in DPSGD_DC_FIGURES.items() if figure.grids}
 
 
 def run_config(name):

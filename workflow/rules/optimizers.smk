@@ -11,31 +11,6 @@ OPT_RUN_TABLE = epsilon_run_table(OPT_SETTINGS, OPT["target_epsilons"])
 OPT_RUNS = list(OPT_RUN_TABLE)
 
 
-def _schema():
-    import yaml
-
-    with open(workflow.source_path("../schemas/params.schema.yaml"), encoding="utf-8") as stream:
-        return yaml.safe_load(stream)
-
-
-SCHEMA = _schema()  # its optimizer names: a run's optimizer is checked before any job
-
-
-def _check_optimizer_names():
-    """A run named after no optimizer fails here, before any job, not inside `dpaudit train`."""
-    known = SCHEMA["$defs"]["optimizer_name"]["enum"]
-    if len(OPT_SETTINGS) != len(OPT["runs"]):
-        raise ValueError("params optimizers.runs: two runs share a name")
-    for name, settings in OPT_SETTINGS.items():
-        optimizer = settings.get("optimizer", name)
-        if optimizer not in known:
-            raise ValueError(f"params optimizers.runs.{name}: unknown optimizer {optimizer!r}; "
-                             f"set `optimizer:` to one of {', '.join(known)}")
-
-
-_check_optimizer_names()
-
-
 def optimizer_run_flags(run):
     name, eps = OPT_RUN_TABLE[run]
     settings = {"optimizer": name, **OPT_SETTINGS[name]}

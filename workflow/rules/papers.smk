@@ -3,6 +3,7 @@
 # summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
 from dpaudit.experiments import experiment_trials, plan_experiments
+from dpaudit.figures import FIGURE_SPECS
 
 PAPERS = config["papers"]
 TUNED = {settings.get("optimizer", name): {k: v for k, v in settings.items() if k != "optimizer"}
@@ -15,47 +16,24 @@ for _name, _ids in PAPER_EXPERIMENTS.items():
 CROSS_EPSILONS = AUD["target_epsilons"]
 PRESET = config.get("preset", "default")
 
-# figure → what it draws: paper experiments, cross-audit optimizers (every ε), optimizers runs with diagnostics
-PAPER_FIGURES = {
-    "adadpigu/figure2": {"diagnostics": ["adadpigu"]},
-    "adadpigu/figure5": {"experiments": ["adadpigu_pruning"]},
-    "adadpigu/figure6": {"experiments": ["adadpigu_pruning"]},
-    "adadpigu/figure7": {"experiments": ["adadpigu_pruning"]},
-    "adadpigu/figure8": {"experiments": ["adadpigu_tradeoff"]},
-    "adadpigu/table3": {"cross": ["adadpigu"]},
-    "adadpigu/table4": {"cross": ["adadpigu", "dpsgd-gc"], "experiments": ["nonprivate"]},
-    "tp_topk/figure1": {"diagnostics": ["tp-topk"]},
-    "tp_topk/figure2": {"cross": ["tp-topk", "dpsgd-gc"]},
-    "tp_topk/table2": {"cross": ["dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk"]},
-    "tp_topk/table3": {"experiments": ["tp_active_ratio"]},
-    "tp_topk/table4": {"experiments": ["tp_split"]},
-    "dp_psac/figure1": {"experiments": ["psac_grid"]},
-    "dp_psac/figure2": {},
-    "dp_psac/figure3": {"experiments": ["psac_grid"]},
-    "dp_psac/figure4": {"experiments": ["psac_grid"]},
-    "dp_psac/figure5": {},
-    "dp_psac/table2": {"cross": ["dpsgd-gc", "auto-s", "dp-psac"]},
-    "d2p2_sgd/figure2": {"experiments": ["d2p2_methods", "nonprivate"]},
-    "d2p2_sgd/figure4": {"experiments": ["d2p2_sigma"]},
-    "d2p2_sgd/figure5": {"experiments": ["d2p2_sigma"]},
-    "d2p2_sgd/figure6": {"experiments": ["d2p2_sigma", "d2p2_batch", "d2p2_reduction"]},
-    "d2p2_sgd/table2": {"cross": ["dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd"]},
-}
-# a preset lacking an experiment or an optimizer (optimizers.runs) a figure needs draws the other figures only
-PAPER_FIGURES = {name: needs for name, needs in PAPER_FIGURES.items()
-                 if set(needs.get("cross", []) + needs.get("diagnostics", [])) <= set(OPT_SETTINGS)
-                 and set(needs.get("experiments", [])) <= set(PAPER_EXPERIMENTS)}
+# figure → what it draws (declared once, in dpaudit.figures.FIGURE_SPECS): paper experiments, cross-audit runs
+# (every ε), optimizers runs with diagnostics. A preset lacking an experiment or an optimizer (optimizers.runs) a
+# figure needs draws the other figures only; the DPSGD-GC/DC figures have rules of their own (dpsgd_dc.smk).
+PAPER_FIGURES = {name: figure for name, figure in FIGURE_SPECS.items()
+                 if not name.startswith("dpsgd_dc/")
+                 and set(figure.cross + figure.diagnostics) <= set(OPT_SETTINGS)
+                 and set(figure.experiments) <= set(PAPER_EXPERIMENTS)}
 PAPER_TABLES = {name for name in PAPER_FIGURES if name.split("/")[1].startswith("table")}
 
 
 def paper_figure_inputs(name):
-    needs = PAPER_FIGURES[name]
-    files = [f"results/papers/{run}/trial_{trial}/summary.json" for experiment in needs.get("experiments", [])
+    figure = PAPER_FIGURES[name]
+    files = [f"results/papers/{run}/trial_{trial}/summary.json" for experiment in figure.experiments
              for run in PAPER_EXPERIMENTS[experiment] for trial in range(PAPER_TRIALS[run])]
     files += [f"results/audit_cross/{optimizer}_eps{eps:g}/trial_{trial}/summary.json"
-              for optimizer in needs.get("cross", []) for eps in CROSS_EPSILONS for trial in range(CROSS["trials"])]
+              for optimizer in figure.cross for eps in CROSS_EPSILONS for trial in range(CROSS["trials"])]
     files += [f"results/optimizers/{optimizer}_eps{OPT['target_epsilons'][0]:g}/trial_0/config.json"
-              for optimizer in needs.get("diagnostics", [])]
+              for optimizer in figure.diagnostics]
     return list(dict.fromkeys(files))
 
 

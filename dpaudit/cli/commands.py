@@ -1,23 +1,23 @@
-"""The ``dpaudit`` command line: the commands that Snakemake rules, DVC stages and users call.
+"""The user-facing commands: train, attack, audit, epsilon, calibrate, theory, list.
 
-``dpaudit --help`` stays instant: torch loads only inside the commands that train or attack.
+Each ``add_<command>(commands)`` declares one subcommand of :func:`dpaudit.cli.build_parser` and its handler;
+torch loads only inside the handlers that train or attack, so building the parser stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
+import itertools
 import json
 import os
 import re
-import sys
 import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from dpaudit import __version__
 from dpaudit._validation import DPAuditError
+from dpaudit.attacks import ATTACKS, read_scores_csv
 from dpaudit.config import TrainConfig
 
 _TRAIN_EXAMPLE = """example (target + 3 shadows, the DPSGD-GC/DC paper's σ_DP and C, on digits):
@@ -28,7 +28,8 @@ _TRAIN_EXAMPLE = """example (target + 3 shadows, the DPSGD-GC/DC paper's σ_DP a
 
 
 def _field_help() -> dict[str, str]:
-    """Help text of each TrainConfig field, read from its docstring (one source of truth)."""
+    """Help text of the TrainConfig fields that are not settings, read from its docstring (one source of truth;
+    the settings' help comes from ``dpaudit.settings``)."""
     helps: dict[str, str] = {}
     current = None
     for line in (TrainConfig.__doc__ or "").splitlines():
@@ -53,7 +54,8 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     converters = {"str": str, "int": int, "float": float, "float | None": float, "int | None": int}
     for item in fields(TrainConfig):
         flag = "--" + item.name.replace("_", "-")
-        help_text = helps.get(item.name, "")
+        setting = item.metadata.get("setting")
+        help_text = setting.help if setting is not None else helps.get(item.name, "")
         if item.type == "bool":
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif item.type == "tuple[int, ...]":
@@ -341,72 +343,6 @@ def _add_accounting_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eps-error", type=float, default=0.01, help="PRV accountant ε error (default: 0.01)")
 
 
-def _cmd_figure(args: argparse.Namespace) -> int:
-    from dpaudit._io import write_json
-    from dpaudit._validation import check_choice
-    from dpaudit.figures import FIGURES
-
-    check_choice("figure", args.name, FIGURES)
-    draw = FIGURES[args.name]
-    wants_runs = "runs" in inspect.signature(draw).parameters
-    if wants_runs != bool(args.runs):
-        raise DPAuditError(f"figure {args.name} {'needs' if wants_runs else 'takes no'} --runs")
-    options = {"runs": args.runs, "alpha": args.alpha, "L": args.L} if wants_runs else {}
-    if "preset" in inspect.signature(draw).parameters:
-        options["preset"] = args.preset
-    entry = draw(out_dir=args.out, **options)
-    entry["name"] = args.name
-    write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
-    for claim in entry["claims"]:
-        print(f"[{'holds' if claim['holds'] else 'does NOT hold'}] {claim['claim']}")
-    print("wrote " + ", ".join(entry["files"]))
-    return 0
-
-
-def _cmd_manifest(args: argparse.Namespace) -> int:
-    from dpaudit._io import atomic_write_bytes, read_json, write_json
-    from dpaudit.figures._paper import SKIPPED
-
-    entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
-    write_json(args.out, {"figures": entries, "skipped": SKIPPED})
-    if args.table:
-        lines = ["| figure | claim | holds on this data |", "|---|---|---|"]
-        for entry in entries:
-            for claim in entry["claims"]:
-                verdict = "yes" if claim["holds"] else "**no**"
-                lines.append(f"| {entry['name']} ({entry['figure']}) | {claim['claim']} | {verdict} |")
-        lines += ["", "Not regenerated:", ""] + [
-            f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in SKIPPED
-        ]
-        atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
-    if args.gallery:
-        from dpaudit.results import gallery_markdown
-
-        atomic_write_bytes(args.gallery, gallery_markdown(entries, root=args.gallery.parent).encode())
-    held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
-    total = sum(len(entry["claims"]) for entry in entries)
-    print(f"{len(entries)} figures, {held} of {total} paper claims hold on this data → {args.out}")
-    return 0
-
-
-def _cmd_summarize(args: argparse.Namespace) -> int:
-    import csv
-    import io
-
-    from dpaudit._io import atomic_write_bytes, write_json
-    from dpaudit.results import summarize
-
-    metrics, rows = summarize(args.runs)
-    write_json(args.metrics, metrics)
-    table = io.StringIO()
-    writer = csv.DictWriter(table, fieldnames=["config", "epoch", "epsilon_hat"], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_bytes(args.plot, table.getvalue().encode())
-    print(f"{len(metrics)} configurations → {args.metrics}, {args.plot}")
-    return 0
-
-
 def _cmd_list(args: argparse.Namespace) -> int:
     if args.what == "datasets":
         from dpaudit.data import available_datasets, dataset_info
@@ -436,90 +372,44 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-AUDIT_ATTACKS = ("loss", "confidence", "shadow", "lira-online", "lira-offline", "canary")
-
-
-def _read_score_csv(path: Path):
-    """(member scores, non-member scores) from a CSV with columns ``score`` and ``is_member`` (1/0)."""
-    import csv
-
-    import numpy as np
-
-    if not path.is_file():
-        raise DPAuditError(f"score file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as stream:
-        reader = csv.DictReader(stream)
-        missing = {"score", "is_member"} - set(reader.fieldnames or ())
-        if missing:
-            raise DPAuditError(f"{path} lacks the column(s) {', '.join(sorted(missing))} (need score, is_member)")
-        try:
-            rows = [(float(row["score"]), int(row["is_member"])) for row in reader]
-        except ValueError as error:
-            raise DPAuditError(f"{path}: {error}") from None
-    scores = np.array([s for s, _ in rows], dtype=float)
-    member = np.array([m for _, m in rows])
-    if not set(member.tolist()) <= {0, 1}:
-        raise DPAuditError(f"{path}: is_member must be 0 or 1")
-    return scores[member == 1], scores[member == 0]
-
-
 def _run_scores(args: argparse.Namespace, attack: str):
-    """(members, non-members, epoch, theory dict) of one attack, pooled over the given runs (trials)."""
+    """(members, non-members, epoch, theory dict) of one attack, pooled over the given runs (trials).
+
+    The theory dict holds what the runs claim against the attack: the last run's ε (``epsilon_run``) and, for
+    a whole-run attack, the largest ε of the mechanism its trials face.
+    """
     import numpy as np
 
-    from dpaudit._io import read_json
     from dpaudit.run import load_run_config
 
+    spec = ATTACKS[attack]
     members, nonmembers, theory, epoch = [], [], {}, None
     for run in args.run:
         config = load_run_config(run)
-        epoch = args.epoch or max(config.eval_epochs)
-        theory["epsilon_run"] = read_json(run / "config.json")["derived"].get("planned_epsilon")
-        if attack in ("loss", "confidence"):
-            from dpaudit.attacks.loss import run_loss_scores
-
-            scores = run_loss_scores(run, epoch=epoch, signal=attack)
-        elif attack.startswith("lira-"):
-            from dpaudit.attacks.lira import run_lira_scores
-
-            scores = run_lira_scores(run, epoch=epoch, variant=attack.removeprefix("lira-"))
-        elif attack == "shadow":
-            path = run / f"scores_epoch_{epoch:04d}.csv"
-            if not path.is_file():
-                raise DPAuditError(f"no shadow-attack scores at {path}; run `dpaudit attack --run {run}` first")
-            scores = _read_score_csv(path)
-        else:
-            from dpaudit.attacks.canary import CanaryObservations
-
-            observed = CanaryObservations.load(run / "target" / "canaries.npz")
-            scores = observed.scores()
-            theory["epsilon_mechanism"] = max(
-                theory.get("epsilon_mechanism", 0.0), observed.mechanism_epsilon(delta=args.delta)
-            )
-            theory["mechanism"] = (
-                "the dense steps' composition, no subsampling; trials: the learned support"
-                if observed.design == "support"
-                else "one Gaussian step at the runs' smallest noise multiplier, no subsampling; "
-                "trials: each run's steps at its smallest noise multiplier"
-            )
-            theory["selection"] = observed.selection
-            epoch = None
-        members.append(scores[0])
-        nonmembers.append(scores[1])
+        epoch = None if spec.whole_run else args.epoch or max(config.eval_epochs)
+        found = spec.scores(run, epoch=epoch, delta=args.delta)
+        theory["epsilon_run"] = found.epsilon_run
+        if found.epsilon_mechanism is not None:
+            theory["epsilon_mechanism"] = max(theory.get("epsilon_mechanism", 0.0), found.epsilon_mechanism)
+            theory["mechanism"] = found.mechanism
+        if found.selection is not None:
+            theory["selection"] = found.selection
+        members.append(found.members)
+        nonmembers.append(found.nonmembers)
     return np.concatenate(members), np.concatenate(nonmembers), epoch, theory
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from dpaudit.estimate import _check_confidence, _check_delta
+    from dpaudit._validation import check_confidence, check_delta
 
     if (args.scores is None) == (args.run is None):
         raise DPAuditError("give exactly one of --scores FILE.csv and --run RUN")
-    _check_delta(args.delta, allow_zero=False)
-    _check_confidence(args.confidence)
+    check_delta(args.delta, allow_zero=False)
+    check_confidence(args.confidence)
     if args.out is not None and args.out_dir is not None:
         raise DPAuditError("give --out (one attack) or --out-dir (one file per attack), not both")
     if args.scores is not None:
-        members, nonmembers = _read_score_csv(args.scores)
+        members, nonmembers = read_scores_csv(args.scores)
         out = args.out or args.scores.with_name(args.scores.stem + "_audit.json")
         _audit_one(args, members, nonmembers, attack=None, epoch=None, theory={}, source=str(args.scores), out=out)
         return 0
@@ -563,100 +453,20 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
 
 
-def _cmd_summarize_run(args: argparse.Namespace) -> int:
-    from dpaudit._validation import check_choice
-    from dpaudit.estimate import _check_confidence, _check_delta
-    from dpaudit.experiments import SUMMARY_FILE, summarize_run
-
-    _check_delta(args.delta, allow_zero=False)
-    _check_confidence(args.confidence)
-    attacks = tuple(args.attacks.split(","))
-    for attack in attacks:
-        check_choice("attack", attack, ("loss", "canary"))
-    summary = summarize_run(
-        args.run, delta=args.delta, accountant=args.accountant, confidence=args.confidence, attacks=attacks
-    )
-    final = [value for value in summary["epsilon"] if value is not None]
-    print(
-        f"{args.run}: theoretical ε = {final[-1] if final else float('inf'):.4g}; "
-        + "; ".join(
-            f"{attack} ε̂ lower = {report['epsilon_lower']:.3g}"
-            for attack, report in [
-                ("canary", summary.get("canary")),
-                ("loss", (summary.get("loss") or {}).get(str(summary["config"]["eval_epochs"][-1]))),
-            ]
-            if report
-        )
-        + f" → {args.run / SUMMARY_FILE}"
-    )
-    return 0
+def _attack_choices() -> str:
+    """The attacks of ``dpaudit audit --run``, each with what a run needs for it, e.g. "loss, …, lira-online and
+    lira-offline — runs trained with --split-design halves — or canary — after training with --canaries M"."""
+    groups = itertools.groupby(ATTACKS.values(), key=lambda attack: attack.needs or attack.name)
+    parts = []
+    for _, group in groups:
+        attacks = list(group)
+        needs = attacks[0].needs
+        parts.append(" and ".join(attack.name for attack in attacks) + (f" — {needs} —" if needs else ""))
+    return (", ".join(parts[:-1]) + " or " + parts[-1]).removesuffix(" —")
 
 
-def _cmd_audit_table(args: argparse.Namespace) -> int:
-    from dpaudit._io import atomic_write_bytes, write_json
-    from dpaudit.results import audit_table
-
-    metrics, markdown = audit_table(args.files)
-    if args.figures is not None:
-        from dpaudit.figures.audit import plot_audit_figures
-
-        plot_audit_figures(args.files, metrics, out_dir=args.figures, title=args.title, roc_epsilon=args.roc_epsilon)
-    write_json(args.metrics, metrics)
-    atomic_write_bytes(args.markdown, markdown.encode())
-    print(markdown, end="")
-    return 0
-
-
-def _cmd_validation(args: argparse.Namespace) -> int:
-    from dpaudit.figures.validation import write_validation
-
-    pairs = dict(pair.split("=", 1) for pair in args.pair if "=" in pair)
-    if len(pairs) != len(args.pair):
-        raise DPAuditError(f"--pair takes VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc; got {' '.join(args.pair)}")
-    files = write_validation(args.files, pairs=pairs, attack=args.attack, out_dir=args.out, title=args.title)
-    print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
-    return 0
-
-
-def _cmd_batch(args: argparse.Namespace) -> int:
-    import contextlib
-    import shlex
-
-    parser = build_parser()
-    parsed = []
-    for number, command in enumerate(args.commands, 1):  # every command is checked before the first runs
-        argv = shlex.split(command)
-        if not argv or argv[0] == "batch":
-            raise DPAuditError(f"batch command {number} must name a dpaudit command other than batch: {command!r}")
-        try:
-            parsed.append(parser.parse_args(argv))
-        except SystemExit:
-            raise DPAuditError(f"batch command {number} has bad arguments (above): {command!r}") from None
-    for number, (command, sub_args) in enumerate(zip(args.commands, parsed), 1):
-        if not args.quiet:
-            print(f"[{number}/{len(parsed)}] dpaudit {command}", file=sys.stderr, flush=True)
-        with (
-            open(os.devnull, "w", encoding="utf-8") as devnull,
-            contextlib.redirect_stdout(devnull if args.quiet else sys.stdout),
-        ):
-            try:
-                code = sub_args.handler(sub_args)
-            except DPAuditError as error:
-                raise DPAuditError(f"batch command {number} of {len(parsed)} (dpaudit {command}): {error}") from None
-        if code:
-            return code
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="dpaudit",
-        description="Audit and reproduce differentially private training: train target and shadow models "
-        "with DP optimizers, attack them, and compare empirical ε̂ with theoretical ε.",
-    )
-    parser.add_argument("--version", action="version", version=f"dpaudit {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_train(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit train`` and its handler."""
     train = commands.add_parser(
         "train",
         help="train the target and shadow models of one configuration and trial",
@@ -689,13 +499,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arguments(train)
     train.set_defaults(handler=_cmd_train)
 
+
+def add_audit(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit audit`` and its handler."""
     audit = commands.add_parser(
         "audit",
         help="ε̂ point estimate, lower bound and ceiling, AUC, TPR at low FPR, log-log ROC",
         description="Audit membership scores: from a CSV (columns score, is_member; higher score = member) or "
-        "from a trained run with one attack (loss, confidence, shadow — after `dpaudit attack` —, lira-online and "
-        "lira-offline — runs trained with --split-design halves — or canary — after training with --canaries M). "
-        "Writes JSON and a log-log ROC plot (PNG + PDF).",
+        f"from a trained run with one attack ({_attack_choices()}). Writes JSON and a log-log ROC plot (PNG + PDF).",
     )
     audit.add_argument("--scores", type=Path, help="CSV of scores with columns score and is_member")
     audit.add_argument(
@@ -705,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder(s) of `dpaudit train`; several (independent trials) are pooled",
     )
     audit.add_argument(
-        "--attack", choices=AUDIT_ATTACKS, nargs="+", default=["loss"], help="attack(s) on --run (default: loss)"
+        "--attack", choices=tuple(ATTACKS), nargs="+", default=["loss"], help="attack(s) on --run (default: loss)"
     )
     audit.add_argument("--epoch", type=int, help="checkpoint epoch to attack (default: the last)")
     audit.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
@@ -729,38 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--no-plot", action="store_true", help="skip the ROC plot (PNG + PDF beside the JSON)")
     audit.set_defaults(handler=_cmd_audit)
 
-    run_summary = commands.add_parser(
-        "summarize-run",
-        help="one run's theoretical ε per epoch, loss-attack ε̂ per checkpoint and canary ε̂ → summary.json",
-    )
-    run_summary.add_argument("--run", required=True, type=Path, help="output folder of `dpaudit train` (target)")
-    run_summary.add_argument("--attacks", default="loss,canary", help="comma-separated: loss, canary (default both)")
-    run_summary.add_argument("--accountant", default="rdp", choices=("rdp", "prv"), help="accountant (default rdp)")
-    run_summary.add_argument("--delta", type=float, default=1e-5, help="δ (default 1e-5)")
-    run_summary.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds")
-    run_summary.set_defaults(handler=_cmd_summarize_run)
 
-    table = commands.add_parser(
-        "audit-table",
-        help="collect `dpaudit audit --run` results into one table",
-        description="Mean over trials of each run and attack: ε̂ point, ε̂ lower bound, "
-        "ceiling, theoretical ε and lower/theory; JSON metrics and a Markdown table.",
-    )
-    table.add_argument("files", nargs="+", type=Path, help="…/<run>/trial_<t>/audit_<attack>.json files")
-    table.add_argument("--metrics", required=True, type=Path, help="JSON to write")
-    table.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
-    table.add_argument(
-        "--figures",
-        type=Path,
-        help="also draw lower_bounds and roc_<attack> (PDF + PNG) in this folder; "
-        "file folders must be named <optimizer>_eps<ε>",
-    )
-    table.add_argument("--title", default="", help="figure title (state dataset and preset)")
-    table.add_argument(
-        "--roc-epsilon", type=float, help="theoretical ε of the runs the ROC figures show (default: the median)"
-    )
-    table.set_defaults(handler=_cmd_audit_table)
-
+def add_attack(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit attack`` and its handler."""
     attack = commands.add_parser(
         "attack",
         help="run the shadow-model membership-inference attack on a trained run",
@@ -780,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--quiet", action="store_true", help="no progress bars")
     attack.set_defaults(handler=_cmd_attack)
 
+
+def add_theory(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit theory`` and its handler."""
     theory = commands.add_parser(
         "theory",
         help="print a theoretical RDP bound (DPSGD-GC/DC and the bounds its paper compares with) as JSON",
@@ -806,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     theory.add_argument("--delta", type=float, help="also convert to (ε, δ)-DP at this α (Mironov 2017)")
     theory.set_defaults(handler=_cmd_theory)
 
+
+def add_epsilon(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit epsilon`` and its handler."""
     eps = commands.add_parser(
         "epsilon",
         help="theoretical ε of a trained run per epoch (from its ledger), or of T identical steps",
@@ -835,6 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_accounting_arguments(eps)
     eps.set_defaults(handler=_cmd_epsilon)
 
+
+def add_calibrate(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit calibrate`` and its handler."""
     calibrate = commands.add_parser("calibrate", help="smallest noise multiplier z meeting a target (ε, δ)")
     calibrate.add_argument("--target-epsilon", type=float, required=True, help="ε to meet")
     calibrate.add_argument("--sample-rate", type=float, required=True, help="Poisson sample rate q")
@@ -843,82 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_accounting_arguments(calibrate)
     calibrate.set_defaults(handler=_cmd_calibrate)
 
-    figure = commands.add_parser("figure", help="draw one paper figure or table (PDF + PNG, manifest entry)")
-    figure.add_argument("name", help="figure name, e.g. dpsgd_dc/figure1 (see `dpaudit list figures`)")
-    figure.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/dpsgd_dc")
-    figure.add_argument("--runs", nargs="+", type=Path, help="run folders (trained and attacked) the figure draws")
-    figure.add_argument("--alpha", type=float, default=1.1, help="Rényi order α of the theory panels (default 1.1)")
-    figure.add_argument("--preset", default="default", help="preset named in the figure title (default: default)")
-    figure.add_argument("--L", type=float, default=0.1, help="smoothness L of the theory panels (default 0.1)")
-    figure.set_defaults(handler=_cmd_figure)
 
-    manifest = commands.add_parser("manifest", help="merge per-figure manifest entries into figures/manifest.json")
-    manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
-    manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
-    manifest.add_argument("--table", type=Path, help="also write the claims as a Markdown table")
-    manifest.add_argument("--gallery", type=Path, help="also write a Markdown gallery (PNG thumbnails by paper)")
-    manifest.set_defaults(handler=_cmd_manifest)
-
-    summary = commands.add_parser("summarize", help="DVC metrics and plot data from trained and attacked runs")
-    summary.add_argument("runs", nargs="+", type=Path, help="run folders (…/<config>/trial_<t>)")
-    summary.add_argument("--metrics", required=True, type=Path, help="metrics JSON to write")
-    summary.add_argument("--plot", required=True, type=Path, help="CSV of mean ε̂ per configuration and epoch")
-    summary.set_defaults(handler=_cmd_summarize)
-
-    validation = commands.add_parser(
-        "validation",
-        help="the auditor on broken optimizers beside their correct twins: figure, table, false alarms",
-        description="Flag every audit whose ε̂ lower bound exceeds the ε its run claims against the attack (one step "
-        "for canary, the run otherwise); draw each broken variant beside its twin and count false alarms over every "
-        "audit of a DP-claiming run given. Writes validation.{pdf,png,md,tex,json} and validation.manifest.json.",
-    )
-    validation.add_argument("files", nargs="+", type=Path, help="…/<run>/audit_<attack>.json files (`dpaudit audit`)")
-    validation.add_argument(
-        "--pair",
-        nargs="+",
-        required=True,
-        metavar="VARIANT=TWIN",
-        help="broken variant and its correct twin, e.g. dpsgd-no-noise=dpsgd-gc",
-    )
-    validation.add_argument(
-        "--attack",
-        default="canary",
-        choices=AUDIT_ATTACKS,
-        help="the attack whose audits the pairs show (default: canary)",
-    )
-    validation.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/audit")
-    validation.add_argument("--title", default="", help="figure title (state dataset and preset)")
-    validation.set_defaults(handler=_cmd_validation)
-
-    batch = commands.add_parser(
-        "batch",
-        help="run several dpaudit commands in one process (torch starts once)",
-        description="Run dpaudit commands one after another in this process, each given as one quoted string, "
-        "e.g. dpaudit batch 'train --out r --epochs 2' 'attack --run r'. All are parsed before the first runs; "
-        "the first that fails stops the batch, and what finished before it stays.",
-    )
-    batch.add_argument("commands", nargs="+", metavar="COMMAND", help="a dpaudit command line without `dpaudit`")
-    batch.add_argument("--quiet", action="store_true", help="no progress lines; the commands' output is discarded")
-    batch.set_defaults(handler=_cmd_batch)
-
+def add_list(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit list`` and its handler."""
     listing = commands.add_parser("list", help="list datasets, models, optimizers, bounds or figures")
     listing.add_argument("what", choices=("datasets", "models", "optim", "bounds", "figures"))
     listing.set_defaults(handler=_cmd_list)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except DPAuditError as error:
-        print(f"dpaudit: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("dpaudit: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

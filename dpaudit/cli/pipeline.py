@@ -1,0 +1,275 @@
+"""The pipeline commands, which the Snakemake rules and DVC stages run: batch, figure, manifest, summarize,
+summarize-run, audit-table, validation (listed under their own heading in ``dpaudit --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from dpaudit._validation import DPAuditError
+from dpaudit.attacks import ATTACKS
+
+
+def _cmd_figure(args: argparse.Namespace) -> int:
+    from dpaudit._io import write_json
+    from dpaudit._validation import check_choice
+    from dpaudit.figures import FIGURES
+
+    check_choice("figure", args.name, FIGURES)
+    draw = FIGURES[args.name]
+    wants_runs = "runs" in inspect.signature(draw).parameters
+    if wants_runs != bool(args.runs):
+        raise DPAuditError(f"figure {args.name} {'needs' if wants_runs else 'takes no'} --runs")
+    options = {"runs": args.runs, "alpha": args.alpha, "L": args.L} if wants_runs else {}
+    if "preset" in inspect.signature(draw).parameters:
+        options["preset"] = args.preset
+    entry = draw(out_dir=args.out, **options)
+    entry["name"] = args.name
+    write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
+    for claim in entry["claims"]:
+        print(f"[{'holds' if claim['holds'] else 'does NOT hold'}] {claim['claim']}")
+    print("wrote " + ", ".join(entry["files"]))
+    return 0
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    from dpaudit._io import atomic_write_bytes, read_json, write_json
+    from dpaudit.figures._paper import SKIPPED
+
+    entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
+    write_json(args.out, {"figures": entries, "skipped": SKIPPED})
+    if args.table:
+        lines = ["| figure | claim | holds on this data |", "|---|---|---|"]
+        for entry in entries:
+            for claim in entry["claims"]:
+                verdict = "yes" if claim["holds"] else "**no**"
+                lines.append(f"| {entry['name']} ({entry['figure']}) | {claim['claim']} | {verdict} |")
+        lines += ["", "Not regenerated:", ""] + [
+            f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in SKIPPED
+        ]
+        atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
+    if args.gallery:
+        from dpaudit.results import gallery_markdown
+
+        atomic_write_bytes(args.gallery, gallery_markdown(entries, root=args.gallery.parent).encode())
+    held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
+    total = sum(len(entry["claims"]) for entry in entries)
+    print(f"{len(entries)} figures, {held} of {total} paper claims hold on this data → {args.out}")
+    return 0
+
+
+def _cmd_summarize(args: argparse.Namespace) -> int:
+    import csv
+    import io
+
+    from dpaudit._io import atomic_write_bytes, write_json
+    from dpaudit.results import summarize
+
+    metrics, rows = summarize(args.runs)
+    write_json(args.metrics, metrics)
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=["config", "epoch", "epsilon_hat"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_bytes(args.plot, table.getvalue().encode())
+    print(f"{len(metrics)} configurations → {args.metrics}, {args.plot}")
+    return 0
+
+
+def _cmd_summarize_run(args: argparse.Namespace) -> int:
+    from dpaudit._validation import check_choice, check_confidence, check_delta
+    from dpaudit.experiments import SUMMARY_ATTACKS, SUMMARY_FILE, summarize_run
+
+    check_delta(args.delta, allow_zero=False)
+    check_confidence(args.confidence)
+    attacks = tuple(args.attacks.split(","))
+    for attack in attacks:
+        check_choice("attack", attack, SUMMARY_ATTACKS)
+    summary = summarize_run(
+        args.run, delta=args.delta, accountant=args.accountant, confidence=args.confidence, attacks=attacks
+    )
+    final = [value for value in summary["epsilon"] if value is not None]
+    print(
+        f"{args.run}: theoretical ε = {final[-1] if final else float('inf'):.4g}; "
+        + "; ".join(
+            f"{attack} ε̂ lower = {report['epsilon_lower']:.3g}"
+            for attack, report in [
+                ("canary", summary.get("canary")),
+                ("loss", (summary.get("loss") or {}).get(str(summary["config"]["eval_epochs"][-1]))),
+            ]
+            if report
+        )
+        + f" → {args.run / SUMMARY_FILE}"
+    )
+    return 0
+
+
+def _cmd_audit_table(args: argparse.Namespace) -> int:
+    from dpaudit._io import atomic_write_bytes, write_json
+    from dpaudit.results import audit_table
+
+    metrics, markdown = audit_table(args.files)
+    if args.figures is not None:
+        from dpaudit.figures.audit import plot_audit_figures
+
+        plot_audit_figures(args.files, metrics, out_dir=args.figures, title=args.title, roc_epsilon=args.roc_epsilon)
+    write_json(args.metrics, metrics)
+    atomic_write_bytes(args.markdown, markdown.encode())
+    print(markdown, end="")
+    return 0
+
+
+def _cmd_validation(args: argparse.Namespace) -> int:
+    from dpaudit.figures.validation import write_validation
+
+    pairs = dict(pair.split("=", 1) for pair in args.pair if "=" in pair)
+    if len(pairs) != len(args.pair):
+        raise DPAuditError(f"--pair takes VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc; got {' '.join(args.pair)}")
+    files = write_validation(args.files, pairs=pairs, attack=args.attack, out_dir=args.out, title=args.title)
+    print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def _cmd_batch(args: argparse.Namespace, *, parse: Callable[[list[str]], argparse.Namespace]) -> int:
+    parsed = []
+    for number, command in enumerate(args.commands, 1):  # every command is checked before the first runs
+        argv = shlex.split(command)
+        if not argv or argv[0] == "batch":
+            raise DPAuditError(f"batch command {number} must name a dpaudit command other than batch: {command!r}")
+        try:
+            parsed.append(parse(argv))
+        except SystemExit:
+            raise DPAuditError(f"batch command {number} has bad arguments (above): {command!r}") from None
+    for number, (command, sub_args) in enumerate(zip(args.commands, parsed), 1):
+        if not args.quiet:
+            print(f"[{number}/{len(parsed)}] dpaudit {command}", file=sys.stderr, flush=True)
+        with (
+            open(os.devnull, "w", encoding="utf-8") as devnull,
+            contextlib.redirect_stdout(devnull if args.quiet else sys.stdout),
+        ):
+            try:
+                code = sub_args.handler(sub_args)
+            except DPAuditError as error:
+                raise DPAuditError(f"batch command {number} of {len(parsed)} (dpaudit {command}): {error}") from None
+        if code:
+            return code
+    return 0
+
+
+def add_summarize_run(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit summarize-run`` and its handler."""
+    run_summary = commands.add_parser(
+        "summarize-run",
+        help="one run's theoretical ε per epoch, loss-attack ε̂ per checkpoint and canary ε̂ → summary.json",
+    )
+    run_summary.add_argument("--run", required=True, type=Path, help="output folder of `dpaudit train` (target)")
+    run_summary.add_argument("--attacks", default="loss,canary", help="comma-separated: loss, canary (default both)")
+    run_summary.add_argument("--accountant", default="rdp", choices=("rdp", "prv"), help="accountant (default rdp)")
+    run_summary.add_argument("--delta", type=float, default=1e-5, help="δ (default 1e-5)")
+    run_summary.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds")
+    run_summary.set_defaults(handler=_cmd_summarize_run)
+
+
+def add_audit_table(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit audit-table`` and its handler."""
+    table = commands.add_parser(
+        "audit-table",
+        help="collect `dpaudit audit --run` results into one table",
+        description="Mean over trials of each run and attack: ε̂ point, ε̂ lower bound, "
+        "ceiling, theoretical ε and lower/theory; JSON metrics and a Markdown table.",
+    )
+    table.add_argument("files", nargs="+", type=Path, help="…/<run>/trial_<t>/audit_<attack>.json files")
+    table.add_argument("--metrics", required=True, type=Path, help="JSON to write")
+    table.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
+    table.add_argument(
+        "--figures",
+        type=Path,
+        help="also draw lower_bounds and roc_<attack> (PDF + PNG) in this folder; "
+        "file folders must be named <optimizer>_eps<ε>",
+    )
+    table.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    table.add_argument(
+        "--roc-epsilon", type=float, help="theoretical ε of the runs the ROC figures show (default: the median)"
+    )
+    table.set_defaults(handler=_cmd_audit_table)
+
+
+def add_figure(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit figure`` and its handler."""
+    figure = commands.add_parser("figure", help="draw one paper figure or table (PDF + PNG, manifest entry)")
+    figure.add_argument("name", help="figure name, e.g. dpsgd_dc/figure1 (see `dpaudit list figures`)")
+    figure.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/dpsgd_dc")
+    figure.add_argument("--runs", nargs="+", type=Path, help="run folders (trained and attacked) the figure draws")
+    figure.add_argument("--alpha", type=float, default=1.1, help="Rényi order α of the theory panels (default 1.1)")
+    figure.add_argument("--preset", default="default", help="preset named in the figure title (default: default)")
+    figure.add_argument("--L", type=float, default=0.1, help="smoothness L of the theory panels (default 0.1)")
+    figure.set_defaults(handler=_cmd_figure)
+
+
+def add_manifest(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit manifest`` and its handler."""
+    manifest = commands.add_parser("manifest", help="merge per-figure manifest entries into figures/manifest.json")
+    manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
+    manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
+    manifest.add_argument("--table", type=Path, help="also write the claims as a Markdown table")
+    manifest.add_argument("--gallery", type=Path, help="also write a Markdown gallery (PNG thumbnails by paper)")
+    manifest.set_defaults(handler=_cmd_manifest)
+
+
+def add_summarize(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit summarize`` and its handler."""
+    summary = commands.add_parser("summarize", help="DVC metrics and plot data from trained and attacked runs")
+    summary.add_argument("runs", nargs="+", type=Path, help="run folders (…/<config>/trial_<t>)")
+    summary.add_argument("--metrics", required=True, type=Path, help="metrics JSON to write")
+    summary.add_argument("--plot", required=True, type=Path, help="CSV of mean ε̂ per configuration and epoch")
+    summary.set_defaults(handler=_cmd_summarize)
+
+
+def add_validation(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit validation`` and its handler."""
+    validation = commands.add_parser(
+        "validation",
+        help="the auditor on broken optimizers beside their correct twins: figure, table, false alarms",
+        description="Flag every audit whose ε̂ lower bound exceeds the ε its run claims against the attack (one step "
+        "for canary, the run otherwise); draw each broken variant beside its twin and count false alarms over every "
+        "audit of a DP-claiming run given. Writes validation.{pdf,png,md,tex,json} and validation.manifest.json.",
+    )
+    validation.add_argument("files", nargs="+", type=Path, help="…/<run>/audit_<attack>.json files (`dpaudit audit`)")
+    validation.add_argument(
+        "--pair",
+        nargs="+",
+        required=True,
+        metavar="VARIANT=TWIN",
+        help="broken variant and its correct twin, e.g. dpsgd-no-noise=dpsgd-gc",
+    )
+    validation.add_argument(
+        "--attack",
+        default="canary",
+        choices=tuple(ATTACKS),
+        help="the attack whose audits the pairs show (default: canary)",
+    )
+    validation.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/audit")
+    validation.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    validation.set_defaults(handler=_cmd_validation)
+
+
+def add_batch(commands: argparse._SubParsersAction, *, parse: Callable[[list[str]], argparse.Namespace]) -> None:
+    """``dpaudit batch``, whose commands ``parse`` reads (the ``dpaudit`` parser's ``parse_args``)."""
+    batch = commands.add_parser(
+        "batch",
+        help="run several dpaudit commands in one process (torch starts once)",
+        description="Run dpaudit commands one after another in this process, each given as one quoted string, "
+        "e.g. dpaudit batch 'train --out r --epochs 2' 'attack --run r'. All are parsed before the first runs; "
+        "the first that fails stops the batch, and what finished before it stays.",
+    )
+    batch.add_argument("commands", nargs="+", metavar="COMMAND", help="a dpaudit command line without `dpaudit`")
+    batch.add_argument("--quiet", action="store_true", help="no progress lines; the commands' output is discarded")
+    batch.set_defaults(handler=partial(_cmd_batch, parse=parse))

@@ -1,0 +1,174 @@
+"""ROC curve, AUC, TPR at low FPR and the eq. 20 point estimates (estimates, not bounds).
+
+A threshold t predicts "member" when score ≥ t; FPR = FP/N over the N non-member scores, FNR = FN/P
+over the P member scores. ε is in nats and δ a probability.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from dpaudit._validation import DPAuditError, check_delta, check_scores
+from dpaudit.estimate.counts import ScoreCounts
+
+
+def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
+    """Empirical ε̂ of an attack from its false-positive and false-negative rates (Liang et al., eq. 20).
+
+    ε̂ = max{ log((1 − δ − FPR) / FNR), log((1 − δ − FNR) / FPR) }  (Kairouz, Oh & Viswanath 2015).
+
+    This is the papers' point estimate, not a confidence bound. Edge cases follow the formula
+    exactly and are reported, not clipped: a zero rate gives +inf (with a warning), a worse-than-random
+    attack gives a negative value, and a side with 1 − δ − rate ≤ 0 counts as −inf (its limit).
+
+    Args:
+        fpr: false-positive rate(s) in [0, 1] (non-members predicted "member").
+        fnr: false-negative rate(s) in [0, 1] (members predicted "non-member").
+        delta: the DP δ, in [0, 1).
+
+    Returns:
+        ε̂ as a float for scalar input, else a numpy array broadcast over ``fpr`` and ``fnr``.
+    """
+    if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
+        raise DPAuditError(f"delta must lie in [0, 1), got {delta!r}")
+    fpr_arr = np.asarray(fpr, dtype=float)
+    fnr_arr = np.asarray(fnr, dtype=float)
+    for name, values in (("fpr", fpr_arr), ("fnr", fnr_arr)):
+        if values.size and (not np.all(np.isfinite(values)) or values.min() < 0 or values.max() > 1):
+            raise DPAuditError(f"{name} must lie in [0, 1], got {values if values.ndim else float(values)}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # a side whose 1 − δ − rate is ≤ 0 certifies nothing (its limit is −inf), not NaN
+        first = np.where(1 - delta - fpr_arr > 0, np.log((1 - delta - fpr_arr) / fnr_arr), -np.inf)
+        second = np.where(1 - delta - fnr_arr > 0, np.log((1 - delta - fnr_arr) / fpr_arr), -np.inf)
+        result = np.maximum(first, second)
+    if np.any(np.isposinf(result)):
+        warnings.warn("a zero FPR or FNR gives ε̂ = +inf (perfect separation on this sample)", stacklevel=2)
+    if result.ndim == 0:
+        return float(result)
+    return result
+
+
+def error_rates(predicted_member, is_member) -> tuple[float, float]:
+    """FPR and FNR of binary membership predictions.
+
+    Args:
+        predicted_member: booleans, True where the attack says "member".
+        is_member: booleans, the ground truth.
+
+    Returns:
+        (FPR, FNR): FP/(FP+TN) over non-members, FN/(FN+TP) over members.
+    """
+    predicted = np.asarray(predicted_member, dtype=bool)
+    truth = np.asarray(is_member, dtype=bool)
+    if predicted.shape != truth.shape:
+        raise DPAuditError(f"predictions {predicted.shape} and labels {truth.shape} differ in shape")
+    if truth.all() or not truth.any():
+        raise DPAuditError("error rates need both members and non-members")
+    fpr = float(predicted[~truth].mean())
+    fnr = float((~predicted[truth]).mean())
+    return fpr, fnr
+
+
+def roc_curve(member_scores, nonmember_scores) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ROC curve over every distinct threshold, predicting "member" when score ≥ threshold.
+
+    Args:
+        member_scores: 1-D finite scores of members (higher = more likely member).
+        nonmember_scores: 1-D finite scores of non-members.
+
+    Returns:
+        ``(fpr, tpr, thresholds)``: thresholds decrease from +inf (the point (0, 0)) through every
+        distinct pooled score down to the smallest one (the point (1, 1)); fpr and tpr are
+        non-decreasing. Tied scores share one threshold, so a tie between classes is one diagonal step.
+
+    Raises:
+        DPAuditError: empty input or non-finite scores.
+    """
+    counts = ScoreCounts.from_scores(member_scores=member_scores, nonmember_scores=nonmember_scores)
+    return counts.fpr, counts.tpr, counts.thresholds.copy()
+
+
+def auc(member_scores, nonmember_scores) -> float:
+    """Area under the ROC curve: P[member score > non-member score] + ½ P[tie] (Mann–Whitney).
+
+    Args:
+        member_scores: 1-D finite member scores.
+        nonmember_scores: 1-D finite non-member scores.
+
+    Returns:
+        AUC in [0, 1], computed exactly from integer counts.
+
+    Raises:
+        DPAuditError: empty input or non-finite scores.
+    """
+    return ScoreCounts.from_scores(member_scores=member_scores, nonmember_scores=nonmember_scores).auc()
+
+
+def _check_fprs(fprs) -> tuple[float, ...]:
+    try:
+        values = tuple(float(value) for value in np.atleast_1d(np.asarray(fprs, dtype=float)))
+    except (TypeError, ValueError):
+        raise DPAuditError(f"fprs must be numbers in [0, 1], got {fprs!r}") from None
+    if not values or not all(0 <= value <= 1 for value in values):
+        raise DPAuditError(f"fprs must be numbers in [0, 1], got {fprs!r}")
+    return values
+
+
+def tpr_at_fpr(member_scores, nonmember_scores, *, fprs=(0.001, 0.01)) -> dict[float, float]:
+    """TPR of the best deterministic threshold whose FPR does not exceed each target.
+
+    Convention: for each target f the result is max{TPR(t) : FPR(t) ≤ f} over the thresholds of
+    :func:`roc_curve` (FPR computed as FP/N). No interpolation and no randomised thresholds; the
+    threshold +inf always qualifies, so the value is 0 when even one false positive would exceed f.
+
+    Args:
+        member_scores: 1-D finite member scores.
+        nonmember_scores: 1-D finite non-member scores.
+        fprs: target false-positive rates in [0, 1].
+
+    Returns:
+        ``{fpr: tpr}`` with the targets (as floats) as keys.
+
+    Raises:
+        DPAuditError: empty or non-finite scores, or a target outside [0, 1].
+    """
+    members = check_scores("member_scores", member_scores)
+    nonmembers = check_scores("nonmember_scores", nonmember_scores)
+    targets = _check_fprs(fprs)
+    counts = ScoreCounts.from_scores(member_scores=members, nonmember_scores=nonmembers)
+    return {target: counts.tpr_at(target) for target in targets}
+
+
+def epsilon_point(member_scores, nonmember_scores, *, delta: float) -> float:
+    """Eq. 20 point estimate ε̂ = max over thresholds of max{ln((1−δ−FPR)/FNR), ln((1−δ−FNR)/FPR)}.
+
+    This is a plug-in *estimate* on the observed rates, not a confidence bound. A ratio with a zero
+    denominator (FNR = 0 or FPR = 0 at that threshold) would be +inf; such a ratio is left out and the
+    maximum is taken over the finite ratios only (the other ratio at the same threshold still counts).
+    Consequences: the result is always finite; the trivial thresholds give ln(1 − δ) ≤ 0, so the
+    result is clamped at 0; perfectly separated scores give ln(max(P, N)·(1−δ)), not +inf: the larger
+    of the thresholds that miss exactly one member or one non-member (see :func:`epsilon_ceiling` for
+    what such a sample can certify). Tied scores separated perfectly (say, two values, as canaries
+    without noise give) have no such thresholds and get the same value, not the 0 their finite
+    ratios alone would give. A ratio with 1 − δ − rate ≤ 0 is also left out.
+
+    Args:
+        member_scores: 1-D finite member scores.
+        nonmember_scores: 1-D finite non-member scores.
+        delta: the DP δ in [0, 1).
+
+    Returns:
+        ε̂ in nats, ≥ 0.
+
+    Raises:
+        DPAuditError: empty or non-finite scores, δ outside [0, 1).
+    """
+    members = check_scores("member_scores", member_scores)
+    nonmembers = check_scores("nonmember_scores", nonmember_scores)
+    delta = check_delta(delta)
+    return ScoreCounts.from_scores(member_scores=members, nonmember_scores=nonmembers).epsilon_point(delta=delta)
+
+
+__all__ = ["auc", "empirical_epsilon", "epsilon_point", "error_rates", "roc_curve", "tpr_at_fpr"]

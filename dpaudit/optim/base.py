@@ -1,0 +1,273 @@
+"""The optimizer registry, the hyperparameters, the typed step cost and the base class.
+
+:func:`register` adds an optimizer class under a name, :func:`available` lists the names and :func:`get_spec` looks
+one up. :class:`Hyperparameters` is what every optimizer is given (its settings are declared once, in
+:data:`dpaudit.settings.SETTINGS`); :class:`Optimizer` is the base class of every update rule and :class:`StepCost`
+what a private step says it cost. :class:`SGD` is the non-private reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+import torch
+
+from dpaudit._registry import Registry
+from dpaudit._validation import DPAuditError
+from dpaudit.layerwise import dense
+from dpaudit.optim.stacked import StackedRows
+from dpaudit.settings import SETTINGS, declare_settings
+
+
+class StepCost(NamedTuple):
+    """What one step cost in privacy: noise multiplier z, sample rate q, and the accounting phase.
+
+    Attributes:
+        noise_multiplier: z of the step, the std of the Gaussian noise on the summed clipped gradients divided by
+            their sensitivity C (dimensionless; a dynamic schedule's factor included).
+        sample_rate: q = b / n, the probability that a record is in the step's batch (dimensionless).
+        phase: the accounting phase the ledger records: "train" (the default), "warmup" (the two-phase
+            optimizers' dense phase 1) or "pretrain" (AdaDPIGU's pre-training).
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    phase: str = "train"
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Registry entry: the class, whether it claims DP, and a one-line description."""
+
+    name: str
+    cls: type[Optimizer]
+    dp_claim: bool
+    description: str
+
+
+_REGISTRY: Registry[OptimizerSpec] = Registry("optimizer")
+
+
+def register(name: str, *, dp_claim: bool, description: str):
+    """Class decorator adding an optimizer to the registry under ``name``."""
+
+    def decorator(cls: type[Optimizer]) -> type[Optimizer]:
+        _REGISTRY.add(name, OptimizerSpec(name, cls, dp_claim, description))
+        return cls
+
+    return decorator
+
+
+def available() -> list[str]:
+    """Names of the registered optimizers."""
+    return _REGISTRY.names()
+
+
+def get_spec(name: str) -> OptimizerSpec:
+    """The registry entry of optimizer ``name``; an unknown name is a one-line DPAuditError listing the names."""
+    return _REGISTRY.get(name)
+
+
+def sigma_dp_to_noise_multiplier(*, sigma_dp: float, batch_size: float, clip_norm: float) -> float:
+    """z = σ_DP · b / C (σ_DP: Liang et al., Section 2.2, eq. 6; the conversion is the authors' code's)."""
+    return sigma_dp * batch_size / clip_norm
+
+
+def noise_multiplier_to_sigma_dp(*, noise_multiplier: float, batch_size: float, clip_norm: float) -> float:
+    """σ_DP = z · C / b."""
+    return noise_multiplier * clip_norm / batch_size
+
+
+@dataclass(frozen=True)
+@declare_settings(after="dataset_size", where=lambda setting: setting.hyperparameter and setting.name != "lr")
+class Hyperparameters:
+    """What every optimizer may be given; each optimizer checks the ones it needs.
+
+    Besides the fields below, every optimizer setting declared in ``dpaudit.settings.SETTINGS`` (those with
+    ``hyperparameter=True`` but ``lr``, a field of its own here) is a field, in declaration order and with its
+    declared default: ``clip_norm``, ``sigma_dp``, … ``standardise_constant``. Each ``Setting``'s help gives its
+    symbol, units and accepted values, and ``SETTINGS[name].check(value)`` checks a value.
+
+    Attributes:
+        lr: learning rate η (required here; ``TrainConfig`` gives its default).
+        expected_batch_size: b; private optimizers divide the clipped-gradient sum by b.
+        dataset_size: n, the number of training records (sample rate q = b / n).
+        epochs: the run's length E in epochs (two-phase optimizers split it).
+    """
+
+    lr: float
+    expected_batch_size: int
+    dataset_size: int
+    epochs: int = 1
+
+    @property
+    def pretrain_steps(self) -> int:
+        """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (T_pre of AdaDPIGU's Algorithm 1, Section 4)."""
+        return round(self.pretrain_fraction * self.steps_per_epoch * self.epochs)
+
+    @property
+    def warmup_steps(self) -> int:
+        """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (T_1 of TP-TopK's Algorithm 1; E_1/E: its Section 7.3)."""
+        return round(self.warmup_fraction * self.steps_per_epoch * self.epochs)
+
+    @property
+    def sample_rate(self) -> float:
+        return self.expected_batch_size / self.dataset_size
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.dataset_size / self.expected_batch_size)
+
+    @property
+    def noise_multiplier(self) -> float:
+        """z = σ_DP · b / C, the noise multiplier before any schedule."""
+        return sigma_dp_to_noise_multiplier(
+            sigma_dp=self.sigma_dp, batch_size=self.expected_batch_size, clip_norm=self.clip_norm
+        )
+
+
+class Optimizer:
+    """Base class: one update rule over a list of parameter tensors.
+
+    The engine calls ``begin_epoch`` at the start of every epoch, ``accumulate`` once per chunk of a
+    batch (per-sample gradients, shape [chunk, *param.shape], if ``per_sample`` else the batch-mean
+    gradient) and then ``step`` once per batch.
+    """
+
+    per_sample: ClassVar[bool] = True
+    record_updates: bool = False
+    last_update: list[torch.Tensor] | None = None
+    # not saved for resuming (``dpaudit._state``)
+    transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
+
+    def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters, *, generator: torch.Generator):
+        self.params = list(params)
+        self.hyper = hyper
+        self.generator = generator
+        self.epoch = 1
+        self.steps_taken = 0
+        self._sum = [torch.zeros_like(p) for p in self.params]
+        self._velocity = [torch.zeros_like(p) for p in self.params] if hyper.momentum else None
+        self._stack: StackedRows | None = None
+        self._row = 0
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        """Raise a one-line DPAuditError if ``hyper`` does not suit this optimizer."""
+        SETTINGS["lr"].check(hyper.lr)
+        SETTINGS["momentum"].check(hyper.momentum)
+
+    @classmethod
+    def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
+        """Relative factor on z for every step of the run (``hyper.epochs`` epochs; all ones: static noise)."""
+        return np.ones(hyper.steps_per_epoch * hyper.epochs)
+
+    @classmethod
+    def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
+        """z of every step of the whole run (``hyper.epochs`` epochs), as the ledger will record it."""
+        return hyper.noise_multiplier * cls.noise_schedule(hyper)
+
+    def begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        for total, grad in zip(self._sum, grads):
+            total.add_(grad.sum(0) if self.per_sample else grad)
+
+    @classmethod
+    def stack_rows(cls, optimizers: Sequence[Optimizer], params: Sequence[torch.Tensor]) -> None:
+        """Keep the gradient sums of an ensemble's K optimizers as rows of [K, *shape] tensors, like ``params``.
+
+        Args:
+            optimizers: K optimizers of this class whose first parameters are rows of ``params``: optimizer
+                k's parameter j is ``params[j][k]`` (a view; further parameters of its own, such as the canary
+                tensor, stay apart).
+            params: the ensemble's stacked parameters, [K, *shape] per parameter.
+
+        Optimizers whose sums are not shaped like their parameters (a projected space) keep them apart.
+        """
+        if any(
+            len(optimizer._sum) < len(params)
+            or any(total.shape != p.shape for total, p in zip(optimizer._sum, optimizer.params))
+            for optimizer in optimizers
+        ):
+            return
+        for k, optimizer in enumerate(optimizers):
+            for stacked, p in zip(params, optimizer.params):
+                if p.data_ptr() != stacked[k].data_ptr() or p.shape != stacked[k].shape:
+                    raise DPAuditError(f"optimizer {k}'s parameters are not row {k} of the stacked parameters")
+        sums = [torch.stack([optimizer._sum[j] for optimizer in optimizers]) for j in range(len(params))]
+        stack = StackedRows(list(params), sums)
+        for k, optimizer in enumerate(optimizers):
+            optimizer._sum[: len(params)] = [total[k] for total in stack.sums]
+            optimizer._stack, optimizer._row = stack, k
+
+    @classmethod
+    def accumulate_together(
+        cls,
+        optimizers: Sequence[Optimizer],
+        grads: Sequence[torch.Tensor],
+        counts: Sequence[int],
+        padding: torch.Tensor | None = None,
+    ) -> None:
+        """``accumulate`` for M optimizers of this class and equal hyperparameters (an ensemble).
+
+        ``grads``: per parameter, [M, W, *shape] per-sample gradients (or ``layerwise.OuterProducts``)
+        whose rows from ``counts[m]`` on are padding (``padding``: [M, W], True there, if the caller has it on the
+        device), or [M, *shape] batch-mean shares. Subclasses may do it in one vectorised pass.
+        """
+        for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
+            optimizer.accumulate([dense(g[row, :count]) if cls.per_sample else g[row] for g in grads])
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost | None:
+        """Apply one update; return what the step cost in privacy, or None if not private."""
+        raise NotImplementedError
+
+    @classmethod
+    def step_together(
+        cls, optimizers: Sequence[Optimizer], realized_batch_sizes: Sequence[int]
+    ) -> list[StepCost | None]:
+        """``step`` for M optimizers of this class and equal hyperparameters (an ensemble); their returns in
+        order. Subclasses may do it in one vectorised pass."""
+        return [optimizer.step(realized_batch_size=size) for optimizer, size in zip(optimizers, realized_batch_sizes)]
+
+    def gradient_before_noise(self) -> list[torch.Tensor] | None:
+        """This step's accumulated gradient before noise (per-sample optimizers: the clipped sum / b),
+        in parameter space; None where it lives elsewhere. For diagnostics only."""
+        if not self.per_sample:
+            return self._sum
+        return [total / self.hyper.expected_batch_size for total in self._sum]
+
+    @torch.no_grad()
+    def _apply(self, updates: Sequence[torch.Tensor]) -> None:
+        """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums.
+
+        With ``record_updates`` set, ``last_update`` keeps a copy of u, the step's release before
+        momentum (what a white-box observer of every update infers).
+        """
+        if self.record_updates:
+            self.last_update = [update.detach().clone() for update in updates]
+        # torch._foreach_*: one call per list instead of one per tensor (the per-call overhead dominates
+        # small models trained as an ensemble)
+        if self._velocity is not None:
+            torch._foreach_mul_(self._velocity, self.hyper.momentum)
+            torch._foreach_add_(self._velocity, list(updates))
+            updates = self._velocity
+        torch._foreach_add_(self.params, list(updates), alpha=-self.hyper.lr)
+        torch._foreach_zero_(self._sum)
+        self.steps_taken += 1
+
+
+@register("sgd", dp_claim=False, description="non-private mini-batch SGD (reference; no DP claim)")
+class SGD(Optimizer):
+    per_sample = False
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> None:
+        self._apply(self._sum)
+        return None

@@ -1,0 +1,305 @@
+"""The private skeleton and the optimizers that differ only in their per-sample weight φ.
+
+:class:`PrivateOptimizer` scales each per-sample gradient g_i by φ(‖g_i‖) with ‖φ(‖g‖)·g‖ ≤ C, sums, adds Gaussian
+noise and divides by the expected batch size b. DP-SGD with gradient clipping (DPSGD-GC) or domain clipping
+(DPSGD-DC, Liang et al.) and its broken-on-purpose controls, and the DP-PSAC paper's weights (Auto-S, Auto-V,
+DP-PSAC and a data-dependent-noise control) are each a few lines on top.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+
+from dpaudit._device import padding_mask
+from dpaudit._validation import DPAuditError
+from dpaudit.layerwise import sample_norms, weighted_sample_sums
+from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
+from dpaudit.optim.stacked import _stacked_rows
+from dpaudit.settings import SETTINGS
+
+CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
+AUTO_V_EPSILON = 1e-12  # Auto-V's C / ‖g‖ (DP-PSAC paper, Section 3) gets a guard at ‖g‖ = 0 (dpaudit's choice)
+
+
+def _flat_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-sample ℓ2 norms over all parameter tensors together ("flat" clipping)."""
+    return torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
+
+
+class PrivateOptimizer(Optimizer):
+    """Weighted per-sample sum, noise of std z·C on the sum, division by the expected batch size b.
+
+    Subclasses define ``factors(norms)`` = φ(‖g_i‖), with ‖φ(s)·g‖ ≤ C for every s (the sensitivity).
+    ``pure_factors``: φ depends on nothing but the norms and the hyperparameters (no state).
+    """
+
+    pure_factors: ClassVar[bool] = True
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        if hyper.clip_norm is None or hyper.sigma_dp is None:
+            raise DPAuditError("DP optimizers need clip_norm (C) and sigma_dp, noise_multiplier or target_epsilon")
+        SETTINGS["clip_norm"].check(hyper.clip_norm)
+        SETTINGS["sigma_dp"].check(hyper.sigma_dp)
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        factors = self.factors(_flat_norms(grads))
+        for total, grad in zip(self._sum, grads):
+            total.add_(torch.einsum("i,i...->...", factors, grad))
+
+    @classmethod
+    def accumulate_together(cls, optimizers, grads, counts, padding=None) -> None:
+        # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
+        if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
+            return super().accumulate_together(optimizers, grads, counts, padding)
+        norms = torch.linalg.vector_norm(torch.stack([sample_norms(g) for g in grads]), dim=0)
+        if padding is None:
+            padding = padding_mask(counts, norms.shape[1], norms.device)
+        factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
+        sums = weighted_sample_sums(grads, factors)
+        rows = _stacked_rows(optimizers)
+        if rows is not None:
+            torch._foreach_add_(rows.sums, sums)
+            return
+        for row, optimizer in enumerate(optimizers):
+            torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
+
+    @classmethod
+    @torch.no_grad()
+    def step_together(cls, optimizers, realized_batch_sizes) -> list[StepCost | None]:
+        # The plain update (no momentum, no recorded release, no constraint) of the models that take it, when they
+        # are consecutive rows of one ``stack_rows`` stack: each model's own noise draw, then the arithmetic of
+        # ``step`` on the [M, *shape] stacks, one call per operation for all M models.
+        plain = [
+            m
+            for m, optimizer in enumerate(optimizers)
+            if optimizer._velocity is None and not optimizer.record_updates and optimizer.hyper == optimizers[0].hyper
+        ]
+        group = [optimizers[m] for m in plain]
+        factors = {optimizer.noise_factor() for optimizer in group}
+        rows = _stacked_rows(group) if len(group) > 1 else None
+        if (
+            rows is None
+            or len(factors) > 1
+            or cls.step is not PrivateOptimizer.step
+            or cls.after_step is not PrivateOptimizer.after_step
+            or cls._noisy_mean is not PrivateOptimizer._noisy_mean
+            or cls._apply is not Optimizer._apply
+        ):
+            return super().step_together(optimizers, realized_batch_sizes)
+        (factor,), hyper = factors, group[0].hyper
+        noise, noise_rows = rows.noise()
+        for optimizer, row in zip(group, noise_rows):
+            optimizer._step_noise(out=row)
+        updates = torch._foreach_div(rows.sums, hyper.expected_batch_size)
+        torch._foreach_add_(updates, noise, alpha=hyper.sigma_dp * factor)
+        torch._foreach_add_(rows.params, updates, alpha=-hyper.lr)
+        torch._foreach_zero_(rows.sums)
+        for optimizer in group:
+            optimizer.steps_taken += 1
+        costs = dict.fromkeys(plain, StepCost(hyper.noise_multiplier * factor, hyper.sample_rate))
+        others = [m for m in range(len(optimizers)) if m not in costs]
+        costs.update(
+            zip(
+                others,
+                super().step_together([optimizers[m] for m in others], [realized_batch_sizes[m] for m in others]),
+            )
+        )
+        return [costs[m] for m in range(len(optimizers))]
+
+    def noise_factor(self) -> float:
+        """Schedule factor on z at the current step (1 for static noise)."""
+        return 1.0
+
+    def _step_noise(self, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The step's standard normal noise of all coordinates, parameter after parameter, in one draw (one
+        generator call per step instead of one per tensor); into ``out`` (flat) if given."""
+        if out is None:
+            return self._noise(sum(total.numel() for total in self._sum))
+        return self._draw_noise(out)
+
+    def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
+        """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
+        noise = self._step_noise().split([total.numel() for total in self._sum])
+        noise = [values.view_as(total) for values, total in zip(noise, self._sum)]
+        updates = torch._foreach_div(self._sum, b)
+        torch._foreach_add_(updates, noise, alpha=std)
+        return updates
+
+    def _noise(self, shape) -> torch.Tensor:
+        """N(0, I) values of ``shape`` from this optimizer's noise stream."""
+        return self._draw_noise(self.params[0].new_empty(shape))
+
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        """``out`` filled with N(0, I) values from this optimizer's noise stream (``torch.randn``'s draw)."""
+        return out.normal_(generator=self.generator)
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost:
+        factor = self.noise_factor()
+        b, sigma = self.hyper.expected_batch_size, self.hyper.sigma_dp * factor
+        self._apply(self._noisy_mean(b=b, std=sigma))
+        self.after_step()
+        return StepCost(self.hyper.noise_multiplier * factor, self.hyper.sample_rate)
+
+    def after_step(self) -> None:
+        """Hook for constraints applied after each update (projection in DPSGD-DC)."""
+
+
+@register(
+    "dpsgd-gc",
+    dp_claim=True,
+    description="DP-SGD with per-sample gradient clipping min(1, C/‖g‖) (Abadi et al.; DPSGD-GC of Liang et al.)",
+)
+class DPSGD(PrivateOptimizer):
+    """θ ← θ − η (Σ clip_C(g_i) / b + N(0, σ_DP² I))."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return (self.hyper.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
+
+
+@register(
+    "dpsgd-no-noise",
+    dp_claim=False,
+    description="DP-SGD that adds no noise but accounts as if it did (broken on purpose: auditor check; no DP claim)",
+)
+class DPSGDNoNoise(DPSGD):
+    """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
+
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        return out.zero_()
+
+
+@register(
+    "dpsgd-no-clip",
+    dp_claim=False,
+    description="DP-SGD without clipping, noise calibrated to C (broken on purpose: auditor check; no DP claim)",
+)
+class DPSGDNoClip(DPSGD):
+    """Σ g_i / b + N(0, σ_DP²): the sensitivity is unbounded, the noise is that of C."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(norms)
+
+
+@register(
+    "dpsgd-dc",
+    dp_claim=True,
+    description="DP-SGD with clipping and projection onto the ℓ2 ball of radius D (DPSGD-DC of Liang et al.)",
+)
+class DPSGDDomainConstrained(DPSGD):
+    """DPSGD-GC followed by θ ← Π_K(θ), K = {θ : ‖θ − c‖ ≤ D}, c = 0 or θ_0, jointly over all parameters."""
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self.center = [p.detach().clone() for p in self.params] if hyper.domain_center == "init" else None
+        self.after_step()  # θ_0 ∈ K
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        if hyper.domain_radius is None:
+            raise DPAuditError("dpsgd-dc needs domain_radius (D)")
+        SETTINGS["domain_radius"].check(hyper.domain_radius)
+        SETTINGS["domain_center"].check(hyper.domain_center)
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        offsets = self.params if self.center is None else [p - c for p, c in zip(self.params, self.center)]
+        norm = math.sqrt(sum(float(o.pow(2).sum()) for o in offsets))
+        if norm > self.hyper.domain_radius:
+            scale = self.hyper.domain_radius / norm
+            centers = self.center or [None] * len(self.params)
+            for param, center in zip(self.params, centers):
+                if center is None:
+                    param.mul_(scale)
+                else:
+                    param.copy_(center + scale * (param - center))
+
+
+# DP-PSAC (Xia et al.) and its baselines: only the per-sample weight differs.
+
+
+def auto_s_factor(norms, *, r: float, clip_norm: float = 1.0):
+    """Auto-S weight φ(s) = C / (s + r) of a per-sample gradient of norm s (numpy or torch)."""
+    return clip_norm / (norms + r)
+
+
+def psac_factor(norms, *, r: float, clip_norm: float = 1.0):
+    """DP-PSAC weight φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r) (numpy or torch)."""
+    return clip_norm * (norms + r) / (norms * norms + r * norms + r)
+
+
+@register(
+    "auto-s", dp_claim=True, description="automatic clipping C·g/(‖g‖ + r) (Bu et al. 2022; the DP-PSAC paper's Auto-S)"
+)
+class AutoS(PrivateOptimizer):
+    """φ(s) = C / (s + r); ‖φ(s)g‖ = C·s/(s + r) < C."""
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        SETTINGS["r"].check(hyper.r)
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return auto_s_factor(norms, r=self.hyper.r, clip_norm=self.hyper.clip_norm)
+
+
+register("nsgd", dp_claim=True, description="alias of auto-s (NSGD, Yang et al. 2022)")(AutoS)
+
+
+@register("auto-v", dp_claim=True, description="pure normalisation C·g/‖g‖ (the DP-PSAC paper's Auto-V)")
+class AutoV(PrivateOptimizer):
+    """φ(s) = C / s (with a 1e-12 guard); every clipped gradient has norm C."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return self.hyper.clip_norm / (norms + AUTO_V_EPSILON)
+
+
+@register(
+    "dp-psac", dp_claim=True, description="per-sample adaptive clipping C·g/(‖g‖ + r/(‖g‖ + r)) (DP-PSAC, Xia et al.)"
+)
+class DPPSAC(AutoS):
+    """φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r); ‖φ(s)g‖ = C (1 − r/(s² + rs + r)) < C."""
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return psac_factor(norms, r=self.hyper.r, clip_norm=self.hyper.clip_norm)
+
+
+@register(
+    "dp-psac-batch-noise",
+    dp_claim=False,
+    description="DP-PSAC as some re-implementations do it: noise std scaled to the realised batch's largest "
+    "clipped norm and divided by the realised batch size (data-dependent noise; no DP claim)",
+)
+class DPPSACBatchNoise(DPPSAC):
+    """The data-dependent noise scale that breaks the DP guarantee — a negative control. Not in the DP-PSAC paper:
+    it departs from line 6 of its Algorithm 1 (noise N(0, C²σ²)) as some third-party re-implementations do.
+    """
+
+    pure_factors = False  # factors() tracks the batch's largest clipped norm
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._largest = 0.0
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        factors = super().factors(norms)
+        self._largest = max(self._largest, float((factors * norms).max()) if len(norms) else 0.0)
+        return factors
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost:
+        b = max(realized_batch_size, 1)
+        std = self.hyper.noise_multiplier * self._largest / b
+        self._apply(self._noisy_mean(b=b, std=std))
+        self._largest = 0.0
+        return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate)

@@ -1,0 +1,176 @@
+"""The D2P2-SGD paper's family (Jiang et al.): automatic clipping, dynamic noise, random projection."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
+from dpaudit.optim.clipping import PrivateOptimizer, _flat_norms
+from dpaudit.settings import SETTINGS
+
+# the accepted values of the choices, as declared in dpaudit.settings
+NOISE_DECAY_UNITS = SETTINGS["noise_decay_unit"].choices
+REDUCTION_CONVENTIONS = SETTINGS["reduction_convention"].choices
+PROJECTION_REFRESH = SETTINGS["projection_refresh"].choices
+
+
+class AutomaticClipping(PrivateOptimizer):
+    """φ(s) = C / (s + γ) (automatic clipping of the D2P2-SGD paper, with G = C); static noise."""
+
+    dynamic: ClassVar[bool] = False
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        for name in ("gamma", "noise_decay_exponent", "noise_decay_unit"):
+            SETTINGS[name].check(getattr(hyper, name))
+
+    def factors(self, norms: torch.Tensor) -> torch.Tensor:
+        return self.hyper.clip_norm / (norms + self.hyper.gamma)
+
+    @classmethod
+    def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
+        steps = hyper.steps_per_epoch * hyper.epochs
+        if not cls.dynamic:
+            return np.ones(steps)
+        k = (
+            np.arange(steps) // hyper.steps_per_epoch + 1
+            if hyper.noise_decay_unit == "epoch"
+            else np.arange(1, steps + 1)
+        )
+        return k.astype(float) ** -hyper.noise_decay_exponent
+
+    def noise_factor(self) -> float:
+        if not self.dynamic:
+            return 1.0
+        k = self.epoch if self.hyper.noise_decay_unit == "epoch" else self.steps_taken + 1
+        return float(k) ** -self.hyper.noise_decay_exponent
+
+
+@register(
+    "dpsgd-auto",
+    dp_claim=True,
+    description="automatic clipping C·g/(‖g‖ + γ), static noise (the D2P2-SGD paper's 'DPSGD')",
+)
+class DPSGDAuto(AutomaticClipping):
+    pass
+
+
+@register(
+    "d2p-sgd", dp_claim=True, description="automatic clipping, dynamic noise z·k^(−1/4), no projection (D2P2-SGD paper)"
+)
+class D2PSGD(AutomaticClipping):
+    dynamic = True
+
+
+def projected_dimension(d: int, *, rate: float, convention: str) -> int:
+    """p for a tensor of d entries: ⌊rate·d⌋ ("code") or round((1 − rate)·d) ("paper"), at least 1."""
+    p = int(rate * d) if convention == "code" else round((1 - rate) * d)
+    return max(1, min(d, p))
+
+
+class ProjectedNoise(AutomaticClipping):
+    """Random projection per tensor: release z = Σ_i φ_i Aᵀg_i/√p + N(0, (z_t C)² I_p), update A z / b.
+
+    DP-correct form: each record's *projected* gradient Aᵀg_i/√p (all tensors together) is clipped,
+    so one record moves z by at most C and the ledger's z_t is the true noise multiplier. The authors'
+    order — clip, then project the sum — lets one record move z by up to C·max σ_max(A)/√p ≈ (1 + √(d/p))·C,
+    so its ε is not what the accountant reports; that version is ``*-as-published`` (no DP claim).
+    """
+
+    clip_after_projection: ClassVar[bool] = True
+    transient_state = (*Optimizer.transient_state, "_matrices", "_matrices_step")  # redrawn from the seed on use
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self.kept = [
+            projected_dimension(p.numel(), rate=hyper.reduction_rate, convention=hyper.reduction_convention)
+            for p in self.params
+        ]
+        self._projection_seed = int(np.random.SeedSequence([generator.initial_seed(), 3]).generate_state(1)[0])
+        self._matrices_step: int | None = None
+        self._matrices: list[torch.Tensor] = []
+        if self.clip_after_projection:
+            self._sum = [torch.zeros(p, device=q.device, dtype=q.dtype) for p, q in zip(self.kept, self.params)]
+
+    def gradient_before_noise(self) -> list[torch.Tensor] | None:
+        return None if self.clip_after_projection else super().gradient_before_noise()
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        for name in ("reduction_rate", "reduction_convention", "projection_refresh"):
+            SETTINGS[name].check(getattr(hyper, name))
+
+    def matrices(self) -> list[torch.Tensor]:
+        """This step's A_l ∈ R^{d_l × p_l}, entries N(0, 1); fixed for the run when projection_refresh='run'."""
+        step = 0 if self.hyper.projection_refresh == "run" else self.steps_taken
+        if self._matrices_step != step:
+            device, dtype = self.params[0].device, self.params[0].dtype
+            generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)
+            self._matrices = [
+                torch.randn(param.numel(), p, generator=generator, device=device, dtype=dtype)
+                for param, p in zip(self.params, self.kept)
+            ]
+            self._matrices_step = step
+        return self._matrices
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        if not self.clip_after_projection:
+            return super().accumulate(grads)
+        projected = [g.flatten(1) @ a / math.sqrt(p) for g, a, p in zip(grads, self.matrices(), self.kept)]
+        factors = self.factors(_flat_norms(projected))
+        for total, values in zip(self._sum, projected):
+            total.add_(factors @ values)
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost:
+        factor = self.noise_factor()
+        b, sigma = self.hyper.expected_batch_size, self.hyper.sigma_dp * factor
+        updates = []
+        for param, total, a, p in zip(self.params, self._sum, self.matrices(), self.kept):
+            released = total if self.clip_after_projection else total.flatten() @ a / math.sqrt(p)
+            updates.append((a @ (released / b + sigma * self._noise(p))).reshape(param.shape))
+        self._apply(updates)
+        return StepCost(self.hyper.noise_multiplier * factor, self.hyper.sample_rate)
+
+
+@register(
+    "dp2-sgd",
+    dp_claim=True,
+    description="automatic clipping of projected gradients, static noise in R^p (D2P2-SGD paper)",
+)
+class DP2SGD(ProjectedNoise):
+    pass
+
+
+@register(
+    "d2p2-sgd",
+    dp_claim=True,
+    description="automatic clipping of projected gradients, dynamic noise in R^p (Jiang et al.)",
+)
+class D2P2SGD(ProjectedNoise):
+    dynamic = True
+
+
+@register(
+    "dp2-sgd-as-published",
+    dp_claim=False,
+    description="DP2-SGD in the authors' order: clip, then project the sum (sensitivity > C; no DP claim)",
+)
+class DP2SGDAsPublished(DP2SGD):
+    clip_after_projection = False
+
+
+@register(
+    "d2p2-sgd-as-published",
+    dp_claim=False,
+    description="D2P2-SGD in the authors' order: clip, then project the sum (sensitivity > C; no DP claim)",
+)
+class D2P2SGDAsPublished(D2P2SGD):
+    clip_after_projection = False

@@ -1,0 +1,233 @@
+"""Coordinate-sparse optimizers of the TP-TopK paper: DP-SGD restricted to a support of coordinates.
+
+:class:`MaskedSupport` is the shared machinery (AdaDPIGU, ``dpaudit.optim.adadpigu``, builds on it too);
+:class:`TwoPhaseSparse` (TP-TopK, TP-Rand) learns one support after a dense warm-up, :class:`OnlineSparse`
+(ON-TopK, ON-Rand) refreshes it every epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from dpaudit._validation import DPAuditError
+from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
+from dpaudit.optim.clipping import DPSGD
+from dpaudit.settings import SETTINGS
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.flatten() for t in tensors])
+
+
+def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest entries, ties broken by the smaller coordinate index."""
+    return torch.argsort(-score, stable=True)[:k]
+
+
+class MaskedSupport(DPSGD):
+    """DP-SGD on a support A: per-sample gradients are masked to A *before* clipping (the sensitivity
+    stays C whatever A is), noise is added on A only, and coordinates outside A do not move.
+
+    ``mask`` is None while the step is dense. ``support_version`` counts support changes and ``score``
+    (flat) is the ranking the current support came from, if learned; the engine's diagnostics read them.
+    """
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self.mask: list[torch.Tensor] | None = None
+        self.score: torch.Tensor | None = None
+        self.support_version = 0
+        self.dimension = sum(p.numel() for p in self.params)
+
+    def support_mask(self) -> torch.Tensor | None:
+        """The current support as a flat 0/1 vector over all coordinates (None: dense)."""
+        return None if self.mask is None else _flat(self.mask)
+
+    def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        if self.mask is not None:
+            grads = [g * m for g, m in zip(grads, self.mask)]
+        super().accumulate(grads)
+
+    def _release(self, sigma_dp: float) -> list[torch.Tensor]:
+        """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""
+        released = [total / self.hyper.expected_batch_size + sigma_dp * self._noise(total.shape) for total in self._sum]
+        return released if self.mask is None else [value * m for value, m in zip(released, self.mask)]
+
+    def _random_order(self, stream: int) -> torch.Tensor:
+        """A data-independent permutation of the coordinates, fixed by the noise seed and ``stream``."""
+        seed = int(np.random.SeedSequence([self.generator.initial_seed(), stream]).generate_state(1)[0])
+        return torch.randperm(self.dimension, generator=torch.Generator().manual_seed(seed))
+
+    def _set_support(self, chosen: torch.Tensor | None) -> None:
+        """Make ``chosen`` (coordinate indices; None: all) the support; frozen velocity is dropped."""
+        if chosen is None:
+            self.mask = None
+        else:
+            flat = torch.zeros(self.dimension, dtype=self.params[0].dtype, device=self.params[0].device)
+            flat[chosen.to(flat.device)] = 1
+            sizes = [p.numel() for p in self.params]
+            self.mask = [part.view_as(p) for part, p in zip(flat.split(sizes), self.params)]
+            if self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
+                for velocity, m in zip(self._velocity, self.mask):
+                    velocity.mul_(m)
+        self.support_version += 1
+
+
+class TwoPhaseSparse(MaskedSupport):
+    """TP-TopK paper, Algorithm 1 (Section 3.2). Phase 1 (T_1 steps): DP-SGD with σ_1, accumulating
+    s += g̃ ⊙ g̃ of the *released* gradients. Then A = the ⌊ρd⌋ coordinates ranked first (by the denoised
+    score a = s/T_1 − σ_1² of Figure 2's caption and Lemma 5.2, or at random) and Phase 2 is DP-SGD on A
+    with σ_2. Momentum is reset at the switch.
+    """
+
+    learned: ClassVar[bool] = True
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._squares = [torch.zeros_like(p) for p in self.params]
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        SETTINGS["active_ratio"].check(hyper.active_ratio)
+        if not 0 < hyper.warmup_fraction < 1:
+            raise DPAuditError(f"warmup_fraction (E1/E) must be in (0, 1); got {hyper.warmup_fraction}")
+        total = hyper.steps_per_epoch * hyper.epochs
+        if not 1 <= hyper.warmup_steps < total:
+            raise DPAuditError(f"the warm-up must leave steps for phase 2: T1 = {hyper.warmup_steps} of T = {total}")
+        if hyper.warmup_sigma_dp is None:
+            raise DPAuditError("two-phase optimizers need warmup_sigma_dp (σ_1) or target_epsilon")
+        SETTINGS["warmup_sigma_dp"].check(hyper.warmup_sigma_dp)
+
+    @classmethod
+    def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
+        total = hyper.steps_per_epoch * hyper.epochs
+        warmup = sigma_dp_to_noise_multiplier(
+            sigma_dp=hyper.warmup_sigma_dp, batch_size=hyper.expected_batch_size, clip_norm=hyper.clip_norm
+        )
+        return np.concatenate(
+            [np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps, hyper.noise_multiplier)]
+        )
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost:
+        warmup = self.steps_taken < self.hyper.warmup_steps
+        sigma = self.hyper.warmup_sigma_dp if warmup else self.hyper.sigma_dp
+        released = self._release(sigma)
+        if warmup:
+            for squares, value in zip(self._squares, released):
+                squares.add_(value * value)
+        self._apply(released)
+        if warmup and self.steps_taken == self.hyper.warmup_steps:
+            self._choose_support()
+        z = sigma_dp_to_noise_multiplier(
+            sigma_dp=sigma, batch_size=self.hyper.expected_batch_size, clip_norm=self.hyper.clip_norm
+        )
+        return StepCost(z, self.hyper.sample_rate, "warmup" if warmup else "train")
+
+    def _choose_support(self) -> None:
+        # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
+        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.hyper.warmup_sigma_dp**2
+        k = math.floor(self.hyper.active_ratio * self.dimension)
+        order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
+        if self._velocity is not None:
+            for velocity in self._velocity:
+                velocity.zero_()
+        self._set_support(order)
+
+
+@register(
+    "tp-topk",
+    dp_claim=True,
+    description="dense DP warm-up, then DP-SGD on the top-⌊ρd⌋ denoised-score support (TP-TopK paper)",
+)
+class TPTopK(TwoPhaseSparse):
+    pass
+
+
+@register("tp-rand", dp_claim=True, description="as tp-topk with a random support of the same size (TP-TopK paper)")
+class TPRand(TwoPhaseSparse):
+    learned = False
+
+
+class OnlineSparse(MaskedSupport):
+    """ON-* of the TP-TopK paper (Table 1, Section 7.1; the schedule is not in the paper): one σ for the
+    whole run; the support is refreshed at the start of every epoch, with active ratio
+    ρ_e = 1 − (1 − ρ)·e/(E − 1) at epoch e = 0 … E − 1 (dense first epoch, ρ at the last).
+
+    ON-TopK ranks by a_p = mean over the previous epoch's steps of g̃_p² − σ², from the released gradients
+    only; a coordinate frozen all that epoch keeps its latest score. ON-Rand draws a fresh random support.
+    The supports are a predictable schedule, so the run costs T steps at (q, σ), as DP-SGD.
+    """
+
+    learned: ClassVar[bool] = True
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._squares = [torch.zeros_like(p) for p in self.params]
+        self._epoch_steps = 0
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters) -> None:
+        super().check(hyper)
+        SETTINGS["active_ratio"].check(hyper.active_ratio)
+        if hyper.epochs < 2:
+            raise DPAuditError(
+                f"online sparse optimizers refresh the support per epoch and need epochs ≥ 2; got {hyper.epochs}"
+            )
+
+    def active_ratio(self, epoch: int) -> float:
+        """ρ_e of 1-based ``epoch`` under the linear schedule."""
+        return 1 - (1 - self.hyper.active_ratio) * (epoch - 1) / (self.hyper.epochs - 1)
+
+    def begin_epoch(self, epoch: int) -> None:
+        super().begin_epoch(epoch)
+        if self.learned and self._epoch_steps:
+            fresh = _flat(self._squares) / self._epoch_steps - self.hyper.sigma_dp**2
+            active = self.support_mask()
+            self.score = (
+                fresh if self.score is None or active is None else torch.where(active.bool(), fresh, self.score)
+            )
+        for squares in self._squares:
+            squares.zero_()
+        self._epoch_steps = 0
+        k = math.floor(self.active_ratio(epoch) * self.dimension)
+        if k >= self.dimension:
+            if self.mask is not None:
+                self._set_support(None)
+            return
+        order = top_k_indices(self.score, k) if self.learned else self._random_order(epoch)[:k]
+        self._set_support(order)
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost:
+        released = self._release(self.hyper.sigma_dp)
+        for squares, value in zip(self._squares, released):
+            squares.add_(value * value)
+        self._epoch_steps += 1
+        self._apply(released)
+        return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate)
+
+
+@register(
+    "on-topk",
+    dp_claim=True,
+    description="per-epoch support: top-⌊ρ_e d⌋ of the previous epoch's DP score, ρ_e falling linearly from 1 to ρ "
+    "(TP-TopK paper)",
+)
+class ONTopK(OnlineSparse):
+    pass
+
+
+@register(
+    "on-rand",
+    dp_claim=True,
+    description="as on-topk with a fresh random support every epoch (random sparsification; TP-TopK paper)",
+)
+class ONRand(OnlineSparse):
+    learned = False

@@ -1,0 +1,99 @@
+"""Cross-field checks of the pipeline's parameters (params.yaml and the presets under configs/).
+
+The JSON schema (``workflow/schemas/params.schema.yaml``) is the first gate: it checks each field on its own.
+:func:`check_pipeline_config` then checks what a schema cannot say — how fields refer to one another (an
+optimizer run's name, a validation pair's twin, the canary design a twin must fit) — before Snakemake plans a
+single job, so that a bad parameter fails in one line naming it instead of inside ``dpaudit train``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dpaudit._validation import DPAuditError
+
+# a canary design that fits only some optimizers → (the schema's enum of those optimizers, what they have)
+CANARY_DESIGN_NEEDS = {
+    "projection-aligned": ("projection_optimizer_name", "a random projection"),
+    "support": ("support_optimizer_name", "a support learned from dense steps"),
+}
+
+
+def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Check the fields of a pipeline config that refer to one another.
+
+    Call it after the config has passed the schema; it reads the schema's lists of optimizer names
+    (``$defs``: ``optimizer_name``, ``projection_optimizer_name``, ``support_optimizer_name``).
+
+    Args:
+        config: The pipeline parameters (params.yaml or a preset), already validated against ``schema``.
+        schema: The parsed params schema.
+
+    Raises:
+        DPAuditError: One line naming the offending parameter: two ``optimizers.runs`` sharing a name, a run whose
+            optimizer is not registered, an ``audit.validation`` pair whose twin is not a run of ``optimizers.runs``
+            or whose twin cannot carry the pair's canary design (projection-aligned canaries need a random
+            projection, support canaries a support learned from dense steps, noise-scale canaries one canary per
+            step), a twin with its own audit settings in two pairs, or a validation attack that the
+            cross-optimizer audit does not score.
+    """
+    runs = _check_optimizer_runs(config["optimizers"]["runs"], known=schema["$defs"]["optimizer_name"]["enum"])
+    _check_validation(config["audit"], runs=runs, schema=schema)
+
+
+def _check_optimizer_runs(runs: list[Mapping[str, Any]], *, known: list[str]) -> dict[str, dict[str, Any]]:
+    """The runs of ``optimizers.runs`` by name (their settings without the name), each naming a known optimizer."""
+    settings = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in runs}
+    if len(settings) != len(runs):
+        raise DPAuditError("params optimizers.runs: two runs share a name")
+    for name, run in settings.items():
+        optimizer = run.get("optimizer", name)
+        if optimizer not in known:
+            raise DPAuditError(
+                f"params optimizers.runs.{name}: unknown optimizer {optimizer!r}; "
+                f"set `optimizer:` to one of {', '.join(known)}"
+            )
+    return settings
+
+
+def _check_validation(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]], schema: Mapping) -> None:
+    """The auditor's validation: each broken variant's twin is a run that can carry the pair's audit settings."""
+    validation = audit["validation"]
+    cross = audit["cross_optimizer"]
+    twins = {pair[0]: pair[1] for pair in validation["pairs"]}  # broken variant → correct twin
+    own_settings = {pair[0]: pair[2] if len(pair) > 2 else {} for pair in validation["pairs"]}  # e.g. canary_design
+    for variant, twin in twins.items():
+        if twin not in runs:
+            raise DPAuditError(
+                f"params audit.validation.pairs.{variant}: twin {twin!r} is not a run of optimizers.runs "
+                f"({', '.join(runs)})"
+            )
+    if validation["attack"] not in cross["attacks"]:
+        raise DPAuditError(
+            f"params audit.validation.attack: {validation['attack']!r} is not one of "
+            f"audit.cross_optimizer.attacks ({', '.join(cross['attacks'])})"
+        )
+    trained = set(twins)  # the runs of the validation section: every variant, and the twins with their own settings
+    for variant, twin in twins.items():
+        settings = own_settings[variant]
+        if not settings:
+            continue
+        optimizer = runs[twin].get("optimizer", twin)
+        design = settings.get("canary_design")
+        if design in CANARY_DESIGN_NEEDS and optimizer not in schema["$defs"][CANARY_DESIGN_NEEDS[design][0]]["enum"]:
+            raise DPAuditError(
+                f"params audit.validation.pairs.{variant}: {design} canaries need "
+                f"{CANARY_DESIGN_NEEDS[design][1]}; the twin {twin!r} ({optimizer}) has none"
+            )
+        if design == "noise-scale" and settings.get("canaries", cross["canaries"]) != 1:
+            raise DPAuditError(
+                f"params audit.validation.pairs.{variant}: noise-scale canaries insert one canary per "
+                "step (the noise level is one number per step); set canaries: 1 in the pair's settings"
+            )
+        if twin in trained:
+            raise DPAuditError(
+                f"params audit.validation.pairs.{variant}: twin {twin!r} with its own audit settings "
+                "is in another pair too"
+            )
+        trained.add(twin)

@@ -1,0 +1,105 @@
+"""The attack registry: one declaration per attack, read by the command line, the run summaries and the schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from dpaudit._validation import DPAuditError
+from dpaudit.attacks import ATTACKS, get_attack, read_scores_csv
+from dpaudit.cli import build_parser
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "params.schema.yaml"
+
+
+def _audit_schema() -> dict:
+    return yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))["properties"]["audit"]["properties"]
+
+
+def test_the_schema_lists_the_registered_attacks():
+    audit = _audit_schema()
+    assert audit["attacks"]["items"]["enum"] == list(ATTACKS)
+    targets_only = [name for name, attack in ATTACKS.items() if not attack.needs_shadows]
+    assert audit["cross_optimizer"]["properties"]["attacks"]["items"]["enum"] == targets_only
+    assert audit["validation"]["properties"]["attack"]["enum"] == targets_only
+
+
+def test_the_command_line_offers_the_registered_attacks():
+    parser = build_parser()
+    commands = next(action for action in parser._actions if action.dest == "command").choices
+    for command, flag in (("audit", "--attack"), ("validation", "--attack")):
+        action = next(a for a in commands[command]._actions if flag in a.option_strings)
+        assert list(action.choices) == list(ATTACKS)
+    description = commands["audit"].description
+    assert all(name in description for name in ATTACKS)
+    assert all(attack.needs in description for attack in ATTACKS.values() if attack.needs)
+
+
+def test_specs_are_consistent():
+    for name, attack in ATTACKS.items():
+        assert attack.name == name and attack.description
+        assert attack.claim in ("run", "mechanism")
+        assert attack.claim_key in ("epsilon_run", "epsilon_mechanism")
+    assert [name for name, attack in ATTACKS.items() if attack.whole_run] == ["canary"]
+    assert ATTACKS["canary"].claim_key == "epsilon_mechanism" and ATTACKS["loss"].claim_key == "epsilon_run"
+    with pytest.raises(DPAuditError, match="unknown attack 'lira'; choose from: canary, confidence"):
+        get_attack("lira")
+
+
+def test_importing_the_registry_loads_no_torch():
+    code = (
+        "import sys, dpaudit.attacks, dpaudit.experiments;"
+        "assert 'torch' not in sys.modules, 'torch imported';"
+        "from dpaudit.attacks import ShadowAttackConfig;"
+        "assert 'torch' in sys.modules and ShadowAttackConfig().epochs == 50"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _run_folder(path: Path, planned_epsilon: float | None = 2.5) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"derived": {"planned_epsilon": planned_epsilon}}))
+    return path
+
+
+def test_shadow_scores_come_from_the_attack_csv(tmp_path):
+    run = _run_folder(tmp_path / "run")
+    with pytest.raises(DPAuditError, match=r"no shadow-attack scores at .*scores_epoch_0003.csv; run `dpaudit attack"):
+        ATTACKS["shadow"].scores(run, epoch=3, delta=1e-5)
+    (run / "scores_epoch_0003.csv").write_text("record,is_member,class,score\n0,1,2,0.9\n1,0,2,0.25\n2,1,0,0.5\n")
+    found = ATTACKS["shadow"].scores(run, epoch=3, delta=1e-5)
+    np.testing.assert_array_equal(found.members, [0.9, 0.5])
+    np.testing.assert_array_equal(found.nonmembers, [0.25])
+    assert found.epsilon_run == 2.5 and found.selection is None and found.epsilon_mechanism is None
+    members, nonmembers = read_scores_csv(run / "scores_epoch_0003.csv")
+    np.testing.assert_array_equal(members, found.members)
+
+
+def test_canary_scores_carry_the_mechanism_claim(tmp_path):
+    from dpaudit.attacks.canary import CanaryObservations
+
+    run = _run_folder(tmp_path / "run", planned_epsilon=None)
+    with pytest.raises(DPAuditError, match="no canary observations at .*canaries.npz"):
+        ATTACKS["canary"].scores(run, epoch=None, delta=1e-5)
+    rng = np.random.default_rng(0)
+    observed = CanaryObservations(
+        bits=rng.integers(0, 2, size=(6, 4)).astype(np.uint8),
+        observations=rng.normal(size=(6, 4)),
+        noise_multipliers=np.array([2.0, 1.0, 1.0, 1.5, 1.0, 3.0]),
+        clip_norm=1.0,
+    )
+    (run / "target").mkdir()
+    observed.save(run / "target" / "canaries.npz")
+    found = ATTACKS["canary"].scores(run, epoch=None, delta=1e-5)
+    members, nonmembers = observed.scores()
+    np.testing.assert_array_equal(found.members, members)
+    np.testing.assert_array_equal(found.nonmembers, nonmembers)
+    assert found.selection == "gaussian" and found.epsilon_run is None
+    assert found.epsilon_mechanism == observed.mechanism_epsilon(delta=1e-5)
+    assert found.audited_steps == 3 and found.mechanism.startswith("one Gaussian step")

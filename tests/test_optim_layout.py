@@ -1,0 +1,81 @@
+"""The dpaudit.optim package: one module per family, every public name at dpaudit.optim, a typed step cost, and
+Hyperparameters that follow the declared settings."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+
+import pytest
+import torch
+
+from dpaudit import optim
+from dpaudit.optim import Hyperparameters, StepCost
+from dpaudit.settings import SETTINGS
+
+FAMILIES = {"base", "clipping", "projection", "sparse", "adadpigu"}
+
+
+def test_every_public_name_is_importable_from_the_package():
+    assert len(optim.__all__) == len(set(optim.__all__))
+    for name in optim.__all__:
+        assert getattr(optim, name) is not None, name
+
+
+@pytest.mark.parametrize("name", optim.available())
+def test_every_registered_optimizer_lives_in_a_family_module_and_is_a_public_name(name):
+    cls = optim.get_spec(name).cls
+    module, _, family = cls.__module__.rpartition(".")
+    assert module == "dpaudit.optim" and family in FAMILIES
+    assert cls.__name__ in optim.__all__ and getattr(optim, cls.__name__) is cls
+
+
+def test_hyperparameters_take_the_declared_settings_and_their_defaults():
+    declared = {item.name: item for item in fields(Hyperparameters) if "setting" in item.metadata}
+    assert list(declared) == [name for name, s in SETTINGS.items() if s.hyperparameter and name != "lr"]
+    for name, item in declared.items():
+        assert item.metadata["setting"] is SETTINGS[name] and item.default == SETTINGS[name].default
+    own = {item.name: item.default for item in fields(Hyperparameters) if "setting" not in item.metadata}
+    assert own == {"lr": MISSING, "expected_batch_size": MISSING, "dataset_size": MISSING, "epochs": 1}
+
+
+def _hyper() -> Hyperparameters:
+    # 2 steps per epoch, 4 epochs: every phase of the two-phase optimizers and AdaDPIGU is reached in 8 steps
+    return Hyperparameters(
+        lr=0.1,
+        expected_batch_size=2,
+        dataset_size=4,
+        epochs=4,
+        clip_norm=1.0,
+        sigma_dp=0.5,
+        warmup_sigma_dp=0.25,
+        domain_radius=10.0,
+        pretrain_fraction=0.25,
+        warmup_fraction=0.25,
+    )
+
+
+@pytest.mark.parametrize("name", optim.available())
+def test_a_private_step_returns_its_typed_cost_and_a_non_private_one_none(name):
+    cls, hyper = optim.get_spec(name).cls, _hyper()
+    cls.check(hyper)
+    params = [torch.zeros(3, 2), torch.zeros(2)]
+    opt = cls(params, hyper, generator=torch.Generator().manual_seed(1))
+    phases = set()
+    for epoch in range(1, hyper.epochs + 1):
+        opt.begin_epoch(epoch)
+        for _ in range(hyper.steps_per_epoch):
+            grads = [torch.ones(2, 3, 2), torch.ones(2, 2)]
+            opt.accumulate(grads if opt.per_sample else [g.mean(0) for g in grads])
+            cost = opt.step(realized_batch_size=2)
+            if not issubclass(cls, optim.PrivateOptimizer):
+                assert cost is None
+                continue
+            assert type(cost) is StepCost
+            assert cost.sample_rate == pytest.approx(hyper.sample_rate) and cost.noise_multiplier > 0
+            phases.add(cost.phase)
+    if issubclass(cls, optim.TwoPhaseSparse):
+        assert phases == {"warmup", "train"}
+    elif issubclass(cls, optim.AdaDPIGU):
+        assert phases == {"pretrain", "train"}
+    elif issubclass(cls, optim.PrivateOptimizer):
+        assert phases == {"train"}

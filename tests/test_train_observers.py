@@ -1,0 +1,84 @@
+"""The training loop's observers (``dpaudit.observers``): built from the configuration, called hook by hook in a
+fixed order, and without effect on training unless they rewrite gradients."""
+
+import re
+
+import pytest
+import torch
+from test_ensemble import _config, _members
+
+from dpaudit import train
+from dpaudit.attacks.canary import GradientCanaries
+from dpaudit.diagnostics import TrainingDiagnostics
+from dpaudit.observers import TrainingObserver
+
+
+class Recorder(TrainingObserver):
+    """Writes down every hook call; changes nothing."""
+
+    name = "recorder"
+    sees_gradients = True
+
+    def __init__(self):
+        self.events: list[str] = []
+        self.widths: list[int] = []  # how many gradient tensors each ``accumulate`` received
+        self.noise_multipliers: list[float] = []
+
+    def begin_epoch(self, optimizer, *, epoch):
+        self.events.append(f"begin_epoch {epoch}")
+
+    def accumulate(self, optimizer, grads, *, records):
+        self.events.append("accumulate")
+        self.widths.append(len(grads))
+        return grads
+
+    def before_update(self, optimizer, *, epoch):
+        self.events.append("before_update")
+
+    def after_update(self, optimizer, cost, *, epoch):
+        self.events.append("after_update")
+        self.noise_multipliers.append(cost.noise_multiplier)
+
+    def end_epoch(self, *, epoch):
+        self.events.append(f"end_epoch {epoch}")
+
+
+def _train(config, members):
+    return train.train_models(config=config, members=members, test_data=None, progress=False)
+
+
+def test_the_target_observes_canaries_then_diagnostics_and_shadows_nothing():
+    config = _config("dpsgd-gc", canaries=20, diagnostics=True)
+    target, shadow = _members(2)
+    seeds = dict(noise_seed=1, sampling_seed=2, device=torch.device("cpu"), dtype=torch.float32, out=None)
+    model = torch.nn.Linear(2, 2)
+    observers = train._observers(config, target, model=model, held_out=None, **seeds)
+    assert [type(observer) for observer in observers] == [GradientCanaries, TrainingDiagnostics]
+    assert all(isinstance(observer, TrainingObserver) for observer in observers)
+    assert train._observers(config, shadow, model=model, held_out=None, **seeds) == []
+    assert train._observers(_config("dpsgd-gc"), target, model=model, held_out=None, **seeds) == []
+
+
+@pytest.mark.parametrize("engine", ["ensemble", "sequential"])
+def test_an_observer_sees_every_hook_in_order_and_changes_nothing(engine, monkeypatch):
+    config = _config("dpsgd-gc", engine=engine, canaries=20, diagnostics=True, epochs=2)
+    plain = _train(config, _members(2))
+    recorder = Recorder()
+    built = train._observers
+
+    def with_recorder(config, member, **kwargs):
+        return built(config, member, **kwargs) + ([recorder] if member.model_index == 0 else [])
+
+    monkeypatch.setattr(train, "_observers", with_recorder)
+    observed = _train(config, _members(2))
+    for a, b in zip(plain, observed):
+        assert a.ledger.to_dict() == b.ledger.to_dict()
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    step = "(accumulate;)*before_update;after_update;"
+    assert re.fullmatch(
+        f"begin_epoch 1;({step}){{4}}end_epoch 1;begin_epoch 2;({step}){{4}}end_epoch 2;",
+        "".join(event + ";" for event in recorder.events),
+    )
+    assert recorder.noise_multipliers == plain[0].ledger.per_step()[0].tolist()
+    # the recorder comes after the canaries: it receives the canary tensor's gradients too
+    assert set(recorder.widths) == {len(list(plain[0].model.parameters())) + 1}
