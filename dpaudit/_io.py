@@ -5,18 +5,25 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    return atomic_write_stream(path, lambda stream: stream.write(data))
+
+
+def atomic_write_stream(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> Path:
+    """Have ``write(stream)`` write ``path``'s contents into a temporary file in the same folder, then rename it
+    (for large outputs that need not be held in memory as bytes first, e.g. ``np.savez(stream, ...)``)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            write(stream)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temp_name, target)

@@ -8,7 +8,7 @@ and the Gaussian-DP estimate; the split bound sorts its two halves. numpy and sc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -271,7 +271,162 @@ def audit_scores(
     )
 
 
-__all__ = ["AuditReport", "MAX_ROC_POINTS", "REPORT_FPRS", "audit_scores", "thin_roc"]
+@dataclass(frozen=True, eq=False)
+class WholeRunReport:
+    """A whole-run audit with Dirac canaries under two threat models, beside the run's theoretical ε.
+
+    Every ε is in nats at ``delta``; each says what it is.
+
+    Attributes:
+        all_iterates: the audit of Λ, the log likelihood ratio over every released update (white box, all
+            iterates): its ``epsilon_lower`` is the assumption-free Clopper–Pearson lower bound.
+        all_iterates_family: the family lower bound on Λ (:func:`dpaudit.whole_run.family_lower_bound`), valid if
+            the run's trade-off curve is that of a composed Poisson-subsampled Gaussian with its q_t and T.
+        final_model: the audit of Σ_t x_t, what the final model alone shows (last-iterate threat model).
+        final_model_family: the family lower bound on Σ_t x_t.
+        epsilon_pld: the run's ε from its PLD (upper estimate; the tightest accountant): a guarantee.
+        epsilon_rdp: the run's ε from the RDP accountant: a guarantee, looser.
+        epsilon_last_iterate: the last-iterate heuristic ε (Steinke et al. 2025) for the final model: a heuristic,
+            not a guarantee; None where the noise or the sample rate varies between steps.
+        delta: δ.
+        confidence: 1 − α of every bound.
+    """
+
+    all_iterates: AuditReport
+    all_iterates_family: Any
+    final_model: AuditReport
+    final_model_family: Any
+    epsilon_pld: float
+    epsilon_rdp: float
+    epsilon_last_iterate: float | None
+    delta: float
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy: the two :class:`AuditReport` s as ``to_dict`` gives them, without their ROC curves."""
+        out: dict[str, Any] = {}
+        for name in ("all_iterates", "final_model"):
+            report = getattr(self, name).to_dict()
+            report.pop("roc")
+            out[name] = report
+            out[f"{name}_family"] = {
+                key: _json_float(v) if isinstance(v, float) else v
+                for key, v in asdict(getattr(self, f"{name}_family")).items()
+            }
+        out["epsilon_pld"] = _json_float(self.epsilon_pld)
+        out["epsilon_rdp"] = _json_float(self.epsilon_rdp)
+        out["epsilon_last_iterate"] = (
+            None if self.epsilon_last_iterate is None else _json_float(self.epsilon_last_iterate)
+        )
+        out["delta"], out["confidence"] = self.delta, self.confidence
+        return out
+
+    def summary(self) -> str:
+        """One paragraph of text for logs and reports."""
+        level = f"{100 * self.confidence:g} %"
+        heuristic = (
+            "" if self.epsilon_last_iterate is None else f", last-iterate heuristic {self.epsilon_last_iterate:.2f}"
+        )
+
+        def family(bound) -> str:
+            return f"{bound.epsilon:.2f}" + (" (capped: the grid's strongest hypothesis)" if bound.capped else "")
+
+        return (
+            f"Whole-run audit of {self.all_iterates.n_members} member and {self.all_iterates.n_nonmembers} "
+            f"non-member canaries at δ = {self.delta:g}; theory: ε = {self.epsilon_pld:.2f} (PLD), "
+            f"{self.epsilon_rdp:.2f} (RDP). All iterates: with {level} confidence ε ≥ "
+            f"{self.all_iterates.epsilon_lower:.2f} (assumption-free), ε ≥ {family(self.all_iterates_family)} "
+            f"(if the run is a composed subsampled Gaussian). Final model: ε ≥ {self.final_model.epsilon_lower:.2f} "
+            f"(assumption-free), ε ≥ {family(self.final_model_family)} (family){heuristic}."
+        )
+
+
+def audit_whole_run(
+    observations,
+    members,
+    *,
+    noise_multipliers,
+    sample_rates,
+    delta: float = 1e-5,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> WholeRunReport:
+    """Audit a whole training run from its Dirac canaries' released updates, under two threat models.
+
+    Each canary was a member of the training set with probability ½ (independently); a member joined each
+    step's batch through the run's sampling, its gradient went through the optimizer's clipping and noise on a
+    coordinate of its own. ``observations[j, t]`` is canary j's coordinate of step t's released update,
+    normalised so that a present canary contributes exactly 1; the noise on it then has std
+    ``noise_multipliers[t]``. The canaries must be independent trials (no coordinate mixing between them).
+
+    Args:
+        observations: [M, T] normalised updates x_t of the M canaries.
+        members: [M] bool, which canaries were members (≥ 2 of each).
+        noise_multipliers: [T] the noise std σ_t of each step in the normalised units (z_t for plain clipping).
+        sample_rates: [T] the sample rate q_t of each step.
+        delta: δ of every ε, in (0, 1).
+        confidence: 1 − α of every bound, in (0, 1).
+        seed: the seed of the bounds' random halves.
+
+    Returns:
+        A :class:`WholeRunReport`.
+
+    Raises:
+        DPAuditError: a bad shape, fewer than 2 canaries in a class, a bad ledger, δ or confidence.
+    """
+    # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
+    from dpaudit.theory import epsilon as rdp_epsilon
+    from dpaudit.theory.tradeoff import last_iterate_epsilon, sgm_epsilon
+    from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores
+
+    delta = check_delta(delta, allow_zero=False)
+    check_confidence(confidence)
+    seed = check_seed(seed)
+    flags = np.asarray(members)
+    if flags.dtype != bool or flags.ndim != 1:
+        raise DPAuditError(f"members must be a 1-D bool array, got dtype {flags.dtype} and shape {flags.shape}")
+    values = np.asarray(observations, dtype=float)
+    if values.ndim != 2 or values.shape[0] != flags.size:
+        raise DPAuditError(
+            f"observations must be [M, T] with M = len(members) = {flags.size}, got shape {values.shape}"
+        )
+    z = np.asarray(noise_multipliers, dtype=float)
+    q = np.asarray(sample_rates, dtype=float)
+    ledger = {"noise_multipliers": z, "sample_rates": q}
+    scores = {
+        "all_iterates": likelihood_ratio_scores(values, **ledger),
+        "final_model": final_model_scores(values),
+    }
+    options = {"delta": delta, "confidence": confidence, "seed": seed}
+    reports = {}
+    for name, statistic in scores.items():
+        member_scores, nonmember_scores = statistic[flags], statistic[~flags]
+        reports[name] = audit_scores(member_scores, nonmember_scores, **options)
+        reports[f"{name}_family"] = family_lower_bound(member_scores, nonmember_scores, **ledger, **options)
+    constant = bool(np.all(z == z[0]) and np.all(q == q[0]))
+    return WholeRunReport(
+        **reports,
+        epsilon_pld=sgm_epsilon(**ledger, delta=delta),
+        epsilon_rdp=rdp_epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=delta),
+        epsilon_last_iterate=last_iterate_epsilon(
+            noise_multiplier=float(z[0]), sample_rate=float(q[0]), steps=int(z.size), delta=delta
+        )
+        if constant
+        else None,
+        delta=delta,
+        confidence=float(confidence),
+    )
+
+
+__all__ = [
+    "AuditReport",
+    "MAX_ROC_POINTS",
+    "REPORT_FPRS",
+    "WholeRunReport",
+    "audit_scores",
+    "audit_whole_run",
+    "thin_roc",
+]
 
 
 AUDIT_MODEL_ATTACKS = ("loss", "confidence")

@@ -13,7 +13,8 @@ from dpaudit.data.splits import SPLIT_DESIGNS
 from dpaudit.settings import SETTINGS, declare_settings
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
-CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale")  # dpaudit.attacks.canary
+# dpaudit.attacks.canary, and "whole-run": dpaudit.attacks.canary_run
+CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale", "whole-run")
 GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
 ENGINES = ("ensemble", "sequential")
 
@@ -40,7 +41,11 @@ class TrainConfig:
             directions of the optimizer's random projection; dp2-sgd, d2p2-sgd and their variants only),
             "support" (in or out of every dense step; scored by the learned support; AdaDPIGU and the
             two-phase optimizers only) or "noise-scale" (one canary per step, every other record's gradient
-            zeroed; scored by the noise level of the release; needs canaries = 1).
+            zeroed; scored by the noise level of the release; needs canaries = 1) — each audits the
+            mechanism of one step — or "whole-run" (an audit of the whole run's composed, subsampled ε: each
+            canary a member with probability ½, drawn once, and a member sampled into the batches as a record
+            is; ``dpaudit.attacks.canary_run``; the optimizers that weight each record's gradient by a function
+            of its norm only: the DP-SGD family, Auto-S/NSGD, Auto-V, DP-PSAC, DPSGD-Auto, D2P-SGD).
         sampling: "poisson" (each record with probability q = b / n; what accountants assume) or
             "shuffle" (a permutation cut into ceil(n / b) batches per epoch; the DPSGD-GC/DC experiments).
         eval_epochs: epochs at which checkpoints are saved (default: the last epoch).
@@ -205,6 +210,22 @@ class TrainConfig:
                     f"canary_design 'support' audits a support learned once from dense steps; "
                     f"{self.optimizer} learns none (use adadpigu, tp-topk, tp-rand or their variants)"
                 )
+        if self.canary_design == "whole-run" and not optimizer_cls.takes_dirac_records():
+            from dpaudit.optim import MaskedSupport, PrivateOptimizer, ProjectedNoise, available, get_spec
+
+            supported = [name for name in available() if get_spec(name).cls.takes_dirac_records()]
+            if issubclass(optimizer_cls, ProjectedNoise):
+                why = "mixes the coordinates of every record's gradient by a random projection before clipping"
+            elif issubclass(optimizer_cls, MaskedSupport):
+                why = "masks, ranks or standardises each record's gradient over all coordinates before clipping"
+            elif not issubclass(optimizer_cls, PrivateOptimizer):
+                why = "does not clip per record"
+            else:
+                why = "processes each record's gradient its own way"
+            raise DPAuditError(
+                f"canary_design 'whole-run' supports optimizers that clip each record's gradient by its norm "
+                f"({', '.join(supported)}); {self.optimizer} {why}, which is not supported yet"
+            )
         if self.canary_design == "noise-scale" and self.canaries not in (0, 1):
             raise DPAuditError(
                 f"canary_design 'noise-scale' inserts one canary per step (the noise level is one "

@@ -3,6 +3,7 @@
 The engine (``dpaudit.train``) calls every observer of a model at fixed points of each step, as Opacus calls
 the step hooks attached to its optimizer (``attach_step_hook``)::
 
+    attach(optimizer)                                  once, when the model's optimizer is built
     begin_epoch(optimizer, epoch=e)                    after ``optimizer.begin_epoch(e)``
     grads = accumulate(optimizer, grads, records=r)    each chunk of gradients, before ``optimizer.accumulate``
                                                        (if an observer of the model ``sees_gradients``)
@@ -11,9 +12,10 @@ the step hooks attached to its optimizer (``attach_step_hook``)::
     end_epoch(epoch=e)                                 the epoch is over: write what was recorded so far
 
 A model's observers are called in the order of its list, hook by hook, so each sees what the previous one did:
-the white-box canaries (``dpaudit.attacks.canary.GradientCanaries``: extra coordinates, inserted before the
-update, scored after it) come before the diagnostics (``dpaudit.diagnostics.TrainingDiagnostics``: gradient
-histogram, support quality), which histogram the canaries' coordinates too. An observer's state is saved with
+the white-box canaries (``dpaudit.attacks.canary.GradientCanaries``, or the whole-run canaries of
+``dpaudit.attacks.canary_run.RunCanaries``: extra coordinates, inserted before the update, scored after it) come
+before the diagnostics (``dpaudit.diagnostics.TrainingDiagnostics``: gradient histogram, support quality), which
+histogram the canaries' coordinates too. An observer's state is saved with
 the model's training state (``dpaudit._state``) under its ``name`` and restored on resume.
 
 This module is the protocol only; it imports neither torch nor the observers, which import it.
@@ -52,6 +54,10 @@ class TrainingObserver(Protocol):
     @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
         return ()
+
+    def attach(self, optimizer: Optimizer) -> None:
+        """The model's optimizer is built (before any resume restores its state); its parameters end with the
+        observers' ``parameters``."""
 
     def begin_epoch(self, optimizer: Optimizer, *, epoch: int) -> None:
         """Epoch ``epoch`` (1-based) starts; ``optimizer.begin_epoch`` has run."""

@@ -17,14 +17,19 @@ from dpaudit._validation import DPAuditError
 CANARY_DESIGN_NEEDS = {
     "projection-aligned": ("projection_optimizer_name", "a random projection"),
     "support": ("support_optimizer_name", "a support learned from dense steps"),
+    "whole-run": ("whole_run_optimizer_name", "each record's gradient weighted by its norm alone"),
 }
+# the attacks that score whole-run canaries (dpaudit.attacks.canary_run), which the audit sections' runs (Dirac
+# canaries) do not have
+WHOLE_RUN_CANARY_ATTACKS = ("canary-run", "canary-final")
 
 
 def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
     """Check the fields of a pipeline config that refer to one another.
 
     Call it after the config has passed the schema; it reads the schema's lists of optimizer names
-    (``$defs``: ``optimizer_name``, ``projection_optimizer_name``, ``support_optimizer_name``).
+    (``$defs``: ``optimizer_name``, ``projection_optimizer_name``, ``support_optimizer_name``,
+    ``whole_run_optimizer_name``).
 
     Args:
         config: The pipeline parameters (params.yaml or a preset), already validated against ``schema``.
@@ -35,10 +40,22 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
             optimizer is not registered, an ``audit.validation`` pair whose twin is not a run of ``optimizers.runs``
             or whose twin cannot carry the pair's canary design (projection-aligned canaries need a random
             projection, support canaries a support learned from dense steps, noise-scale canaries one canary per
-            step), a twin with its own audit settings in two pairs, or a validation attack that the
-            cross-optimizer audit does not score.
+            step, whole-run canaries per-record weights by the norm), a twin with its own audit settings in two
+            pairs, a validation attack that the cross-optimizer audit does not score, or an attack of whole-run
+            canaries (``canary-run``, ``canary-final``), which the pipeline's runs do not train (their canaries are
+            Dirac canaries of one step; whole-run canaries in a validation pair are not scored by ``canary``).
     """
     runs = _check_optimizer_runs(config["optimizers"]["runs"], known=schema["$defs"]["optimizer_name"]["enum"])
+    for where, attacks in (
+        ("audit.attacks", config["audit"]["attacks"]),
+        ("audit.cross_optimizer.attacks", config["audit"]["cross_optimizer"]["attacks"]),
+    ):
+        for attack in attacks:
+            if attack in WHOLE_RUN_CANARY_ATTACKS:
+                raise DPAuditError(
+                    f"params {where}: {attack} scores whole-run canaries, which the pipeline's runs do not train "
+                    f"(theirs are Dirac canaries); audit such a run with `dpaudit audit --attack {attack}`"
+                )
     _check_validation(config["audit"], runs=runs, schema=schema)
 
 
@@ -85,6 +102,11 @@ def _check_validation(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[st
             raise DPAuditError(
                 f"params audit.validation.pairs.{variant}: {design} canaries need "
                 f"{CANARY_DESIGN_NEEDS[design][1]}; the twin {twin!r} ({optimizer}) has none"
+            )
+        if design == "whole-run" and "canary" in cross["attacks"]:
+            raise DPAuditError(
+                f"params audit.validation.pairs.{variant}: whole-run canaries are not scored by the canary attack "
+                "of audit.cross_optimizer.attacks (it scores Dirac canaries of one step)"
             )
         if design == "noise-scale" and settings.get("canaries", cross["canaries"]) != 1:
             raise DPAuditError(

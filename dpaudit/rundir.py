@@ -10,6 +10,7 @@ Layout::
     RUN/<model>/ledger.json       per step: noise multiplier z, sample rate q (run-length encoded)
     RUN/<model>/epsilon.json      the theoretical ε per epoch (``dpaudit epsilon --run``)
     RUN/<model>/canaries.npz      the white-box canaries' observations (target only)
+    RUN/<model>/canaries_run.npz  the whole-run canaries' membership and observations (target only; + .json)
     RUN/<model>/diagnostics.json  gradient histogram and support diagnostics (target only)
     RUN/<model>/epoch_EEEE.pt     state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
 
@@ -50,6 +51,11 @@ class ModelDir:
     @property
     def canaries(self) -> Path:
         return self.path / "canaries.npz"
+
+    @property
+    def canaries_run(self) -> Path:
+        """The whole-run canaries' observations (``dpaudit.attacks.canary_run``; sidecar: the same name, .json)."""
+        return self.path / "canaries_run.npz"
 
     @property
     def diagnostics(self) -> Path:

@@ -9,6 +9,7 @@ configuration and one Monte Carlo trial (Liang et al., App. D.2 and D.4) and wri
     out_dir/<model>/ledger.json      per step: noise multiplier z, sample rate q (run-length encoded)
     out_dir/<model>/epoch_EEEE.pt    state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
     out_dir/target/canaries.npz      the white-box canaries' bits and observations (``dpaudit.attacks.canary``)
+    out_dir/target/canaries_run.npz  the whole-run canaries' membership and observations (``...canary_run``)
     out_dir/target/diagnostics.json  gradient histogram and support quality (``dpaudit.diagnostics``)
     out_dir/<model>/state_EEEE.pt    while training: the full training state after epoch EEEE (resume)
 
@@ -51,6 +52,7 @@ from dpaudit._io import atomic_write_bytes, remove_partial_writes, write_json
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError, check_positive
 from dpaudit.attacks.canary import GradientCanaries, canary_dimension
+from dpaudit.attacks.canary_run import RunCanaries
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, dataset_info, load_dataset
 from dpaudit.diagnostics import TrainingDiagnostics
@@ -169,7 +171,19 @@ def _observers(
     if member.model_index != 0:
         return []
     observers: list[TrainingObserver] = []
-    if config.canaries:
+    if config.canaries and config.canary_design == "whole-run":
+        observers.append(
+            RunCanaries(
+                count=config.canaries,
+                clip_norm=config.clip_norm,
+                seed=noise_seed,
+                sampling=config.sampling,
+                device=device,
+                dtype=dtype,
+                path=out.canaries_run if out is not None else None,
+            )
+        )
+    elif config.canaries:
         dimension = canary_dimension(
             count=config.canaries,
             design=config.canary_design,
@@ -243,6 +257,8 @@ class _ModelRun:
             generator=generator,
         )
         self.optimizer.record_updates = any(observer.reads_updates for observer in self.observers)
+        for observer in self.observers:
+            observer.attach(self.optimizer)
         self.rng = np.random.default_rng(sampling_seed)
         self.images = torch.from_numpy(member.train_data.images).to(device)
         self.labels = torch.from_numpy(member.train_data.labels).to(device)

@@ -196,6 +196,8 @@ def test_schema_knows_every_registered_optimizer():
         if issubclass(optim.get_spec(name).cls, (optim.AdaDPIGU, optim.TwoPhaseSparse))
     ]
     assert sorted(schema["$defs"]["support_optimizer_name"]["enum"]) == sorted(learned)
+    norm_weighted = [name for name in optim.available() if optim.get_spec(name).cls.takes_dirac_records()]
+    assert sorted(schema["$defs"]["whole_run_optimizer_name"]["enum"]) == sorted(norm_weighted)
 
 
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):

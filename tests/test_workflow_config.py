@@ -84,6 +84,22 @@ def _twin_with_own_settings_twice(config):
     _pairs(config).append(["dpsgd-auto", "dp2-sgd", {"canary_design": "projection-aligned"}])
 
 
+def _whole_run_attack_in_the_audit(config):
+    config["audit"]["attacks"].append("canary-run")
+
+
+def _whole_run_attack_in_the_cross_audit(config):
+    config["audit"]["cross_optimizer"]["attacks"].append("canary-final")
+
+
+def _whole_run_twin_with_a_projection(config):
+    _pairs(config).append(["dpsgd-auto", "dp2-sgd", {"canary_design": "whole-run"}])
+
+
+def _whole_run_pair_scored_by_the_canary_attack(config):
+    _pairs(config).append(["dpsgd-auto", "auto-v", {"canary_design": "whole-run"}])
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
@@ -127,6 +143,23 @@ def _twin_with_own_settings_twice(config):
             _twin_with_own_settings_twice,
             "params audit.validation.pairs.dpsgd-auto: twin 'dp2-sgd' with its own audit settings is in another "
             "pair too",
+        ),
+        (
+            _whole_run_attack_in_the_audit,
+            "params audit.attacks: canary-run scores whole-run canaries, which the pipeline's runs do not train",
+        ),
+        (
+            _whole_run_attack_in_the_cross_audit,
+            "params audit.cross_optimizer.attacks: canary-final scores whole-run canaries",
+        ),
+        (
+            _whole_run_twin_with_a_projection,
+            "params audit.validation.pairs.dpsgd-auto: whole-run canaries need each record's gradient weighted by its "
+            "norm alone; the twin 'dp2-sgd' (dp2-sgd) has none",
+        ),
+        (
+            _whole_run_pair_scored_by_the_canary_attack,
+            "params audit.validation.pairs.dpsgd-auto: whole-run canaries are not scored by the canary attack",
         ),
     ],
 )

@@ -120,6 +120,16 @@ def main() -> None:
         )
     )
     cases.append(
+        (
+            "`train --canary-design whole-run` with TP-TopK",
+            *_run(
+                [*DPAUDIT, "train", *TINY, "--optimizer", "tp-topk", "--canaries", "10", "--canary-design", "whole-run"]
+                + ["--out", "r"],
+                work,
+            ),
+        )
+    )
+    cases.append(
         ("`train --optimizer adam`", *_run([*DPAUDIT, "train", *TINY, "--optimizer", "adam", "--out", "r"], work))
     )
     cases.append(

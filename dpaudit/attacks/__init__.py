@@ -178,7 +178,18 @@ def _canary_scores(run: Path, *, epoch: None, delta: float) -> AttackScores:
     )
 
 
+def _run_canary_scorer(statistic: str) -> Callable[..., AttackScores]:
+    def scorer(run: Path, *, epoch: None, delta: float) -> AttackScores:
+        from dpaudit.attacks.canary_run import load_run_canaries
+
+        observed = load_run_canaries(run)
+        return AttackScores(*observed.scores(statistic), audited_steps=observed.steps)
+
+    return scorer
+
+
 _HALVES = "runs trained with --split-design halves"
+_WHOLE_RUN_CANARIES = "after training with --canaries M --canary-design whole-run"
 
 #: Every attack by name, in the order ``dpaudit audit --attack`` and the workflow schema list them.
 ATTACKS: Mapping[str, Attack] = MappingProxyType(
@@ -215,6 +226,22 @@ ATTACKS: Mapping[str, Attack] = MappingProxyType(
                 needs="after training with --canaries M",
                 whole_run=True,
                 claim="mechanism",
+            ),
+            Attack(
+                "canary-run",
+                "whole-run canaries, every iterate seen: the log likelihood ratio of member against non-member",
+                _run_canary_scorer("all"),
+                needs=_WHOLE_RUN_CANARIES,
+                whole_run=True,
+                claim="run",
+            ),
+            Attack(
+                "canary-final",
+                "whole-run canaries, the final model only: the canary coordinate's total update",
+                _run_canary_scorer("final"),
+                needs=_WHOLE_RUN_CANARIES,
+                whole_run=True,
+                claim="run",
             ),
         )
     }

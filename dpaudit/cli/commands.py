@@ -124,7 +124,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.out,
             delta=config.delta,
             accountant=config.accountant,
-            attacks=("loss", "canary") if config.canaries else ("loss",),
+            attacks=("loss", "canary") if config.canaries and config.canary_design != "whole-run" else ("loss",),
         )
     return 0
 

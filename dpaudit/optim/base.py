@@ -141,6 +141,9 @@ class Optimizer:
     per_sample: ClassVar[bool] = True
     record_updates: bool = False
     last_update: list[torch.Tensor] | None = None
+    # the audit block (``set_audit_block``): how many of the last parameters it holds, and its noise stream
+    audit_parameters: int = 0
+    audit_generator: torch.Generator | None = None
     # not saved for resuming (``dpaudit._state``)
     transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
 
@@ -175,8 +178,36 @@ class Optimizer:
         self.epoch = epoch
 
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
+        """Add one chunk's gradients, one tensor per parameter in order; ``grads`` may stop before the audit
+        block (``set_audit_block``), whose sums it then leaves as they are."""
         for total, grad in zip(self._sum, grads):
             total.add_(grad.sum(0) if self.per_sample else grad)
+
+    @classmethod
+    def takes_dirac_records(cls) -> bool:
+        """Whether ``accumulate_diracs`` and ``set_audit_block`` are exact for this class: records whose
+        per-sample gradient is a Dirac on the audit block go through the optimizer as through ``accumulate``."""
+        return False
+
+    def accumulate_diracs(self, *, coordinates: torch.Tensor, magnitude: float) -> None:
+        """Add k records whose per-sample gradients are zero except ``magnitude`` at one coordinate each of the
+        last parameter (flattened; ``coordinates``: [k] distinct indices), as ``accumulate`` would add the dense
+        [k, *shape] per-sample gradients (zeros on every other parameter), without building them.
+
+        Raises:
+            DPAuditError: this optimizer does not take Dirac records (``takes_dirac_records``).
+        """
+        raise DPAuditError(f"{type(self).__name__} does not take Dirac records (whole-run canaries)")
+
+    def set_audit_block(self, count: int, *, generator: torch.Generator) -> None:
+        """Make the last ``count`` parameters an audit block: coordinates no loss touches (whole-run canaries),
+        whose noise is drawn from ``generator`` and which nothing but their own coordinates depends on, so that
+        the model's parameters get the noise, updates and constraint they would get without the block.
+
+        Raises:
+            DPAuditError: this optimizer cannot keep one (``takes_dirac_records``).
+        """
+        raise DPAuditError(f"{type(self).__name__} cannot keep an audit block (whole-run canaries)")
 
     @classmethod
     def stack_rows(cls, optimizers: Sequence[Optimizer], params: Sequence[torch.Tensor]) -> None:

@@ -56,6 +56,30 @@ class PrivateOptimizer(Optimizer):
             total.add_(torch.einsum("i,i...->...", factors, grad))
 
     @classmethod
+    def takes_dirac_records(cls) -> bool:
+        # exact where each record's gradient is weighted by φ of its norm and summed, nothing else
+        return cls.accumulate is PrivateOptimizer.accumulate
+
+    def accumulate_diracs(self, *, coordinates: torch.Tensor, magnitude: float) -> None:
+        if not self.takes_dirac_records():
+            super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
+        block = self._sum[-1].view(-1)
+        norms = block.new_full((len(coordinates),), magnitude)  # ‖g_i‖ of a Dirac: its magnitude
+        block.index_add_(0, coordinates, self.factors(norms) * norms)
+
+    def dirac_contribution(self, magnitude: float) -> float:
+        """φ(m)·m: what one Dirac record of norm ``magnitude`` adds at its coordinate (``accumulate_diracs``), in
+        the last parameter's dtype; C for plain clipping of a Dirac of norm m ≥ C."""
+        norms = self._sum[-1].new_full((1,), magnitude)
+        return float((self.factors(norms) * norms)[0])
+
+    def set_audit_block(self, count: int, *, generator: torch.Generator) -> None:
+        if not self.takes_dirac_records():
+            super().set_audit_block(count, generator=generator)
+        self.audit_parameters = count
+        self.audit_generator = generator
+
+    @classmethod
     def accumulate_together(cls, optimizers, grads, counts, padding=None) -> None:
         # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
         if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
@@ -69,8 +93,8 @@ class PrivateOptimizer(Optimizer):
         if rows is not None:
             torch._foreach_add_(rows.sums, sums)
             return
-        for row, optimizer in enumerate(optimizers):
-            torch._foreach_add_(optimizer._sum, [total[row] for total in sums])
+        for row, optimizer in enumerate(optimizers):  # an audit block's sums (no gradients here) stay apart
+            torch._foreach_add_(optimizer._sum[: len(sums)], [total[row] for total in sums])
 
     @classmethod
     @torch.no_grad()
@@ -81,7 +105,10 @@ class PrivateOptimizer(Optimizer):
         plain = [
             m
             for m, optimizer in enumerate(optimizers)
-            if optimizer._velocity is None and not optimizer.record_updates and optimizer.hyper == optimizers[0].hyper
+            if optimizer._velocity is None
+            and not optimizer.record_updates
+            and not optimizer.audit_parameters
+            and optimizer.hyper == optimizers[0].hyper
         ]
         group = [optimizers[m] for m in plain]
         factors = {optimizer.noise_factor() for optimizer in group}
@@ -121,10 +148,18 @@ class PrivateOptimizer(Optimizer):
 
     def _step_noise(self, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """The step's standard normal noise of all coordinates, parameter after parameter, in one draw (one
-        generator call per step instead of one per tensor); into ``out`` (flat) if given."""
-        if out is None:
-            return self._noise(sum(total.numel() for total in self._sum))
-        return self._draw_noise(out)
+        generator call per step instead of one per tensor); into ``out`` (flat) if given. An audit block's
+        coordinates (``set_audit_block``) are drawn from its own stream, after the model's."""
+        if out is not None:
+            return self._draw_noise(out)
+        sizes = [total.numel() for total in self._sum]
+        if not self.audit_parameters:
+            return self._noise(sum(sizes))
+        model = sum(sizes[: len(sizes) - self.audit_parameters])
+        noise = self.params[0].new_empty(sum(sizes))
+        self._draw_noise(noise[:model])  # what the model's coordinates draw without the block
+        self._draw_noise(noise[model:], generator=self.audit_generator)
+        return noise
 
     def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
         """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
@@ -138,9 +173,10 @@ class PrivateOptimizer(Optimizer):
         """N(0, I) values of ``shape`` from this optimizer's noise stream."""
         return self._draw_noise(self.params[0].new_empty(shape))
 
-    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
-        """``out`` filled with N(0, I) values from this optimizer's noise stream (``torch.randn``'s draw)."""
-        return out.normal_(generator=self.generator)
+    def _draw_noise(self, out: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``out`` filled with N(0, I) values from this optimizer's noise stream (``torch.randn``'s draw), or from
+        ``generator``."""
+        return out.normal_(generator=generator or self.generator)
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
@@ -174,7 +210,7 @@ class DPSGD(PrivateOptimizer):
 class DPSGDNoNoise(DPSGD):
     """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
 
-    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+    def _draw_noise(self, out: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
         return out.zero_()
 
 
@@ -213,12 +249,13 @@ class DPSGDDomainConstrained(DPSGD):
 
     @torch.no_grad()
     def after_step(self) -> None:
-        offsets = self.params if self.center is None else [p - c for p, c in zip(self.params, self.center)]
+        params = self.params[: len(self.params) - self.audit_parameters]  # the model's: an audit block is apart
+        offsets = params if self.center is None else [p - c for p, c in zip(params, self.center)]
         norm = math.sqrt(sum(float(o.pow(2).sum()) for o in offsets))
         if norm > self.hyper.domain_radius:
             scale = self.hyper.domain_radius / norm
-            centers = self.center or [None] * len(self.params)
-            for param, center in zip(self.params, centers):
+            centers = self.center or [None] * len(params)
+            for param, center in zip(params, centers):
                 if center is None:
                     param.mul_(scale)
                 else:
@@ -290,16 +327,28 @@ class DPPSACBatchNoise(DPPSAC):
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
         self._largest = 0.0
+        self._dirac_records = 0  # this batch's Dirac records (whole-run canaries): records of the realised batch
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
         factors = super().factors(norms)
         self._largest = max(self._largest, float((factors * norms).max()) if len(norms) else 0.0)
         return factors
 
+    def accumulate_diracs(self, *, coordinates: torch.Tensor, magnitude: float) -> None:
+        super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)  # their clipped norms count too
+        self._dirac_records += len(coordinates)
+
+    def dirac_contribution(self, magnitude: float) -> float:
+        largest = self._largest
+        contribution = super().dirac_contribution(magnitude)
+        self._largest = largest  # a look at φ, not a record of this batch
+        return contribution
+
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
-        b = max(realized_batch_size, 1)
+        b = max(realized_batch_size + self._dirac_records, 1)
         std = self.hyper.noise_multiplier * self._largest / b
         self._apply(self._noisy_mean(b=b, std=std))
         self._largest = 0.0
+        self._dirac_records = 0
         return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate)

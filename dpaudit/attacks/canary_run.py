@@ -1,0 +1,361 @@
+"""Whole-run Dirac canaries: an audit of the whole training run's composed, subsampled ε.
+
+The designs of ``dpaudit.attacks.canary`` put each canary in each step with probability ½ whatever the run's
+sampling, so each trial faces one Gaussian step. Here (``canary_design: "whole-run"``) each canary is a record
+of the run, and each canary is one trial of the whole run:
+
+* **Membership, once.** M canaries live on one extra parameter tensor of size M (the optimizer's last parameter,
+  a coordinate per canary, which no loss touches). Canary j is a member with probability ½, drawn once per run
+  (from the target's noise seed, a stream of its own) and recorded; a non-member never joins a batch.
+* **Sampling like a record.** A member joins each step's batch by the run's sampling rule: with
+  ``sampling: poisson`` independently with probability q = b/n at every step; with ``sampling: shuffle`` it
+  sits in exactly one batch per epoch, batch s with probability |batch s|/n as a record of a permutation cut
+  into ceil(n/b) batches does (uniform over the batches when b divides n). The real records' batches are
+  the ones the run draws without canaries.
+* **Through the optimizer.** A present canary is a record whose per-sample gradient is a Dirac of norm
+  K = ``norm_factor``·C at its own coordinate; ``Optimizer.accumulate_diracs`` adds the k present canaries'
+  φ(K)·K at their coordinates, exactly what ``accumulate`` adds for the dense [k, M] per-sample gradients
+  (zeros on the model's parameters), without building them. The canary block is the optimizer's audit block
+  (``Optimizer.set_audit_block``): its noise comes from a stream of its own, and the model's parameters get
+  the noise, updates and projection they get in the same run without canaries, bit for bit.
+* **Observations.** After step t the released update u_t (before momentum; ``optimizer.last_update``) is read
+  at every canary coordinate and normalised so that a present canary contributes 1: x_tj = u_tj · b / c with
+  c = φ(K)·K the canary's clipped contribution (the optimizer's own φ; c = C for clipping) and b the expected
+  batch size. For the supported optimizers x_tj = B_tj + N(0, σ_t²) with B_tj the canary's presence and
+  σ_t = z_t·C/c (z_t the step's noise multiplier, from its ``StepCost``).
+
+Two threat models score the canaries (``RunCanaryObservations.scores``), each against the run's composed ε
+(``claim="run"`` of the ``canary-run`` and ``canary-final`` attacks of :data:`dpaudit.attacks.ATTACKS`):
+
+* every iterate: Λ_j = Σ_t log(1 − q_t + q_t·exp((x_tj − ½)/σ_t²)), the log likelihood ratio of member
+  against non-member under Poisson sampling (:func:`dpaudit.whole_run.likelihood_ratio_scores`);
+* the final model only: Σ_t x_tj, the canary coordinate's total update (:func:`dpaudit.whole_run.final_model_scores`;
+  the final coordinate is −η·c/b times it for SGD without momentum).
+
+Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
+gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
+is φ(K)·K at its coordinate and nothing elsewhere (``Optimizer.takes_dirac_records``): dpsgd-gc, dpsgd-dc,
+dpsgd-no-noise, dpsgd-no-clip, auto-s (nsgd), auto-v, dp-psac, dp-psac-batch-noise, dpsgd-auto, d2p-sgd.
+DPSGD-DC projects the model's parameters alone (the canary block is not in the domain). DP-PSAC with
+batch-scaled noise counts the canaries as records: their clipped norms enter the batch's largest, and they
+are records of the realised batch size it divides by (its recorded σ_t is the claimed one, which its
+data-dependent noise departs from: what the audit is there to find). Refused, before any training:
+
+* the random-projection optimizers (dp2-sgd, d2p2-sgd and their as-published variants): a record's gradient is
+  projected, Aᵀg/√p, before (or after) clipping, so a Dirac record is spread over all p projected coordinates
+  and mixes with the model's; its release is not one coordinate per canary, and the projection is redrawn per
+  step. They need canaries aligned with A, as the ``projection-aligned`` design of one step does;
+* the sparse optimizers (tp-topk, tp-rand, on-topk, on-rand) and AdaDPIGU: a record's gradient is masked to a
+  support ranked over all coordinates, canary coordinates included (a masked canary releases nothing and
+  the support learned from the releases depends on the canaries), and AdaDPIGU also standardises and keeps
+  each record's top-k entries; the mask must be treated as part of the mechanism (the ``support`` design);
+* non-private SGD: no per-record processing and no noise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dpaudit._device import host_to_device
+from dpaudit._io import atomic_write_stream, read_json, write_json
+from dpaudit._validation import DPAuditError, check_choice
+from dpaudit.config import SAMPLING_SCHEMES
+from dpaudit.observers import TrainingObserver
+from dpaudit.optim import StepCost
+from dpaudit.rundir import RunDir
+from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores
+
+DESIGN = "whole-run"
+NORM_FACTOR = 1e3  # K = 1e3·C: clipping (or normalising) brings a canary to (about) C, as GradientCanaries
+# Seconds between two writes of the observations before the last epoch's: each write is the whole [T, M] array
+# so far (tens to hundreds of MB), so writing at every epoch end would cost O(E²) and outweigh the training itself
+SAVE_EVERY_SECONDS = 60.0
+STATISTICS = ("all", "final")  # every iterate (Λ), the final model only (Σ_t x_t)
+NORMALISATION = (
+    "x = u·b/c: u the released update (before momentum) at the canary's coordinate, b the expected batch size, "
+    "c = φ(K)·K the canary's clipped contribution; a present canary adds 1, the noise std is σ_t = z_t·C/c"
+)
+_STREAM = 0xC0A7  # the canaries' random streams: SeedSequence([noise seed, _STREAM]) spawns them
+
+
+@dataclass(eq=False)
+class RunCanaryObservations:
+    """Membership and normalised observations of the whole-run canaries of one training run.
+
+    Attributes:
+        members: [M] bool, canary j is a member (drawn once per run).
+        observations: [T, M] float32, x_tj = u_tj·b/c: 1 per present canary plus noise of std σ_t.
+        noise_multipliers: [T] z_t of each step (its ``StepCost``).
+        sample_rates: [T] q_t of each step.
+        noise_std: [T] σ_t = z_t·C/c, the noise std in the units of ``observations``.
+        clip_norm: C.
+        magnitude: K, the canary gradient's norm.
+        contribution: c = φ(K)·K, a present canary's clipped contribution to the summed gradient.
+        batch_size: b, the expected batch size the release divides by.
+        sampling: the run's sampling ("poisson" or "shuffle"), which the canaries follow.
+    """
+
+    members: np.ndarray
+    observations: np.ndarray
+    noise_multipliers: np.ndarray
+    sample_rates: np.ndarray
+    noise_std: np.ndarray
+    clip_norm: float
+    magnitude: float
+    contribution: float
+    batch_size: int
+    sampling: str
+
+    @property
+    def steps(self) -> int:
+        return int(self.observations.shape[0])
+
+    def scores(self, statistic: str = "all") -> tuple[np.ndarray, np.ndarray]:
+        """(member scores, non-member scores), one per canary.
+
+        Args:
+            statistic: "all" (every iterate seen: the log likelihood ratio Λ of
+                :func:`dpaudit.whole_run.likelihood_ratio_scores` with the noise std σ_t and the sample rates
+                q_t) or "final" (the final model: Σ_t x_t, :func:`dpaudit.whole_run.final_model_scores`).
+        """
+        check_choice("whole-run canary statistic", statistic, STATISTICS)
+        if self.steps == 0:
+            raise DPAuditError("the whole-run canaries have no observations yet (no step was recorded)")
+        by_canary = self.observations.T  # [M, T]
+        if statistic == "all":
+            values = likelihood_ratio_scores(
+                by_canary, noise_multipliers=self.noise_std, sample_rates=self.sample_rates
+            )
+        else:
+            values = final_model_scores(by_canary)
+        return values[self.members], values[~self.members]
+
+    def save(self, path: str | Path) -> Path:
+        """Write the arrays to ``path`` (npz) and the settings to its .json sidecar, each atomically."""
+        path = Path(path)
+        write_json(
+            path.with_suffix(".json"),
+            {
+                "design": DESIGN,
+                "canaries": int(self.members.size),
+                "members": int(self.members.sum()),
+                "steps": self.steps,
+                "clip_norm": self.clip_norm,
+                "sampling": self.sampling,
+                "magnitude": self.magnitude,
+                "contribution": self.contribution,
+                "batch_size": self.batch_size,
+                "normalisation": NORMALISATION,
+            },
+        )
+        arrays = {
+            "members": self.members.astype(bool),
+            "observations": self.observations.astype(np.float32, copy=False),
+            "noise_multipliers": np.asarray(self.noise_multipliers, dtype=float),
+            "sample_rates": np.asarray(self.sample_rates, dtype=float),
+            "noise_std": np.asarray(self.noise_std, dtype=float),
+        }
+        return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunCanaryObservations:
+        path = Path(path)
+        if not path.is_file():
+            raise DPAuditError(
+                f"no whole-run canary observations at {path}; train with --canaries M --canary-design whole-run"
+            )
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {
+                    name: data[name]
+                    for name in ("members", "observations", "noise_multipliers", "sample_rates", "noise_std")
+                }
+            sidecar = read_json(path.with_suffix(".json"))
+            settings = {
+                "clip_norm": float(sidecar["clip_norm"]),
+                "magnitude": float(sidecar["magnitude"]),
+                "contribution": float(sidecar["contribution"]),
+                "batch_size": int(sidecar["batch_size"]),
+                "sampling": str(sidecar["sampling"]),
+            }
+        except Exception as error:  # noqa: BLE001 - any failure means an unusable file
+            raise DPAuditError(
+                f"cannot read whole-run canary observations {path}: {str(error).splitlines()[0]}"
+            ) from None
+        return cls(**arrays, **settings)
+
+
+def load_run_canaries(run_dir: str | Path) -> RunCanaryObservations:
+    """The whole-run canary observations of the target of run ``run_dir`` (``RunDir(run_dir).target.canaries_run``)."""
+    return RunCanaryObservations.load(RunDir(run_dir).target.canaries_run)
+
+
+class RunCanaries(TrainingObserver):
+    """The engine's side of the whole-run canaries (module docstring), an observer of the target's training loop:
+    the canary block (the optimizer's last parameter, its audit block: ``attach``), the members' insertion through
+    the optimizer's own per-sample weighting (``before_update``) and the observation (``after_update``).
+
+    The real records' gradients are not touched (``sees_gradients`` is False): the target keeps the ensemble's
+    shared accumulation, and the canaries join each batch as Dirac records just before the step.
+
+    Args:
+        count: M, the number of canaries.
+        clip_norm: C of the run (the canary gradient's norm is ``norm_factor``·C).
+        seed: the target's noise seed; the membership, sampling and block-noise streams derive from it.
+        sampling: the run's sampling ("poisson" or "shuffle"), which the members follow.
+        device, dtype: of the model's parameters.
+        norm_factor: ≥ 1, so that clipping or normalisation brings each canary to (about) C.
+        path: where the observations are written (``RunCanaryObservations.save``; None: keep in memory): at the
+            last epoch's end, and before it at the first epoch end ``save_every`` seconds after the last write
+            (an interrupted run resumes from its training state, which holds them).
+        save_every: seconds between two writes before the last epoch (0: every epoch end).
+    """
+
+    name = "canaries_run"
+    sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
+    reads_updates = True  # the observations are read from the released update
+    # the output file and when it was written; the device buffer (empty at every epoch end)
+    transient_state = ("path", "save_every", "_saved_at", "_pending")
+
+    def __init__(
+        self,
+        *,
+        count: int,
+        clip_norm: float,
+        seed: int,
+        sampling: str,
+        device,
+        dtype,
+        norm_factor: float = NORM_FACTOR,
+        path: str | Path | None = None,
+        save_every: float = SAVE_EVERY_SECONDS,
+    ):
+        check_choice("sampling", sampling, SAMPLING_SCHEMES)
+        if norm_factor < 1:
+            raise DPAuditError(f"norm_factor must be ≥ 1 (a canary's norm K ≥ C); got {norm_factor}")
+        membership, sampling_stream, noise = np.random.SeedSequence([seed, _STREAM]).spawn(3)
+        self.count = count
+        self.sampling = sampling
+        self.clip_norm = float(clip_norm)
+        self.magnitude = float(norm_factor * clip_norm)
+        self.parameter = torch.zeros(count, device=device, dtype=dtype)
+        self.members = np.random.default_rng(membership).random(count) < 0.5
+        self._member_coordinates = np.flatnonzero(self.members)
+        self.rng = np.random.default_rng(sampling_stream)
+        self._noise_seed = int(noise.generate_state(1)[0])
+        self.path = Path(path) if path is not None else None
+        self.save_every = save_every
+        self._saved_at: float | None = None  # perf_counter of the last write (None: none yet in this process)
+        # set by ``attach`` from the optimizer
+        self.contribution = float("nan")
+        self.batch_size = 0
+        self.epochs = 0
+        self._observations = np.zeros((0, count), dtype=np.float32)
+        # per step
+        self._noise_multipliers: list[float] = []
+        self._sample_rates: list[float] = []
+        self._slots: np.ndarray | None = None  # shuffle: each member's batch of this epoch
+        self._step_in_epoch = 0
+        self._recorded = 0  # steps whose observations are in ``_observations``
+        self._pending: list[torch.Tensor] = []  # this epoch's observations, on the device until the epoch ends
+
+    @property
+    def parameters(self) -> tuple[torch.Tensor, ...]:
+        """The canary block, the optimizer's last parameter."""
+        return (self.parameter,)
+
+    def attach(self, optimizer) -> None:
+        """Make the canary block the optimizer's audit block (its noise stream of its own) and read the
+        normalisation c = φ(K)·K and b from it."""
+        if optimizer.params[-1] is not self.parameter:
+            raise DPAuditError("whole-run canaries need their block as the optimizer's last parameter")
+        generator = torch.Generator(device=self.parameter.device).manual_seed(self._noise_seed)
+        optimizer.set_audit_block(1, generator=generator)  # a one-line error for optimizers that cannot keep one
+        hyper = optimizer.hyper
+        self.contribution = optimizer.dirac_contribution(self.magnitude)
+        self.batch_size = hyper.expected_batch_size
+        self.epochs = hyper.epochs
+        self._observations = np.zeros((hyper.steps_per_epoch * hyper.epochs, self.count), dtype=np.float32)
+
+    def begin_epoch(self, optimizer, *, epoch: int) -> None:
+        """Shuffled batches: put each member in one batch of the epoch, as a record of the permutation."""
+        self._step_in_epoch = 0
+        if self.sampling == "shuffle":
+            hyper = optimizer.hyper
+            steps, n, b = hyper.steps_per_epoch, hyper.dataset_size, hyper.expected_batch_size
+            sizes = np.full(steps, b, dtype=float)
+            sizes[-1] = n - (steps - 1) * b
+            self._slots = self.rng.choice(steps, size=self._member_coordinates.size, p=sizes / n)
+
+    def present(self, optimizer) -> np.ndarray:
+        """The coordinates of the members in this step's batch (draws from the sampling stream)."""
+        members = self._member_coordinates.size
+        if self.sampling == "poisson":  # each member independently with probability q: a uniform subset of
+            # Binomial(members, q) members (fewer draws than one uniform per member)
+            count = self.rng.binomial(members, optimizer.hyper.sample_rate)
+            drawn = np.sort(self.rng.choice(members, size=count, replace=False, shuffle=False))
+        else:
+            drawn = self._slots == self._step_in_epoch
+        return self._member_coordinates[drawn]
+
+    def before_update(self, optimizer, *, epoch: int) -> None:
+        """The members in this step's batch join it as Dirac records, through the optimizer's own weighting."""
+        coordinates = self.present(optimizer)
+        self._step_in_epoch += 1
+        if coordinates.size:
+            optimizer.accumulate_diracs(
+                coordinates=host_to_device(coordinates, self.parameter.device), magnitude=self.magnitude
+            )
+
+    def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
+        """Normalise the released update at the canary block (x = u·b/c) and record the step's z and q."""
+        update = optimizer.last_update[-1].detach().float()
+        scale = self.batch_size / self.contribution
+        if update.device.type == "cpu":  # straight into the host array
+            torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
+            self._recorded += 1
+        else:  # on the device until the epoch ends: no wait for the device at every step
+            self._pending.append(update * scale)
+        self._noise_multipliers.append(float(cost.noise_multiplier))
+        self._sample_rates.append(float(cost.sample_rate))
+
+    def _flush(self) -> None:
+        """Move this epoch's observations from the device to the host array."""
+        if self._pending:
+            rows = torch.stack(self._pending).to(dtype=torch.float32).cpu().numpy()
+            self._observations[self._recorded : self._recorded + len(rows)] = rows
+            self._recorded += len(rows)
+            self._pending = []
+
+    def end_epoch(self, *, epoch: int) -> None:
+        """Write the observations so far to ``path`` (if any) at the last epoch, and before it every ``save_every``
+        seconds."""
+        self._flush()
+        now = time.perf_counter()
+        if self.path is None or (
+            epoch < self.epochs and self._saved_at is not None and now - self._saved_at < self.save_every
+        ):
+            return
+        self.result().save(self.path)
+        self._saved_at = time.perf_counter()
+
+    def result(self) -> RunCanaryObservations:
+        self._flush()
+        z = np.array(self._noise_multipliers, dtype=float)
+        return RunCanaryObservations(
+            members=self.members.copy(),
+            observations=self._observations[: self._recorded],
+            noise_multipliers=z,
+            sample_rates=np.array(self._sample_rates, dtype=float),
+            noise_std=z * self.clip_norm / self.contribution,
+            clip_norm=self.clip_norm,
+            magnitude=self.magnitude,
+            contribution=self.contribution,
+            batch_size=self.batch_size,
+            sampling=self.sampling,
+        )

@@ -1,0 +1,465 @@
+"""The composed Poisson-subsampled Gaussian mechanism (SGM): privacy profile, ε, trade-off curve, last iterate.
+
+A DP-SGD run is a ledger of steps: at step t a record joins the batch with probability q_t (Poisson
+sampling) and its clipped contribution (ℓ2 norm ≤ C) is released with Gaussian noise of standard
+deviation z_t·C, z_t = σ_t/C being the noise multiplier. For one record, the worst case is the pair
+
+    P_t = (1 − q_t)·N(0, z_t²) + q_t·N(1, z_t²)   (the record is in the data set)
+    Q_t = N(0, z_t²)                              (it is not),
+
+composed over the T steps. This module evaluates that pair with Google's ``dp_accounting`` privacy-loss
+distributions (PLD; Koskela et al. 2020, Doroshenko et al. 2022; connect-the-dots discretisation, an
+upper estimate of δ(ε) for every ε):
+
+* :func:`sgm_pld`: the PLD of the whole run, both adjacency directions (remove: P vs Q; add: Q vs P);
+* :func:`sgm_epsilon`, :func:`sgm_delta`: ε at δ, and the privacy profile δ(ε) = max(H_{e^ε}(P‖Q),
+  H_{e^ε}(Q‖P)) (H is the hockey-stick divergence) — the tightest accountant's guarantee;
+* :func:`sgm_tradeoff`: a piecewise-linear lower bound on the run's (symmetrised) trade-off curve, read
+  from the profile; what a hypothesis test of "this run is that SGM" rejects against;
+* :func:`last_iterate_epsilon`: the last-iterate heuristic of Steinke et al. (ICLR 2025), a heuristic
+  (not a guarantee) for a threat model that sees only the final model.
+
+Units: ε in nats, δ a probability, z = σ/C, q a probability in (0, 1], T a number of steps.
+``dp_accounting`` and scipy are imported inside the functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpaudit._validation import DPAuditError
+
+#: One group of identical steps: (noise multiplier z, sample rate q, number of steps).
+StepGroup = tuple[float, float, int]
+
+#: δ below which the profile's lines no longer help a test (see :func:`sgm_tradeoff`).
+_PROFILE_DELTA_FLOOR = 1e-12
+
+_ESTIMATES = ("upper", "lower")
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks (one-line DPAuditError before any work)
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
+    arrays = []
+    for name, values in (("noise_multipliers", noise_multipliers), ("sample_rates", sample_rates)):
+        try:
+            array = np.asarray(values, dtype=float)
+        except (TypeError, ValueError):
+            raise DPAuditError(f"{name} must be a 1-D sequence of numbers (one per step), got {values!r}") from None
+        if array.ndim != 1 or array.size == 0:
+            raise DPAuditError(f"{name} must be a non-empty 1-D sequence (one value per step), got shape {array.shape}")
+        arrays.append(array)
+    z, q = arrays
+    if z.size != q.size:
+        raise DPAuditError(f"noise_multipliers and sample_rates differ in length: {z.size} and {q.size}")
+    bad = ~(np.isfinite(z) & (z > 0))
+    if bad.any():
+        step = int(np.argmax(bad))
+        raise DPAuditError(f"noise_multipliers (z) must be finite and > 0; step {step} has {float(z[step])!r}")
+    bad = ~((q > 0) & (q <= 1))
+    if bad.any():
+        step = int(np.argmax(bad))
+        raise DPAuditError(f"sample_rates (q) must lie in (0, 1]; step {step} has {float(q[step])!r}")
+    return z, q
+
+
+def _check_open_unit(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0 < value < 1:
+        raise DPAuditError(f"{name} must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_positive(name: str, value) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise DPAuditError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _check_estimate(estimate) -> str:
+    if estimate not in _ESTIMATES:
+        raise DPAuditError(f"unknown estimate {estimate!r}; choose from: {', '.join(_ESTIMATES)}")
+    return estimate
+
+
+def group_steps(*, noise_multipliers, sample_rates) -> tuple[StepGroup, ...]:
+    """Group a run's steps into (z, q, count) triples of identical steps (composition does not depend on order).
+
+    Args:
+        noise_multipliers: z_t = σ_t/C per step, each finite and > 0 (1-D, length T ≥ 1).
+        sample_rates: Poisson sample rate q_t per step, each in (0, 1] (1-D, length T).
+
+    Returns:
+        A tuple of ``(z, q, count)`` sorted by (z, q); the counts sum to T. It is hashable, so it keys caches.
+
+    Raises:
+        DPAuditError: empty or non-1-D arrays, different lengths, z ≤ 0 or not finite, q outside (0, 1].
+    """
+    z, q = _check_ledger(noise_multipliers, sample_rates)
+    pairs, counts = np.unique(np.stack([z, q], axis=1), axis=0, return_counts=True)
+    return tuple((float(a), float(b), int(c)) for (a, b), c in zip(pairs, counts))
+
+
+# ----------------------------------------------------------------------------------------------
+# Privacy-loss distribution, ε and δ
+# ----------------------------------------------------------------------------------------------
+
+
+def _pld_of_groups(groups: tuple[StepGroup, ...], discretization: float, estimate: str = "upper"):
+    """The composed PLD of checked groups: one self-composition per group, then one composition per group."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_module
+
+    upper = estimate == "upper"
+    composed = None
+    for z, q, count in groups:
+        step = pld_module.from_gaussian_mechanism(
+            standard_deviation=z,
+            sensitivity=1.0,
+            sampling_prob=q,
+            value_discretization_interval=discretization,
+            pessimistic_estimate=upper,
+            # connect-the-dots is the tighter upper estimate; dp_accounting offers the lower (optimistic)
+            # estimate only with privacy buckets.
+            use_connect_dots=upper,
+        )
+        if count > 1:
+            step = step.self_compose(count)
+        composed = step if composed is None else composed.compose(step)
+    return composed
+
+
+def sgm_pld(*, noise_multipliers, sample_rates, discretization: float = 1e-3, estimate: str = "upper"):
+    """Privacy-loss distribution of the composed Poisson-subsampled Gaussian mechanism (both adjacencies).
+
+    Each distinct (z, q) builds ``dp_accounting``'s ``from_gaussian_mechanism(standard_deviation=z,
+    sensitivity=1, sampling_prob=q)`` once, self-composes it over its count, and the groups are composed,
+    so a constant-noise run of T steps costs one self-composition. For q < 1 the PLD keeps both the remove
+    (P vs Q) and the add (Q vs P) distribution; ``get_delta_for_epsilon`` of the result returns the larger
+    of the two hockey-stick divergences. For q = 1 the two coincide.
+
+    Args:
+        noise_multipliers: z_t = σ_t/C per step, finite and > 0 (1-D, length T ≥ 1).
+        sample_rates: q_t per step, in (0, 1] (1-D, length T).
+        discretization: the PLD's privacy-loss grid (nats), > 0; smaller is tighter and slower.
+        estimate: "upper" (connect-the-dots, pessimistic: δ(ε) and ε are upper estimates, the guarantee) or
+            "lower" (privacy buckets, optimistic: lower estimates, for conservative lower bounds).
+
+    Returns:
+        A ``dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution``.
+
+    Raises:
+        DPAuditError: a bad ledger (see :func:`group_steps`), discretization ≤ 0, unknown estimate.
+    """
+    groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
+    discretization = _check_positive("discretization", discretization)
+    return _pld_of_groups(groups, discretization, _check_estimate(estimate))
+
+
+def sgm_epsilon(
+    *, noise_multipliers, sample_rates, delta: float, discretization: float = 1e-3, estimate: str = "upper"
+) -> float:
+    """ε at δ of the composed Poisson-subsampled Gaussian mechanism, from its PLD (the tightest accountant).
+
+    With ``estimate="upper"`` (default) this is an upper bound on the true ε, the run's guarantee; it is
+    below the RDP accountant's ε (by about 9 % at q = 0.1, T = 200).
+
+    Args:
+        noise_multipliers: z_t = σ_t/C per step, finite and > 0 (1-D, length T ≥ 1).
+        sample_rates: q_t per step, in (0, 1] (1-D, length T).
+        delta: δ in (0, 1).
+        discretization: the PLD's privacy-loss grid in nats, > 0.
+        estimate: "upper" (guarantee) or "lower" (a lower estimate of the true ε).
+
+    Returns:
+        ε ≥ 0 in nats (``inf`` only if δ is below the PLD's truncated tail mass, about 1e-15).
+
+    Raises:
+        DPAuditError: a bad ledger, δ outside (0, 1), discretization ≤ 0, unknown estimate.
+    """
+    groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
+    delta = _check_open_unit("delta (δ)", delta)
+    discretization = _check_positive("discretization", discretization)
+    pld = _pld_of_groups(groups, discretization, _check_estimate(estimate))
+    return float(pld.get_epsilon_for_delta(delta))
+
+
+def sgm_delta(
+    *, noise_multipliers, sample_rates, epsilons, discretization: float = 1e-3, estimate: str = "upper"
+) -> np.ndarray:
+    """The privacy profile δ(ε) = max(H_{e^ε}(P‖Q), H_{e^ε}(Q‖P)) of the composed Poisson-subsampled Gaussian.
+
+    Args:
+        noise_multipliers: z_t = σ_t/C per step, finite and > 0 (1-D, length T ≥ 1).
+        sample_rates: q_t per step, in (0, 1] (1-D, length T).
+        epsilons: ε values in nats (a number or a 1-D array), finite and ≥ 0.
+        discretization: the PLD's privacy-loss grid in nats, > 0.
+        estimate: "upper" (δ(ε) upper estimates, the guarantee) or "lower".
+
+    Returns:
+        δ(ε) as a float array of the same shape as ``epsilons`` (0-d for a number), non-increasing in ε.
+
+    Raises:
+        DPAuditError: a bad ledger, non-finite or negative ε, discretization ≤ 0, unknown estimate.
+    """
+    groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
+    try:
+        eps = np.asarray(epsilons, dtype=float)
+    except (TypeError, ValueError):
+        raise DPAuditError(f"epsilons must be numbers, got {epsilons!r}") from None
+    if eps.ndim > 1 or eps.size == 0 or not np.all(np.isfinite(eps)) or np.any(eps < 0):
+        raise DPAuditError(f"epsilons must be a number or a non-empty 1-D array of finite values ≥ 0, got {epsilons!r}")
+    discretization = _check_positive("discretization", discretization)
+    pld = _pld_of_groups(groups, discretization, _check_estimate(estimate))
+    return np.asarray(pld.get_delta_for_epsilon(np.atleast_1d(eps).tolist()), dtype=float).reshape(eps.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Trade-off curve (lower bound) from the privacy profile
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class TradeoffLowerBound:
+    """A convex, non-increasing, piecewise-linear lower bound β(a) on a trade-off curve (FNR against FPR).
+
+    β(a) = max(0, max_j (1 − δ_j − e^{ε_j}·a), max_j e^{−ε_j}·(1 − δ_j − a)) over a grid of ε_j with
+    δ_j = δ(ε_j) of a privacy profile. Every test of a mechanism with that profile (both directions) has
+    FNR ≥ β(FPR): TPR − e^ε·FPR ≤ H_{e^ε}(P‖Q) and TNR − e^ε·FNR ≤ H_{e^ε}(Q‖P). Using a subset of ε only
+    lowers β, so the bound stays valid on any grid. Stored as its upper envelope: line k (slope, intercept)
+    is the maximum on [breakpoints[k−1], breakpoints[k]].
+
+    Attributes:
+        breakpoints: increasing FPR values where the maximising line changes (length K − 1).
+        slopes: slope of each envelope line (length K, increasing, ≤ 0).
+        intercepts: intercept of each envelope line (length K).
+        epsilons: the ε grid the lines come from (nats).
+        deltas: δ(ε) on that grid.
+    """
+
+    breakpoints: np.ndarray
+    slopes: np.ndarray
+    intercepts: np.ndarray
+    epsilons: np.ndarray
+    deltas: np.ndarray
+
+    def fnr_lower(self, fpr) -> np.ndarray:
+        """β(FPR): the smallest FNR any test of the mechanism can have at this FPR (FPR in [0, 1]).
+
+        Args:
+            fpr: false-positive rate(s) in [0, 1] (number or array).
+
+        Returns:
+            β as a float array of the shape of ``fpr``.
+        """
+        a = np.asarray(fpr, dtype=float)
+        index = np.searchsorted(self.breakpoints, a, side="left")
+        return self.slopes[index] * a + self.intercepts[index]
+
+    def rejects(self, fpr, fnr, *, tolerance: float = 1e-12) -> np.ndarray:
+        """True where (FPR, FNR) lies strictly below the curve: no test of such a mechanism achieves it.
+
+        Args:
+            fpr: false-positive rate(s) in [0, 1].
+            fnr: false-negative rate(s) in [0, 1], broadcast against ``fpr``.
+            tolerance: margin below β required (guards against rounding; larger is more conservative).
+
+        Returns:
+            A boolean array.
+        """
+        return np.asarray(fnr, dtype=float) < self.fnr_lower(fpr) - tolerance
+
+
+def _upper_envelope(slopes: np.ndarray, intercepts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Upper envelope of lines y = m·x + c (max over lines): (breakpoints, slopes, intercepts) in order of x."""
+    order = np.lexsort((intercepts, slopes))  # by slope, then intercept
+    m_sorted, c_sorted = slopes[order], intercepts[order]
+    last = np.r_[m_sorted[1:] != m_sorted[:-1], True]  # of equal slopes keep the largest intercept
+    hull_m: list[float] = []
+    hull_c: list[float] = []
+    for m3, c3 in zip(m_sorted[last].tolist(), c_sorted[last].tolist()):
+        while len(hull_m) >= 2:
+            m1, c1, m2, c2 = hull_m[-2], hull_c[-2], hull_m[-1], hull_c[-1]
+            # line 2 is never the maximum if line 3 overtakes line 1 no later than line 2 does
+            if (c1 - c3) * (m2 - m1) <= (c1 - c2) * (m3 - m1):
+                hull_m.pop()
+                hull_c.pop()
+            else:
+                break
+        hull_m.append(m3)
+        hull_c.append(c3)
+    m = np.asarray(hull_m)
+    c = np.asarray(hull_c)
+    breakpoints = (c[:-1] - c[1:]) / (m[1:] - m[:-1])
+    return breakpoints, m, c
+
+
+def sgm_tradeoff(
+    *, noise_multipliers, sample_rates, epsilon_step: float = 0.01, discretization: float = 1e-2
+) -> TradeoffLowerBound:
+    """A lower bound on the symmetrised trade-off curve of the composed Poisson-subsampled Gaussian.
+
+    δ(ε) is the PLD's upper estimate (:func:`sgm_delta`) on ε = 0, ``epsilon_step``, … up to the first ε
+    where δ ≤ 1e-12 (beyond it the lines add nothing a test could use); each ε gives the two lines of
+    :class:`TradeoffLowerBound`. Because δ is over-estimated and only a subset of ε is used, the result is
+    a valid lower bound on the true trade-off curve, for either role of the two distributions.
+
+    Args:
+        noise_multipliers: z_t = σ_t/C per step, finite and > 0 (1-D, length T ≥ 1).
+        sample_rates: q_t per step, in (0, 1] (1-D, length T).
+        epsilon_step: spacing of the ε grid in nats, > 0.
+        discretization: the PLD's privacy-loss grid in nats, > 0.
+
+    Returns:
+        A :class:`TradeoffLowerBound`.
+
+    Raises:
+        DPAuditError: a bad ledger, epsilon_step or discretization ≤ 0.
+    """
+    groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
+    step = _check_positive("epsilon_step", epsilon_step)
+    discretization = _check_positive("discretization", discretization)
+    return _tradeoff_of_groups(groups, step, discretization)
+
+
+def _tradeoff_of_groups(groups: tuple[StepGroup, ...], epsilon_step: float, discretization: float):
+    pld = _pld_of_groups(groups, discretization)
+    top = math.inf
+    floor = _PROFILE_DELTA_FLOOR
+    while not math.isfinite(top) and floor < 1e-3:  # δ never falls below the truncated tail mass
+        top = float(pld.get_epsilon_for_delta(floor))
+        floor *= 1e3
+    if not math.isfinite(top):
+        raise DPAuditError("the privacy profile does not fall below δ = 1e-3 at any ε; the run has no useful ε")
+    eps = np.arange(0.0, top + 1.5 * epsilon_step, epsilon_step)
+    deltas = np.minimum(np.asarray(pld.get_delta_for_epsilon(eps.tolist()), dtype=float), 1.0)
+    room = 1.0 - deltas
+    slopes = np.concatenate([-np.exp(eps), -np.exp(-eps), [0.0]])
+    intercepts = np.concatenate([room, np.exp(-eps) * room, [0.0]])  # the line 0 keeps β ≥ 0
+    breakpoints, m, c = _upper_envelope(slopes, intercepts)
+    return TradeoffLowerBound(breakpoints, m, c, eps, deltas)
+
+
+# ----------------------------------------------------------------------------------------------
+# Last-iterate heuristic (Steinke et al. 2025)
+# ----------------------------------------------------------------------------------------------
+
+
+def last_iterate_epsilon(*, noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
+    """ε of the last-iterate heuristic of Steinke et al. ("The Last Iterate Advantage", ICLR 2025). A heuristic.
+
+    It models what the final model alone reveals about one record under a linear loss: the record's
+    contribution to the final parameters is P = Binomial(T, q) + N(0, z²T) if it is a member and
+    Q = N(0, z²T) if not, and ε is the smallest ε ≥ 0 with max(H_{e^ε}(P‖Q), H_{e^ε}(Q‖P)) ≤ δ.
+    This is a heuristic, not a guarantee: it is not an upper bound for every loss, and artificial
+    counterexamples exceed it. For Dirac canaries it is exactly the ceiling of the summed statistic Σ_t x_t.
+
+    Computed in closed form: with s² = z²T and w_k = Binomial(T, q) probabilities, the log likelihood
+    ratio ℓ(x) = log Σ_k w_k exp((k·x − k²/2)/s²) is increasing in x, so {ℓ > ε} = {x > x*} and
+    H(P‖Q) = Σ_k w_k Φ̄((x* − k)/s) − e^ε Φ̄(x*/s); likewise H(Q‖P) = Φ(x**/s) − e^ε Σ_k w_k Φ((x** − k)/s)
+    with ℓ(x**) = −ε. x*, x** are found by Brent's method on ℓ (log-sum-exp), ε by Brent's method on δ(ε).
+
+    Args:
+        noise_multiplier: z = σ/C, the same at every step, finite and > 0.
+        sample_rate: q, the same at every step, in (0, 1].
+        steps: T ≥ 1.
+        delta: δ in (0, 1).
+
+    Returns:
+        The heuristic ε ≥ 0 in nats.
+
+    Raises:
+        DPAuditError: a sequence for z or q (constant schedules only), z ≤ 0, q outside (0, 1], T < 1, δ
+            outside (0, 1).
+    """
+    for name, value in (("noise_multiplier", noise_multiplier), ("sample_rate", sample_rate)):
+        if np.ndim(value) != 0:
+            raise DPAuditError(f"last_iterate_epsilon takes a constant {name} (a number), got a sequence")
+    z = _check_positive("noise_multiplier (z)", noise_multiplier)
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float, np.integer, np.floating)):
+        raise DPAuditError(f"sample_rate (q) must lie in (0, 1], got {sample_rate!r}")
+    if not 0 < sample_rate <= 1:
+        raise DPAuditError(f"sample_rate (q) must lie in (0, 1], got {sample_rate!r}")
+    q = float(sample_rate)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise DPAuditError(f"steps must be an integer ≥ 1, got {steps!r}")
+    delta = _check_open_unit("delta (δ)", delta)
+    return _last_iterate_epsilon(z, q, int(steps), delta)
+
+
+def _last_iterate_epsilon(z: float, q: float, steps: int, delta: float) -> float:
+    from scipy import optimize, special, stats
+
+    s = z * math.sqrt(steps)
+    k = np.arange(steps + 1, dtype=float)
+    log_w = stats.binom.logpmf(k, steps, q)
+    keep = log_w > -745.0  # weights that are not 0 in double precision
+    k, log_w = k[keep], log_w[keep]
+    # lim ℓ(x) as x → −∞: log w_0 if k = 0 has weight, else −∞ (q = 1)
+    floor = float(log_w[0]) if k[0] == 0 else -math.inf
+
+    def log_ratio(x: float) -> float:
+        return float(special.logsumexp(log_w + (k * x - 0.5 * k * k) / (s * s)))
+
+    def solve(level: float) -> float:
+        """x with ℓ(x) = level (level > floor)."""
+        width = s + 1.0
+        lo, hi = -width, steps + width
+        while log_ratio(lo) >= level:
+            lo -= width
+            width *= 2
+        width = s + 1.0
+        while log_ratio(hi) <= level:
+            hi += width
+            width *= 2
+        return optimize.brentq(lambda x: log_ratio(x) - level, lo, hi, xtol=1e-12 * (1 + abs(hi)), rtol=1e-14)
+
+    def difference(log_a: float, log_b: float) -> float:
+        """exp(log_a) − exp(log_b), clipped at 0."""
+        return 0.0 if log_b >= log_a else -math.expm1(log_b - log_a) * math.exp(log_a)
+
+    def profile(eps: float) -> float:
+        x_star = solve(eps)
+        forward = difference(
+            float(special.logsumexp(log_w + special.log_ndtr((k - x_star) / s))),
+            eps + float(special.log_ndtr(-x_star / s)),
+        )
+        backward = 0.0
+        if -eps > floor:  # otherwise {ℓ < −ε} is empty
+            x_low = solve(-eps)
+            backward = difference(
+                float(special.log_ndtr(x_low / s)),
+                eps + float(special.logsumexp(log_w + special.log_ndtr((x_low - k) / s))),
+            )
+        return max(forward, backward)
+
+    if profile(0.0) <= delta:
+        return 0.0
+    hi = 1.0
+    while profile(hi) > delta:
+        hi *= 2.0
+        if hi > 1e5:
+            raise DPAuditError("last_iterate_epsilon: ε exceeds 1e5; the run is not private at this δ")
+    return float(optimize.brentq(lambda eps: profile(eps) - delta, 0.0, hi, xtol=1e-9, rtol=1e-12))
+
+
+__all__ = [
+    "StepGroup",
+    "TradeoffLowerBound",
+    "group_steps",
+    "last_iterate_epsilon",
+    "sgm_delta",
+    "sgm_epsilon",
+    "sgm_pld",
+    "sgm_tradeoff",
+]

@@ -1,0 +1,581 @@
+"""Statistics and lower bounds of a whole-run audit of DP-SGD with Dirac canaries.
+
+The audit game: each of M canaries is a member with probability ½. A member joins the batch of step t
+with probability q_t (Poisson sampling); its gradient is a Dirac of norm C on a coordinate of its own,
+and the optimizer adds Gaussian noise of standard deviation z_t·C. Normalised so that a present canary
+contributes exactly 1, the released update of the canary's coordinate at step t is
+
+    x_t = B_t + N(0, z_t²),   B_t ~ Bernoulli(q_t) for a member, B_t ≡ 0 for a non-member,
+
+independently over steps and canaries. From the observations x = (x_1, …, x_T) of every canary:
+
+* :func:`likelihood_ratio_scores`: Λ = Σ_t log(1 − q_t + q_t·exp((x_t − ½)/z_t²)), the log likelihood
+  ratio of member against non-member — the Neyman–Pearson optimal statistic when all iterates are seen;
+  its ceiling is the accountant's (PLD) ε;
+* :func:`final_model_scores`: Σ_t x_t, what the final model reveals (plain SGD without momentum: the
+  final coordinate is a multiple of it); its ceiling is the last-iterate heuristic ε
+  (:func:`dpaudit.theory.tradeoff.last_iterate_epsilon`);
+* :func:`family_lower_bound`: a lower bound on ε valid if the mechanism's trade-off curve lies in the
+  family of composed Poisson-subsampled Gaussians with the run's q_t and T (and any noise scale);
+  the assumption-free bound is :func:`dpaudit.estimate.epsilon_lower_bound` on the same scores;
+* :func:`simulate_observations`, :func:`simulate_scores`: exact draws of the game, for tests and benchmarks
+  (:func:`simulate_scores` streams over the steps: no [M, T] array).
+
+ε is in nats, δ a probability, z = σ/C, q a probability in (0, 1], T the number of steps. scipy and
+``dp_accounting`` load only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from dpaudit._validation import DPAuditError
+from dpaudit.estimate import clopper_pearson_upper
+from dpaudit.theory.tradeoff import TradeoffLowerBound, group_steps, sgm_epsilon, sgm_tradeoff
+
+#: PLD discretisation (nats) of the hypotheses' privacy profiles: an upper estimate of δ(ε), so coarser
+#: only makes the test more conservative (it costs ≈ 0.3 % of ε at T = 100–200).
+HYPOTHESIS_DISCRETIZATION = 1e-2
+#: Spacing (nats) of the ε grid whose (ε, δ(ε)) constraints each hypothesis is tested against.
+HYPOTHESIS_EPSILON_STEP = 0.01
+#: Coarsest PLD discretisation of the lower (optimistic) estimate of the rejected hypothesis' ε.
+REPORT_DISCRETIZATION = 1e-4
+#: The hypothesis grid spans ε ≈ 0.01 … min(4·ε_run, 30) (at least 1.25·ε_run).
+EPSILON_GRID_FLOOR = 0.01
+EPSILON_GRID_CAP = 30.0
+
+_ROWS_PER_CHUNK = 1 << 20  # observations converted to scores at a time (elements), to bound temporaries
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_observations(observations, steps: int | None = None) -> np.ndarray:
+    try:
+        array = np.asarray(observations, dtype=float)
+    except (TypeError, ValueError):
+        raise DPAuditError("observations must be a 2-D array of numbers [canaries, steps]") from None
+    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise DPAuditError(f"observations must be a non-empty 2-D array [canaries, steps], got shape {array.shape}")
+    if steps is not None and array.shape[1] != steps:
+        raise DPAuditError(f"observations have {array.shape[1]} steps but the ledger has {steps}")
+    if not np.all(np.isfinite(array)):
+        raise DPAuditError("observations must be finite (no NaN or inf)")
+    return array
+
+
+def _check_scores(name: str, values) -> np.ndarray:
+    try:
+        array = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise DPAuditError(f"{name} must be a 1-D array of numbers") from None
+    if array.ndim != 1 or array.size < 2:
+        raise DPAuditError(f"{name} must be a 1-D array of at least 2 scores, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise DPAuditError(f"{name} must be finite (no NaN or inf)")
+    return array
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise DPAuditError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_open_unit(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0 < value < 1:
+        raise DPAuditError(f"{name} must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
+    group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)  # one-line errors
+    return np.asarray(noise_multipliers, dtype=float), np.asarray(sample_rates, dtype=float)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scores
+# ----------------------------------------------------------------------------------------------
+
+
+def _step_log_ratio(x: np.ndarray, z, q) -> np.ndarray:
+    """log(1 − q + q·exp((x − ½)/z²)), elementwise and stable; exactly (x − ½)/z² where q = 1."""
+    u = (x - 0.5) / np.square(z)
+    q = np.broadcast_to(q, u.shape)
+    full = q >= 1.0
+    with np.errstate(divide="ignore"):
+        mixed = np.logaddexp(np.log1p(-q), np.log(q) + u)
+    return np.where(full, u, mixed)
+
+
+def likelihood_ratio_scores(observations, *, noise_multipliers, sample_rates) -> np.ndarray:
+    """Λ_i = Σ_t log(1 − q_t + q_t·exp((x_{i,t} − ½)/z_t²)): the log likelihood ratio member vs non-member.
+
+    A member's x_t has density (1 − q_t)·φ_z(x_t) + q_t·φ_z(x_t − 1), a non-member's φ_z(x_t) (φ_z the
+    N(0, z_t²) density); the ratio of the two is 1 − q_t + q_t·exp((x_t − ½)/z_t²) and the steps are
+    independent, so Λ is the Neyman–Pearson optimal statistic of the whole run when every iterate is seen.
+    Computed as logaddexp(log(1 − q_t), log q_t + u_t) with u_t = (x_t − ½)/z_t² (exactly u_t where q_t = 1).
+
+    Args:
+        observations: [M, T] normalised per-step canary updates x_{i,t} (finite).
+        noise_multipliers: z_t per step, finite and > 0 (length T).
+        sample_rates: q_t per step, in (0, 1] (length T).
+
+    Returns:
+        Λ, a float array of length M (higher = more likely member).
+
+    Raises:
+        DPAuditError: a bad ledger, observations that are not a finite [M, T] array with T ledger steps.
+    """
+    z, q = _ledger(noise_multipliers, sample_rates)
+    x = _check_observations(observations, z.size)
+    scores = np.empty(x.shape[0])
+    rows = max(1, _ROWS_PER_CHUNK // x.shape[1])
+    for start in range(0, x.shape[0], rows):
+        scores[start : start + rows] = _step_log_ratio(x[start : start + rows], z, q).sum(axis=1)
+    return scores
+
+
+def final_model_scores(observations) -> np.ndarray:
+    """Σ_t x_{i,t}: the canary coordinate's total update, the statistic of the last-iterate threat model.
+
+    For plain SGD without momentum the final value of the canary's coordinate is −(learning rate)·C times
+    this sum (plus its initial value), so an attacker who sees only the final model sees exactly this. Its
+    member/non-member pair is Binomial(T, q) + N(0, z²T) against N(0, z²T) for constant z and q.
+
+    Args:
+        observations: [M, T] normalised per-step canary updates (finite).
+
+    Returns:
+        A float array of length M (higher = more likely member).
+
+    Raises:
+        DPAuditError: observations that are not a finite non-empty 2-D array.
+    """
+    return _check_observations(observations).sum(axis=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Simulation of the game
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class SimulatedScores:
+    """Both statistics of simulated canaries (see :func:`simulate_scores`).
+
+    Attributes:
+        member_lr: Λ of the member canaries (:func:`likelihood_ratio_scores`), length M.
+        nonmember_lr: Λ of the non-member canaries, length N.
+        member_sum: Σ_t x_t of the members (:func:`final_model_scores`).
+        nonmember_sum: Σ_t x_t of the non-members.
+    """
+
+    member_lr: np.ndarray
+    nonmember_lr: np.ndarray
+    member_sum: np.ndarray
+    nonmember_sum: np.ndarray
+
+
+def _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
+    """Yield (t, member x_t, non-member x_t) step by step; the one random stream of both simulators."""
+    z, q = _ledger(noise_multipliers, sample_rates)
+    members = _check_int("members", members, 1)
+    nonmembers = _check_int("nonmembers", nonmembers, 1)
+    seed = _check_int("seed", seed, 0)
+    rng = np.random.default_rng(seed)
+    for t in range(z.size):
+        present = rng.random(members) < q[t]
+        member_x = present + z[t] * rng.standard_normal(members)
+        nonmember_x = z[t] * rng.standard_normal(nonmembers)
+        yield t, member_x, nonmember_x
+
+
+def simulate_observations(
+    *, members: int, nonmembers: int, noise_multipliers, sample_rates, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw the observations of the whole-run canary game exactly (float64).
+
+    At step t, in this order from ``np.random.default_rng(seed)``: the members' Bernoulli(q_t) presences
+    (uniform < q_t), the members' N(0, z_t²) noise, the non-members' noise. :func:`simulate_scores` uses
+    the same stream, so its scores equal those computed from these observations.
+
+    Args:
+        members: M ≥ 1 member canaries.
+        nonmembers: N ≥ 1 non-member canaries.
+        noise_multipliers: z_t per step, finite and > 0 (length T).
+        sample_rates: q_t per step, in (0, 1] (length T).
+        seed: non-negative integer seed.
+
+    Returns:
+        ``(member_observations [M, T], nonmember_observations [N, T])``; memory 8·(M + N)·T bytes — use
+        :func:`simulate_scores` for large runs.
+
+    Raises:
+        DPAuditError: a bad ledger, counts < 1, a negative or non-integer seed.
+    """
+    steps = np.asarray(noise_multipliers).size
+    member_obs = nonmember_obs = None
+    for t, member_x, nonmember_x in _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
+        if member_obs is None:
+            member_obs = np.empty((member_x.size, steps))
+            nonmember_obs = np.empty((nonmember_x.size, steps))
+        member_obs[:, t] = member_x
+        nonmember_obs[:, t] = nonmember_x
+    return member_obs, nonmember_obs
+
+
+def simulate_scores(*, members: int, nonmembers: int, noise_multipliers, sample_rates, seed: int) -> SimulatedScores:
+    """Simulate the game and return Λ and Σ_t x_t of every canary, streaming over steps (memory O(M + N)).
+
+    Same random stream as :func:`simulate_observations`: the result equals
+    :func:`likelihood_ratio_scores` and :func:`final_model_scores` of its observations (up to summation order).
+
+    Args:
+        members: M ≥ 1 member canaries.
+        nonmembers: N ≥ 1 non-member canaries.
+        noise_multipliers: z_t per step, finite and > 0 (length T).
+        sample_rates: q_t per step, in (0, 1] (length T).
+        seed: non-negative integer seed.
+
+    Returns:
+        A :class:`SimulatedScores`.
+
+    Raises:
+        DPAuditError: a bad ledger, counts < 1, a negative or non-integer seed.
+    """
+    z, q = _ledger(noise_multipliers, sample_rates)
+    sums = None
+    for t, member_x, nonmember_x in _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
+        if sums is None:
+            sums = [
+                np.zeros(member_x.size),
+                np.zeros(nonmember_x.size),
+                np.zeros(member_x.size),
+                np.zeros(nonmember_x.size),
+            ]
+        sums[0] += _step_log_ratio(member_x, z[t], q[t])
+        sums[1] += _step_log_ratio(nonmember_x, z[t], q[t])
+        sums[2] += member_x
+        sums[3] += nonmember_x
+    return SimulatedScores(*sums)
+
+
+# ----------------------------------------------------------------------------------------------
+# Family (composed SGM) lower bound
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FamilyBound:
+    """A lower bound on ε under the assumption that the run is a composed Poisson-subsampled Gaussian.
+
+    Attributes:
+        epsilon: the bound in nats (0 when no hypothesis is rejected). A lower estimate of the ε at ``delta``
+            of the rejected hypothesis with the least noise.
+        capped: True when even the strongest (least private) hypothesis on the grid was rejected; then
+            ``epsilon`` is the grid's cap, not a measurement, and the true bound may be larger.
+        noise_scale: s of the rejected hypothesis (noise multipliers s·z_t); inf when nothing is rejected.
+        threshold: the certified threshold (score ≥ threshold predicts member).
+        false_positives: FP of the threshold on the certifying half of the non-members.
+        false_negatives: FN of the threshold on the certifying half of the members.
+        fpr_upper: Clopper–Pearson upper bound on FPR (α/2).
+        fnr_upper: Clopper–Pearson upper bound on FNR (α/2).
+        n_members: member scores in the certifying half.
+        n_nonmembers: non-member scores in the certifying half.
+        delta: the δ at which ε is read.
+        confidence: 1 − α.
+        epsilon_cap: ε (PLD upper estimate) of the strongest hypothesis tested: the most this bound can show.
+        hypotheses: number of noise scales tested.
+        method: one sentence saying what was rejected and what it assumes.
+    """
+
+    epsilon: float
+    capped: bool
+    noise_scale: float
+    threshold: float
+    false_positives: int
+    false_negatives: int
+    fpr_upper: float
+    fnr_upper: float
+    n_members: int
+    n_nonmembers: int
+    delta: float
+    confidence: float
+    epsilon_cap: float
+    hypotheses: int
+    method: str
+
+    def __float__(self) -> float:
+        return self.epsilon
+
+
+@dataclass(frozen=True, eq=False)
+class _Hypotheses:
+    """The grid of hypotheses H_s of one ledger: increasing noise scales s, their trade-off lower bounds
+    and ε (PLD upper estimate at δ, coarse)."""
+
+    scales: np.ndarray
+    curves: tuple[TradeoffLowerBound, ...]
+    epsilons: np.ndarray
+
+
+def _scaled(groups, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step (z·scale, q) arrays of grouped steps."""
+    counts = [count for _, _, count in groups]
+    z = np.repeat([g[0] * scale for g in groups], counts)
+    q = np.repeat([g[1] for g in groups], counts)
+    return z, q
+
+
+def _epsilon_of_scale(groups, scale: float, delta: float) -> float:
+    z, q = _scaled(groups, scale)
+    return sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=HYPOTHESIS_DISCRETIZATION)
+
+
+def _scale_for_epsilon(groups, delta: float, target: float) -> float:
+    """s with ε(s·z) ≈ target (ε decreases in s), by bracketing and Brent's method on log s."""
+    from scipy import optimize
+
+    lo = hi = 1.0
+    if _epsilon_of_scale(groups, 1.0, delta) < target:
+        while _epsilon_of_scale(groups, lo, delta) < target:
+            lo /= 2
+        hi = 2 * lo
+    else:
+        while _epsilon_of_scale(groups, hi, delta) > target:
+            hi *= 2
+        lo = hi / 2
+    root = optimize.brentq(
+        lambda log_s: math.log(max(_epsilon_of_scale(groups, math.exp(log_s), delta), 1e-300)) - math.log(target),
+        math.log(lo),
+        math.log(hi),
+        xtol=1e-4,
+    )
+    return math.exp(root)
+
+
+def _curve(groups, scale: float) -> TradeoffLowerBound:
+    z, q = _scaled(groups, scale)
+    return sgm_tradeoff(
+        noise_multipliers=z,
+        sample_rates=q,
+        epsilon_step=HYPOTHESIS_EPSILON_STEP,
+        discretization=HYPOTHESIS_DISCRETIZATION,
+    )
+
+
+def _profile_epsilon(curve: TradeoffLowerBound, delta: float) -> float:
+    """The first grid ε with δ(ε) ≤ delta (an upper estimate within one grid step)."""
+    below = curve.deltas <= delta
+    return float(curve.epsilons[np.argmax(below)]) if below.any() else math.inf
+
+
+@lru_cache(maxsize=8)
+def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
+    """Build (once per ledger, δ and grid size) the hypotheses H_s and their trade-off lower bounds.
+
+    The noise scales span s_min, with ε(s_min) ≈ min(4·ε_run, 30) (at least 1.25·ε_run), to s_max with
+    ε(s_max) ≈ 0.01. They are placed by their ε (log-spaced; s read off a 40-point scout table of ε(s)):
+    a sixth of the grid over [0.01, ε_run/4], half over [ε_run/4, 1.5·ε_run] (≈ 2 % apart for the default
+    grid, where a good audit's bound lies), a third over [1.5·ε_run, ε(s_min)] (where an audit of a run
+    with under-stated noise lands). The grid depends on the ledger only, never on the scores.
+    """
+    eps_run = max(_epsilon_of_scale(groups, 1.0, delta), 4 * EPSILON_GRID_FLOOR)
+    eps_hi = max(min(4 * eps_run, EPSILON_GRID_CAP), 1.25 * eps_run)
+    s_min = _scale_for_epsilon(groups, delta, eps_hi)
+    s_max = _scale_for_epsilon(groups, delta, EPSILON_GRID_FLOOR)
+    scout = np.geomspace(s_min, s_max, 40)
+    scout_eps = np.array([_epsilon_of_scale(groups, s, delta) for s in scout])
+    low, upper = max(grid // 6, 1), max(grid // 3, 1)
+    middle = max(grid - low - upper, 1)
+    targets = np.concatenate(
+        [
+            np.geomspace(EPSILON_GRID_FLOOR, eps_run / 4, low, endpoint=False),
+            np.geomspace(eps_run / 4, 1.5 * eps_run, middle, endpoint=False),
+            np.geomspace(1.5 * eps_run, eps_hi, upper),
+        ]
+    )
+    usable = scout_eps > 0  # ε decreases in s: interpolate log s against log ε (ascending ε)
+    order = np.argsort(scout_eps[usable])
+    placed = np.exp(np.interp(np.log(targets), np.log(scout_eps[usable][order]), np.log(scout[usable][order])))
+    scales = np.unique(np.concatenate([[s_min, s_max], np.clip(placed, s_min, s_max)]))
+    curves = tuple(_curve(groups, s) for s in scales.tolist())
+    epsilons = np.array([_profile_epsilon(c, delta) for c in curves])
+    return _Hypotheses(scales, curves, epsilons)
+
+
+@lru_cache(maxsize=256)
+def _reported_epsilon(groups: tuple, scale: float, delta: float) -> float:
+    """A lower estimate of the true ε at δ of H_scale (what the bound reports).
+
+    dp_accounting's lower (optimistic, privacy-buckets) PLD rounds each step's privacy loss down by less
+    than its discretisation d, so it sits about T·d/2 below the true ε; d is chosen so that this is ≤ 0.25 %
+    of ε (within [1e-5, 1e-4] nats).
+    """
+    z, q = _scaled(groups, scale)
+    upper = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=1e-3)
+    step = min(REPORT_DISCRETIZATION, max(1e-5, 0.005 * upper / z.size))
+    lower = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=step, estimate="lower")
+    return min(lower, upper)
+
+
+def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -> np.ndarray:
+    """Per point (FPR, FNR), the index of the smallest noise scale whose hypothesis it rejects (len if none)."""
+    count = hypotheses.scales.size
+    first = np.full(fpr.shape, count)
+    open_ = np.arange(fpr.size)
+    for index, curve in enumerate(hypotheses.curves):
+        rejected = curve.rejects(fpr[open_], fnr[open_])
+        first[open_[rejected]] = index
+        open_ = open_[~rejected]
+        if open_.size == 0:
+            break
+    return first
+
+
+def _threshold_counts(members: np.ndarray, nonmembers: np.ndarray):
+    """Distinct thresholds (decreasing, +inf first) with TP and FP of 'score ≥ threshold'."""
+    distinct = np.unique(np.concatenate([members, nonmembers]))[::-1]
+    thresholds = np.concatenate([[np.inf], distinct])
+    tp = members.size - np.searchsorted(np.sort(members), thresholds, side="left")
+    fp = nonmembers.size - np.searchsorted(np.sort(nonmembers), thresholds, side="left")
+    return thresholds, tp, fp
+
+
+def family_lower_bound(
+    member_scores,
+    nonmember_scores,
+    *,
+    noise_multipliers,
+    sample_rates,
+    delta: float,
+    confidence: float = 0.95,
+    seed: int = 0,
+    grid: int = 192,
+) -> FamilyBound:
+    """Lower bound on ε: the largest ε whose composed-SGM hypothesis the scores reject, at confidence 1 − α.
+
+    Hypotheses. H_s: the run is the composition over its T steps of Poisson-subsampled Gaussians with the
+    run's q_t and noise multipliers s·z_t. More noise (larger s) makes every test harder, so the trade-off
+    curve β_s (smallest FNR at each FPR) rises with s and ε(s) falls. A point (a, b) = (FPR upper bound,
+    FNR upper bound) rejects H_s when b < β̂_s(a), where β̂_s ≤ β_s is read from the PLD's upper estimate of
+    the privacy profile δ_s(ε) (:func:`dpaudit.theory.tradeoff.sgm_tradeoff`): for some ε on a grid,
+    1 − b − e^ε·a > δ_s(ε) or 1 − a − e^ε·b > δ_s(ε). A strong attack rejects the *more private*
+    hypotheses (large s) first; a rejected s is also rejected for every larger s. The bound is the ε of the
+    least private hypothesis rejected, i.e. of the *smallest* rejected s, read conservatively (the grid rounds
+    toward larger s, and ε is the PLD's lower estimate).
+
+    Procedure. Each class is permuted with ``np.random.default_rng(seed)`` (members first); the first
+    ⌊n/2⌋ choose the threshold, the other ⌈n/2⌉ certify it. On the selection half, every distinct threshold
+    gets Clopper–Pearson upper bounds on FPR and FNR at α/2 each, and the threshold that rejects the smallest
+    s wins (ties: largest TPR − FPR); it is placed mid-gap below its score. On the certifying half its FP and
+    FN give Clopper–Pearson upper bounds at α/2 each, and the smallest rejected s on the grid gives ε. If no
+    hypothesis is rejected, ε = 0.
+
+    Why it is valid. The threshold is fixed before the certifying half is looked at, so with probability
+    ≥ 1 − α (union bound) its true FPR and FNR are at most the two upper bounds. Suppose the mechanism is
+    H_{s*}. Its true (FPR, FNR) lies on or above β_{s*}, and β_{s*} is non-increasing, so the upper-bound
+    point does too: it satisfies every (ε, δ_{s*}(ε)) constraint, hence also those of any s ≤ s* (their δ is
+    larger, and the PLD over-estimates it). So, with probability ≥ 1 − α, no s ≤ s* is rejected: the smallest
+    rejected s exceeds s*, and its ε is at most ε(s*) (H_s is H_{s*} with extra noise added, a
+    post-processing). Hence ε̂ ≤ ε_true with probability ≥ 1 − α *under the family assumption*. The bound
+    falsifies "the run is at least as private as the composed SGM with these q_t and noise s·z_t", not
+    "(ε̂, δ)-DP" for an arbitrary mechanism; for the latter use :func:`dpaudit.estimate.epsilon_lower_bound`.
+
+    The hypotheses are built once per (ledger, δ, grid) and cached (a few seconds for T = 200).
+
+    Args:
+        member_scores: 1-D finite member scores (higher = member), ≥ 2, one independent canary each.
+        nonmember_scores: 1-D finite non-member scores, ≥ 2.
+        noise_multipliers: the run's z_t per step, finite and > 0 (length T).
+        sample_rates: the run's q_t per step, in (0, 1] (length T).
+        delta: δ in (0, 1) at which ε is read.
+        confidence: 1 − α, in (0, 1).
+        seed: non-negative integer seed of the split.
+        grid: number of noise scales tested, ≥ 8.
+
+    Returns:
+        A :class:`FamilyBound`; ``float(bound)`` is ε̂ in nats. Never present a ``capped`` bound as a measurement.
+
+    Raises:
+        DPAuditError: scores that are not finite 1-D arrays of ≥ 2 values, a bad ledger, δ or confidence
+            outside (0, 1), a bad seed or grid.
+    """
+    members = _check_scores("member_scores", member_scores)
+    nonmembers = _check_scores("nonmember_scores", nonmember_scores)
+    groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
+    delta = _check_open_unit("delta (δ)", delta)
+    confidence = _check_open_unit("confidence", confidence)
+    seed = _check_int("seed", seed, 0)
+    grid = _check_int("grid", grid, 8)
+    alpha = 1.0 - confidence
+    hypotheses = _hypotheses(groups, delta, grid)
+
+    rng = np.random.default_rng(seed)
+    order_m, order_n = rng.permutation(members.size), rng.permutation(nonmembers.size)
+    half_m, half_n = members.size // 2, nonmembers.size // 2
+    select_m, certify_m = members[order_m[:half_m]], members[order_m[half_m:]]
+    select_n, certify_n = nonmembers[order_n[:half_n]], nonmembers[order_n[half_n:]]
+
+    thresholds, tp, fp = _threshold_counts(select_m, select_n)
+    fpr_u = np.asarray(clopper_pearson_upper(fp, select_n.size, alpha=alpha / 2), dtype=float)
+    fnr_u = np.asarray(clopper_pearson_upper(select_m.size - tp, select_m.size, alpha=alpha / 2), dtype=float)
+    first = _first_rejected(hypotheses, fpr_u, fnr_u)
+    youden = tp / select_m.size - fp / select_n.size
+    best = int(np.lexsort((youden, -first))[-1])  # smallest rejected s; ties → largest TPR − FPR
+    upper = thresholds[best]
+    lower = thresholds[best + 1] if best + 1 < thresholds.size else -np.inf
+    if np.isfinite(upper) and np.isfinite(lower):
+        cut = upper / 2 + lower / 2  # middle of the gap with the same selection-half counts
+    else:
+        cut = upper if not np.isfinite(upper) else lower  # +inf: predict none; −inf: predict all
+
+    false_pos = int(np.count_nonzero(certify_n >= cut))
+    false_neg = int(np.count_nonzero(certify_m < cut))
+    a = float(clopper_pearson_upper(false_pos, certify_n.size, alpha=alpha / 2))
+    b = float(clopper_pearson_upper(false_neg, certify_m.size, alpha=alpha / 2))
+    index = int(_first_rejected(hypotheses, np.array([a]), np.array([b]))[0])
+    if index < hypotheses.scales.size:
+        scale = float(hypotheses.scales[index])
+        epsilon = _reported_epsilon(groups, scale, delta)
+    else:
+        scale, epsilon = math.inf, 0.0
+    method = (
+        "largest ε whose composed Poisson-subsampled Gaussian hypothesis (the run's q_t and T, noise multipliers"
+        f" s·z_t) is rejected at {100 * confidence:g} %; assumes the mechanism's trade-off curve lies in that family"
+    )
+    return FamilyBound(
+        epsilon=float(epsilon),
+        capped=index == 0,
+        noise_scale=scale,
+        threshold=float(cut),
+        false_positives=false_pos,
+        false_negatives=false_neg,
+        fpr_upper=a,
+        fnr_upper=b,
+        n_members=int(certify_m.size),
+        n_nonmembers=int(certify_n.size),
+        delta=delta,
+        confidence=confidence,
+        epsilon_cap=float(hypotheses.epsilons[0]),
+        hypotheses=int(hypotheses.scales.size),
+        method=method,
+    )
+
+
+__all__ = [
+    "FamilyBound",
+    "SimulatedScores",
+    "family_lower_bound",
+    "final_model_scores",
+    "likelihood_ratio_scores",
+    "simulate_observations",
+    "simulate_scores",
+]

@@ -1,0 +1,314 @@
+"""Whole-run Dirac canaries (``dpaudit.attacks.canary_run``): Dirac records through the optimizer's own per-sample
+weighting (known answers against the dense per-sample gradients), the real model untouched, sampling like a
+record, the observation model, resume, the refused optimizers and the two registered attacks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from test_ensemble import _config, _members
+from test_resume import _interrupt, _train_into, assert_same_results
+
+from dpaudit import optim
+from dpaudit._validation import DPAuditError
+from dpaudit.attacks import ATTACKS
+from dpaudit.attacks.canary_run import RunCanaries, RunCanaryObservations
+from dpaudit.cli import main
+from dpaudit.config import TrainConfig
+from dpaudit.estimate.roc import auc
+from dpaudit.train import Member, train_configuration, train_models
+from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores
+
+SUPPORTED = [
+    "auto-s",
+    "auto-v",
+    "d2p-sgd",
+    "dp-psac",
+    "dp-psac-batch-noise",
+    "dpsgd-auto",
+    "dpsgd-dc",
+    "dpsgd-gc",
+    "dpsgd-no-clip",
+    "dpsgd-no-noise",
+    "nsgd",
+]
+REFUSED = sorted(set(optim.available()) - set(SUPPORTED))
+SHAPES = [(3, 4), (4,)]  # a small "model"; the audit block is a last parameter of M coordinates
+M = 40
+
+
+def test_the_supported_optimizers_weight_each_record_by_a_function_of_its_norm():
+    assert sorted(name for name in optim.available() if optim.get_spec(name).cls.takes_dirac_records()) == SUPPORTED
+
+
+def _optimizer(name: str) -> optim.Optimizer:
+    params = [torch.zeros(shape) for shape in SHAPES] + [torch.zeros(M)]
+    hyper = _config(name).hyperparameters(60)
+    return optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(0))
+
+
+def _records(count: int, *, seed: int) -> list[torch.Tensor]:
+    """Per-sample gradients of real records (norms on both sides of C = 1), zero on the audit block."""
+    generator = torch.Generator().manual_seed(seed)
+    scales = torch.logspace(-1.5, 1.5, count)
+    grads = [torch.randn((count, *shape), generator=generator) for shape in SHAPES]
+    grads = [g * scales.view(-1, *[1] * (g.dim() - 1)) / 3 for g in grads]
+    return grads + [torch.zeros(count, M)]
+
+
+def _diracs(coordinates: torch.Tensor, magnitude: float) -> list[torch.Tensor]:
+    """The dense [k, *] per-sample gradients of Dirac records: ``magnitude`` at one block coordinate each."""
+    block = torch.zeros(len(coordinates), M)
+    block[torch.arange(len(coordinates)), coordinates] = magnitude
+    return [torch.zeros((len(coordinates), *shape)) for shape in SHAPES] + [block]
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("magnitude", [1e3, 0.3, 7.25])  # far above C, below it, a few times it
+def test_accumulate_diracs_is_accumulate_of_the_dense_gradients(name, magnitude):
+    coordinates = torch.tensor([3, 17, 0, 39, 22])
+    dense, sparse = _optimizer(name), _optimizer(name)
+    records = _records(6, seed=1)
+    # separate chunks: the records (with the block's zeros), then the canaries
+    dense.accumulate(records)
+    dense.accumulate(_diracs(coordinates, magnitude))
+    sparse.accumulate(records[:-1])  # the records as the engine gives them: no gradient for the block
+    sparse.accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
+    assert all(torch.equal(a, b) for a, b in zip(dense._sum, sparse._sum))
+    contribution = sparse.dirac_contribution(magnitude)
+    assert torch.equal(sparse._sum[-1][coordinates], torch.full((5,), contribution))
+    assert float(torch.count_nonzero(sparse._sum[-1])) == 5
+    if name == "dp-psac-batch-noise":  # the canaries count as records: their clipped norm, the realised batch
+        assert sparse._largest == dense._largest and sparse._dirac_records == 5
+    # one chunk mixing records and canaries (the same step): as the two chunks, up to summation order
+    mixed = _optimizer(name)
+    mixed.accumulate([torch.cat([r, d]) for r, d in zip(records, _diracs(coordinates, magnitude))])
+    for a, b in zip(mixed._sum, sparse._sum):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert torch.equal(mixed._sum[-1], sparse._sum[-1])
+
+
+@pytest.mark.parametrize("name", ["sgd", "dp2-sgd", "tp-topk", "adadpigu"])
+def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
+    optimizer = _optimizer(name)
+    with pytest.raises(DPAuditError, match="does not take Dirac records"):
+        optimizer.accumulate_diracs(coordinates=torch.tensor([1]), magnitude=1e3)
+    with pytest.raises(DPAuditError, match="cannot keep an audit block"):
+        optimizer.set_audit_block(1, generator=torch.Generator())
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_the_design_is_refused_for_other_optimizers_before_training(name):
+    with pytest.raises(DPAuditError, match="canary_design 'whole-run' supports optimizers that clip") as error:
+        _config(name, canaries=100, canary_design="whole-run")
+    message = str(error.value)
+    assert "\n" not in message and f"; {name} " in message and "is not supported yet" in message
+    assert "dpsgd-gc, dpsgd-no-clip, dpsgd-no-noise, nsgd)" in message
+
+
+@pytest.mark.parametrize(
+    "name, engine, changes",
+    [
+        ("dpsgd-gc", "ensemble", {}),
+        ("dpsgd-gc", "sequential", {}),
+        ("dpsgd-dc", "ensemble", {}),  # the domain's projection ignores the canary block
+        ("d2p-sgd", "ensemble", {"momentum": 0.5}),  # dynamic noise, momentum
+        ("auto-v", "sequential", {"sampling": "shuffle"}),
+    ],
+)
+def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(name, engine, changes):
+    """The target (and a shadow trained beside it) get the same records, noise and updates: the canary block has
+    a noise stream of its own and the records' gradients are not touched."""
+    plain = train_models(
+        config=_config(name, engine=engine, **changes), members=_members(2), test_data=None, progress=False
+    )
+    config = _config(name, engine=engine, canaries=300, canary_design="whole-run", **changes)
+    audited = train_models(config=config, members=_members(2), test_data=None, progress=False)
+    for a, b in zip(plain, audited):
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+        assert a.metrics.train_loss == b.metrics.train_loss and a.ledger.to_dict() == b.ledger.to_dict()
+
+
+def _observed(tmp_path, name: str, **changes) -> RunCanaryObservations:
+    config = _config(name, canaries=500, canary_design="whole-run", epochs=4, **changes)
+    member = replace(_members(1)[0], out_dir=tmp_path / "target")
+    train_models(config=config, members=[member], test_data=None, progress=False)
+    return RunCanaryObservations.load(tmp_path / "target" / "canaries_run.npz")
+
+
+def test_without_noise_the_observations_are_the_poisson_presences(tmp_path):
+    observed = _observed(tmp_path, "dpsgd-no-noise")
+    x = observed.observations
+    assert x.shape == (16, 500) and x.dtype == np.float32 and observed.members.dtype == bool
+    assert np.all(x[:, ~observed.members] == 0)  # a non-member never joins
+    presences = x[:, observed.members]
+    np.testing.assert_allclose(presences, np.round(presences), atol=1e-5)  # a present canary adds exactly 1
+    assert set(np.round(presences).ravel().tolist()) == {0.0, 1.0}
+    q = 15 / 60
+    trials = presences.size
+    assert abs(presences.mean() - q) < 4 * np.sqrt(q * (1 - q) / trials)
+    assert np.all(observed.sample_rates == q) and np.all(observed.noise_multipliers == 0.02 * 15)
+    assert observed.contribution == 1.0 and observed.magnitude == 1e3 and observed.batch_size == 15
+    np.testing.assert_allclose(observed.noise_std, observed.noise_multipliers)  # σ_t = z_t·C/c with c = C
+    assert abs(observed.members.mean() - 0.5) < 4 * np.sqrt(0.25 / 500)
+
+
+def test_with_shuffled_batches_a_member_is_in_one_batch_per_epoch(tmp_path):
+    observed = _observed(tmp_path, "dpsgd-no-noise", sampling="shuffle")
+    per_epoch = observed.observations.reshape(4, 4, 500).sum(1)  # 4 epochs of ceil(60/15) = 4 steps
+    np.testing.assert_allclose(per_epoch[:, observed.members], 1.0, atol=1e-5)
+    assert np.all(per_epoch[:, ~observed.members] == 0)
+    batches = np.argmax(observed.observations.reshape(4, 4, 500), axis=1)[:, observed.members]
+    assert len(set(batches.ravel().tolist())) == 4  # every batch of the epoch gets members
+
+
+def test_the_normalisation_follows_the_optimizers_weight(tmp_path):
+    observed = _observed(tmp_path, "auto-s", r=0.5, sigma_dp=1e-6)
+    c = 1e3 / (1e3 + 0.5)  # Auto-S: φ(K)·K = C·K/(K + r)
+    assert observed.contribution == pytest.approx(c, rel=1e-6)
+    np.testing.assert_allclose(observed.noise_std, observed.noise_multipliers / c)
+    members = observed.observations[:, observed.members]
+    np.testing.assert_allclose(members, np.round(members), atol=1e-3)  # a present canary still adds 1
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """DP-SGD on digits (n = 360, b = 36, 2 epochs, z = 0.8), with and without 2,000 whole-run canaries."""
+    values = dict(
+        dataset="digits",
+        model="cnn-digits",
+        optimizer="dpsgd-gc",
+        epochs=2,
+        batch_size=36,
+        target_size=360,
+        num_shadows=0,
+        clip_norm=1.0,
+        noise_multiplier=0.8,
+        lr=0.2,
+        diagnostics=False,
+    )
+    root = tmp_path_factory.mktemp("digits")
+    train_configuration(TrainConfig(**values), out_dir=root / "plain", progress=False)
+    train_configuration(
+        TrainConfig(**values, canaries=2000, canary_design="whole-run"), out_dir=root / "canaries", progress=False
+    )
+    return root
+
+
+def test_the_real_model_is_bit_identical_with_whole_run_canaries(digits_run):
+    plain, audited = digits_run / "plain" / "target", digits_run / "canaries" / "target"
+    metrics = [json.loads((folder / "metrics.json").read_text()) for folder in (plain, audited)]
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "steps"):
+        assert metrics[0][key] == metrics[1][key]
+    assert (plain / "ledger.json").read_bytes() == (audited / "ledger.json").read_bytes()
+    weights = [torch.load(folder / "epoch_0002.pt", weights_only=True) for folder in (plain, audited)]
+    weights = [w.get("state_dict", w) for w in weights]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0] if torch.is_tensor(weights[0][key]))
+    assert not (plain / "canaries_run.npz").exists() and (audited / "canaries_run.npz").is_file()
+
+
+def test_member_canaries_score_higher_on_a_dpsgd_run(digits_run):
+    observed = RunCanaryObservations.load(digits_run / "canaries" / "target" / "canaries_run.npz")
+    assert observed.observations.shape == (20, 2000)
+    assert np.allclose(observed.noise_multipliers, 0.8) and np.allclose(observed.sample_rates, 0.1)
+    sidecar = json.loads((digits_run / "canaries" / "target" / "canaries_run.json").read_text())
+    assert sidecar["design"] == "whole-run" and sidecar["canaries"] == 2000 and sidecar["sampling"] == "poisson"
+    # the observation model: non-members are the noise alone, N(0, σ²) with σ = z = 0.8
+    outside = observed.observations[:, ~observed.members]
+    assert abs(outside.mean()) < 5 * 0.8 / np.sqrt(outside.size)
+    assert outside.std() == pytest.approx(0.8, rel=0.03)
+    members, nonmembers = observed.scores("all")
+    ours = likelihood_ratio_scores(
+        observed.observations.T, noise_multipliers=observed.noise_std, sample_rates=observed.sample_rates
+    )
+    np.testing.assert_array_equal(
+        np.concatenate([members, nonmembers]), np.concatenate([ours[observed.members], ours[~observed.members]])
+    )
+    assert auc(members, nonmembers) > 0.65
+    final = observed.scores("final")
+    np.testing.assert_array_equal(final[0], final_model_scores(observed.observations.T)[observed.members])
+    assert auc(*final) > 0.6
+
+
+def test_the_registered_attacks_audit_the_run(digits_run, capsys):
+    run = digits_run / "canaries"
+    planned = json.loads((run / "config.json").read_text())["derived"]["planned_epsilon"]
+    for name in ("canary-run", "canary-final"):
+        assert ATTACKS[name].whole_run and ATTACKS[name].claim_key == "epsilon_run"
+        found = ATTACKS[name].scores(run, epoch=None, delta=1e-5)
+        assert found.epsilon_run == planned and found.epsilon_mechanism is None and found.audited_steps == 20
+        assert len(found.members) + len(found.nonmembers) == 2000
+    out = digits_run / "audits"
+    assert (
+        main(["audit", "--run", str(run), "--attack", "canary-run", "canary-final", "--out-dir", str(out), "--no-plot"])
+        == 0
+    )
+    for name in ("canary-run", "canary-final"):
+        report = json.loads((out / f"audit_{name}.json").read_text())
+        assert report["attack"] == name and report["epoch"] is None and report["epsilon_run"] == planned
+        assert report["report"]["n_members"] + report["report"]["n_nonmembers"] == 2000
+    with pytest.raises(DPAuditError, match="no whole-run canary observations at .*canaries_run.npz"):
+        ATTACKS["canary-run"].scores(digits_run / "plain", epoch=None, delta=1e-5)
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_whole_run_canaries_resume_bit_identically(sampling, tmp_path, monkeypatch):
+    config = _config("dpsgd-gc", canaries=50, canary_design="whole-run", momentum=0.5, sampling=sampling)
+    _train_into(tmp_path / "whole", config)
+    with monkeypatch.context() as patch:
+        _interrupt(patch, epoch=2, model_index=0)
+        with pytest.raises(KeyboardInterrupt):
+            _train_into(tmp_path / "cut", config)
+    _train_into(tmp_path / "cut", config)
+    assert (tmp_path / "whole" / "m0" / "canaries_run.npz").is_file()
+    assert_same_results(tmp_path / "whole", tmp_path / "cut")
+
+
+def test_no_canaries_is_no_observer_and_the_cli_trains_the_design(tmp_path):
+    member = Member(train_data=_members(1)[0].train_data, model_index=0, out_dir=tmp_path / "none")
+    train_models(
+        config=_config("dpsgd-gc", canary_design="whole-run"), members=[member], test_data=None, progress=False
+    )
+    assert not (tmp_path / "none" / "canaries_run.npz").exists()
+    flags = "--dataset digits --model mlp --epochs 1 --batch-size 30 --target-size 120 --num-shadows 0"
+    flags += " --sigma-dp 0.02 --clip-norm 1"
+    out = tmp_path / "cli"
+    assert (
+        main(
+            ["train", *flags.split(), "--canaries", "64", "--canary-design", "whole-run", "--out", str(out), "--quiet"]
+        )
+        == 0
+    )
+    assert RunCanaryObservations.load(out / "target" / "canaries_run.npz").observations.shape == (4, 64)
+    assert (
+        main(
+            [
+                "train",
+                *flags.split(),
+                "--optimizer",
+                "tp-topk",
+                "--canaries",
+                "64",
+                "--canary-design",
+                "whole-run",
+                "--out",
+                str(tmp_path / "refused"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+
+
+def test_the_observer_needs_its_block_last():
+    canaries = RunCanaries(count=4, clip_norm=1.0, seed=0, sampling="poisson", device="cpu", dtype=torch.float32)
+    optimizer = optim.get_spec("dpsgd-gc").cls(
+        [canaries.parameter, torch.zeros(3)], _config("dpsgd-gc").hyperparameters(60), generator=torch.Generator()
+    )
+    with pytest.raises(DPAuditError, match="last parameter"):
+        canaries.attach(optimizer)

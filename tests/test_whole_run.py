@@ -1,0 +1,457 @@
+"""Whole-run canary audit: the composed subsampled Gaussian (dpaudit.theory.tradeoff) and the statistics and
+bounds of dpaudit.whole_run.
+
+Known answers come from first principles: the Gaussian mechanism's closed-form privacy profile and trade-off
+curve (Balle & Wang 2018; Dong, Roth & Su 2019), the mixture densities of the canary observations, the
+data-processing inequality, and exact binomial tails for the coverage counts.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from dpaudit._validation import DPAuditError
+from dpaudit.estimate import epsilon_lower_bound
+from dpaudit.theory.tradeoff import (
+    group_steps,
+    last_iterate_epsilon,
+    sgm_delta,
+    sgm_epsilon,
+    sgm_pld,
+    sgm_tradeoff,
+)
+from dpaudit.whole_run import (
+    family_lower_bound,
+    final_model_scores,
+    likelihood_ratio_scores,
+    simulate_observations,
+    simulate_scores,
+)
+
+DELTA = 1e-5
+
+
+def _gaussian_delta(eps, mu):
+    """δ(ε) of the μ-GDP Gaussian mechanism: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Balle & Wang 2018)."""
+    return stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+
+
+def _gaussian_epsilon(mu, delta=DELTA):
+    return optimize.brentq(lambda e: _gaussian_delta(e, mu) - delta, 0.0, mu * (mu / 2 + 40), xtol=1e-12)
+
+
+def _ledger(z, q, steps):
+    return np.full(steps, float(z)), np.full(steps, float(q))
+
+
+@lru_cache(maxsize=None)
+def _calibrated_z(epsilon, q=0.1, steps=100):
+    """z whose PLD ε at δ = 1e-5 is ``epsilon`` for q, T."""
+
+    def gap(z):
+        noise, rates = _ledger(z, q, steps)
+        return sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA) - epsilon
+
+    return optimize.brentq(gap, 0.3, 60.0, xtol=1e-5)
+
+
+def _max_failures(repetitions, alpha=0.05, risk=1e-3):
+    """Largest failure count a correct level-α procedure exceeds with probability < ``risk``.
+
+    Failures of independent repetitions are Binomial(n, p ≤ α); we allow k failures where
+    P[Binomial(n, α) > k] < risk, so a correct procedure fails the test with probability < 1e-3.
+    """
+    k = 0
+    while stats.binom.sf(k, repetitions, alpha) >= risk:
+        k += 1
+    return k
+
+
+# ------------------------------------------------------------------------------------------------
+# Scores
+# ------------------------------------------------------------------------------------------------
+
+
+def test_likelihood_ratio_with_q_one_is_the_linear_statistic():
+    rng = np.random.default_rng(0)
+    z = rng.uniform(0.5, 3.0, size=7)
+    x = rng.normal(0.3, 2.0, size=(50, 7))
+    lr = likelihood_ratio_scores(x, noise_multipliers=z, sample_rates=np.ones(7))
+    np.testing.assert_array_equal(lr, ((x - 0.5) / z**2).sum(axis=1))
+
+
+def test_likelihood_ratio_is_the_log_density_ratio_and_stable():
+    # member density (1 − q) φ_z(x) + q φ_z(x − 1) over non-member density φ_z(x), per step, summed
+    rng = np.random.default_rng(1)
+    z = np.array([0.7, 1.0, 2.0, 4.0])
+    q = np.array([0.01, 0.1, 0.5, 0.9])
+    x = rng.normal(0.5, 1.5, size=(30, 4))
+    member = (1 - q) * stats.norm.pdf(x, 0, z) + q * stats.norm.pdf(x, 1, z)
+    expected = np.log(member / stats.norm.pdf(x, 0, z)).sum(axis=1)
+    lr = likelihood_ratio_scores(x, noise_multipliers=z, sample_rates=q)
+    np.testing.assert_allclose(lr, expected, rtol=1e-12, atol=1e-12)
+    # far in the tail exp((x − ½)/z²) overflows; the log-sum-exp form gives log q + (x − ½)/z²
+    huge = likelihood_ratio_scores(np.array([[1e4]]), noise_multipliers=[0.5], sample_rates=[0.1])
+    assert huge[0] == pytest.approx(math.log(0.1) + (1e4 - 0.5) / 0.25, rel=1e-15)
+
+
+def test_final_model_scores_are_row_sums():
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(final_model_scores(x), [6.0, 22.0, 38.0])
+
+
+def test_simulated_scores_match_the_observations_and_the_model():
+    z = np.array([1.0, 2.0, 0.5] * 10)
+    q = np.array([0.1, 0.3, 1.0] * 10)
+    member_obs, nonmember_obs = simulate_observations(
+        members=300, nonmembers=200, noise_multipliers=z, sample_rates=q, seed=3
+    )
+    streamed = simulate_scores(members=300, nonmembers=200, noise_multipliers=z, sample_rates=q, seed=3)
+    np.testing.assert_allclose(
+        streamed.member_lr, likelihood_ratio_scores(member_obs, noise_multipliers=z, sample_rates=q), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        streamed.nonmember_lr, likelihood_ratio_scores(nonmember_obs, noise_multipliers=z, sample_rates=q), rtol=1e-12
+    )
+    np.testing.assert_allclose(streamed.member_sum, final_model_scores(member_obs), rtol=1e-12)
+    np.testing.assert_allclose(streamed.nonmember_sum, final_model_scores(nonmember_obs), rtol=1e-12)
+    # moments of Σ x_t: member mean Σ q_t, variance Σ q_t(1 − q_t) + z_t²; non-member 0 and Σ z_t²
+    big = simulate_scores(members=40_000, nonmembers=40_000, noise_multipliers=z, sample_rates=q, seed=4)
+    for sums, mean, var in (
+        (big.member_sum, q.sum(), (q * (1 - q) + z**2).sum()),
+        (big.nonmember_sum, 0.0, (z**2).sum()),
+    ):
+        assert abs(sums.mean() - mean) < 5 * math.sqrt(var / sums.size)
+        assert sums.var() == pytest.approx(var, rel=0.05)
+
+
+# ------------------------------------------------------------------------------------------------
+# Composed subsampled Gaussian: PLD ε, δ, trade-off curve, last iterate
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("z, steps", [(10.0, 100), (5.0, 50), (1.0, 1)])
+def test_sgm_epsilon_without_sampling_is_the_gaussian_mechanism(z, steps):
+    # T Gaussian steps of noise z and sensitivity 1 compose to μ-GDP with μ = √T / z
+    noise, rates = _ledger(z, 1.0, steps)
+    pld_eps = sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA)
+    exact = _gaussian_epsilon(math.sqrt(steps) / z)
+    assert exact - 1e-9 <= pld_eps <= exact * 1.01  # the PLD over-estimates, slightly
+    lower = sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA, discretization=1e-4, estimate="lower")
+    assert exact * 0.99 <= lower <= exact + 1e-9
+
+
+def test_sgm_groups_compose_like_gaussians():
+    # steps with different z (q = 1) compose to μ-GDP with μ² = Σ 1/z_t², whatever their order
+    z = np.array([2.0, 5.0, 3.0] * 20 + [4.0] * 7)
+    assert group_steps(noise_multipliers=z, sample_rates=np.ones(z.size)) == (
+        (2.0, 1.0, 20),
+        (3.0, 1.0, 20),
+        (4.0, 1.0, 7),
+        (5.0, 1.0, 20),
+    )
+    mu = math.sqrt(np.sum(1 / z**2))
+    pld_eps = sgm_epsilon(noise_multipliers=z, sample_rates=np.ones(z.size), delta=DELTA)
+    assert pld_eps == pytest.approx(_gaussian_epsilon(mu), rel=1e-2)
+    eps = np.array([0.0, 0.5, 1.0, 2.0])
+    deltas = sgm_delta(noise_multipliers=z, sample_rates=np.ones(z.size), epsilons=eps)
+    assert np.all(deltas >= _gaussian_delta(eps, mu) - 1e-12)
+    np.testing.assert_allclose(deltas, _gaussian_delta(eps, mu), rtol=2e-2)
+    # a PLD of a subsampled run keeps both adjacencies: δ is the larger hockey-stick divergence
+    noise, rates = _ledger(2.0, 0.1, 30)
+    pld = sgm_pld(noise_multipliers=noise, sample_rates=rates)
+    np.testing.assert_array_equal(
+        pld.get_delta_for_epsilon([0.5, 1.0]),
+        np.maximum(pld._pmf_remove.get_delta_for_epsilon([0.5, 1.0]), pld._pmf_add.get_delta_for_epsilon([0.5, 1.0])),
+    )
+
+
+def test_sgm_epsilon_decreases_with_noise_and_delta_with_epsilon():
+    values = [
+        sgm_epsilon(noise_multipliers=np.full(50, z), sample_rates=np.full(50, 0.1), delta=DELTA)
+        for z in (0.8, 1.0, 1.5, 2.0, 4.0)
+    ]
+    assert all(a > b for a, b in zip(values, values[1:]))
+    deltas = sgm_delta(
+        noise_multipliers=np.full(50, 1.0), sample_rates=np.full(50, 0.1), epsilons=np.linspace(0, 5, 11)
+    )
+    assert np.all(np.diff(deltas) <= 0) and deltas[0] < 1
+
+
+def test_tradeoff_lower_bound_is_below_and_close_to_the_gaussian_curve():
+    # T Gaussian steps (q = 1): β(a) = Φ(Φ⁻¹(1 − a) − μ), μ = √T / z
+    steps, z = 25, 2.5
+    mu = math.sqrt(steps) / z
+    curve = sgm_tradeoff(noise_multipliers=np.full(steps, z), sample_rates=np.ones(steps))
+    a = np.concatenate([[0.0], np.geomspace(1e-9, 1.0, 400)])
+    exact = stats.norm.cdf(stats.norm.ppf(1 - a) - mu)
+    lower = curve.fnr_lower(a)
+    assert np.all(lower <= exact + 1e-12)
+    assert np.max(exact - lower) < 0.01
+    assert curve.rejects(0.1, exact[np.searchsorted(a, 0.1)] - 0.02)
+    assert not curve.rejects(0.1, stats.norm.cdf(stats.norm.ppf(0.9) - mu))
+
+
+@pytest.mark.parametrize("z, steps", [(10.0, 100), (3.0, 9), (0.7, 1)])
+def test_last_iterate_without_sampling_is_the_gaussian_mechanism(z, steps):
+    # q = 1: P = T + N(0, z²T) against N(0, z²T) is the Gaussian mechanism with μ = T / (z√T) = √T / z
+    value = last_iterate_epsilon(noise_multiplier=z, sample_rate=1.0, steps=steps, delta=DELTA)
+    assert value == pytest.approx(_gaussian_epsilon(math.sqrt(steps) / z), rel=1e-7)
+
+
+def test_last_iterate_is_below_the_all_iterates_epsilon():
+    # Σ x_t is a function of all iterates: data processing puts its ε below the composition's
+    z = 2.248
+    heuristic = last_iterate_epsilon(noise_multiplier=z, sample_rate=0.1, steps=100, delta=DELTA)
+    composed = sgm_epsilon(noise_multipliers=np.full(100, z), sample_rates=np.full(100, 0.1), delta=DELTA)
+    assert 0.8 * composed < heuristic < composed
+    # independent numerical integration (review notes, sota-calc/sum_vs_lr.py): 1.902
+    assert heuristic == pytest.approx(1.902, abs=5e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# Family lower bound
+# ------------------------------------------------------------------------------------------------
+
+
+def test_family_bound_of_perfectly_separated_scores_is_capped():
+    noise, rates = _ledger(_calibrated_z(1.0), 0.1, 100)
+    members, nonmembers = np.full(100_000, 10.0), np.zeros(100_000)
+    bound = family_lower_bound(members, nonmembers, noise_multipliers=noise, sample_rates=rates, delta=DELTA)
+    assert bound.capped
+    assert bound.false_positives == bound.false_negatives == 0
+    assert bound.epsilon == pytest.approx(bound.epsilon_cap, rel=0.01)
+    assert bound.epsilon_cap >= 3.9  # the strongest hypothesis has ε ≈ 4 × the run's ε
+    assert "rejected at 95 %" in bound.method and "assumes" in bound.method
+
+
+def test_family_bound_of_identical_distributions_is_zero():
+    noise, rates = _ledger(_calibrated_z(2.0), 0.1, 100)
+    rng = np.random.default_rng(5)
+    positive = 0
+    for seed in range(20):
+        scores = rng.normal(size=(2, 500))
+        bound = family_lower_bound(
+            scores[0], scores[1], noise_multipliers=noise, sample_rates=rates, delta=DELTA, seed=seed
+        )
+        positive += bound.epsilon > 0
+        assert bound.epsilon < 2.0 and not bound.capped
+    assert positive <= _max_failures(20)  # the true ε is 0: any ε̂ > 0 is a coverage failure
+
+
+def _coverage(epsilon, repetitions, per_side, seed_base=0):
+    """(family failures, assumption-free failures, mean family ε̂) over repetitions of an exact simulation."""
+    z = _calibrated_z(epsilon)
+    noise, rates = _ledger(z, 0.1, 100)
+    truth = sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA)
+    family_fail = generic_fail = 0
+    total = 0.0
+    for rep in range(repetitions):
+        scores = simulate_scores(
+            members=per_side, nonmembers=per_side, noise_multipliers=noise, sample_rates=rates, seed=seed_base + rep
+        )
+        family = family_lower_bound(
+            scores.member_lr, scores.nonmember_lr, noise_multipliers=noise, sample_rates=rates, delta=DELTA, seed=rep
+        )
+        generic = epsilon_lower_bound(scores.member_lr, scores.nonmember_lr, delta=DELTA, selection="split", seed=rep)
+        family_fail += family.epsilon > truth
+        generic_fail += generic.epsilon > truth
+        total += family.epsilon
+    return family_fail, generic_fail, total / repetitions
+
+
+def test_coverage_of_the_bounds_fast():
+    # 40 repetitions, 2,000 canaries per side, ε_PLD = 2 (q = 0.1, T = 100, δ = 1e-5). A correct 95 % bound
+    # exceeds the truth with probability ≤ 5 %; _max_failures(40) = 7 failures are allowed, which a correct
+    # procedure exceeds with probability 7e-4 < 1e-3.
+    allowed = _max_failures(40)
+    assert allowed == 7
+    family_fail, generic_fail, mean = _coverage(2.0, 40, 2000)
+    assert family_fail <= allowed
+    assert generic_fail <= allowed
+    assert mean > 0.5  # and the bound is not trivially 0 (its ceiling here is ≈ 0.6·ε)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilon", [1.0, 2.0, 4.0, 8.0])
+def test_coverage_of_the_bounds_slow(epsilon):
+    allowed = _max_failures(200)  # 21: a correct procedure exceeds it with probability < 1e-3
+    family_fail, generic_fail, _ = _coverage(epsilon, 200, 2000, seed_base=10_000)
+    assert family_fail <= allowed
+    assert generic_fail <= allowed
+
+
+def test_family_bound_detects_under_stated_noise():
+    # The run really used half the noise the ledger claims: its true ε is far above the claimed one, and
+    # the family bound (tested against the claimed ledger's family) must exceed the claimed ε.
+    noise, rates = _ledger(_calibrated_z(2.0), 0.1, 100)
+    claimed = sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA)
+    above = 0
+    for rep in range(10):
+        scores = simulate_scores(
+            members=2000, nonmembers=2000, noise_multipliers=noise / 2, sample_rates=rates, seed=500 + rep
+        )
+        bound = family_lower_bound(
+            scores.member_lr, scores.nonmember_lr, noise_multipliers=noise, sample_rates=rates, delta=DELTA, seed=rep
+        )
+        above += bound.epsilon > claimed
+    assert above >= 8
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one-line errors
+# ------------------------------------------------------------------------------------------------
+
+_Z, _Q = np.full(10, 2.0), np.full(10, 0.1)
+
+
+_LEDGER = {"noise_multipliers": _Z, "sample_rates": _Q}
+_SCORES = {"member_scores": [1.0, 2.0], "nonmember_scores": [0.0, 1.0], **_LEDGER, "delta": DELTA}
+_BAD_INPUT = [
+    (
+        sgm_epsilon,
+        {"noise_multipliers": [], "sample_rates": [], "delta": DELTA},
+        "noise_multipliers must be a non-empty 1-D sequence (one value per step), got shape (0,)",
+    ),
+    (
+        sgm_epsilon,
+        {"noise_multipliers": [1.0, 0.0], "sample_rates": [0.1, 0.1], "delta": DELTA},
+        "noise_multipliers (z) must be finite and > 0; step 1 has 0.0",
+    ),
+    (
+        sgm_epsilon,
+        {"noise_multipliers": [1.0], "sample_rates": [1.5], "delta": DELTA},
+        "sample_rates (q) must lie in (0, 1]; step 0 has 1.5",
+    ),
+    (
+        sgm_epsilon,
+        {"noise_multipliers": [1.0], "sample_rates": [0.0], "delta": DELTA},
+        "sample_rates (q) must lie in (0, 1]; step 0 has 0.0",
+    ),
+    (
+        sgm_epsilon,
+        {"noise_multipliers": [1.0, 1.0], "sample_rates": [0.1], "delta": DELTA},
+        "noise_multipliers and sample_rates differ in length: 2 and 1",
+    ),
+    (sgm_epsilon, {**_LEDGER, "delta": 0.0}, "delta (δ) must be a number in (0, 1), got 0.0"),
+    (sgm_epsilon, {**_LEDGER, "delta": 1}, "delta (δ) must be a number in (0, 1), got 1"),
+    (sgm_epsilon, {**_LEDGER, "delta": DELTA, "estimate": "mid"}, "unknown estimate 'mid'; choose from: upper, lower"),
+    (
+        sgm_delta,
+        {**_LEDGER, "epsilons": [-1.0]},
+        "epsilons must be a number or a non-empty 1-D array of finite values ≥ 0, got [-1.0]",
+    ),
+    (sgm_tradeoff, {**_LEDGER, "epsilon_step": 0}, "epsilon_step must be a finite number > 0, got 0"),
+    (
+        last_iterate_epsilon,
+        {"noise_multiplier": [1.0, 2.0], "sample_rate": 0.1, "steps": 2, "delta": DELTA},
+        "last_iterate_epsilon takes a constant noise_multiplier (a number), got a sequence",
+    ),
+    (
+        last_iterate_epsilon,
+        {"noise_multiplier": -1.0, "sample_rate": 0.1, "steps": 2, "delta": DELTA},
+        "noise_multiplier (z) must be a finite number > 0, got -1.0",
+    ),
+    (
+        last_iterate_epsilon,
+        {"noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 0, "delta": DELTA},
+        "steps must be an integer ≥ 1, got 0",
+    ),
+    (
+        likelihood_ratio_scores,
+        {"observations": np.zeros((3, 9)), **_LEDGER},
+        "observations have 9 steps but the ledger has 10",
+    ),
+    (
+        likelihood_ratio_scores,
+        {"observations": np.zeros(10), **_LEDGER},
+        "observations must be a non-empty 2-D array [canaries, steps], got shape (10,)",
+    ),
+    (final_model_scores, {"observations": [[1.0, np.nan]]}, "observations must be finite (no NaN or inf)"),
+    (
+        simulate_scores,
+        {"members": 0, "nonmembers": 5, **_LEDGER, "seed": 0},
+        "members must be an integer ≥ 1, got 0",
+    ),
+    (
+        simulate_observations,
+        {"members": 5, "nonmembers": 5, **_LEDGER, "seed": -1},
+        "seed must be an integer ≥ 0, got -1",
+    ),
+    (
+        family_lower_bound,
+        {**_SCORES, "member_scores": [1.0]},
+        "member_scores must be a 1-D array of at least 2 scores, got shape (1,)",
+    ),
+    (
+        family_lower_bound,
+        {**_SCORES, "nonmember_scores": [0.0, np.inf]},
+        "nonmember_scores must be finite (no NaN or inf)",
+    ),
+    (family_lower_bound, {**_SCORES, "confidence": 1.0}, "confidence must be a number in (0, 1), got 1.0"),
+    (family_lower_bound, {**_SCORES, "grid": 4}, "grid must be an integer ≥ 8, got 4"),
+]
+
+
+@pytest.mark.parametrize("function, arguments, message", _BAD_INPUT)
+def test_bad_input_gives_one_line_errors(function, arguments, message):
+    arguments = dict(arguments)
+    positional = [
+        arguments.pop(name) for name in ("observations", "member_scores", "nonmember_scores") if name in arguments
+    ]
+    with pytest.raises(DPAuditError) as caught:
+        function(*positional, **arguments)
+    assert str(caught.value) == message
+    assert "\n" not in str(caught.value)
+
+
+def test_importing_the_modules_stays_light():
+    code = (
+        "import sys, dpaudit, dpaudit.whole_run, dpaudit.theory.tradeoff; "
+        "assert 'dp_accounting' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_audit_whole_run_reports_both_threat_models_beside_the_theory():
+    import dpaudit
+
+    steps = 40
+    z, q = np.full(steps, 1.0), np.full(steps, 0.25)
+    members, nonmembers = simulate_observations(
+        members=1500, nonmembers=1500, noise_multipliers=z, sample_rates=q, seed=3
+    )
+    flags = np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)]
+    report = dpaudit.audit_whole_run(
+        np.concatenate([members, nonmembers]), flags, noise_multipliers=z, sample_rates=q, delta=DELTA
+    )
+    # the PLD is the tighter accountant; the final model (post-processing) shows at most what all iterates show
+    assert report.epsilon_pld < report.epsilon_rdp
+    assert report.epsilon_last_iterate <= report.epsilon_pld
+    # the scores of each threat model are those of the statistics, split by membership
+    expected = likelihood_ratio_scores(members, noise_multipliers=z, sample_rates=q)
+    assert report.all_iterates.n_members == len(expected)
+    assert report.all_iterates.auc > report.final_model.auc > 0.5
+    for bound in (report.all_iterates_family, report.final_model_family):
+        assert 0 < bound.epsilon <= report.epsilon_pld and not bound.capped
+    text = report.summary()
+    assert "assumption-free" in text and "PLD" in text and "heuristic" in text
+    assert "roc" not in report.to_dict()["all_iterates"]
+
+
+def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
+    import dpaudit
+
+    with pytest.raises(DPAuditError, match=r"^observations must be \[M, T\] with M = len\(members\) = 3"):
+        dpaudit.audit_whole_run(
+            np.zeros((4, 2)), np.array([True, False, True]), noise_multipliers=[1, 1], sample_rates=[0.1, 0.1]
+        )
+    with pytest.raises(DPAuditError, match="^members must be a 1-D bool array"):
+        dpaudit.audit_whole_run(np.zeros((3, 2)), [1, 0, 1], noise_multipliers=[1, 1], sample_rates=[0.1, 0.1])
