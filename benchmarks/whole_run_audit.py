@@ -3,7 +3,8 @@
 DP-SGD (dpsgd-gc, lr 0.2) on digits (cnn-digits, n = 360, b = 36 Poisson, 20 epochs, C = 1), its noise calibrated
 with the PRV accountant to each ε at δ = 1e-5, trained once per (ε, canary count) with M whole-run canaries per
 side (2M in all, each a member with probability ½; ``--canary-design whole-run``). Each run is audited with
-``dpaudit.audit_whole_run``; every bound is also given as a ratio to the run's PLD ε (dp-accounting), the
+``dpaudit.audit_whole_run`` on the two statistics the run summed online (``canaries_run.npz``; the [T, M]
+observations are not kept at this size); every bound is also given as a ratio to the run's PLD ε (dp-accounting), the
 tightest accountant. Training seconds are those of the run with canaries and of the same run without them
 (``overhead``: their ratio, measured back to back).
 
@@ -71,9 +72,9 @@ def main() -> None:
                 seconds = _train(config, out)
                 started = time.perf_counter()
                 observed = load_run_canaries(out)
-                report = dpaudit.audit_whole_run(
-                    observed.observations.T,
-                    observed.members,
+                report = dpaudit.audit_whole_run(  # the statistics the run summed online (no [T, M] array kept)
+                    members=observed.members,
+                    statistics=(observed.all_iterates_scores, observed.final_model_scores),
                     noise_multipliers=observed.noise_std,
                     sample_rates=observed.sample_rates,
                     delta=DELTA,

@@ -342,11 +342,12 @@ class WholeRunReport:
 
 
 def audit_whole_run(
-    observations,
-    members,
+    observations=None,
+    members=None,
     *,
     noise_multipliers,
     sample_rates,
+    statistics=None,
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
@@ -358,12 +359,17 @@ def audit_whole_run(
     coordinate of its own. ``observations[j, t]`` is canary j's coordinate of step t's released update,
     normalised so that a present canary contributes exactly 1; the noise on it then has std
     ``noise_multipliers[t]``. The canaries must be independent trials (no coordinate mixing between them).
+    Instead of the observations, their two statistics may be given (``statistics``), e.g. those a training run
+    summed online (``RunCanaryObservations.all_iterates_scores`` and ``final_model_scores``).
 
     Args:
-        observations: [M, T] normalised updates x_t of the M canaries.
+        observations: [M, T] normalised updates x_t of the M canaries (exactly one of it and ``statistics``).
         members: [M] bool, which canaries were members (≥ 2 of each).
         noise_multipliers: [T] the noise std σ_t of each step in the normalised units (z_t for plain clipping).
         sample_rates: [T] the sample rate q_t of each step.
+        statistics: (all_iterates_scores, final_model_scores), each [M] float: Λ_j (nats) of
+            :func:`dpaudit.whole_run.likelihood_ratio_scores` with these σ_t and q_t, and Σ_t x_tj of
+            :func:`dpaudit.whole_run.final_model_scores`; instead of ``observations``.
         delta: δ of every ε, in (0, 1).
         confidence: 1 − α of every bound, in (0, 1).
         seed: the seed of the bounds' random halves.
@@ -372,31 +378,51 @@ def audit_whole_run(
         A :class:`WholeRunReport`.
 
     Raises:
-        DPAuditError: a bad shape, fewer than 2 canaries in a class, a bad ledger, δ or confidence.
+        DPAuditError: both or neither of ``observations`` and ``statistics``, a bad shape, non-finite statistics,
+            fewer than 2 canaries in a class, a bad ledger, δ or confidence.
     """
     # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
     from dpaudit.theory import epsilon as rdp_epsilon
-    from dpaudit.theory.tradeoff import last_iterate_epsilon, sgm_epsilon
+    from dpaudit.theory.tradeoff import group_steps, last_iterate_epsilon, sgm_epsilon
     from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores
 
     delta = check_delta(delta, allow_zero=False)
     check_confidence(confidence)
     seed = check_seed(seed)
+    if (observations is None) == (statistics is None):
+        raise DPAuditError("give exactly one of observations [M, T] and statistics (all-iterates, final-model scores)")
+    if members is None:
+        raise DPAuditError("members ([M] bool) is required")
     flags = np.asarray(members)
     if flags.dtype != bool or flags.ndim != 1:
         raise DPAuditError(f"members must be a 1-D bool array, got dtype {flags.dtype} and shape {flags.shape}")
-    values = np.asarray(observations, dtype=float)
-    if values.ndim != 2 or values.shape[0] != flags.size:
-        raise DPAuditError(
-            f"observations must be [M, T] with M = len(members) = {flags.size}, got shape {values.shape}"
-        )
     z = np.asarray(noise_multipliers, dtype=float)
     q = np.asarray(sample_rates, dtype=float)
     ledger = {"noise_multipliers": z, "sample_rates": q}
-    scores = {
-        "all_iterates": likelihood_ratio_scores(values, **ledger),
-        "final_model": final_model_scores(values),
-    }
+    if statistics is not None:
+        try:
+            all_iterates, final_model = (np.asarray(values, dtype=float) for values in statistics)
+        except (TypeError, ValueError):
+            raise DPAuditError("statistics must be a pair of [M] arrays (all-iterates, final-model scores)") from None
+        for name, values in (("all-iterates", all_iterates), ("final-model", final_model)):
+            if values.shape != flags.shape:
+                raise DPAuditError(
+                    f"the {name} statistic must be [M] with M = len(members) = {flags.size}, got shape {values.shape}"
+                )
+            if not np.all(np.isfinite(values)):
+                raise DPAuditError(f"the {name} statistic must be finite (no NaN or inf)")
+        group_steps(**ledger)  # the ledger's one-line errors, as the observations' statistics check it
+        scores = {"all_iterates": all_iterates, "final_model": final_model}
+    else:
+        values = np.asarray(observations, dtype=float)
+        if values.ndim != 2 or values.shape[0] != flags.size:
+            raise DPAuditError(
+                f"observations must be [M, T] with M = len(members) = {flags.size}, got shape {values.shape}"
+            )
+        scores = {
+            "all_iterates": likelihood_ratio_scores(values, **ledger),
+            "final_model": final_model_scores(values),
+        }
     options = {"delta": delta, "confidence": confidence, "seed": seed}
     reports = {}
     for name, statistic in scores.items():

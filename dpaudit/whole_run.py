@@ -28,12 +28,21 @@ independently over steps and canaries. From the observations x = (x_1, …, x_T)
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from dpaudit._validation import DPAuditError
+from dpaudit._validation import (
+    DPAuditError,
+    check_confidence,
+    check_count,
+    check_delta,
+    check_scores,
+    check_seed,
+    check_split_sizes,
+)
 from dpaudit.estimate import clopper_pearson_upper
 from dpaudit.theory.tradeoff import TradeoffLowerBound, group_steps, sgm_epsilon, sgm_tradeoff
 
@@ -70,30 +79,6 @@ def _check_observations(observations, steps: int | None = None) -> np.ndarray:
     return array
 
 
-def _check_scores(name: str, values) -> np.ndarray:
-    try:
-        array = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise DPAuditError(f"{name} must be a 1-D array of numbers") from None
-    if array.ndim != 1 or array.size < 2:
-        raise DPAuditError(f"{name} must be a 1-D array of at least 2 scores, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise DPAuditError(f"{name} must be finite (no NaN or inf)")
-    return array
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise DPAuditError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_open_unit(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0 < value < 1:
-        raise DPAuditError(f"{name} must be a number in (0, 1), got {value!r}")
-    return float(value)
-
-
 def _ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
     group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)  # one-line errors
     return np.asarray(noise_multipliers, dtype=float), np.asarray(sample_rates, dtype=float)
@@ -104,8 +89,28 @@ def _ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _step_log_ratio(x: np.ndarray, z, q) -> np.ndarray:
-    """log(1 − q + q·exp((x − ½)/z²)), elementwise and stable; exactly (x − ½)/z² where q = 1."""
+def step_log_ratio(x, z, q):
+    """log(1 − q + q·exp((x − ½)/z²)), elementwise and stable; exactly (x − ½)/z² where q = 1.
+
+    One step's term of :func:`likelihood_ratio_scores`, also summed online, step by step, by the whole-run
+    canaries of a training run (``dpaudit.attacks.canary_run.RunCanaries``).
+
+    Args:
+        x: normalised observations: a numpy array, or a float64 torch tensor (then z and q are numbers and the
+            term is computed by torch on the tensor's device).
+        z: the noise std(s), > 0, broadcasting against ``x`` (numpy) or a number (torch).
+        q: the sample rate(s), in (0, 1], broadcasting against ``x`` (numpy) or a number (torch).
+
+    Returns:
+        The terms, of the type and shape of ``x``.
+    """
+    torch = sys.modules.get("torch")  # loaded by a caller passing a tensor; never imported here
+    if torch is not None and isinstance(x, torch.Tensor):  # torch's logaddexp, on x's device, in place on u
+        u = (x - 0.5).div_(float(np.square(z)))
+        q = float(q)
+        if q >= 1.0:
+            return u
+        return torch.logaddexp(u.add_(math.log(q)), u.new_full((), math.log1p(-q)), out=u)  # same device
     u = (x - 0.5) / np.square(z)
     q = np.broadcast_to(q, u.shape)
     full = q >= 1.0
@@ -138,7 +143,7 @@ def likelihood_ratio_scores(observations, *, noise_multipliers, sample_rates) ->
     scores = np.empty(x.shape[0])
     rows = max(1, _ROWS_PER_CHUNK // x.shape[1])
     for start in range(0, x.shape[0], rows):
-        scores[start : start + rows] = _step_log_ratio(x[start : start + rows], z, q).sum(axis=1)
+        scores[start : start + rows] = step_log_ratio(x[start : start + rows], z, q).sum(axis=1)
     return scores
 
 
@@ -186,9 +191,9 @@ class SimulatedScores:
 def _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
     """Yield (t, member x_t, non-member x_t) step by step; the one random stream of both simulators."""
     z, q = _ledger(noise_multipliers, sample_rates)
-    members = _check_int("members", members, 1)
-    nonmembers = _check_int("nonmembers", nonmembers, 1)
-    seed = _check_int("seed", seed, 0)
+    members = check_count("members", members, allow_zero=False)
+    nonmembers = check_count("nonmembers", nonmembers, allow_zero=False)
+    seed = check_seed(seed)
     rng = np.random.default_rng(seed)
     for t in range(z.size):
         present = rng.random(members) < q[t]
@@ -260,8 +265,8 @@ def simulate_scores(*, members: int, nonmembers: int, noise_multipliers, sample_
                 np.zeros(member_x.size),
                 np.zeros(nonmember_x.size),
             ]
-        sums[0] += _step_log_ratio(member_x, z[t], q[t])
-        sums[1] += _step_log_ratio(nonmember_x, z[t], q[t])
+        sums[0] += step_log_ratio(member_x, z[t], q[t])
+        sums[1] += step_log_ratio(nonmember_x, z[t], q[t])
         sums[2] += member_x
         sums[3] += nonmember_x
     return SimulatedScores(*sums)
@@ -508,14 +513,16 @@ def family_lower_bound(
         DPAuditError: scores that are not finite 1-D arrays of ≥ 2 values, a bad ledger, δ or confidence
             outside (0, 1), a bad seed or grid.
     """
-    members = _check_scores("member_scores", member_scores)
-    nonmembers = _check_scores("nonmember_scores", nonmember_scores)
+    members = check_scores("member_scores", member_scores)
+    nonmembers = check_scores("nonmember_scores", nonmember_scores)
+    check_split_sizes(members, nonmembers)
     groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
-    delta = _check_open_unit("delta (δ)", delta)
-    confidence = _check_open_unit("confidence", confidence)
-    seed = _check_int("seed", seed, 0)
-    grid = _check_int("grid", grid, 8)
-    alpha = 1.0 - confidence
+    delta = check_delta(delta, allow_zero=False)
+    alpha = check_confidence(confidence)
+    confidence = float(confidence)
+    seed = check_seed(seed)
+    if check_count("grid", grid, allow_zero=False) < 8:
+        raise DPAuditError(f"grid must be an integer ≥ 8, got {grid!r}")
     hypotheses = _hypotheses(groups, delta, grid)
 
     rng = np.random.default_rng(seed)

@@ -15,7 +15,7 @@ from test_resume import _interrupt, _train_into, assert_same_results
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
-from dpaudit.attacks import ATTACKS
+from dpaudit.attacks import ATTACKS, canary_run
 from dpaudit.attacks.canary_run import RunCanaries, RunCanaryObservations
 from dpaudit.cli import main
 from dpaudit.config import TrainConfig
@@ -32,6 +32,8 @@ SUPPORTED = [
     "dpsgd-auto",
     "dpsgd-dc",
     "dpsgd-gc",
+    "dpsgd-gc-reused-noise",
+    "dpsgd-gc-understated-q",
     "dpsgd-no-clip",
     "dpsgd-no-noise",
     "nsgd",
@@ -107,7 +109,7 @@ def test_the_design_is_refused_for_other_optimizers_before_training(name):
         _config(name, canaries=100, canary_design="whole-run")
     message = str(error.value)
     assert "\n" not in message and f"; {name} " in message and "is not supported yet" in message
-    assert "dpsgd-gc, dpsgd-no-clip, dpsgd-no-noise, nsgd)" in message
+    assert f"({', '.join(SUPPORTED)})" in message
 
 
 @pytest.mark.parametrize(
@@ -223,16 +225,65 @@ def test_member_canaries_score_higher_on_a_dpsgd_run(digits_run):
     assert abs(outside.mean()) < 5 * 0.8 / np.sqrt(outside.size)
     assert outside.std() == pytest.approx(0.8, rel=0.03)
     members, nonmembers = observed.scores("all")
+    # the statistics summed online during training are those of the kept observations
     ours = likelihood_ratio_scores(
         observed.observations.T, noise_multipliers=observed.noise_std, sample_rates=observed.sample_rates
     )
-    np.testing.assert_array_equal(
-        np.concatenate([members, nonmembers]), np.concatenate([ours[observed.members], ours[~observed.members]])
+    np.testing.assert_allclose(
+        np.concatenate([members, nonmembers]),
+        np.concatenate([ours[observed.members], ours[~observed.members]]),
+        rtol=1e-9,
+        atol=1e-12,
     )
     assert auc(members, nonmembers) > 0.65
     final = observed.scores("final")
-    np.testing.assert_array_equal(final[0], final_model_scores(observed.observations.T)[observed.members])
+    sums = final_model_scores(observed.observations.T)
+    np.testing.assert_allclose(final[0], sums[observed.members], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(final[1], sums[~observed.members], rtol=1e-9, atol=1e-12)
     assert auc(*final) > 0.6
+
+
+def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path, monkeypatch):
+    kept = _observed(tmp_path / "kept", "dpsgd-gc", sigma_dp=0.05)
+    assert kept.observations.shape == (16, 500)  # T·M = 8,000 values: kept by default
+    monkeypatch.setattr(canary_run, "KEEP_OBSERVATIONS_MAX_VALUES", 16 * 500 - 1)
+    large = _observed(tmp_path / "large", "dpsgd-gc", sigma_dp=0.05)
+    assert large.observations is None and large.steps == 16
+    path = tmp_path / "large" / "target" / "canaries_run.npz"
+    with np.load(path) as data:
+        assert "observations" not in data.files and data["all_iterates_scores"].shape == (500,)
+    assert json.loads(path.with_suffix(".json").read_text())["observations_kept"] is False
+    # the same run: the same statistics, bit for bit, whether the observations were kept or not
+    for statistic in ("all", "final"):
+        for ours, theirs in zip(large.scores(statistic), kept.scores(statistic)):
+            assert ours.dtype == np.float64
+            np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(large.members, kept.members)
+    np.testing.assert_array_equal(large.noise_std, kept.noise_std)
+    # a file written before the statistics were stored: observations only, the statistics recomputed
+    old = tmp_path / "old.npz"
+    names = ("members", "observations", "noise_multipliers", "sample_rates", "noise_std")
+    with np.load(tmp_path / "kept" / "target" / "canaries_run.npz") as data:
+        np.savez(old, **{name: data[name] for name in names})
+    old.with_suffix(".json").write_text((tmp_path / "kept" / "target" / "canaries_run.json").read_text())
+    loaded = RunCanaryObservations.load(old)
+    np.testing.assert_array_equal(loaded.observations, kept.observations)
+    for statistic in ("all", "final"):
+        for ours, theirs in zip(loaded.scores(statistic), kept.scores(statistic)):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+def test_without_noise_the_final_statistic_counts_the_presences_and_zero_noise_has_no_ratio(tmp_path, monkeypatch):
+    monkeypatch.setattr(canary_run, "KEEP_OBSERVATIONS_MAX_VALUES", 0)
+    observed = _observed(tmp_path, "dpsgd-no-noise")
+    assert observed.observations is None
+    members, nonmembers = observed.scores("final")  # Σ_t x_t: each member's number of presences
+    np.testing.assert_allclose(members, np.round(members), atol=1e-4)
+    assert np.all(nonmembers == 0) and 0.15 < members.mean() / 16 < 0.35  # q = 1/4
+    silent = replace(observed, noise_std=np.zeros(16), all_iterates_scores=np.full(500, np.nan))
+    with pytest.raises(DPAuditError):
+        silent.scores("all")  # σ_t = 0: no likelihood ratio
+    np.testing.assert_array_equal(silent.scores("final")[0], members)
 
 
 def test_the_registered_attacks_audit_the_run(digits_run, capsys):
@@ -256,8 +307,10 @@ def test_the_registered_attacks_audit_the_run(digits_run, capsys):
         ATTACKS["canary-run"].scores(digits_run / "plain", epoch=None, delta=1e-5)
 
 
-@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
-def test_whole_run_canaries_resume_bit_identically(sampling, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("sampling", "keep"), [("poisson", True), ("shuffle", True), ("poisson", False)])
+def test_whole_run_canaries_resume_bit_identically(sampling, keep, tmp_path, monkeypatch):
+    if not keep:  # the statistics alone, summed online: in the training state
+        monkeypatch.setattr(canary_run, "KEEP_OBSERVATIONS_MAX_VALUES", 0)
     config = _config("dpsgd-gc", canaries=50, canary_design="whole-run", momentum=0.5, sampling=sampling)
     _train_into(tmp_path / "whole", config)
     with monkeypatch.context() as patch:
@@ -266,6 +319,7 @@ def test_whole_run_canaries_resume_bit_identically(sampling, tmp_path, monkeypat
             _train_into(tmp_path / "cut", config)
     _train_into(tmp_path / "cut", config)
     assert (tmp_path / "whole" / "m0" / "canaries_run.npz").is_file()
+    assert (RunCanaryObservations.load(tmp_path / "whole" / "m0" / "canaries_run.npz").observations is None) != keep
     assert_same_results(tmp_path / "whole", tmp_path / "cut")
 
 

@@ -71,7 +71,11 @@ def test_a_private_step_returns_its_typed_cost_and_a_non_private_one_none(name):
                 assert cost is None
                 continue
             assert type(cost) is StepCost
-            assert cost.sample_rate == pytest.approx(hyper.sample_rate) and cost.noise_multiplier > 0
+            # dpsgd-gc-understated-q's ledger under-states q on purpose (a broken control of the auditor validation)
+            claimed = hyper.sample_rate / (
+                optim.UNDERSTATED_SAMPLE_RATE_FACTOR if cls is optim.DPSGDUnderstatedSampleRate else 1
+            )
+            assert cost.sample_rate == pytest.approx(claimed) and cost.noise_multiplier > 0
             phases.add(cost.phase)
     if issubclass(cls, optim.TwoPhaseSparse):
         assert phases == {"warmup", "train"}

@@ -33,6 +33,7 @@ from dpaudit.whole_run import (
     likelihood_ratio_scores,
     simulate_observations,
     simulate_scores,
+    step_log_ratio,
 )
 
 DELTA = 1e-5
@@ -340,15 +341,15 @@ _BAD_INPUT = [
         {"noise_multipliers": [1.0, 1.0], "sample_rates": [0.1], "delta": DELTA},
         "noise_multipliers and sample_rates differ in length: 2 and 1",
     ),
-    (sgm_epsilon, {**_LEDGER, "delta": 0.0}, "delta (δ) must be a number in (0, 1), got 0.0"),
-    (sgm_epsilon, {**_LEDGER, "delta": 1}, "delta (δ) must be a number in (0, 1), got 1"),
-    (sgm_epsilon, {**_LEDGER, "delta": DELTA, "estimate": "mid"}, "unknown estimate 'mid'; choose from: upper, lower"),
+    (sgm_epsilon, {**_LEDGER, "delta": 0.0}, "delta must lie in (0, 1), got 0.0"),
+    (sgm_epsilon, {**_LEDGER, "delta": 1}, "delta must lie in (0, 1), got 1"),
+    (sgm_epsilon, {**_LEDGER, "delta": DELTA, "estimate": "mid"}, "unknown estimate 'mid'; choose from: lower, upper"),
     (
         sgm_delta,
         {**_LEDGER, "epsilons": [-1.0]},
         "epsilons must be a number or a non-empty 1-D array of finite values ≥ 0, got [-1.0]",
     ),
-    (sgm_tradeoff, {**_LEDGER, "epsilon_step": 0}, "epsilon_step must be a finite number > 0, got 0"),
+    (sgm_tradeoff, {**_LEDGER, "epsilon_step": 0}, "epsilon_step must be finite and > 0, got 0"),
     (
         last_iterate_epsilon,
         {"noise_multiplier": [1.0, 2.0], "sample_rate": 0.1, "steps": 2, "delta": DELTA},
@@ -357,12 +358,12 @@ _BAD_INPUT = [
     (
         last_iterate_epsilon,
         {"noise_multiplier": -1.0, "sample_rate": 0.1, "steps": 2, "delta": DELTA},
-        "noise_multiplier (z) must be a finite number > 0, got -1.0",
+        "noise_multiplier (z) must be finite and > 0, got -1.0",
     ),
     (
         last_iterate_epsilon,
         {"noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 0, "delta": DELTA},
-        "steps must be an integer ≥ 1, got 0",
+        "steps must be an integer > 0, got 0",
     ),
     (
         likelihood_ratio_scores,
@@ -378,7 +379,7 @@ _BAD_INPUT = [
     (
         simulate_scores,
         {"members": 0, "nonmembers": 5, **_LEDGER, "seed": 0},
-        "members must be an integer ≥ 1, got 0",
+        "members must be an integer > 0, got 0",
     ),
     (
         simulate_observations,
@@ -388,14 +389,14 @@ _BAD_INPUT = [
     (
         family_lower_bound,
         {**_SCORES, "member_scores": [1.0]},
-        "member_scores must be a 1-D array of at least 2 scores, got shape (1,)",
+        "a split selection needs at least 2 member and 2 non-member scores, got 1 and 2",
     ),
     (
         family_lower_bound,
         {**_SCORES, "nonmember_scores": [0.0, np.inf]},
-        "nonmember_scores must be finite (no NaN or inf)",
+        "nonmember_scores has 1 non-finite value(s) (NaN or ±inf); scores must be finite",
     ),
-    (family_lower_bound, {**_SCORES, "confidence": 1.0}, "confidence must be a number in (0, 1), got 1.0"),
+    (family_lower_bound, {**_SCORES, "confidence": 1.0}, "confidence must lie in (0, 1), got 1.0"),
     (family_lower_bound, {**_SCORES, "grid": 4}, "grid must be an integer ≥ 8, got 4"),
 ]
 
@@ -410,6 +411,20 @@ def test_bad_input_gives_one_line_errors(function, arguments, message):
         function(*positional, **arguments)
     assert str(caught.value) == message
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("q", [0.1, 1.0])
+def test_one_steps_term_in_torch_is_numpys(q):
+    import torch
+
+    x = np.random.default_rng(0).normal(size=1000) * 40  # far tails: logaddexp's both branches
+    ours = step_log_ratio(torch.from_numpy(x), 1.3, q)
+    assert isinstance(ours, torch.Tensor) and ours.dtype == torch.float64
+    np.testing.assert_allclose(ours.numpy(), step_log_ratio(x, 1.3, q), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(
+        likelihood_ratio_scores(x.reshape(100, 10), noise_multipliers=np.full(10, 1.3), sample_rates=np.full(10, q)),
+        step_log_ratio(x.reshape(100, 10), 1.3, q).sum(axis=1),
+    )
 
 
 def test_importing_the_modules_stays_light():
@@ -444,6 +459,16 @@ def test_audit_whole_run_reports_both_threat_models_beside_the_theory():
     text = report.summary()
     assert "assumption-free" in text and "PLD" in text and "heuristic" in text
     assert "roc" not in report.to_dict()["all_iterates"]
+    # the two statistics instead of the observations (a run that kept only them): the same report
+    observations = np.concatenate([members, nonmembers])
+    statistics = (
+        likelihood_ratio_scores(observations, noise_multipliers=z, sample_rates=q),
+        final_model_scores(observations),
+    )
+    from_statistics = dpaudit.audit_whole_run(
+        members=flags, statistics=statistics, noise_multipliers=z, sample_rates=q, delta=DELTA
+    )
+    assert from_statistics.to_dict() == report.to_dict()
 
 
 def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
@@ -455,3 +480,12 @@ def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
         )
     with pytest.raises(DPAuditError, match="^members must be a 1-D bool array"):
         dpaudit.audit_whole_run(np.zeros((3, 2)), [1, 0, 1], noise_multipliers=[1, 1], sample_rates=[0.1, 0.1])
+    flags, ledger = np.array([True, False, True]), {"noise_multipliers": [1, 1], "sample_rates": [0.1, 0.1]}
+    with pytest.raises(DPAuditError, match="^give exactly one of observations"):
+        dpaudit.audit_whole_run(np.zeros((3, 2)), flags, statistics=(np.zeros(3), np.zeros(3)), **ledger)
+    with pytest.raises(DPAuditError, match="^give exactly one of observations"):
+        dpaudit.audit_whole_run(members=flags, **ledger)
+    with pytest.raises(DPAuditError, match=r"^the final-model statistic must be \[M\] with M = len\(members\) = 3"):
+        dpaudit.audit_whole_run(members=flags, statistics=(np.zeros(3), np.zeros(4)), **ledger)
+    with pytest.raises(DPAuditError, match="^the all-iterates statistic must be finite"):
+        dpaudit.audit_whole_run(members=flags, statistics=(np.array([0, np.nan, 0]), np.zeros(3)), **ledger)

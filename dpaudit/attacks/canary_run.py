@@ -32,10 +32,17 @@ Two threat models score the canaries (``RunCanaryObservations.scores``), each ag
 * the final model only: Σ_t x_tj, the canary coordinate's total update (:func:`dpaudit.whole_run.final_model_scores`;
   the final coordinate is −η·c/b times it for SGD without momentum).
 
+Both are summed online, step by step, in float64 on the block's device (each step's Λ term by
+:func:`dpaudit.whole_run.step_log_ratio`, the function :func:`~dpaudit.whole_run.likelihood_ratio_scores`
+sums), and saved as [M] arrays. The [T, M] observations themselves (float32) are kept and saved only when asked
+(``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps
+they are 160 MB, whose filling and writing took about half as long as the whole training on digits (≈ 1 s).
+
 Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
 is φ(K)·K at its coordinate and nothing elsewhere (``Optimizer.takes_dirac_records``): dpsgd-gc, dpsgd-dc,
-dpsgd-no-noise, dpsgd-no-clip, auto-s (nsgd), auto-v, dp-psac, dp-psac-batch-noise, dpsgd-auto, d2p-sgd.
+dpsgd-no-noise, dpsgd-no-clip, dpsgd-gc-understated-q, dpsgd-gc-reused-noise, auto-s (nsgd), auto-v, dp-psac,
+dp-psac-batch-noise, dpsgd-auto, d2p-sgd.
 DPSGD-DC projects the model's parameters alone (the canary block is not in the domain). DP-PSAC with
 batch-scaled noise counts the canaries as records: their clipped norms enter the batch's largest, and they
 are records of the realised batch size it divides by (its recorded σ_t is the claimed one, which its
@@ -68,13 +75,17 @@ from dpaudit.config import SAMPLING_SCHEMES
 from dpaudit.observers import TrainingObserver
 from dpaudit.optim import StepCost
 from dpaudit.rundir import RunDir
-from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores
+from dpaudit.theory.tradeoff import group_steps
+from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, step_log_ratio
 
 DESIGN = "whole-run"
 NORM_FACTOR = 1e3  # K = 1e3·C: clipping (or normalising) brings a canary to (about) C, as GradientCanaries
-# Seconds between two writes of the observations before the last epoch's: each write is the whole [T, M] array
-# so far (tens to hundreds of MB), so writing at every epoch end would cost O(E²) and outweigh the training itself
+# Seconds between two writes of the observations before the last epoch's: a write holding the whole [T, M] array
+# so far (up to 80 MB) at every epoch end would cost O(E²) and outweigh the training itself
 SAVE_EVERY_SECONDS = 60.0
+# keep_observations=None keeps (and saves) the [T, M] float32 observations when T·M is at most this many values
+# (80 MB); beyond it only the two [M] statistics, summed online. Read when the observer attaches.
+KEEP_OBSERVATIONS_MAX_VALUES = 20_000_000
 STATISTICS = ("all", "final")  # every iterate (Λ), the final model only (Σ_t x_t)
 NORMALISATION = (
     "x = u·b/c: u the released update (before momentum) at the canary's coordinate, b the expected batch size, "
@@ -85,11 +96,10 @@ _STREAM = 0xC0A7  # the canaries' random streams: SeedSequence([noise seed, _STR
 
 @dataclass(eq=False)
 class RunCanaryObservations:
-    """Membership and normalised observations of the whole-run canaries of one training run.
+    """Membership, statistics and normalised observations of the whole-run canaries of one training run.
 
     Attributes:
         members: [M] bool, canary j is a member (drawn once per run).
-        observations: [T, M] float32, x_tj = u_tj·b/c: 1 per present canary plus noise of std σ_t.
         noise_multipliers: [T] z_t of each step (its ``StepCost``).
         sample_rates: [T] q_t of each step.
         noise_std: [T] σ_t = z_t·C/c, the noise std in the units of ``observations``.
@@ -98,10 +108,15 @@ class RunCanaryObservations:
         contribution: c = φ(K)·K, a present canary's clipped contribution to the summed gradient.
         batch_size: b, the expected batch size the release divides by.
         sampling: the run's sampling ("poisson" or "shuffle"), which the canaries follow.
+        all_iterates_scores: [M] float64 Λ_j = Σ_t log(1 − q_t + q_t·exp((x_tj − ½)/σ_t²)) (nats), the log
+            likelihood ratio of every iterate (:func:`dpaudit.whole_run.likelihood_ratio_scores`).
+        final_model_scores: [M] float64 Σ_t x_tj, the final model's statistic
+            (:func:`dpaudit.whole_run.final_model_scores`).
+        observations: [T, M] float32, x_tj = u_tj·b/c: 1 per present canary plus noise of std σ_t; None where
+            the run did not keep them (``RunCanaries``' ``keep_observations``).
     """
 
     members: np.ndarray
-    observations: np.ndarray
     noise_multipliers: np.ndarray
     sample_rates: np.ndarray
     noise_std: np.ndarray
@@ -110,10 +125,35 @@ class RunCanaryObservations:
     contribution: float
     batch_size: int
     sampling: str
+    all_iterates_scores: np.ndarray
+    final_model_scores: np.ndarray
+    observations: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
-        return int(self.observations.shape[0])
+        """T, the number of steps recorded."""
+        return int(np.size(self.noise_std))
+
+    @staticmethod
+    def statistics_of(observations: np.ndarray, *, noise_std, sample_rates) -> tuple[np.ndarray, np.ndarray]:
+        """(Λ, Σ_t x_t), each [M] float64, recomputed from [T, M] observations: the statistics of
+        :func:`dpaudit.whole_run.likelihood_ratio_scores` (with the noise std σ_t and the sample rates q_t) and
+        :func:`dpaudit.whole_run.final_model_scores`; NaN where one is undefined (non-finite observations, σ_t = 0),
+        which ``scores`` refuses, and zeros for no step."""
+        by_canary = np.asarray(observations).T  # [M, T]
+        count, steps = by_canary.shape
+        if steps == 0:
+            return np.zeros(count), np.zeros(count)
+        statistics = []
+        for statistic in (
+            lambda: likelihood_ratio_scores(by_canary, noise_multipliers=noise_std, sample_rates=sample_rates),
+            lambda: final_model_scores(by_canary),
+        ):
+            try:
+                statistics.append(statistic())
+            except DPAuditError:
+                statistics.append(np.full(count, np.nan))
+        return statistics[0], statistics[1]
 
     def scores(self, statistic: str = "all") -> tuple[np.ndarray, np.ndarray]:
         """(member scores, non-member scores), one per canary.
@@ -126,17 +166,19 @@ class RunCanaryObservations:
         check_choice("whole-run canary statistic", statistic, STATISTICS)
         if self.steps == 0:
             raise DPAuditError("the whole-run canaries have no observations yet (no step was recorded)")
-        by_canary = self.observations.T  # [M, T]
         if statistic == "all":
-            values = likelihood_ratio_scores(
-                by_canary, noise_multipliers=self.noise_std, sample_rates=self.sample_rates
-            )
+            group_steps(noise_multipliers=self.noise_std, sample_rates=self.sample_rates)  # σ_t > 0: one-line errors
+            values = self.all_iterates_scores
         else:
-            values = final_model_scores(by_canary)
+            values = self.final_model_scores
+        values = np.asarray(values, dtype=float)
+        if not np.all(np.isfinite(values)):
+            raise DPAuditError(f"the whole-run canaries' {statistic!r} statistic is not finite (non-finite updates?)")
         return values[self.members], values[~self.members]
 
     def save(self, path: str | Path) -> Path:
-        """Write the arrays to ``path`` (npz) and the settings to its .json sidecar, each atomically."""
+        """Write the arrays to ``path`` (npz; ``observations`` only where kept) and the settings to its .json
+        sidecar, each atomically."""
         path = Path(path)
         write_json(
             path.with_suffix(".json"),
@@ -151,19 +193,25 @@ class RunCanaryObservations:
                 "contribution": self.contribution,
                 "batch_size": self.batch_size,
                 "normalisation": NORMALISATION,
+                "observations_kept": self.observations is not None,
             },
         )
         arrays = {
             "members": self.members.astype(bool),
-            "observations": self.observations.astype(np.float32, copy=False),
             "noise_multipliers": np.asarray(self.noise_multipliers, dtype=float),
             "sample_rates": np.asarray(self.sample_rates, dtype=float),
             "noise_std": np.asarray(self.noise_std, dtype=float),
+            "all_iterates_scores": np.asarray(self.all_iterates_scores, dtype=float),
+            "final_model_scores": np.asarray(self.final_model_scores, dtype=float),
         }
+        if self.observations is not None:
+            arrays["observations"] = self.observations.astype(np.float32, copy=False)
         return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))
 
     @classmethod
     def load(cls, path: str | Path) -> RunCanaryObservations:
+        """Read a ``save``d file; a file written before the statistics were stored (observations only) gets them
+        recomputed (``statistics_of``)."""
         path = Path(path)
         if not path.is_file():
             raise DPAuditError(
@@ -171,10 +219,15 @@ class RunCanaryObservations:
             )
         try:
             with np.load(path, allow_pickle=False) as data:
-                arrays = {
-                    name: data[name]
-                    for name in ("members", "observations", "noise_multipliers", "sample_rates", "noise_std")
-                }
+                arrays = {name: data[name] for name in ("members", "noise_multipliers", "sample_rates", "noise_std")}
+                arrays["observations"] = data["observations"] if "observations" in data.files else None
+                if "all_iterates_scores" in data.files:
+                    arrays["all_iterates_scores"] = data["all_iterates_scores"]
+                    arrays["final_model_scores"] = data["final_model_scores"]
+                else:  # an older file: the observations only
+                    arrays["all_iterates_scores"], arrays["final_model_scores"] = cls.statistics_of(
+                        arrays["observations"], noise_std=arrays["noise_std"], sample_rates=arrays["sample_rates"]
+                    )
             sidecar = read_json(path.with_suffix(".json"))
             settings = {
                 "clip_norm": float(sidecar["clip_norm"]),
@@ -210,10 +263,13 @@ class RunCanaries(TrainingObserver):
         sampling: the run's sampling ("poisson" or "shuffle"), which the members follow.
         device, dtype: of the model's parameters.
         norm_factor: ≥ 1, so that clipping or normalisation brings each canary to (about) C.
-        path: where the observations are written (``RunCanaryObservations.save``; None: keep in memory): at the
-            last epoch's end, and before it at the first epoch end ``save_every`` seconds after the last write
-            (an interrupted run resumes from its training state, which holds them).
+        path: where the statistics and observations are written (``RunCanaryObservations.save``; None: keep in
+            memory): at the last epoch's end, and before it at the first epoch end ``save_every`` seconds after
+            the last write or the observer's creation (an interrupted run resumes from its training state, which
+            holds them).
         save_every: seconds between two writes before the last epoch (0: every epoch end).
+        keep_observations: keep (and save) the [T, M] float32 observations besides the two [M] statistics, which
+            are summed online in any case; None: keep them where T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`.
     """
 
     name = "canaries_run"
@@ -234,6 +290,7 @@ class RunCanaries(TrainingObserver):
         norm_factor: float = NORM_FACTOR,
         path: str | Path | None = None,
         save_every: float = SAVE_EVERY_SECONDS,
+        keep_observations: bool | None = None,
     ):
         check_choice("sampling", sampling, SAMPLING_SCHEMES)
         if norm_factor < 1:
@@ -250,19 +307,24 @@ class RunCanaries(TrainingObserver):
         self._noise_seed = int(noise.generate_state(1)[0])
         self.path = Path(path) if path is not None else None
         self.save_every = save_every
-        self._saved_at: float | None = None  # perf_counter of the last write (None: none yet in this process)
+        self._saved_at = time.perf_counter()  # of the last write, or of the creation (a short run writes once)
         # set by ``attach`` from the optimizer
         self.contribution = float("nan")
         self.batch_size = 0
         self.epochs = 0
-        self._observations = np.zeros((0, count), dtype=np.float32)
+        self.keep_observations = keep_observations
+        self.keeps_observations = bool(keep_observations)  # decided by ``attach`` where None
+        self._observations = np.zeros((0, count), dtype=np.float32)  # [T, M] where kept
+        # per canary, summed online in float64: Λ_j (``step_log_ratio`` of each step) and Σ_t x_tj
+        self._all_iterates = torch.zeros(count, device=device, dtype=torch.float64)
+        self._final_model = torch.zeros(count, device=device, dtype=torch.float64)
         # per step
         self._noise_multipliers: list[float] = []
         self._sample_rates: list[float] = []
         self._slots: np.ndarray | None = None  # shuffle: each member's batch of this epoch
         self._step_in_epoch = 0
         self._recorded = 0  # steps whose observations are in ``_observations``
-        self._pending: list[torch.Tensor] = []  # this epoch's observations, on the device until the epoch ends
+        self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
 
     @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
@@ -270,8 +332,8 @@ class RunCanaries(TrainingObserver):
         return (self.parameter,)
 
     def attach(self, optimizer) -> None:
-        """Make the canary block the optimizer's audit block (its noise stream of its own) and read the
-        normalisation c = φ(K)·K and b from it."""
+        """Make the canary block the optimizer's audit block (its noise stream of its own), read the
+        normalisation c = φ(K)·K and b from it, and decide whether to keep the observations (T·M)."""
         if optimizer.params[-1] is not self.parameter:
             raise DPAuditError("whole-run canaries need their block as the optimizer's last parameter")
         generator = torch.Generator(device=self.parameter.device).manual_seed(self._noise_seed)
@@ -280,7 +342,14 @@ class RunCanaries(TrainingObserver):
         self.contribution = optimizer.dirac_contribution(self.magnitude)
         self.batch_size = hyper.expected_batch_size
         self.epochs = hyper.epochs
-        self._observations = np.zeros((hyper.steps_per_epoch * hyper.epochs, self.count), dtype=np.float32)
+        steps = hyper.steps_per_epoch * hyper.epochs
+        self.keeps_observations = (
+            steps * self.count <= KEEP_OBSERVATIONS_MAX_VALUES
+            if self.keep_observations is None
+            else bool(self.keep_observations)
+        )
+        if self.keeps_observations:
+            self._observations = np.zeros((steps, self.count), dtype=np.float32)
 
     def begin_epoch(self, optimizer, *, epoch: int) -> None:
         """Shuffled batches: put each member in one batch of the epoch, as a record of the permutation."""
@@ -313,16 +382,24 @@ class RunCanaries(TrainingObserver):
             )
 
     def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
-        """Normalise the released update at the canary block (x = u·b/c) and record the step's z and q."""
+        """Normalise the released update at the canary block (x = u·b/c, float32), add the step's terms to the
+        two statistics (float64, on the block's device), keep x where asked, and record the step's z and q."""
         update = optimizer.last_update[-1].detach().float()
         scale = self.batch_size / self.contribution
-        if update.device.type == "cpu":  # straight into the host array
-            torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
+        z, q = float(cost.noise_multiplier), float(cost.sample_rate)
+        if not self.keeps_observations:
+            x = update * scale
+        elif update.device.type == "cpu":  # straight into the host array
+            x = torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
             self._recorded += 1
         else:  # on the device until the epoch ends: no wait for the device at every step
-            self._pending.append(update * scale)
-        self._noise_multipliers.append(float(cost.noise_multiplier))
-        self._sample_rates.append(float(cost.sample_rate))
+            x = update * scale
+            self._pending.append(x)
+        x = x.double()
+        self._all_iterates += step_log_ratio(x, z * self.clip_norm / self.contribution, q)  # σ_t = z_t·C/c
+        self._final_model += x
+        self._noise_multipliers.append(z)
+        self._sample_rates.append(q)
 
     def _flush(self) -> None:
         """Move this epoch's observations from the device to the host array."""
@@ -333,13 +410,11 @@ class RunCanaries(TrainingObserver):
             self._pending = []
 
     def end_epoch(self, *, epoch: int) -> None:
-        """Write the observations so far to ``path`` (if any) at the last epoch, and before it every ``save_every``
-        seconds."""
+        """Write the statistics (and kept observations) so far to ``path`` (if any) at the last epoch, and before
+        it every ``save_every`` seconds."""
         self._flush()
         now = time.perf_counter()
-        if self.path is None or (
-            epoch < self.epochs and self._saved_at is not None and now - self._saved_at < self.save_every
-        ):
+        if self.path is None or (epoch < self.epochs and now - self._saved_at < self.save_every):
             return
         self.result().save(self.path)
         self._saved_at = time.perf_counter()
@@ -349,7 +424,9 @@ class RunCanaries(TrainingObserver):
         z = np.array(self._noise_multipliers, dtype=float)
         return RunCanaryObservations(
             members=self.members.copy(),
-            observations=self._observations[: self._recorded],
+            observations=self._observations[: self._recorded] if self.keeps_observations else None,
+            all_iterates_scores=self._all_iterates.cpu().numpy().copy(),
+            final_model_scores=self._final_model.cpu().numpy().copy(),
             noise_multipliers=z,
             sample_rates=np.array(self._sample_rates, dtype=float),
             noise_std=z * self.clip_norm / self.contribution,

@@ -226,6 +226,61 @@ class DPSGDNoClip(DPSGD):
         return torch.ones_like(norms)
 
 
+UNDERSTATED_SAMPLE_RATE_FACTOR = 4  # dpsgd-gc-understated-q's ledger records q / 4
+
+
+@register(
+    "dpsgd-gc-understated-q",
+    dp_claim=False,
+    description="DP-SGD whose ledger records the sample rate q/4 instead of q (broken on purpose: auditor check; "
+    "no DP claim)",
+)
+class DPSGDUnderstatedSampleRate(DPSGD):
+    """DPSGD-GC, bit for bit, whose ``StepCost`` reports q/4 (``UNDERSTATED_SAMPLE_RATE_FACTOR``) instead of q = b/n.
+
+    A negative control of the auditor validation: the bug of a ledger that under-states the sample rate (say, a
+    batch size or a dataset size taken from the wrong place), so that the run's claimed ε, the ledger's, is that
+    of a mechanism amplified by a rate four times smaller than the one the batches use. Only a whole-run audit
+    sees it: each step alone is the Gaussian mechanism its z says, and it is the composition over the epochs,
+    with the true q, that spends more than the ledger. Calibrate its noise to the claim with the understated
+    rate (``calibrate_noise(..., sample_rate=q / 4)``); ``target_epsilon`` calibrates with q = b/n.
+    """
+
+    @torch.no_grad()
+    def step(self, *, realized_batch_size: int) -> StepCost:
+        cost = super().step(realized_batch_size=realized_batch_size)
+        return cost._replace(sample_rate=cost.sample_rate / UNDERSTATED_SAMPLE_RATE_FACTOR)
+
+
+@register(
+    "dpsgd-gc-reused-noise",
+    dp_claim=False,
+    description="DP-SGD that draws its Gaussian noise once and adds the same vector at every step (broken on "
+    "purpose: auditor check; no DP claim)",
+)
+class DPSGDReusedNoise(DPSGD):
+    """DPSGD-GC whose noise is drawn at the first step and reused, the same vector, at every later step.
+
+    A negative control of the auditor validation: the bug of a noise stream seeded afresh at every step (or a
+    noise tensor drawn once and kept). Each step alone is the Gaussian mechanism its z says, so a one-step audit
+    cannot see it; across steps the noise cancels in the difference of two releases, so the composed mechanism
+    has no privacy at all. The reuse covers every coordinate, an audit block's included (``set_audit_block``:
+    the whole-run canaries' coordinates, drawn from their own stream at the first step, then kept), since that is
+    what the whole-run canaries observe. The ledger records the calibrated z at every step (what it claims).
+    """
+
+    def __init__(self, params, hyper, *, generator):
+        super().__init__(params, hyper, generator=generator)
+        self._reused_noise: torch.Tensor | None = None  # the first step's N(0, I) draw, all coordinates
+
+    def _step_noise(self, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        if self._reused_noise is None:
+            self._reused_noise = super()._step_noise(out=out).clone()
+        if out is not None:
+            return out.copy_(self._reused_noise)
+        return self._reused_noise.clone()
+
+
 @register(
     "dpsgd-dc",
     dp_claim=True,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit._validation import DPAuditError
+from dpaudit._validation import DPAuditError, check_choice, check_count, check_delta, check_positive, check_ratio
 
 #: One group of identical steps: (noise multiplier z, sample rate q, number of steps).
 StepGroup = tuple[float, float, int]
@@ -68,29 +68,6 @@ def _check_ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarr
         step = int(np.argmax(bad))
         raise DPAuditError(f"sample_rates (q) must lie in (0, 1]; step {step} has {float(q[step])!r}")
     return z, q
-
-
-def _check_open_unit(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0 < value < 1:
-        raise DPAuditError(f"{name} must be a number in (0, 1), got {value!r}")
-    return float(value)
-
-
-def _check_positive(name: str, value) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise DPAuditError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _check_estimate(estimate) -> str:
-    if estimate not in _ESTIMATES:
-        raise DPAuditError(f"unknown estimate {estimate!r}; choose from: {', '.join(_ESTIMATES)}")
-    return estimate
 
 
 def group_steps(*, noise_multipliers, sample_rates) -> tuple[StepGroup, ...]:
@@ -162,8 +139,8 @@ def sgm_pld(*, noise_multipliers, sample_rates, discretization: float = 1e-3, es
         DPAuditError: a bad ledger (see :func:`group_steps`), discretization ≤ 0, unknown estimate.
     """
     groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
-    discretization = _check_positive("discretization", discretization)
-    return _pld_of_groups(groups, discretization, _check_estimate(estimate))
+    discretization = check_positive("discretization", discretization)
+    return _pld_of_groups(groups, discretization, check_choice("estimate", estimate, _ESTIMATES))
 
 
 def sgm_epsilon(
@@ -188,9 +165,9 @@ def sgm_epsilon(
         DPAuditError: a bad ledger, δ outside (0, 1), discretization ≤ 0, unknown estimate.
     """
     groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
-    delta = _check_open_unit("delta (δ)", delta)
-    discretization = _check_positive("discretization", discretization)
-    pld = _pld_of_groups(groups, discretization, _check_estimate(estimate))
+    delta = check_delta(delta, allow_zero=False)
+    discretization = check_positive("discretization", discretization)
+    pld = _pld_of_groups(groups, discretization, check_choice("estimate", estimate, _ESTIMATES))
     return float(pld.get_epsilon_for_delta(delta))
 
 
@@ -219,8 +196,8 @@ def sgm_delta(
         raise DPAuditError(f"epsilons must be numbers, got {epsilons!r}") from None
     if eps.ndim > 1 or eps.size == 0 or not np.all(np.isfinite(eps)) or np.any(eps < 0):
         raise DPAuditError(f"epsilons must be a number or a non-empty 1-D array of finite values ≥ 0, got {epsilons!r}")
-    discretization = _check_positive("discretization", discretization)
-    pld = _pld_of_groups(groups, discretization, _check_estimate(estimate))
+    discretization = check_positive("discretization", discretization)
+    pld = _pld_of_groups(groups, discretization, check_choice("estimate", estimate, _ESTIMATES))
     return np.asarray(pld.get_delta_for_epsilon(np.atleast_1d(eps).tolist()), dtype=float).reshape(eps.shape)
 
 
@@ -327,8 +304,8 @@ def sgm_tradeoff(
         DPAuditError: a bad ledger, epsilon_step or discretization ≤ 0.
     """
     groups = group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)
-    step = _check_positive("epsilon_step", epsilon_step)
-    discretization = _check_positive("discretization", discretization)
+    step = check_positive("epsilon_step", epsilon_step)
+    discretization = check_positive("discretization", discretization)
     return _tradeoff_of_groups(groups, step, discretization)
 
 
@@ -385,15 +362,10 @@ def last_iterate_epsilon(*, noise_multiplier: float, sample_rate: float, steps: 
     for name, value in (("noise_multiplier", noise_multiplier), ("sample_rate", sample_rate)):
         if np.ndim(value) != 0:
             raise DPAuditError(f"last_iterate_epsilon takes a constant {name} (a number), got a sequence")
-    z = _check_positive("noise_multiplier (z)", noise_multiplier)
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float, np.integer, np.floating)):
-        raise DPAuditError(f"sample_rate (q) must lie in (0, 1], got {sample_rate!r}")
-    if not 0 < sample_rate <= 1:
-        raise DPAuditError(f"sample_rate (q) must lie in (0, 1], got {sample_rate!r}")
-    q = float(sample_rate)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise DPAuditError(f"steps must be an integer ≥ 1, got {steps!r}")
-    delta = _check_open_unit("delta (δ)", delta)
+    z = check_positive("noise_multiplier (z)", noise_multiplier)
+    q = float(check_ratio("sample_rate (q)", sample_rate))
+    steps = check_count("steps", steps, allow_zero=False)
+    delta = check_delta(delta, allow_zero=False)
     return _last_iterate_epsilon(z, q, int(steps), delta)
 
 

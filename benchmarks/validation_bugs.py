@@ -1,0 +1,162 @@
+"""Whether a whole-run audit flags three bugs only it can see, and never their correct twin; prints JSON.
+
+Each bug is a DP-SGD run whose claimed ε (its ledger's, replayed by the PLD accountant) is false, against the
+correct run of the same configuration: DP-SGD (``dpsgd-gc``, lr 0.2) on digits (cnn-digits, n = 360, b = 36,
+C = 1, 20 epochs by default), target only, with M whole-run Dirac canaries per side (``canary_design:
+whole-run``), its noise calibrated by PRV to each claimed ε at δ = 1e-5:
+
+* ``shuffle-as-poisson``: shuffled fixed-size batches (``sampling: shuffle``) accounted as Poisson sampling at
+  q = b/n, which is what dpaudit's accountants do for every shuffled run (Chua et al., ICML 2024; Annamalai et
+  al. 2024);
+* ``understated-q``: ``dpsgd-gc-understated-q``, whose ledger records q/4, its noise calibrated with q/4;
+* ``reused-noise``: ``dpsgd-gc-reused-noise``, one noise vector drawn at the first step and added at every step.
+
+The correct twin of each is ``dpsgd-gc`` with Poisson sampling calibrated to the same ε (one run per ε and seed,
+shared by the three pairs). Each run is audited with ``dpaudit.audit_whole_run`` on its own ledger (what it
+claims); it is flagged when the family lower bound or the assumption-free lower bound on the log likelihood
+ratio of all iterates exceeds the claimed ε (``epsilon_pld`` of that ledger).
+
+Usage: python benchmarks/validation_bugs.py [--per-side 10000] [--epsilons 1 2 4 8 32] [--epochs 20] [--seeds 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+DELTA = 1e-5
+BUGS = ("shuffle-as-poisson", "understated-q", "reused-noise")
+
+
+def base_config(*, epsilon: float, per_side: int, epochs: int, seed: int, batch_size: int = 36):
+    """The correct twin: dpsgd-gc, Poisson batches, calibrated by PRV to ``epsilon``, with whole-run canaries."""
+    from dpaudit.config import TrainConfig
+
+    return TrainConfig(
+        dataset="digits",
+        model="cnn-digits",
+        optimizer="dpsgd-gc",
+        lr=0.2,
+        sampling="poisson",
+        batch_size=batch_size,
+        epochs=epochs,
+        clip_norm=1.0,
+        target_epsilon=epsilon,
+        accountant="prv",
+        delta=DELTA,
+        target_size=360,
+        num_shadows=0,
+        diagnostics=False,
+        canaries=2 * per_side,
+        canary_design="whole-run",
+        seed=seed,
+        device="cpu",
+    )
+
+
+def bug_config(bug: str, twin):
+    """The run with ``bug`` of the twin ``twin`` (same data, seed, canaries and claimed ε)."""
+    import math
+
+    from dpaudit import optim
+    from dpaudit.theory import calibrate_noise
+
+    if bug == "shuffle-as-poisson":
+        return replace(twin, sampling="shuffle")
+    if bug == "reused-noise":
+        return replace(twin, optimizer="dpsgd-gc-reused-noise")
+    if bug == "understated-q":
+        # calibrated as the buggy code would: to the claimed ε with the q its ledger records
+        q = twin.batch_size / twin.target_size / optim.UNDERSTATED_SAMPLE_RATE_FACTOR
+        steps = math.ceil(twin.target_size / twin.batch_size) * twin.epochs
+        z = calibrate_noise(
+            target_epsilon=twin.target_epsilon, delta=DELTA, sample_rate=q, steps=steps, accountant="prv"
+        )
+        return replace(twin, optimizer="dpsgd-gc-understated-q", target_epsilon=None, noise_multiplier=z)
+    raise ValueError(f"unknown bug {bug!r}")
+
+
+def audit_run(config, out: Path, *, seed: int = 0) -> dict:
+    """Train ``config`` into ``out``, audit its whole-run canaries against its own ledger; the numbers."""
+    import dpaudit
+    from dpaudit.attacks.canary_run import load_run_canaries
+    from dpaudit.train import train_configuration
+
+    started = time.perf_counter()
+    train_configuration(config, out_dir=out, progress=False)
+    seconds = time.perf_counter() - started
+    observed = load_run_canaries(out)
+    report = dpaudit.audit_whole_run(
+        members=observed.members,
+        statistics=(observed.all_iterates_scores, observed.final_model_scores),
+        noise_multipliers=observed.noise_std,
+        sample_rates=observed.sample_rates,
+        delta=DELTA,
+        seed=seed,
+    )
+    claimed = report.epsilon_pld
+    family = report.all_iterates_family.epsilon
+    assumption_free = report.all_iterates.epsilon_lower
+    return {
+        "optimizer": config.optimizer,
+        "sampling": config.sampling,
+        "noise_multiplier": float(observed.noise_multipliers[0]),
+        "claimed_sample_rate": float(observed.sample_rates[0]),
+        "epsilon_claimed": claimed,
+        "family_bound": family,
+        "family_capped": bool(report.all_iterates_family.capped),
+        "assumption_free_bound": assumption_free,
+        "final_model_family_bound": report.final_model_family.epsilon,
+        "final_model_assumption_free_bound": report.final_model.epsilon_lower,
+        "auc_all_iterates": report.all_iterates.auc,
+        "flagged": bool(max(family, assumption_free) > claimed),
+        "seconds_training": seconds,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-side", type=int, default=10_000)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 4.0, 8.0, 32.0])
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=36)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--bugs", nargs="+", choices=BUGS, default=list(BUGS))
+    args = parser.parse_args()
+
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for seed in args.seeds:
+            for epsilon in args.epsilons:
+                twin = base_config(
+                    epsilon=epsilon, per_side=args.per_side, epochs=args.epochs, seed=seed, batch_size=args.batch_size
+                )
+                twin_row = audit_run(twin, Path(work) / f"twin_{seed}_{epsilon}", seed=seed)
+                for bug in args.bugs:
+                    bug_row = audit_run(bug_config(bug, twin), Path(work) / f"{bug}_{seed}_{epsilon}", seed=seed)
+                    rows.append(
+                        {"bug": bug, "epsilon_target": epsilon, "seed": seed, "bug_run": bug_row, "twin": twin_row}
+                    )
+                    print(json.dumps(rows[-1]), flush=True)
+    print(
+        json.dumps(
+            {
+                "machine": platform.machine(),
+                "delta": DELTA,
+                "canaries_per_side": args.per_side,
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
