@@ -75,7 +75,8 @@ def main() -> None:
                 report = dpaudit.audit_whole_run(  # the statistics the run summed online (no [T, M] array kept)
                     members=observed.members,
                     statistics=(observed.all_iterates_scores, observed.final_model_scores),
-                    noise_multipliers=observed.noise_std,
+                    noise_multipliers=observed.noise_multipliers,
+                    noise_std=observed.noise_std,
                     sample_rates=observed.sample_rates,
                     delta=DELTA,
                     seed=args.seed,

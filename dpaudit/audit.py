@@ -282,10 +282,12 @@ class WholeRunReport:
             iterates): its ``epsilon_lower`` is the assumption-free Clopper–Pearson lower bound.
         all_iterates_family: the family lower bound on Λ (:func:`dpaudit.whole_run.family_lower_bound`), valid if
             the run's trade-off curve is that of a composed Poisson-subsampled Gaussian with its q_t and T.
-        final_model: the audit of Σ_t x_t, what the final model alone shows (last-iterate threat model).
+        final_model: the audit of Σ_t x_t, what the final model alone shows (last-iterate threat model) when the
+            optimizer is SGD without momentum; otherwise a statistic of all iterates, still a valid bound.
         final_model_family: the family lower bound on Σ_t x_t.
-        epsilon_pld: the run's ε from its PLD (upper estimate; the tightest accountant): a guarantee.
-        epsilon_rdp: the run's ε from the RDP accountant: a guarantee, looser.
+        epsilon_pld: the ε its ledger claims, from the PLD (upper estimate; the tightest accountant): a guarantee
+            if the run is the mechanism its ledger describes, which the audit tests.
+        epsilon_rdp: the same claim from the RDP accountant (looser).
         epsilon_last_iterate: the last-iterate heuristic ε (Steinke et al. 2025) for the final model: a heuristic,
             not a guarantee; None where the noise or the sample rate varies between steps.
         delta: δ.
@@ -333,8 +335,8 @@ class WholeRunReport:
 
         return (
             f"Whole-run audit of {self.all_iterates.n_members} member and {self.all_iterates.n_nonmembers} "
-            f"non-member canaries at δ = {self.delta:g}; theory: ε = {self.epsilon_pld:.2f} (PLD), "
-            f"{self.epsilon_rdp:.2f} (RDP). All iterates: with {level} confidence ε ≥ "
+            f"non-member canaries at δ = {self.delta:g}; the ledger claims ε = {self.epsilon_pld:.2f} (PLD), "
+            f"{self.epsilon_rdp:.2f} (RDP). Each bound at {level} confidence. All iterates: ε ≥ "
             f"{self.all_iterates.epsilon_lower:.2f} (assumption-free), ε ≥ {family(self.all_iterates_family)} "
             f"(if the run is a composed subsampled Gaussian). Final model: ε ≥ {self.final_model.epsilon_lower:.2f} "
             f"(assumption-free), ε ≥ {family(self.final_model_family)} (family){heuristic}."
@@ -347,6 +349,7 @@ def audit_whole_run(
     *,
     noise_multipliers,
     sample_rates,
+    noise_std=None,
     statistics=None,
     delta: float = 1e-5,
     confidence: float = 0.95,
@@ -357,16 +360,21 @@ def audit_whole_run(
     Each canary was a member of the training set with probability ½ (independently); a member joined each
     step's batch through the run's sampling, its gradient went through the optimizer's clipping and noise on a
     coordinate of its own. ``observations[j, t]`` is canary j's coordinate of step t's released update,
-    normalised so that a present canary contributes exactly 1; the noise on it then has std
-    ``noise_multipliers[t]``. The canaries must be independent trials (no coordinate mixing between them).
+    normalised so that a present canary contributes exactly 1; the noise on it then has std ``noise_std[t]``
+    (for plain clipping, where a present canary contributes C, the run's noise multiplier z_t). The canaries must
+    be independent trials (no coordinate mixing between them). The run's theoretical ε is that of its ledger
+    (``noise_multipliers``, ``sample_rates``): what it claims.
     Instead of the observations, their two statistics may be given (``statistics``), e.g. those a training run
     summed online (``RunCanaryObservations.all_iterates_scores`` and ``final_model_scores``).
 
     Args:
         observations: [M, T] normalised updates x_t of the M canaries (exactly one of it and ``statistics``).
         members: [M] bool, which canaries were members (≥ 2 of each).
-        noise_multipliers: [T] the noise std σ_t of each step in the normalised units (z_t for plain clipping).
-        sample_rates: [T] the sample rate q_t of each step.
+        noise_multipliers: [T] the noise multiplier z_t = σ/C the run's ledger records for each step (its claim).
+        sample_rates: [T] the sample rate q_t the run's ledger records for each step.
+        noise_std: [T] the noise std σ_t of the observations in their normalised units (default:
+            ``noise_multipliers``, right when a present canary contributes exactly C; ``RunCanaryObservations``
+            records it as ``noise_std``). The statistic Λ and the family bound's hypotheses use it.
         statistics: (all_iterates_scores, final_model_scores), each [M] float: Λ_j (nats) of
             :func:`dpaudit.whole_run.likelihood_ratio_scores` with these σ_t and q_t, and Σ_t x_tj of
             :func:`dpaudit.whole_run.final_model_scores`; instead of ``observations``.
@@ -396,9 +404,13 @@ def audit_whole_run(
     flags = np.asarray(members)
     if flags.dtype != bool or flags.ndim != 1:
         raise DPAuditError(f"members must be a 1-D bool array, got dtype {flags.dtype} and shape {flags.shape}")
+    group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)  # the ledger's one-line errors
     z = np.asarray(noise_multipliers, dtype=float)
     q = np.asarray(sample_rates, dtype=float)
-    ledger = {"noise_multipliers": z, "sample_rates": q}
+    if noise_std is not None:
+        group_steps(noise_multipliers=noise_std, sample_rates=sample_rates)
+    sigma = z if noise_std is None else np.asarray(noise_std, dtype=float)
+    ledger = {"noise_multipliers": sigma, "sample_rates": q}  # the observations' mechanism
     if statistics is not None:
         try:
             all_iterates, final_model = (np.asarray(values, dtype=float) for values in statistics)
@@ -411,10 +423,12 @@ def audit_whole_run(
                 )
             if not np.all(np.isfinite(values)):
                 raise DPAuditError(f"the {name} statistic must be finite (no NaN or inf)")
-        group_steps(**ledger)  # the ledger's one-line errors, as the observations' statistics check it
         scores = {"all_iterates": all_iterates, "final_model": final_model}
     else:
-        values = np.asarray(observations, dtype=float)
+        try:
+            values = np.asarray(observations, dtype=float)
+        except (TypeError, ValueError):
+            raise DPAuditError("observations must be a 2-D array of numbers [canaries, steps]") from None
         if values.ndim != 2 or values.shape[0] != flags.size:
             raise DPAuditError(
                 f"observations must be [M, T] with M = len(members) = {flags.size}, got shape {values.shape}"
@@ -432,7 +446,7 @@ def audit_whole_run(
     constant = bool(np.all(z == z[0]) and np.all(q == q[0]))
     return WholeRunReport(
         **reports,
-        epsilon_pld=sgm_epsilon(**ledger, delta=delta),
+        epsilon_pld=sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta),
         epsilon_rdp=rdp_epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=delta),
         epsilon_last_iterate=last_iterate_epsilon(
             noise_multiplier=float(z[0]), sample_rate=float(q[0]), steps=int(z.size), delta=delta

@@ -15,6 +15,8 @@ from dpaudit.settings import SETTINGS, declare_settings
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 # dpaudit.attacks.canary, and "whole-run": dpaudit.attacks.canary_run
 CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale", "whole-run")
+# fewer whole-run canaries leave a class with < 2 canaries too often (probability 2·11/2¹⁰ ≈ 2 % at 10)
+WHOLE_RUN_MIN_CANARIES = 10
 GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
 ENGINES = ("ensemble", "sequential")
 
@@ -225,6 +227,11 @@ class TrainConfig:
             raise DPAuditError(
                 f"canary_design 'whole-run' supports optimizers that clip each record's gradient by its norm "
                 f"({', '.join(supported)}); {self.optimizer} {why}, which is not supported yet"
+            )
+        if self.canary_design == "whole-run" and 0 < self.canaries < WHOLE_RUN_MIN_CANARIES:
+            raise DPAuditError(
+                f"canary_design 'whole-run' needs at least {WHOLE_RUN_MIN_CANARIES} canaries (each is a member with "
+                f"probability ½, and an audit needs 2 of each); got {self.canaries}"
             )
         if self.canary_design == "noise-scale" and self.canaries not in (0, 1):
             raise DPAuditError(

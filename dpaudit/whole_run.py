@@ -21,8 +21,8 @@ independently over steps and canaries. From the observations x = (x_1, …, x_T)
 * :func:`simulate_observations`, :func:`simulate_scores`: exact draws of the game, for tests and benchmarks
   (:func:`simulate_scores` streams over the steps: no [M, T] array).
 
-ε is in nats, δ a probability, z = σ/C, q a probability in (0, 1], T the number of steps. scipy and
-``dp_accounting`` load only inside the functions that need them.
+ε is in nats, δ a probability, z = σ/C, q a probability in (0, 1], T the number of steps. ``dp_accounting``
+loads only inside the functions that need it; importing this module loads scipy (through ``dpaudit.theory``).
 """
 
 from __future__ import annotations

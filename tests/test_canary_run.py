@@ -112,6 +112,11 @@ def test_the_design_is_refused_for_other_optimizers_before_training(name):
     assert f"({', '.join(SUPPORTED)})" in message
 
 
+def test_too_few_whole_run_canaries_are_refused_before_training():
+    with pytest.raises(DPAuditError, match=r"^canary_design 'whole-run' needs at least 10 canaries .*; got 3$"):
+        _config("dpsgd-gc", canaries=3, canary_design="whole-run")
+
+
 @pytest.mark.parametrize(
     "name, engine, changes",
     [

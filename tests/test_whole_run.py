@@ -489,3 +489,25 @@ def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
         dpaudit.audit_whole_run(members=flags, statistics=(np.zeros(3), np.zeros(4)), **ledger)
     with pytest.raises(DPAuditError, match="^the all-iterates statistic must be finite"):
         dpaudit.audit_whole_run(members=flags, statistics=(np.array([0, np.nan, 0]), np.zeros(3)), **ledger)
+
+
+def test_audit_whole_run_claims_the_ledgers_epsilon_and_scores_with_the_observed_noise():
+    import dpaudit
+
+    steps = 20
+    z, q = np.full(steps, 2.0), np.full(steps, 0.2)
+    sigma = z / 2  # a canary contributing 2·C, as when the optimizer does not bound its records by C
+    members, nonmembers = simulate_observations(
+        members=400, nonmembers=400, noise_multipliers=sigma, sample_rates=q, seed=5
+    )
+    flags = np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)]
+    report = dpaudit.audit_whole_run(
+        np.concatenate([members, nonmembers]), flags, noise_multipliers=z, noise_std=sigma, sample_rates=q
+    )
+    assert report.epsilon_pld == pytest.approx(sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=DELTA))
+    expected = likelihood_ratio_scores(members, noise_multipliers=sigma, sample_rates=q)
+    assert report.all_iterates.n_members == expected.size
+    with pytest.raises(DPAuditError, match=r"^observations must be a 2-D array of numbers"):
+        dpaudit.audit_whole_run([[1.0, "x"]] * 4, flags[:4], noise_multipliers=z[:2], sample_rates=q[:2])
+    with pytest.raises(DPAuditError, match=r"^noise_multipliers must be a 1-D sequence of numbers"):
+        dpaudit.audit_whole_run(np.zeros((4, 2)), flags[:4], noise_multipliers="ab", sample_rates=q[:2])

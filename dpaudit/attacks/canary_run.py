@@ -21,8 +21,8 @@ of the run, and each canary is one trial of the whole run:
 * **Observations.** After step t the released update u_t (before momentum; ``optimizer.last_update``) is read
   at every canary coordinate and normalised so that a present canary contributes 1: x_tj = u_tj · b / c with
   c = φ(K)·K the canary's clipped contribution (the optimizer's own φ; c = C for clipping) and b the expected
-  batch size. For the supported optimizers x_tj = B_tj + N(0, σ_t²) with B_tj the canary's presence and
-  σ_t = z_t·C/c (z_t the step's noise multiplier, from its ``StepCost``).
+  batch size. For the supported optimizers that keep their DP claim x_tj = B_tj + N(0, σ_t²) with B_tj the
+  canary's presence and σ_t = z_t·C/c (z_t the step's noise multiplier, from its ``StepCost``).
 
 Two threat models score the canaries (``RunCanaryObservations.scores``), each against the run's composed ε
 (``claim="run"`` of the ``canary-run`` and ``canary-final`` attacks of :data:`dpaudit.attacks.ATTACKS`):

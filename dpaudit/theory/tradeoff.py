@@ -20,7 +20,8 @@ upper estimate of δ(ε) for every ε):
   (not a guarantee) for a threat model that sees only the final model.
 
 Units: ε in nats, δ a probability, z = σ/C, q a probability in (0, 1], T a number of steps.
-``dp_accounting`` and scipy are imported inside the functions: importing this module is cheap.
+``dp_accounting`` is imported inside the functions that need it (importing the ``dpaudit.theory`` package loads
+scipy).
 """
 
 from __future__ import annotations
