@@ -43,8 +43,11 @@ from dpaudit._validation import (
     check_seed,
     check_split_sizes,
 )
-from dpaudit.estimate import clopper_pearson_upper
+from dpaudit.estimate import ScoreCounts, SplitSelection, clopper_pearson_upper
 from dpaudit.theory.tradeoff import TradeoffLowerBound, group_steps, sgm_epsilon, sgm_tradeoff
+
+#: How the family bound splits each class: a held-out half chooses the threshold, the other half certifies it.
+_HALVES = SplitSelection()
 
 #: PLD discretisation (nats) of the hypotheses' privacy profiles: an upper estimate of δ(ε), so coarser
 #: only makes the test more conservative (it costs ≈ 0.3 % of ε at T = 100–200).
@@ -445,15 +448,6 @@ def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -
     return first
 
 
-def _threshold_counts(members: np.ndarray, nonmembers: np.ndarray):
-    """Distinct thresholds (decreasing, +inf first) with TP and FP of 'score ≥ threshold'."""
-    distinct = np.unique(np.concatenate([members, nonmembers]))[::-1]
-    thresholds = np.concatenate([[np.inf], distinct])
-    tp = members.size - np.searchsorted(np.sort(members), thresholds, side="left")
-    fp = nonmembers.size - np.searchsorted(np.sort(nonmembers), thresholds, side="left")
-    return thresholds, tp, fp
-
-
 def family_lower_bound(
     member_scores,
     nonmember_scores,
@@ -525,24 +519,17 @@ def family_lower_bound(
         raise DPAuditError(f"grid must be an integer ≥ 8, got {grid!r}")
     hypotheses = _hypotheses(groups, delta, grid)
 
-    rng = np.random.default_rng(seed)
-    order_m, order_n = rng.permutation(members.size), rng.permutation(nonmembers.size)
-    half_m, half_n = members.size // 2, nonmembers.size // 2
-    select_m, certify_m = members[order_m[:half_m]], members[order_m[half_m:]]
-    select_n, certify_n = nonmembers[order_n[:half_n]], nonmembers[order_n[half_n:]]
+    rng = np.random.default_rng(seed)  # the halves of the "split" selection: members first, then non-members
+    select_m, certify_m = (members[part] for part in _HALVES.split(members.size, rng))
+    select_n, certify_n = (nonmembers[part] for part in _HALVES.split(nonmembers.size, rng))
 
-    thresholds, tp, fp = _threshold_counts(select_m, select_n)
-    fpr_u = np.asarray(clopper_pearson_upper(fp, select_n.size, alpha=alpha / 2), dtype=float)
-    fnr_u = np.asarray(clopper_pearson_upper(select_m.size - tp, select_m.size, alpha=alpha / 2), dtype=float)
+    chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
+    fpr_u = np.asarray(clopper_pearson_upper(chosen.fp, chosen.n_nonmembers, alpha=alpha / 2), dtype=float)
+    fnr_u = np.asarray(clopper_pearson_upper(chosen.fn, chosen.n_members, alpha=alpha / 2), dtype=float)
     first = _first_rejected(hypotheses, fpr_u, fnr_u)
-    youden = tp / select_m.size - fp / select_n.size
+    youden = chosen.tpr - chosen.fpr
     best = int(np.lexsort((youden, -first))[-1])  # smallest rejected s; ties → largest TPR − FPR
-    upper = thresholds[best]
-    lower = thresholds[best + 1] if best + 1 < thresholds.size else -np.inf
-    if np.isfinite(upper) and np.isfinite(lower):
-        cut = upper / 2 + lower / 2  # middle of the gap with the same selection-half counts
-    else:
-        cut = upper if not np.isfinite(upper) else lower  # +inf: predict none; −inf: predict all
+    cut = chosen.gap_threshold(best)
 
     false_pos = int(np.count_nonzero(certify_n >= cut))
     false_neg = int(np.count_nonzero(certify_m < cut))

@@ -396,10 +396,14 @@ class RunCanaries(TrainingObserver):
             x = update * scale
             self._pending.append(x)
         x = x.double()
-        self._all_iterates += step_log_ratio(x, z * self.clip_norm / self.contribution, q)  # σ_t = z_t·C/c
+        self._all_iterates += step_log_ratio(x, self._noise_std(z), q)
         self._final_model += x
         self._noise_multipliers.append(z)
         self._sample_rates.append(q)
+
+    def _noise_std(self, z):
+        """σ_t = z_t·C/c: the noise std of the normalised observations at noise multiplier ``z``."""
+        return z * self.clip_norm / self.contribution
 
     def _flush(self) -> None:
         """Move this epoch's observations from the device to the host array."""
@@ -429,7 +433,7 @@ class RunCanaries(TrainingObserver):
             final_model_scores=self._final_model.cpu().numpy().copy(),
             noise_multipliers=z,
             sample_rates=np.array(self._sample_rates, dtype=float),
-            noise_std=z * self.clip_norm / self.contribution,
+            noise_std=self._noise_std(z),
             clip_norm=self.clip_norm,
             magnitude=self.magnitude,
             contribution=self.contribution,

@@ -200,8 +200,9 @@ class _HeldOutSelection(ThresholdSelection):
         """``n`` minus :meth:`selection_size`."""
         return n - self.selection_size(n)
 
-    def _split(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """(selection part, certifying part) of a random permutation of ``n`` scores."""
+    def split(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(selection part, certifying part): indices of a random permutation of ``n`` scores drawn from ``rng``,
+        its first :meth:`selection_size` and the rest."""
         order = rng.permutation(n)
         size = self.selection_size(n)
         return order[:size], order[size:]
@@ -250,8 +251,8 @@ class SplitSelection(_HeldOutSelection):
     ) -> EpsilonBound:
         """The bound of the threshold chosen on the selection halves, certified on the other halves."""
         rng = np.random.default_rng(seed)
-        sel_m, cert_m = self._split(members.size, rng)
-        sel_n, cert_n = self._split(nonmembers.size, rng)
+        sel_m, cert_m = self.split(members.size, rng)
+        sel_n, cert_n = self.split(nonmembers.size, rng)
         chosen = ScoreCounts.from_scores(member_scores=members[sel_m], nonmember_scores=nonmembers[sel_n])
         alpha_fp, alpha_fn = self.side_alphas(alpha)
         bound = _kov_epsilon(
@@ -261,12 +262,7 @@ class SplitSelection(_HeldOutSelection):
         )
         youden = chosen.tpr - chosen.fpr
         best = int(np.lexsort((youden, bound))[-1])  # largest bound; ties → largest TPR − FPR
-        upper = chosen.thresholds[best]
-        lower = chosen.thresholds[best + 1] if best + 1 < chosen.thresholds.size else -np.inf
-        if not np.isfinite(upper) or not np.isfinite(lower):
-            cut = upper if not np.isfinite(upper) else lower  # +inf: predict none; −inf: predict all
-        else:
-            cut = upper / 2 + lower / 2  # middle of the gap with the same selection-half counts
+        cut = chosen.gap_threshold(best)
         return self._certify_cut(cut, members[cert_m], nonmembers[cert_n], delta, alpha, seed)
 
 
@@ -301,8 +297,8 @@ class GaussianSelection(_HeldOutSelection):
         from scipy import stats
 
         rng = np.random.default_rng(seed)
-        fit_m, cert_m = (members[part] for part in self._split(members.size, rng))
-        fit_n, cert_n = (nonmembers[part] for part in self._split(nonmembers.size, rng))
+        fit_m, cert_m = (members[part] for part in self.split(members.size, rng))
+        fit_n, cert_n = (nonmembers[part] for part in self.split(nonmembers.size, rng))
         scale = max(float(np.ptp(np.concatenate([fit_m, fit_n]))), abs(float(fit_m.mean())), 1.0)
         mean_m, mean_n = float(fit_m.mean()), float(fit_n.mean())
         std_m = max(float(fit_m.std()), 1e-9 * scale)

@@ -220,6 +220,16 @@ class ScoreCounts:
         twice_area = int(np.dot(dfp.astype(object), tp_sum.astype(object)))  # exact, no overflow
         return twice_area / (2 * self.n_members * self.n_nonmembers)
 
+    def gap_threshold(self, index: int) -> float:
+        """A threshold with the counts of ``thresholds[index]`` away from the scores: the middle of the gap down to
+        the next distinct score (+inf where ``index`` is the +inf row: predict none; −inf below the lowest score:
+        predict all)."""
+        upper = self.thresholds[index]
+        lower = self.thresholds[index + 1] if index + 1 < self.thresholds.size else -np.inf
+        if not np.isfinite(upper) or not np.isfinite(lower):
+            return float(upper if not np.isfinite(upper) else lower)
+        return float(upper / 2 + lower / 2)
+
     def tpr_at(self, fpr: float) -> float:
         """TPR of the best threshold whose FPR does not exceed ``fpr``: max{TPR(t) : FPR(t) ≤ fpr}.
 
