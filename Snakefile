@@ -4,7 +4,7 @@
 import yaml
 from snakemake.utils import validate
 
-from dpaudit.pipeline_config import check_pipeline_config
+from dpaudit.pipeline_config import check_pipeline_config, whole_run_names
 
 
 configfile: "params.yaml"
@@ -37,6 +37,8 @@ rule manifest:
         expand("figures/dpsgd_dc/{name}.manifest.json", name=THEORY_FIGURES + list(DATA_FIGURES) + ["table1"]),
         "figures/audit/audit.manifest.json",
         "figures/audit/validation.manifest.json",
+        "figures/audit/validation_run.manifest.json",
+        "figures/audit/ladder.manifest.json",
         [f"figures/{name}.manifest.json" for name in PAPER_FIGURES],
     output:
         manifest="figures/manifest.json",

@@ -15,13 +15,13 @@ from dpaudit.estimate import empirical_epsilon
 __version__ = "0.1.0"
 
 _SUBMODULES = ("attacks", "audit", "data", "estimate", "models", "optim", "theory", "train")
-_AUDIT_FUNCTIONS = ("audit_scores", "audit_model", "audit_whole_run")
+_AUDIT_FUNCTIONS = ("audit_scores", "audit_model", "audit_whole_run", "validation_flag")
 
 __all__ = ["DPAuditError", "empirical_epsilon", "__version__", *_AUDIT_FUNCTIONS, *_SUBMODULES]
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpaudit import attacks, audit, data, models, optim, theory, train  # noqa: F401
-    from dpaudit.audit import audit_model, audit_scores, audit_whole_run  # noqa: F401
+    from dpaudit.audit import audit_model, audit_scores, audit_whole_run, validation_flag  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -273,7 +273,8 @@ def audit_scores(
 
 @dataclass(frozen=True, eq=False)
 class WholeRunReport:
-    """A whole-run audit with Dirac canaries under two threat models, beside the run's theoretical ε.
+    """A whole-run audit with Dirac canaries under two threat models (and a test of the noise's independence across
+    steps), beside the run's theoretical ε.
 
     Every ε is in nats at ``delta``; each says what it is.
 
@@ -292,6 +293,11 @@ class WholeRunReport:
             not a guarantee; None where the noise or the sample rate varies between steps.
         delta: δ.
         confidence: 1 − α of every bound.
+        spread: the audit of S_j = Σ_t (x_tj/σ_t − mean)², each canary's spread over the steps
+            (:func:`dpaudit.whole_run.spread_scores`; white box, every iterate): a test of the noise's independence
+            across steps, which sees noise drawn once and reused (Λ does not). Its ``epsilon_lower`` is the
+            assumption-free bound; no family bound (S is not a test within the subsampled-Gaussian family, whose
+            best test is Λ). None where the statistics given lack it.
     """
 
     all_iterates: AuditReport
@@ -303,9 +309,11 @@ class WholeRunReport:
     epsilon_last_iterate: float | None
     delta: float
     confidence: float
+    spread: AuditReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy: the two :class:`AuditReport` s as ``to_dict`` gives them, without their ROC curves."""
+        """A JSON-ready copy: the :class:`AuditReport` s as ``to_dict`` gives them, without their ROC curves
+        (``spread``: None where not audited)."""
         out: dict[str, Any] = {}
         for name in ("all_iterates", "final_model"):
             report = getattr(self, name).to_dict()
@@ -320,6 +328,10 @@ class WholeRunReport:
         out["epsilon_last_iterate"] = (
             None if self.epsilon_last_iterate is None else _json_float(self.epsilon_last_iterate)
         )
+        out["spread"] = None
+        if self.spread is not None:
+            out["spread"] = self.spread.to_dict()
+            out["spread"].pop("roc")
         out["delta"], out["confidence"] = self.delta, self.confidence
         return out
 
@@ -340,6 +352,12 @@ class WholeRunReport:
             f"{self.all_iterates.epsilon_lower:.2f} (assumption-free), ε ≥ {family(self.all_iterates_family)} "
             f"(if the run is a composed subsampled Gaussian). Final model: ε ≥ {self.final_model.epsilon_lower:.2f} "
             f"(assumption-free), ε ≥ {family(self.final_model_family)} (family){heuristic}."
+            + (
+                ""
+                if self.spread is None
+                else f" Spread over the steps (noise independence): ε ≥ {self.spread.epsilon_lower:.2f} "
+                "(assumption-free)."
+            )
         )
 
 
@@ -364,8 +382,10 @@ def audit_whole_run(
     (for plain clipping, where a present canary contributes C, the run's noise multiplier z_t). The canaries must
     be independent trials (no coordinate mixing between them). The run's theoretical ε is that of its ledger
     (``noise_multipliers``, ``sample_rates``): what it claims.
-    Instead of the observations, their two statistics may be given (``statistics``), e.g. those a training run
-    summed online (``RunCanaryObservations.all_iterates_scores`` and ``final_model_scores``).
+    Instead of the observations, their statistics may be given (``statistics``), e.g. those a training run
+    summed online (``RunCanaryObservations.all_iterates_scores`` and ``final_model_scores``, and its
+    ``spread()``). From the observations (or a third statistic) the report also audits each canary's spread over
+    the steps (``spread``: a test of the noise's independence across steps, assumption-free bound only).
 
     Args:
         observations: [M, T] normalised updates x_t of the M canaries (exactly one of it and ``statistics``).
@@ -375,9 +395,10 @@ def audit_whole_run(
         noise_std: [T] the noise std σ_t of the observations in their normalised units (default:
             ``noise_multipliers``, right when a present canary contributes exactly C; ``RunCanaryObservations``
             records it as ``noise_std``). The statistic Λ and the family bound's hypotheses use it.
-        statistics: (all_iterates_scores, final_model_scores), each [M] float: Λ_j (nats) of
-            :func:`dpaudit.whole_run.likelihood_ratio_scores` with these σ_t and q_t, and Σ_t x_tj of
-            :func:`dpaudit.whole_run.final_model_scores`; instead of ``observations``.
+        statistics: (all_iterates_scores, final_model_scores) or (all_iterates_scores, final_model_scores,
+            spread_scores), each [M] float: Λ_j (nats) of :func:`dpaudit.whole_run.likelihood_ratio_scores` with
+            these σ_t and q_t, Σ_t x_tj of :func:`dpaudit.whole_run.final_model_scores` and S_j of
+            :func:`dpaudit.whole_run.spread_scores` (without it, no ``spread`` audit); instead of ``observations``.
         delta: δ of every ε, in (0, 1).
         confidence: 1 − α of every bound, in (0, 1).
         seed: the seed of the bounds' random halves.
@@ -392,7 +413,7 @@ def audit_whole_run(
     # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
     from dpaudit.theory import epsilon as rdp_epsilon
     from dpaudit.theory.tradeoff import group_steps, last_iterate_epsilon, sgm_epsilon
-    from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores
+    from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores, spread_scores
 
     delta = check_delta(delta, allow_zero=False)
     check_confidence(confidence)
@@ -413,17 +434,22 @@ def audit_whole_run(
     ledger = {"noise_multipliers": sigma, "sample_rates": q}  # the observations' mechanism
     if statistics is not None:
         try:
-            all_iterates, final_model = (np.asarray(values, dtype=float) for values in statistics)
+            given = [np.asarray(values, dtype=float) for values in statistics]
         except (TypeError, ValueError):
-            raise DPAuditError("statistics must be a pair of [M] arrays (all-iterates, final-model scores)") from None
-        for name, values in (("all-iterates", all_iterates), ("final-model", final_model)):
+            given = []
+        if len(given) not in (2, 3):
+            raise DPAuditError(
+                "statistics must be two or three [M] arrays (all-iterates, final-model[, spread] scores)"
+            )
+        names = ("all-iterates", "final-model", "spread")
+        for name, values in zip(names, given):
             if values.shape != flags.shape:
                 raise DPAuditError(
                     f"the {name} statistic must be [M] with M = len(members) = {flags.size}, got shape {values.shape}"
                 )
             if not np.all(np.isfinite(values)):
                 raise DPAuditError(f"the {name} statistic must be finite (no NaN or inf)")
-        scores = {"all_iterates": all_iterates, "final_model": final_model}
+        scores = dict(zip(("all_iterates", "final_model", "spread"), given))
     else:
         try:
             values = np.asarray(observations, dtype=float)
@@ -436,13 +462,15 @@ def audit_whole_run(
         scores = {
             "all_iterates": likelihood_ratio_scores(values, **ledger),
             "final_model": final_model_scores(values),
+            "spread": spread_scores(observations=values, noise_std=sigma),
         }
     options = {"delta": delta, "confidence": confidence, "seed": seed}
     reports = {}
     for name, statistic in scores.items():
         member_scores, nonmember_scores = statistic[flags], statistic[~flags]
         reports[name] = audit_scores(member_scores, nonmember_scores, **options)
-        reports[f"{name}_family"] = family_lower_bound(member_scores, nonmember_scores, **ledger, **options)
+        if name != "spread":  # the family bound tests within the subsampled-Gaussian family: Λ and Σ_t x_t only
+            reports[f"{name}_family"] = family_lower_bound(member_scores, nonmember_scores, **ledger, **options)
     constant = bool(np.all(z == z[0]) and np.all(q == q[0]))
     return WholeRunReport(
         **reports,
@@ -458,14 +486,162 @@ def audit_whole_run(
     )
 
 
+#: The three lower bounds of :func:`validation_flag`, in the order ``ValidationFlag.flagged_by`` lists them.
+VALIDATION_BOUNDS = ("all_iterates_family", "all_iterates", "spread")
+
+
+@dataclass(frozen=True, eq=False)
+class ValidationFlag:
+    """Whether a whole-run canary audit flags a run as breaking its claimed ε (:func:`validation_flag`).
+
+    Attributes:
+        flagged: True when any of the three lower bounds exceeds ``epsilon_claimed``.
+        flagged_by: the names of the bounds that exceed it, in :data:`VALIDATION_BOUNDS` order (empty when not
+            flagged): "all_iterates_family" (the family bound on Λ), "all_iterates" (the assumption-free bound on
+            Λ), "spread" (the assumption-free bound on the spread over the steps).
+        bounds: each bound's ε (nats, a lower bound at ``confidence``), by name.
+        epsilon_claimed: the ε the run claims (nats, at ``delta``), which the bounds are compared with.
+        delta: δ of every ε.
+        confidence: 1 − α of each bound: 1 − ``false_alarm``/3 (Bonferroni over the three).
+        false_alarm: the most probability with which a run that keeps its claim is flagged.
+        all_iterates_family: the :class:`dpaudit.whole_run.FamilyBound` on Λ (its ``capped`` flag included).
+        all_iterates: the :class:`AuditReport` of Λ.
+        spread: the :class:`AuditReport` of the spread over the steps.
+    """
+
+    flagged: bool
+    flagged_by: tuple[str, ...]
+    bounds: dict[str, float]
+    epsilon_claimed: float
+    delta: float
+    confidence: float
+    false_alarm: float
+    all_iterates_family: Any = field(repr=False)
+    all_iterates: AuditReport = field(repr=False)
+    spread: AuditReport = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy of the flag, the bounds and the claim (not the full reports)."""
+        return {
+            "flagged": bool(self.flagged),
+            "flagged_by": list(self.flagged_by),
+            "bounds": {name: _json_float(value) for name, value in self.bounds.items()},
+            "family_capped": bool(self.all_iterates_family.capped),
+            "epsilon_claimed": _json_float(self.epsilon_claimed),
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "false_alarm": self.false_alarm,
+        }
+
+    def summary(self) -> str:
+        """One line for logs and reports."""
+        bounds = ", ".join(f"{name} {value:.2f}" for name, value in self.bounds.items())
+        verdict = f"flagged by {', '.join(self.flagged_by)}" if self.flagged else "not flagged"
+        return (
+            f"{verdict}: claimed ε = {self.epsilon_claimed:.2f} at δ = {self.delta:g}; lower bounds on ε at "
+            f"{100 * self.confidence:.4g} % each ({bounds}; false alarms ≤ {100 * self.false_alarm:g} %)"
+        )
+
+
+def validation_flag(
+    *, canaries, epsilon: float | None, delta: float, false_alarm: float = 0.05, seed: int = 0
+) -> ValidationFlag:
+    """Flag a run whose whole-run canaries refute its claimed ε: the auditor validation's rule.
+
+    Three lower bounds on ε, each at confidence 1 − ``false_alarm``/3, so that (union bound) a run that keeps its
+    claim is flagged with probability at most ``false_alarm``: on Λ, the log likelihood ratio of every iterate,
+    the family bound (:func:`dpaudit.whole_run.family_lower_bound`; above the claim it rejects "at least as private
+    as the ledger's composed Poisson-subsampled Gaussian", on which the claim rests) and the assumption-free
+    Clopper–Pearson bound; on the spread over the steps (:func:`dpaudit.whole_run.spread_scores`, a test of the
+    noise's independence across steps that sees one noise draw reused at every step), the assumption-free bound
+    alone (it is no test within the subsampled-Gaussian family). The run is flagged when any exceeds the claim.
+    Each bound's threshold is chosen on a held-out half of the canaries (seeded by ``seed``).
+
+    Args:
+        canaries: a ``dpaudit.attacks.canary_run.RunCanaryObservations`` (with the spread's sums), or the output
+            folder of a ``dpaudit train`` run with whole-run canaries (str or Path; loads torch).
+        epsilon: the claimed ε (nats, at ``delta``); None: the ε its own ledger claims (the PLD accountant on the
+            recorded z_t and q_t, an upper estimate).
+        delta: δ of every ε, in (0, 1).
+        false_alarm: the most probability of flagging a run that keeps its claim, in (0, 1).
+        seed: non-negative integer seed of the bounds' held-out halves.
+
+    Returns:
+        A :class:`ValidationFlag`: the flag, which bounds raised it, the three bounds and the claim.
+
+    Raises:
+        DPAuditError: a bad ε, δ, false-alarm level or seed, a missing run folder or canary file, observations
+            without the spread's sums, fewer than 2 canaries in a class, a bad ledger — before any bound is computed.
+    """
+    from pathlib import Path
+
+    from dpaudit.theory.tradeoff import sgm_epsilon
+    from dpaudit.whole_run import family_lower_bound
+
+    delta = check_delta(delta, allow_zero=False)
+    if isinstance(false_alarm, bool) or not isinstance(false_alarm, (int, float)) or not 0 < false_alarm < 1:
+        raise DPAuditError(f"false_alarm must be a probability in (0, 1), got {false_alarm!r}")
+    false_alarm = float(false_alarm)
+    seed = check_seed(seed)
+    if epsilon is not None and not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon >= 0):
+        raise DPAuditError(f"the claimed epsilon must be a finite number ≥ 0 (nats) or None, got {epsilon!r}")
+    if isinstance(canaries, (str, Path)):
+        from dpaudit.attacks.canary_run import load_run_canaries
+
+        canaries = load_run_canaries(canaries)
+    if not hasattr(canaries, "scores") or not hasattr(canaries, "noise_std"):
+        raise DPAuditError(
+            "canaries must be a RunCanaryObservations or a run folder with whole-run canaries, "
+            f"got {type(canaries).__name__}"
+        )
+    members_lr, nonmembers_lr = canaries.scores("all")
+    members_spread, nonmembers_spread = canaries.scores("spread")
+    if epsilon is None:
+        epsilon = sgm_epsilon(
+            noise_multipliers=canaries.noise_multipliers, sample_rates=canaries.sample_rates, delta=delta
+        )
+    confidence = 1.0 - false_alarm / len(VALIDATION_BOUNDS)
+    options = {"delta": delta, "confidence": confidence, "seed": seed}
+    family = family_lower_bound(
+        members_lr,
+        nonmembers_lr,
+        noise_multipliers=canaries.noise_std,
+        sample_rates=canaries.sample_rates,
+        **options,
+    )
+    all_iterates = audit_scores(members_lr, nonmembers_lr, **options)
+    spread = audit_scores(members_spread, nonmembers_spread, **options)
+    bounds = {
+        "all_iterates_family": float(family.epsilon),
+        "all_iterates": float(all_iterates.epsilon_lower),
+        "spread": float(spread.epsilon_lower),
+    }
+    flagged_by = tuple(name for name in VALIDATION_BOUNDS if bounds[name] > epsilon)
+    return ValidationFlag(
+        flagged=bool(flagged_by),
+        flagged_by=flagged_by,
+        bounds=bounds,
+        epsilon_claimed=float(epsilon),
+        delta=delta,
+        confidence=confidence,
+        false_alarm=false_alarm,
+        all_iterates_family=family,
+        all_iterates=all_iterates,
+        spread=spread,
+    )
+
+
 __all__ = [
     "AuditReport",
     "MAX_ROC_POINTS",
     "REPORT_FPRS",
+    "VALIDATION_BOUNDS",
+    "ValidationFlag",
     "WholeRunReport",
     "audit_scores",
     "audit_whole_run",
     "thin_roc",
+    "validation_flag",
 ]
 
 

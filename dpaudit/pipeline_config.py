@@ -19,9 +19,9 @@ CANARY_DESIGN_NEEDS = {
     "support": ("support_optimizer_name", "a support learned from dense steps"),
     "whole-run": ("whole_run_optimizer_name", "each record's gradient weighted by its norm alone"),
 }
-# the attacks that score whole-run canaries (dpaudit.attacks.canary_run), which the audit sections' runs (Dirac
-# canaries) do not have
-WHOLE_RUN_CANARY_ATTACKS = ("canary-run", "canary-final")
+# the attacks that score whole-run canaries (dpaudit.attacks.canary_run), which only audit.whole_run's runs have
+# (the other audit sections' runs train Dirac canaries of one step)
+WHOLE_RUN_CANARY_ATTACKS = ("canary-run", "canary-final", "canary-spread")
 
 
 def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
@@ -42,10 +42,19 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
             projection, support canaries a support learned from dense steps, noise-scale canaries one canary per
             step, whole-run canaries per-record weights by the norm), a twin with its own audit settings in two
             pairs, a validation attack that the cross-optimizer audit does not score, or an attack of whole-run
-            canaries (``canary-run``, ``canary-final``), which the pipeline's runs do not train (their canaries are
-            Dirac canaries of one step; whole-run canaries in a validation pair are not scored by ``canary``).
+            canaries (``canary-run``, ``canary-final``, ``canary-spread``), which the pipeline's runs do not train
+            (their canaries are Dirac canaries of one step; whole-run canaries in a validation pair are not scored by
+            ``canary``).
     """
     runs = _check_optimizer_runs(config["optimizers"]["runs"], known=schema["$defs"]["optimizer_name"]["enum"])
+    for name, settings in runs.items():
+        design = settings.get("canary_design")
+        optimizer = settings.get("optimizer", name)
+        if design in CANARY_DESIGN_NEEDS and optimizer not in schema["$defs"][CANARY_DESIGN_NEEDS[design][0]]["enum"]:
+            raise DPAuditError(
+                f"params optimizers.runs.{name}: {design} canaries need {CANARY_DESIGN_NEEDS[design][1]}; "
+                f"{optimizer} has none"
+            )
     for where, attacks in (
         ("audit.attacks", config["audit"]["attacks"]),
         ("audit.cross_optimizer.attacks", config["audit"]["cross_optimizer"]["attacks"]),
@@ -53,10 +62,11 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
         for attack in attacks:
             if attack in WHOLE_RUN_CANARY_ATTACKS:
                 raise DPAuditError(
-                    f"params {where}: {attack} scores whole-run canaries, which the pipeline's runs do not train "
-                    f"(theirs are Dirac canaries); audit such a run with `dpaudit audit --attack {attack}`"
+                    f"params {where}: {attack} scores whole-run canaries, which this section's runs do not train "
+                    "(theirs are Dirac canaries of one step); list it in audit.whole_run.attacks"
                 )
     _check_validation(config["audit"], runs=runs, schema=schema)
+    _check_whole_run(config["audit"]["whole_run"], runs=runs, schema=schema)
 
 
 def _check_optimizer_runs(runs: list[Mapping[str, Any]], *, known: list[str]) -> dict[str, dict[str, Any]]:
@@ -119,3 +129,35 @@ def _check_validation(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[st
                 "is in another pair too"
             )
         trained.add(twin)
+
+
+def whole_run_names(runs: Mapping[str, Mapping[str, Any]], *, schema: Mapping[str, Any]) -> list[str]:
+    """The runs of ``optimizers.runs`` (name → settings) that the pipeline audits with whole-run canaries: those
+    whose optimizer the design fits (the schema's ``whole_run_optimizer_name``), in their order. Every optimizer
+    there but the broken controls claims DP, and the broken controls are not runs of ``optimizers.runs``."""
+    fits = set(schema["$defs"]["whole_run_optimizer_name"]["enum"])
+    return [name for name, settings in runs.items() if settings.get("optimizer", name) in fits]
+
+
+def _check_whole_run(whole_run: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]], schema) -> None:
+    """``audit.whole_run``: at least one run the design fits; each bug of its validation names a twin of
+    ``optimizers.runs`` that whole-run canaries fit, and departs from it by a broken optimizer or a sampling."""
+    if not whole_run_names(runs, schema=schema):
+        raise DPAuditError(
+            "params audit.whole_run: no run of optimizers.runs has an optimizer that whole-run canaries fit "
+            "(each record's gradient weighted by its norm alone, e.g. dpsgd-gc)"
+        )
+    names = [bug["name"] for bug in whole_run["validation"]]
+    if len(set(names)) != len(names):
+        raise DPAuditError("params audit.whole_run.validation: two bugs share a name")
+    for bug in whole_run["validation"]:
+        where = f"params audit.whole_run.validation.{bug['name']}"
+        if bug["twin"] not in whole_run_names(runs, schema=schema):
+            raise DPAuditError(
+                f"{where}: twin {bug['twin']!r} is not a run of optimizers.runs that whole-run canaries fit "
+                f"({', '.join(whole_run_names(runs, schema=schema))})"
+            )
+        if ("optimizer" in bug) == ("sampling" in bug):
+            raise DPAuditError(f"{where}: give exactly one of optimizer (a broken variant) and sampling")
+        if "sampling" in bug and bug["sampling"] == runs[bug["twin"]].get("sampling", "poisson"):
+            raise DPAuditError(f"{where}: sampling {bug['sampling']!r} is the twin's own; the bug must depart from it")

@@ -15,6 +15,9 @@ independently over steps and canaries. From the observations x = (x_1, …, x_T)
 * :func:`final_model_scores`: Σ_t x_t, what the final model reveals (plain SGD without momentum: the
   final coordinate is a multiple of it); its ceiling is the last-iterate heuristic ε
   (:func:`dpaudit.theory.tradeoff.last_iterate_epsilon`);
+* :func:`spread_scores`: Σ_t (x_t/z_t − mean)², each canary's spread over the steps, a test of the noise's
+  independence across steps (a non-member's is χ²_{T−1} under the mechanism, 0 if one noise draw is reused at
+  every step); no ceiling from the subsampled-Gaussian family, only the assumption-free bound applies;
 * :func:`family_lower_bound`: a lower bound on ε valid if the mechanism's trade-off curve lies in the
   family of composed Poisson-subsampled Gaussians with the run's q_t and T (and any noise scale);
   the assumption-free bound is :func:`dpaudit.estimate.epsilon_lower_bound` on the same scores;
@@ -92,7 +95,10 @@ def _ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------------
 
 
-def step_log_ratio(x, z, q):
+_EXP_CAP = 700.0  # step_log_ratio: the largest exponent it exponentiates (e^700 ≈ 1e304)
+
+
+def step_log_ratio(x, z, q, *, out=None, work=None):
     """log(1 − q + q·exp((x − ½)/z²)), elementwise and stable; exactly (x − ½)/z² where q = 1.
 
     One step's term of :func:`likelihood_ratio_scores`, also summed online, step by step, by the whole-run
@@ -103,17 +109,25 @@ def step_log_ratio(x, z, q):
             term is computed by torch on the tensor's device).
         z: the noise std(s), > 0, broadcasting against ``x`` (numpy) or a number (torch).
         q: the sample rate(s), in (0, 1], broadcasting against ``x`` (numpy) or a number (torch).
+        out, work: torch only: float64 tensors shaped like ``x`` for the terms and a scratch value (None: new
+            ones), so that a caller at every step allocates nothing.
 
     Returns:
-        The terms, of the type and shape of ``x``.
+        The terms, of the type and shape of ``x`` (``out`` where given, or ``work`` where q = 1).
     """
     torch = sys.modules.get("torch")  # loaded by a caller passing a tensor; never imported here
-    if torch is not None and isinstance(x, torch.Tensor):  # torch's logaddexp, on x's device, in place on u
-        u = (x - 0.5).div_(float(np.square(z)))
+    if torch is not None and isinstance(x, torch.Tensor):  # on x's device, in place on two buffers
+        u = torch.sub(x, 0.5, out=work) if work is not None else x - 0.5
+        u.div_(float(np.square(z)))
         q = float(q)
         if q >= 1.0:
             return u
-        return torch.logaddexp(u.add_(math.log(q)), u.new_full((), math.log1p(-q)), out=u)  # same device
+        # log(1 − q + q·e^u) = log(1 − q + q·e^min(u, L)) + max(u − L, 0) up to a factor 1 + (1 − q)/(q·e^L) in
+        # the ratio (L = 700: e^L is finite), i.e. exact in float64: one exp and one log (torch's logaddexp costs
+        # about as much again on the CPU); where 1 − q + q·e^u rounds near 1 its log is off by ≲ 1e-16, absolute
+        terms = torch.clamp(u, max=_EXP_CAP, out=out) if out is not None else u.clamp(max=_EXP_CAP)
+        terms.exp_().mul_(q).add_(1.0 - q).log_()
+        return terms.add_(u.sub_(_EXP_CAP).clamp_(min=0.0))
     u = (x - 0.5) / np.square(z)
     q = np.broadcast_to(q, u.shape)
     full = q >= 1.0
@@ -167,6 +181,61 @@ def final_model_scores(observations) -> np.ndarray:
         DPAuditError: observations that are not a finite non-empty 2-D array.
     """
     return _check_observations(observations).sum(axis=1)
+
+
+def spread_scores(
+    *, noise_std, observations=None, standardised_sum=None, standardised_sum_of_squares=None
+) -> np.ndarray:
+    """S_j = Σ_t (y_tj − ȳ_j)² with y_tj = x_tj/σ_t: each canary's spread over the steps, a test of the noise's
+    independence across steps.
+
+    Under the mechanism, y_t = B_t/σ_t + ξ_t with ξ_t ~ N(0, 1) independent over steps, so a non-member's S is
+    exactly χ² with T − 1 degrees of freedom (mean T − 1, variance 2(T − 1)) whatever the schedule σ_t, and a
+    member's adds Σ_t (B_t/σ_t − mean)², ≈ T·q(1 − q)/σ² for constant σ and q. If the noise's standard draw ξ is
+    drawn once and reused at every step (scaled by each step's σ_t), y_t − y_s = B_t/σ_t − B_s/σ_s: every
+    non-member's S is 0 and a member's is the spread of its presences alone, so members and non-members separate
+    perfectly. Higher = more likely member in both cases. The standardisation by σ_t is what makes S exactly 0 under
+    reuse when σ_t varies (for constant σ it only scales S). Computed as Q − s²/T from the sums s = Σ_t y_t and
+    Q = Σ_t y_t² (a training run sums them online: ``RunCanaryObservations.standardised_sum`` and
+    ``standardised_sum_of_squares``), clipped at 0 against rounding.
+
+    Args:
+        noise_std: σ_t per step, finite and > 0 (length T), in the units of the observations.
+        observations: [M, T] normalised per-step canary updates x_tj (finite); or give both sums instead.
+        standardised_sum: [M] Σ_t x_tj/σ_t, with ``standardised_sum_of_squares``, instead of ``observations``.
+        standardised_sum_of_squares: [M] Σ_t x_tj²/σ_t².
+
+    Returns:
+        S, a float array of length M (dimensionless, in units of the noise variance; higher = more likely member).
+
+    Raises:
+        DPAuditError: a σ_t that is not finite and > 0, both or neither of ``observations`` and the two sums, sums
+            that are not finite [M] arrays of the same shape, observations that are not a finite [M, T] array.
+    """
+    try:
+        sigma = np.asarray(noise_std, dtype=float)
+    except (TypeError, ValueError):
+        raise DPAuditError("noise_std must be a 1-D array of numbers (σ_t per step)") from None
+    if sigma.ndim != 1 or sigma.size == 0 or not np.all(np.isfinite(sigma)) or np.any(sigma <= 0):
+        raise DPAuditError("noise_std must be a non-empty 1-D array of finite σ_t > 0")
+    sums_given = standardised_sum is not None or standardised_sum_of_squares is not None
+    if (observations is not None) == sums_given:
+        raise DPAuditError("give exactly one of observations [M, T] and the two standardised sums")
+    if observations is not None:
+        standardised = _check_observations(observations, sigma.size) / sigma
+        total, squares = standardised.sum(axis=1), np.square(standardised).sum(axis=1)
+    else:
+        if standardised_sum is None or standardised_sum_of_squares is None:
+            raise DPAuditError("give both standardised_sum and standardised_sum_of_squares")
+        total = np.asarray(standardised_sum, dtype=float)
+        squares = np.asarray(standardised_sum_of_squares, dtype=float)
+        if total.ndim != 1 or total.shape != squares.shape:
+            raise DPAuditError(
+                f"the standardised sums must be two [M] arrays of one shape, got {total.shape} and {squares.shape}"
+            )
+        if not (np.all(np.isfinite(total)) and np.all(np.isfinite(squares))):
+            raise DPAuditError("the standardised sums must be finite (no NaN or inf)")
+    return np.maximum(squares - np.square(total) / sigma.size, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -324,14 +393,24 @@ class FamilyBound:
         return self.epsilon
 
 
-@dataclass(frozen=True, eq=False)
 class _Hypotheses:
-    """The grid of hypotheses H_s of one ledger: increasing noise scales s, their trade-off lower bounds
-    and ε (PLD upper estimate at δ, coarse)."""
+    """The grid of hypotheses H_s of one ledger: increasing noise scales s, and their trade-off lower bounds,
+    each built when first asked for (:meth:`curve`): a bound needs the curves of a bisection, not the grid's."""
 
-    scales: np.ndarray
-    curves: tuple[TradeoffLowerBound, ...]
-    epsilons: np.ndarray
+    def __init__(self, groups: tuple, delta: float, scales: np.ndarray):
+        self.groups, self.delta, self.scales = groups, delta, scales
+        self._curves: dict[int, TradeoffLowerBound] = {}
+
+    def curve(self, index: int) -> TradeoffLowerBound:
+        """The trade-off lower bound of H_{scales[index]}."""
+        if index not in self._curves:
+            self._curves[index] = _curve(self.groups, float(self.scales[index]))
+        return self._curves[index]
+
+    @property
+    def epsilon_cap(self) -> float:
+        """ε (PLD upper estimate at δ, coarse) of the strongest hypothesis: the most a bound can show."""
+        return _profile_epsilon(self.curve(0), self.delta)
 
 
 def _scaled(groups, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -414,9 +493,7 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
     order = np.argsort(scout_eps[usable])
     placed = np.exp(np.interp(np.log(targets), np.log(scout_eps[usable][order]), np.log(scout[usable][order])))
     scales = np.unique(np.concatenate([[s_min, s_max], np.clip(placed, s_min, s_max)]))
-    curves = tuple(_curve(groups, s) for s in scales.tolist())
-    epsilons = np.array([_profile_epsilon(c, delta) for c in curves])
-    return _Hypotheses(scales, curves, epsilons)
+    return _Hypotheses(groups, delta, scales)
 
 
 @lru_cache(maxsize=256)
@@ -434,18 +511,26 @@ def _reported_epsilon(groups: tuple, scale: float, delta: float) -> float:
     return min(lower, upper)
 
 
-def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -> np.ndarray:
-    """Per point (FPR, FNR), the index of the smallest noise scale whose hypothesis it rejects (len if none)."""
+def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -> tuple[int, np.ndarray]:
+    """The smallest noise scale's index whose hypothesis some point (FPR, FNR) rejects (the grid's size if none),
+    and which points reject it.
+
+    A point that rejects H_s rejects every H_s' with s' > s (more noise only raises the trade-off curve), so
+    "some point rejects H_{scales[i]}" is monotone in i and a bisection over the grid finds the smallest such i
+    with about log₂(grid) curves instead of one per scale. Its rejecting points are exactly those whose own
+    smallest rejected scale it is, since none rejects a smaller one.
+    """
     count = hypotheses.scales.size
-    first = np.full(fpr.shape, count)
-    open_ = np.arange(fpr.size)
-    for index, curve in enumerate(hypotheses.curves):
-        rejected = curve.rejects(fpr[open_], fnr[open_])
-        first[open_[rejected]] = index
-        open_ = open_[~rejected]
-        if open_.size == 0:
-            break
-    return first
+    lo, hi = 0, count  # invariant: no point rejects a scale below lo; some point rejects scales[hi] (hi < count)
+    rejecting = np.zeros(fpr.shape, dtype=bool)
+    while lo < hi:
+        middle = (lo + hi) // 2
+        rejected = hypotheses.curve(middle).rejects(fpr, fnr)
+        if rejected.any():
+            hi, rejecting = middle, rejected
+        else:
+            lo = middle + 1
+    return lo, rejecting
 
 
 def family_lower_bound(
@@ -526,16 +611,18 @@ def family_lower_bound(
     chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
     fpr_u = np.asarray(clopper_pearson_upper(chosen.fp, chosen.n_nonmembers, alpha=alpha / 2), dtype=float)
     fnr_u = np.asarray(clopper_pearson_upper(chosen.fn, chosen.n_members, alpha=alpha / 2), dtype=float)
-    first = _first_rejected(hypotheses, fpr_u, fnr_u)
+    smallest, rejecting = _first_rejected(hypotheses, fpr_u, fnr_u)
     youden = chosen.tpr - chosen.fpr
-    best = int(np.lexsort((youden, -first))[-1])  # smallest rejected s; ties → largest TPR − FPR
+    # the smallest rejected s; ties (or nothing rejected) → the largest TPR − FPR, then the last threshold
+    candidates = np.flatnonzero(rejecting) if smallest < hypotheses.scales.size else np.arange(youden.size)
+    best = int(candidates[np.lexsort((youden[candidates],))[-1]])
     cut = chosen.gap_threshold(best)
 
     false_pos = int(np.count_nonzero(certify_n >= cut))
     false_neg = int(np.count_nonzero(certify_m < cut))
     a = float(clopper_pearson_upper(false_pos, certify_n.size, alpha=alpha / 2))
     b = float(clopper_pearson_upper(false_neg, certify_m.size, alpha=alpha / 2))
-    index = int(_first_rejected(hypotheses, np.array([a]), np.array([b]))[0])
+    index = _first_rejected(hypotheses, np.array([a]), np.array([b]))[0]
     if index < hypotheses.scales.size:
         scale = float(hypotheses.scales[index])
         epsilon = _reported_epsilon(groups, scale, delta)
@@ -558,7 +645,7 @@ def family_lower_bound(
         n_nonmembers=int(certify_n.size),
         delta=delta,
         confidence=confidence,
-        epsilon_cap=float(hypotheses.epsilons[0]),
+        epsilon_cap=float(hypotheses.epsilon_cap),
         hypotheses=int(hypotheses.scales.size),
         method=method,
     )
@@ -572,4 +659,5 @@ __all__ = [
     "likelihood_ratio_scores",
     "simulate_observations",
     "simulate_scores",
+    "spread_scores",
 ]

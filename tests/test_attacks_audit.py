@@ -39,6 +39,7 @@ def _train(tmp_path, **overrides):
 def test_dpsgd_canary_observations_are_the_gaussian_mechanism(tmp_path):
     observed = _train(tmp_path)
     assert observed.bits.shape == observed.observations.shape == (8, 400)
+    assert observed.independent_canaries  # one coordinate and one noise per canary: all 400 per step count
     members, nonmembers = observed.scores()
     b, sigma = 30, 0.02  # each included canary adds C/b to its coordinate; noise N(0, σ_DP²)
     se = sigma * np.sqrt(1 / len(members) + 1 / len(nonmembers))
@@ -103,7 +104,9 @@ def test_projection_aligned_canaries_see_the_sensitivity_of_the_projection(tmp_p
         projection_refresh="run",
         gamma=0.01,
     )
+    assert observed.independent_canaries  # orthonormal directions in R^p: every canary of a step counts
     members, nonmembers = observed.scores()
+    assert members.size + nonmembers.size == observed.bits.size
     assert np.abs(nonmembers).max() < 1e-4
     ratios = members * b  # in units of C/b (C = 1)
     if optimizer == "dp2-sgd":
@@ -312,3 +315,92 @@ def test_audit_model_on_a_trained_model(tmp_path):
         dpaudit.audit_model(trained.model, members, nonmembers, attack="lira")
     with pytest.raises(DPAuditError, match="delta"):
         dpaudit.audit_model(trained.model, members, nonmembers, delta=0)
+
+
+def _projected_dirac_release(*, matrix: np.ndarray, steps: int, sigma: float, rng: np.random.Generator):
+    """Bits and Dirac scores of dp2-sgd's canary tensor from first principles (C = b = 1, γ → 0): canary k adds
+    the unit vector a_k = r_k/‖r_k‖ (r_k the k-th row of A) to the release w ∈ R^p, w = Σ_k b_k·a_k + σ·ξ,
+    and the update is u = A·w, whose k-th coordinate is canary k's score."""
+    count, kept = matrix.shape
+    directions = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    bits = rng.random((steps, count)) < 0.5
+    release = bits @ directions + sigma * rng.standard_normal((steps, kept))
+    return bits, release @ matrix.T
+
+
+def test_pooling_dirac_canaries_of_a_projection_overstates_the_evidence():
+    """The m Dirac scores of a projected step are m linear functions of p Gaussians (and of every canary's bit):
+    pooled as m independent trials, the Clopper–Pearson bound on the false-positive rate misses the truth far
+    more often than α. The bound must hold for the projection the run drew; this A (|N(0, 1)| entries, a
+    possible draw kept for the whole run) makes the scores of a step positively dependent. One trial per step
+    (canary 0's, i.i.d. given A) keeps the miss rate at most α."""
+    from dpaudit.estimate.counts import _cp_upper
+
+    rng = np.random.default_rng(0)
+    count, kept, block, blocks, alpha = 20, 6, 40, 300, 0.05
+    matrix = np.abs(rng.standard_normal((count, kept)))
+    bits, scores = _projected_dirac_release(matrix=matrix, steps=(blocks + 1) * block, sigma=1.0, rng=rng)
+    z = np.ones(bits.shape[0])
+    miss_rate = {}
+    for independent in (True, False):  # True: the old pooling of every canary; False: the new count
+
+        def nonmembers(steps, independent=independent):
+            observed = CanaryObservations(bits[steps], scores[steps], z[steps], 1.0, independent_canaries=independent)
+            return observed.scores()[1]
+
+        cut = np.median(nonmembers(slice(0, block)))  # fixed on a pilot block before the audits
+        truth = np.mean(nonmembers(slice(block, None)) > cut)  # the rate the bound must cover
+        missed = 0
+        for audit in range(1, blocks + 1):
+            found = nonmembers(slice(audit * block, (audit + 1) * block))
+            missed += _cp_upper(np.array([np.sum(found > cut)]), found.size, alpha)[0] < truth
+        miss_rate[independent] = missed / blocks
+    assert miss_rate[True] > 2 * alpha  # 0.18 for this draw: the pooled count claims evidence it does not have
+    assert miss_rate[False] <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / blocks)
+
+
+@pytest.mark.parametrize("optimizer", ["dp2-sgd", "d2p2-sgd-as-published"])
+def test_dirac_canaries_on_a_projection_count_one_trial_per_step(tmp_path, optimizer):
+    """The real optimizer's release is the model of the test above: every step's m = 10 Dirac scores lie in the
+    p = ⌊0.3·10⌋ = 3 dimensional column space of the canary tensor's projection (rank 3 over the run's steps
+    with ``projection_refresh: run``), so the audit keeps one trial per step."""
+    observed = _train(tmp_path, optimizer=optimizer, canaries=10, reduction_rate=0.3, projection_refresh="run")
+    assert not observed.independent_canaries
+    singular = np.linalg.svd(observed.observations, compute_uv=False)
+    assert singular[3] < 1e-5 * singular[0] and singular[2] > 1e-3 * singular[0]
+    members, nonmembers = observed.scores()
+    audited = observed.audited_steps()  # d2p2-sgd: the last epoch's 4 steps, at the smallest z
+    assert members.size + nonmembers.size == audited.sum() == (8 if optimizer == "dp2-sgd" else 4)
+    first = observed.bits[:, 0].astype(bool)
+    np.testing.assert_array_equal(members, observed.observations[audited & first, 0])
+    np.testing.assert_array_equal(nonmembers, observed.observations[audited & ~first, 0])
+
+
+def test_projection_aligned_scores_are_orthonormal_projections_of_the_release():
+    """Aligned canary j's score is r_jᵀw with r_j = Aᵀv_j/s_j = V_j: the r_j are orthonormal in R^p, so the
+    scores of a step carry independent N(0, σ²) noises and no other canary's bit. Dirac canaries' r_j = Aᵀe_j
+    (the rows of A) are not orthogonal: their noises are correlated (cosines ≈ N(0, 1/p))."""
+    from dpaudit import optim
+    from dpaudit.attacks.canary import GradientCanaries, canary_dimension
+    from dpaudit.optim import Hyperparameters
+
+    count = 20
+    dimension = canary_dimension(count=count, design="projection-aligned", reduction_rate=0.3)
+    canaries = GradientCanaries(
+        count=count,
+        clip_norm=1.0,
+        seed=0,
+        device="cpu",
+        dtype=torch.float32,
+        design="projection-aligned",
+        dimension=dimension,
+    )
+    hyper = Hyperparameters(lr=0.1, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3)
+    opt = optim.DP2SGD([torch.zeros(5), canaries.parameter], hyper, generator=torch.Generator().manual_seed(0))
+    matrix = opt.matrices()[-1].double()
+    directions, scales = canaries.directions(opt)
+    rows = directions.double() @ matrix / scales.double()[:, None]
+    np.testing.assert_allclose((rows @ rows.T).numpy(), np.eye(count), atol=1e-5)
+    dirac = matrix[:count] / matrix[:count].norm(dim=1, keepdim=True)
+    off_diagonal = (dirac @ dirac.T - torch.eye(count, dtype=torch.float64)).abs()
+    assert off_diagonal.max() > 0.1

@@ -46,14 +46,20 @@ def test_specs_are_consistent():
         assert attack.name == name and attack.description
         assert attack.claim in ("run", "mechanism")
         assert attack.claim_key in ("epsilon_run", "epsilon_mechanism")
-    assert [name for name, attack in ATTACKS.items() if attack.whole_run] == ["canary", "canary-run", "canary-final"]
+    assert [name for name, attack in ATTACKS.items() if attack.whole_run] == [
+        "canary",
+        "canary-run",
+        "canary-final",
+        "canary-spread",
+    ]
     assert [name for name, attack in ATTACKS.items() if attack.whole_run and attack.claim == "run"] == [
         "canary-run",
         "canary-final",
+        "canary-spread",
     ]
     assert ATTACKS["canary"].claim_key == "epsilon_mechanism" and ATTACKS["loss"].claim_key == "epsilon_run"
     with pytest.raises(
-        DPAuditError, match="unknown attack 'lira'; choose from: canary, canary-final, canary-run, confidence"
+        DPAuditError, match="unknown attack 'lira'; choose from: canary, canary-final, canary-run, canary-spread"
     ):
         get_attack("lira")
 

@@ -21,7 +21,7 @@ from dpaudit.cli import main
 from dpaudit.config import TrainConfig
 from dpaudit.estimate.roc import auc
 from dpaudit.train import Member, train_configuration, train_models
-from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores
+from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores, spread_scores
 
 SUPPORTED = [
     "auto-s",
@@ -246,6 +246,13 @@ def test_member_canaries_score_higher_on_a_dpsgd_run(digits_run):
     np.testing.assert_allclose(final[0], sums[observed.members], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(final[1], sums[~observed.members], rtol=1e-9, atol=1e-12)
     assert auc(*final) > 0.6
+    # the spread over the steps from the sums summed online: that of the kept observations; a non-member's is
+    # χ² with T − 1 = 19 degrees of freedom (fresh noise at every step)
+    spread = observed.scores("spread")
+    ours = spread_scores(observations=observed.observations.T, noise_std=observed.noise_std)
+    np.testing.assert_allclose(spread[0], ours[observed.members], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(spread[1], ours[~observed.members], rtol=1e-9, atol=1e-9)
+    assert abs(spread[1].mean() - 19) < 5 * np.sqrt(2 * 19 / spread[1].size)
 
 
 def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path, monkeypatch):
@@ -259,7 +266,7 @@ def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path
         assert "observations" not in data.files and data["all_iterates_scores"].shape == (500,)
     assert json.loads(path.with_suffix(".json").read_text())["observations_kept"] is False
     # the same run: the same statistics, bit for bit, whether the observations were kept or not
-    for statistic in ("all", "final"):
+    for statistic in ("all", "final", "spread"):
         for ours, theirs in zip(large.scores(statistic), kept.scores(statistic)):
             assert ours.dtype == np.float64
             np.testing.assert_array_equal(ours, theirs)
@@ -273,9 +280,18 @@ def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path
     old.with_suffix(".json").write_text((tmp_path / "kept" / "target" / "canaries_run.json").read_text())
     loaded = RunCanaryObservations.load(old)
     np.testing.assert_array_equal(loaded.observations, kept.observations)
-    for statistic in ("all", "final"):
+    for statistic in ("all", "final", "spread"):
         for ours, theirs in zip(loaded.scores(statistic), kept.scores(statistic)):
-            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9)
+    # a file written before the spread's sums were stored, without observations: Λ and Σ_t x_t, no spread
+    names = ("members", "noise_multipliers", "sample_rates", "noise_std", "all_iterates_scores", "final_model_scores")
+    with np.load(path) as data:
+        np.savez(old, **{name: data[name] for name in names})
+    loaded = RunCanaryObservations.load(old)
+    assert loaded.standardised_sum is None and loaded.standardised_sum_of_squares is None
+    np.testing.assert_array_equal(loaded.scores("all")[0], large.scores("all")[0])
+    with pytest.raises(DPAuditError, match="no spread sums .*retrain"):
+        loaded.scores("spread")
 
 
 def test_without_noise_the_final_statistic_counts_the_presences_and_zero_noise_has_no_ratio(tmp_path, monkeypatch):
@@ -294,7 +310,7 @@ def test_without_noise_the_final_statistic_counts_the_presences_and_zero_noise_h
 def test_the_registered_attacks_audit_the_run(digits_run, capsys):
     run = digits_run / "canaries"
     planned = json.loads((run / "config.json").read_text())["derived"]["planned_epsilon"]
-    for name in ("canary-run", "canary-final"):
+    for name in ("canary-run", "canary-final", "canary-spread"):
         assert ATTACKS[name].whole_run and ATTACKS[name].claim_key == "epsilon_run"
         found = ATTACKS[name].scores(run, epoch=None, delta=1e-5)
         assert found.epsilon_run == planned and found.epsilon_mechanism is None and found.audited_steps == 20
@@ -308,6 +324,20 @@ def test_the_registered_attacks_audit_the_run(digits_run, capsys):
         report = json.loads((out / f"audit_{name}.json").read_text())
         assert report["attack"] == name and report["epoch"] is None and report["epsilon_run"] == planned
         assert report["report"]["n_members"] + report["report"]["n_nonmembers"] == 2000
+        # beside the assumption-free bound: the family bound on the same scores and halves, and the ledger's claims
+        found = ATTACKS[name].scores(run, epoch=None, delta=1e-5)
+        family = family_lower_bound(
+            found.members,
+            found.nonmembers,
+            noise_multipliers=found.ledger["noise_std"],
+            sample_rates=found.ledger["sample_rates"],
+            delta=1e-5,
+        )
+        assert report["whole_run"]["family"]["epsilon"] == family.epsilon
+        assert report["whole_run"]["family"]["threshold"] == family.threshold
+        claims = report["whole_run"]
+        assert claims["epsilon_pld"] <= claims["epsilon_rdp"] == pytest.approx(planned, rel=1e-3)
+        assert (claims["epsilon_last_iterate"] is None) == (name == "canary-run")
     with pytest.raises(DPAuditError, match="no whole-run canary observations at .*canaries_run.npz"):
         ATTACKS["canary-run"].scores(digits_run / "plain", epoch=None, delta=1e-5)
 

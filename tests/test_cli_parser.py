@@ -29,6 +29,8 @@ def test_help_lists_user_and_pipeline_commands_under_their_headings():
         "manifest",
         "summarize",
         "validation",
+        "validation-run",
+        "ladder",
         "batch",
     ]
     commands = next(action for action in parser._actions if action.dest == "command").choices

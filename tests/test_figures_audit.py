@@ -140,3 +140,75 @@ def test_validation_rejects_bad_pairs_in_one_line(tmp_path, capsys):
         assert main(["validation", *map(str, files), "--pair", pair, "--out", str(tmp_path / "f")]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err
+
+
+def _ladder_run(root, section, run, *, optimizer, noise_multiplier, attacks):
+    """A run folder (config.json, the target's ledger) and its `dpaudit audit` results, made up."""
+    from dpaudit.ledger import PrivacyLedger
+
+    source = root / "results" / section / run / "trial_0"
+    (source / "target").mkdir(parents=True)
+    write_json(source / "config.json", {"config": {"optimizer": optimizer}, "derived": {}})
+    ledger = PrivacyLedger()
+    for _ in range(20):
+        ledger.record(noise_multiplier=noise_multiplier, sample_rate=0.1)
+    write_json(source / "target" / "ledger.json", ledger.to_dict())
+    files = []
+    for attack, lower, extra in attacks:
+        report = audit_scores(np.arange(40.0), np.arange(40.0) - 100)  # perfect separation: epsilon_lower > 0
+        payload = {"source": str(source), "attack": attack, "report": {**report.to_dict(), "epsilon_lower": lower}}
+        path = source.parent / f"audit_{attack}.json"
+        write_json(path, {**payload, **extra})
+        files.append(path)
+    return files
+
+
+def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monkeypatch):
+    from dpaudit.figures import ladder
+
+    monkeypatch.chdir(tmp_path)
+    whole = {"family": {"epsilon": 0.8, "capped": False}, "epsilon_last_iterate": 1.1}
+    files = []
+    for name in ("dpsgd-gc", "tp-topk"):
+        files += _ladder_run(
+            tmp_path,
+            "audit_cross",
+            f"{name}_eps2",
+            optimizer=name,
+            noise_multiplier=1.0,
+            attacks=[("canary", 1.5, {"epsilon_mechanism": 4.0}), ("loss", 0.0, {})],
+        )
+    files += _ladder_run(
+        tmp_path,
+        "audit_run",
+        "dpsgd-gc_eps2",
+        optimizer="dpsgd-gc",
+        noise_multiplier=1.0,
+        attacks=[("canary-run", 0.5, {"whole_run": whole}), ("canary-final", 0.4, {"whole_run": whole})],
+    )
+    rows = {row["name"]: row for row in ladder.ladder_rows(files, canaries=200, delta=1e-5)}
+    gc, topk = rows["dpsgd-gc"], rows["tp-topk"]
+    assert gc["whole_run_unfit"] is None and "support" in topk["whole_run_unfit"]
+    assert (gc["all_iterates_family"], gc["all_iterates_lower"], gc["final_model_lower"]) == (0.8, 0.5, 0.4)
+    assert gc["per_step_lower"] == 1.5 and gc["epsilon_step"] == 4.0 and gc["epsilon_last_iterate"] == 1.1
+    assert topk["all_iterates_family"] is None and topk["family_ceiling"] is None
+    # the claims are those of the ledger: PRV (tight) below RDP; a made-up mechanism of 20 steps at z = 1, q = 0.1
+    assert 0 < gc["epsilon_prv"] < gc["epsilon_rdp"] and gc["epsilon_prv"] == topk["epsilon_prv"]
+    # 100 canaries per side cannot certify much of the exact mechanism's ε
+    assert 0 <= gc["family_ceiling"] < gc["epsilon_prv"]
+    written = ladder.write_ladder(
+        files,
+        canaries=200,
+        delta=1e-5,
+        confidence=0.95,
+        metrics=tmp_path / "ladder.json",
+        markdown=tmp_path / "ladder.md",
+        out_dir=tmp_path,
+        title="test",
+    )
+    assert all(path.stat().st_size > 0 for path in written)
+    table = (tmp_path / "ladder.md").read_text()
+    assert "not fitted: a support ranked over all coordinates" in table and "1.50 (4.00)" in table
+    claims = read_json(tmp_path / "ladder.manifest.json")["claims"]
+    assert claims[0]["holds"] and claims[0]["numbers"]["above"] == []
+    assert claims[1]["holds"]  # the family bound (0.8) is above the loss attack's (0) where whole-run canaries fit

@@ -33,6 +33,7 @@ from dpaudit.whole_run import (
     likelihood_ratio_scores,
     simulate_observations,
     simulate_scores,
+    spread_scores,
     step_log_ratio,
 )
 
@@ -459,16 +460,26 @@ def test_audit_whole_run_reports_both_threat_models_beside_the_theory():
     text = report.summary()
     assert "assumption-free" in text and "PLD" in text and "heuristic" in text
     assert "roc" not in report.to_dict()["all_iterates"]
-    # the two statistics instead of the observations (a run that kept only them): the same report
+    # the spread over the steps: an assumption-free bound only (no family bound), in the summary
+    assert report.spread.n_members == len(expected) and "spread" not in report.to_dict()["all_iterates"]
+    assert "Spread over the steps" in text and not hasattr(report, "spread_family")
+    # the three statistics instead of the observations (a run that kept only them): the same report
     observations = np.concatenate([members, nonmembers])
     statistics = (
         likelihood_ratio_scores(observations, noise_multipliers=z, sample_rates=q),
         final_model_scores(observations),
+        spread_scores(observations=observations, noise_std=z),
     )
     from_statistics = dpaudit.audit_whole_run(
         members=flags, statistics=statistics, noise_multipliers=z, sample_rates=q, delta=DELTA
     )
     assert from_statistics.to_dict() == report.to_dict()
+    # the two statistics of Λ and Σ_t x_t alone: the same report without the spread
+    two = dpaudit.audit_whole_run(
+        members=flags, statistics=statistics[:2], noise_multipliers=z, sample_rates=q, delta=DELTA
+    )
+    assert two.spread is None and two.to_dict() == {**report.to_dict(), "spread": None}
+    assert "Spread" not in two.summary()
 
 
 def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
@@ -489,6 +500,10 @@ def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
         dpaudit.audit_whole_run(members=flags, statistics=(np.zeros(3), np.zeros(4)), **ledger)
     with pytest.raises(DPAuditError, match="^the all-iterates statistic must be finite"):
         dpaudit.audit_whole_run(members=flags, statistics=(np.array([0, np.nan, 0]), np.zeros(3)), **ledger)
+    with pytest.raises(DPAuditError, match=r"^the spread statistic must be \[M\]"):
+        dpaudit.audit_whole_run(members=flags, statistics=(np.zeros(3), np.zeros(3), np.zeros(2)), **ledger)
+    with pytest.raises(DPAuditError, match="^statistics must be two or three"):
+        dpaudit.audit_whole_run(members=flags, statistics=(np.zeros(3),), **ledger)
 
 
 def test_audit_whole_run_claims_the_ledgers_epsilon_and_scores_with_the_observed_noise():
@@ -511,3 +526,209 @@ def test_audit_whole_run_claims_the_ledgers_epsilon_and_scores_with_the_observed
         dpaudit.audit_whole_run([[1.0, "x"]] * 4, flags[:4], noise_multipliers=z[:2], sample_rates=q[:2])
     with pytest.raises(DPAuditError, match=r"^noise_multipliers must be a 1-D sequence of numbers"):
         dpaudit.audit_whole_run(np.zeros((4, 2)), flags[:4], noise_multipliers="ab", sample_rates=q[:2])
+
+
+# ------------------------------------------------------------------------------------------------
+# The spread over the steps, and the validation flag
+# ------------------------------------------------------------------------------------------------
+
+
+def test_spread_scores_known_answers():
+    sigma = np.array([1.0, 2.0, 4.0])
+    x = np.array(
+        [
+            [0.0, 2.0, 0.0],  # y = x/σ = (0, 1, 0): mean 1/3, S = 1/9 + 4/9 + 1/9 = 2/3
+            [1.0, 2.0, 3.0],  # y = (1, 1, 3/4): mean 11/12, S = 2·(1/12)² + (1/6)² = 1/24
+            [1.5, 3.0, 6.0],  # y = 1.5 at every step (one standard draw scaled by each σ_t): S = 0
+            [-2.0, -2.0, -2.0],  # the same x at every step with σ_t varying: y = (−2, −1, −1/2), S = 7/6
+        ]
+    )
+    want = [2 / 3, 1 / 24, 0.0, 7 / 6]
+    np.testing.assert_allclose(spread_scores(observations=x, noise_std=sigma), want, rtol=1e-12, atol=1e-15)
+    # from the sums Σ_t y_t and Σ_t y_t² a training run keeps: the same
+    sums = {
+        "standardised_sum": np.array([1.0, 2.75, 4.5, -3.5]),
+        "standardised_sum_of_squares": np.array([1.0, 2.5625, 6.75, 5.25]),
+    }
+    np.testing.assert_allclose(spread_scores(noise_std=sigma, **sums), want, rtol=1e-12, atol=1e-15)
+    # for constant σ it is the plain spread of x over σ²
+    np.testing.assert_allclose(spread_scores(observations=x, noise_std=np.full(3, 2.0)), x.var(axis=1) * 3 / 4)
+
+
+def test_spread_of_fresh_noise_is_chi_squared_and_of_reused_noise_zero():
+    steps = 30
+    z = np.where(np.arange(steps) % 3 == 0, 0.5, 3.0)  # a schedule of two noise levels
+    q = np.linspace(0.05, 0.5, steps)
+    members, nonmembers = simulate_observations(
+        members=4000, nonmembers=4000, noise_multipliers=z, sample_rates=q, seed=11
+    )
+    outside = spread_scores(observations=nonmembers, noise_std=z)
+    assert stats.kstest(outside, stats.chi2(steps - 1).cdf).pvalue > 1e-3  # exactly χ²_{T−1}
+    # a member's y_t = B_t/σ_t + ξ_t: E S = T − 1 + (1 − 1/T)·Σ_t q_t(1 − q_t)/σ_t² + Σ_t (μ_t − mean μ)², μ_t = q_t/σ_t
+    mu = q / z
+    mean = steps - 1 + (1 - 1 / steps) * np.sum(q * (1 - q) / z**2) + np.sum((mu - mu.mean()) ** 2)
+    inside = spread_scores(observations=members, noise_std=z)
+    assert abs(inside.mean() - mean) < 5 * inside.std() / np.sqrt(inside.size)
+    # one standard draw ξ_j reused at every step, scaled by σ_t: every non-member's spread is 0, no member's
+    rng = np.random.default_rng(12)
+    reused = z * rng.standard_normal((8000, 1))
+    reused[:4000] += rng.random((4000, steps)) < q  # the members' presences B_t
+    spread = spread_scores(observations=reused, noise_std=z)
+    assert np.all(spread[4000:] < 1e-9) and np.mean(spread[:4000] > 1e-3) > 0.999
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"noise_std": [1.0, 1.0]}, "^give exactly one of observations"),
+        (
+            {"noise_std": [1.0, 1.0], "observations": np.zeros((2, 2)), "standardised_sum": np.zeros(2)},
+            "^give exactly one of observations",
+        ),
+        ({"noise_std": [1.0, 1.0], "standardised_sum": np.zeros(2)}, "^give both standardised_sum"),
+        (
+            {"noise_std": [1.0], "standardised_sum": np.zeros(2), "standardised_sum_of_squares": np.zeros(3)},
+            "^the standardised sums must be two",
+        ),
+        ({"noise_std": [1.0, 0.0], "observations": np.zeros((2, 2))}, "^noise_std must be a non-empty 1-D"),
+        ({"noise_std": [1.0, 1.0], "observations": np.zeros((2, 3))}, "^observations have 3 steps"),
+    ],
+)
+def test_spread_scores_bad_input(arguments, message):
+    with pytest.raises(DPAuditError, match=message):
+        spread_scores(**arguments)
+
+
+def _run_canaries(members, nonmembers, *, z, q):
+    """A RunCanaryObservations of the given [M, T] and [N, T] observations, as a run would record them."""
+    from dpaudit.attacks.canary_run import RunCanaryObservations
+
+    observations = np.concatenate([members, nonmembers]).T  # [T, M + N]
+    all_iterates, final_model = RunCanaryObservations.statistics_of(observations, noise_std=z, sample_rates=q)
+    total, squares = RunCanaryObservations.spread_sums_of(observations, noise_std=z)
+    return RunCanaryObservations(
+        members=np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)],
+        noise_multipliers=z,
+        sample_rates=q,
+        noise_std=z,
+        clip_norm=1.0,
+        magnitude=1e3,
+        contribution=1.0,
+        batch_size=10,
+        sampling="poisson",
+        all_iterates_scores=all_iterates,
+        final_model_scores=final_model,
+        standardised_sum=total,
+        standardised_sum_of_squares=squares,
+    )
+
+
+def _flag_ledger():
+    """The ledger of the coverage tests (ε_PLD = 2, q = 0.1, T = 100), whose family hypotheses are then built once."""
+    return _ledger(_calibrated_z(2.0), 0.1, 100)
+
+
+def test_the_validation_flag_sees_reused_noise_by_the_spread_alone():
+    from dpaudit.audit import VALIDATION_BOUNDS, audit_scores, validation_flag
+
+    z, q = _flag_ledger()
+    claimed = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=DELTA)
+    members, nonmembers = simulate_observations(
+        members=1000, nonmembers=1000, noise_multipliers=z, sample_rates=q, seed=7
+    )
+    # one N(0, 1) draw per canary, reused at every step: x_t = B_t + z·ξ
+    rng = np.random.default_rng(8)
+    xi = rng.standard_normal((2000, 1))
+    presences = rng.random((1000, z.size)) < q
+    reused = _run_canaries(presences + z * xi[:1000], z * xi[1000:], z=z, q=q)
+    flag = validation_flag(canaries=reused, epsilon=None, delta=DELTA)
+    assert VALIDATION_BOUNDS == ("all_iterates_family", "all_iterates", "spread")
+    assert flag.confidence == pytest.approx(1 - 0.05 / 3) and flag.false_alarm == 0.05
+    assert flag.epsilon_claimed == pytest.approx(claimed)  # None: the ledger's own PLD ε
+    assert flag.flagged and flag.flagged_by == ("spread",), flag.summary()
+    assert flag.bounds["spread"] > claimed > max(flag.bounds["all_iterates_family"], flag.bounds["all_iterates"])
+    # each bound is the audit of its statistic at confidence 1 − 0.05/3
+    direct = audit_scores(*reused.scores("spread"), delta=DELTA, confidence=1 - 0.05 / 3)
+    assert flag.bounds["spread"] == direct.epsilon_lower
+    assert flag.to_dict()["flagged_by"] == ["spread"] and "flagged by spread" in flag.summary()
+    # the same run, claiming more than any bound reaches: not flagged
+    assert not validation_flag(canaries=reused, epsilon=30.0, delta=DELTA).flagged
+    # and its correct twin: not flagged
+    correct = validation_flag(canaries=_run_canaries(members, nonmembers, z=z, q=q), epsilon=None, delta=DELTA)
+    assert not correct.flagged and correct.flagged_by == (), correct.summary()
+    assert correct.bounds["all_iterates_family"] > 0
+
+
+def test_the_validation_flag_refuses_bad_input_in_one_line(tmp_path):
+    from dpaudit.audit import validation_flag
+
+    z, q = _flag_ledger()
+    canaries = _run_canaries(
+        *simulate_observations(members=3, nonmembers=3, noise_multipliers=z, sample_rates=q, seed=0), z=z, q=q
+    )
+    for arguments, message in (
+        ({"epsilon": -1.0}, "^the claimed epsilon must be a finite number"),
+        ({"epsilon": float("nan")}, "^the claimed epsilon must be a finite number"),
+        ({"epsilon": 1.0, "delta": 0.0}, "delta"),
+        ({"epsilon": 1.0, "false_alarm": 0.0}, "^false_alarm must be a probability in"),
+    ):
+        with pytest.raises(DPAuditError, match=message):
+            validation_flag(canaries=canaries, **{"delta": DELTA, **arguments})
+    with pytest.raises(DPAuditError, match="^canaries must be a RunCanaryObservations"):
+        validation_flag(canaries=np.zeros(3), epsilon=1.0, delta=DELTA)
+    with pytest.raises(DPAuditError, match="no whole-run canary observations at"):
+        validation_flag(canaries=tmp_path, epsilon=1.0, delta=DELTA)
+    from dataclasses import replace
+
+    with pytest.raises(DPAuditError, match="no spread sums"):
+        validation_flag(canaries=replace(canaries, standardised_sum=None), epsilon=1.0, delta=DELTA)
+
+
+def _false_alarms(repetitions, per_side, seed_base=0):
+    """How often the validation flag fires on exact simulations of a correct run (its claim: its ledger's ε)."""
+    from dpaudit.audit import validation_flag
+
+    z, q = _flag_ledger()
+    claimed = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=DELTA)
+    fired = 0
+    for rep in range(repetitions):
+        observed = simulate_observations(
+            members=per_side, nonmembers=per_side, noise_multipliers=z, sample_rates=q, seed=seed_base + rep
+        )
+        flag = validation_flag(canaries=_run_canaries(*observed, z=z, q=q), epsilon=claimed, delta=DELTA, seed=rep)
+        fired += flag.flagged
+    return fired
+
+
+def test_the_validation_flag_rarely_fires_on_a_correct_run_fast():
+    # 5 repetitions of 1,000 canaries per side: a flag firing with probability ≤ 5 % fires more than
+    # _max_failures(5) = 3 times with probability < 1e-3 (a smoke test: the slow one has the power)
+    assert _false_alarms(5, 1000) <= _max_failures(5)
+
+
+@pytest.mark.slow
+def test_the_validation_flag_rarely_fires_on_a_correct_run_slow():
+    # 100 repetitions of 2,000 canaries per side (≈ 4 min): at most _max_failures(100) flags
+    assert _false_alarms(100, 2000, seed_base=1000) <= _max_failures(100)
+
+
+def test_the_bisection_finds_the_scale_a_scan_of_every_hypothesis_finds():
+    """The family bound bisects the grid of hypotheses (a point rejecting H_s rejects every noisier H_s'); a scan
+    of every hypothesis from the strongest must give the same smallest rejected scale and rejecting points."""
+    from dpaudit.theory.tradeoff import group_steps
+    from dpaudit.whole_run import _first_rejected, _hypotheses
+
+    steps = 40
+    groups = group_steps(noise_multipliers=np.full(steps, 1.5), sample_rates=np.full(steps, 0.2))
+    hypotheses = _hypotheses(groups, 1e-5, 24)
+    rng = np.random.default_rng(3)
+    fpr = rng.uniform(0, 0.6, size=400) ** 2
+    fnr = rng.uniform(0, 1, size=400) * (1 - fpr)
+    scan = np.full(fpr.size, hypotheses.scales.size)
+    for index in reversed(range(hypotheses.scales.size)):
+        scan[hypotheses.curve(index).rejects(fpr, fnr)] = index
+    smallest, rejecting = _first_rejected(hypotheses, fpr, fnr)
+    assert smallest == scan.min() < hypotheses.scales.size  # some point rejects some hypothesis here
+    np.testing.assert_array_equal(rejecting, scan == smallest)
+    for point in range(0, fpr.size, 40):  # one point at a time, as the certifying half is checked
+        assert _first_rejected(hypotheses, fpr[point : point + 1], fnr[point : point + 1])[0] == scan[point]

@@ -50,18 +50,27 @@ def _job_count(output: str, rule: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs",
+    "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs, whole_run",
     [
         # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
         # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
-        # audit settings (projection-aligned, support or noise-scale canaries)
-        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 4),
-        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 2),
-        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2),
+        # audit settings (support or noise-scale canaries); whole-run canaries: one job per
+        # optimizer they fit (all its ε), and one per bug run and per twin run the ladder does not train
+        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (6, 3 * 2 + 1)),
+        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 1, (3, 1)),
+        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (5, 3 * 2 + 1)),
     ],
 )
 def test_presets_build_the_same_dag(
-    workflow_copy, preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs
+    workflow_copy,
+    preset,
+    trainings,
+    optimizer_runs,
+    audit_runs,
+    trials_per_run,
+    cross_optimizers,
+    validation_runs,
+    whole_run,
 ):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
@@ -75,6 +84,8 @@ def test_presets_build_the_same_dag(
     assert _job_count(output, "audit_score") == audit_runs // trials_per_run
     assert _job_count(output, "audit_optimizer") == cross_optimizers + validation_runs
     assert _job_count(output, "audit_cross_table") == 1 and _job_count(output, "audit_validation") == 1
+    assert (_job_count(output, "audit_run_optimizer"), _job_count(output, "audit_run_bug")) == whole_run
+    assert _job_count(output, "audit_ladder") == 1 and _job_count(output, "audit_run_validation") == 1
     # every paper figure and table (AdaDPIGU, TP-TopK, DP-PSAC, D2P2-SGD) whose optimizers the preset has
     figures = sum(
         _job_count(output, f"figure_{paper}_{name}") for paper, names in PAPER_FIGURES.items() for name in names

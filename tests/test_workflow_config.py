@@ -65,7 +65,11 @@ def _attack_not_scored(config):
 
 
 def _projection_twin_without_projection(config):
-    _pair(config, "dp2-sgd-as-published")[1] = "dpsgd-gc"
+    _pair(config, "dp2-sgd-as-published")[1:] = ["dpsgd-gc", {"canary_design": "projection-aligned"}]
+
+
+def _projection_canaries_on_a_run_without_projection(config):
+    config["optimizers"]["runs"][0]["canary_design"] = "projection-aligned"
 
 
 def _support_twin_without_support(config):
@@ -81,6 +85,7 @@ def _noise_scale_with_the_default_canaries(config):
 
 
 def _twin_with_own_settings_twice(config):
+    _pair(config, "dp2-sgd-as-published")[2:] = [{"canary_design": "projection-aligned"}]
     _pairs(config).append(["dpsgd-auto", "dp2-sgd", {"canary_design": "projection-aligned"}])
 
 
@@ -100,10 +105,45 @@ def _whole_run_pair_scored_by_the_canary_attack(config):
     _pairs(config).append(["dpsgd-auto", "auto-v", {"canary_design": "whole-run"}])
 
 
+def _whole_run_without_a_fitting_run(config):
+    config["optimizers"]["runs"] = [
+        run for run in config["optimizers"]["runs"] if run["name"] in ("dp2-sgd", "tp-topk")
+    ]
+    config["audit"]["validation"]["pairs"] = [["dp2-sgd-as-published", "dp2-sgd"]]
+
+
+def _whole_run_bug_with_an_unfit_twin(config):
+    config["audit"]["whole_run"]["validation"][0]["twin"] = "dp2-sgd"
+
+
+def _whole_run_bug_departing_twice(config):
+    config["audit"]["whole_run"]["validation"][0]["sampling"] = "shuffle"
+
+
+def _whole_run_bugs_sharing_a_name(config):
+    bugs = config["audit"]["whole_run"]["validation"]
+    bugs[1]["name"] = bugs[0]["name"]
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
         (_two_runs_share_a_name, "params optimizers.runs: two runs share a name"),
+        (
+            _whole_run_without_a_fitting_run,
+            "params audit.whole_run: no run of optimizers.runs has an optimizer that whole-run canaries fit",
+        ),
+        (
+            _whole_run_bug_with_an_unfit_twin,
+            "params audit.whole_run.validation.understated-q: twin 'dp2-sgd' is not a run of optimizers.runs that "
+            "whole-run canaries fit (dpsgd-gc, auto-s, auto-v, dp-psac, dpsgd-auto, d2p-sgd)",
+        ),
+        (
+            _whole_run_bug_departing_twice,
+            "params audit.whole_run.validation.understated-q: give exactly one of optimizer (a broken variant) and "
+            "sampling",
+        ),
+        (_whole_run_bugs_sharing_a_name, "params audit.whole_run.validation: two bugs share a name"),
         (
             _unknown_optimizer,
             "params optimizers.runs.auto-w: unknown optimizer 'auto-w'; set `optimizer:` to one of "
@@ -126,6 +166,10 @@ def _whole_run_pair_scored_by_the_canary_attack(config):
             "projection; the twin 'dpsgd-gc' (dpsgd-gc) has none",
         ),
         (
+            _projection_canaries_on_a_run_without_projection,
+            "params optimizers.runs.dpsgd-gc: projection-aligned canaries need a random projection; dpsgd-gc has none",
+        ),
+        (
             _support_twin_without_support,
             "params audit.validation.pairs.adadpigu-code: support canaries need a support learned from dense steps; "
             "the twin 'dpsgd-gc' (dpsgd-gc) has none",
@@ -146,7 +190,7 @@ def _whole_run_pair_scored_by_the_canary_attack(config):
         ),
         (
             _whole_run_attack_in_the_audit,
-            "params audit.attacks: canary-run scores whole-run canaries, which the pipeline's runs do not train",
+            "params audit.attacks: canary-run scores whole-run canaries, which this section's runs do not train",
         ),
         (
             _whole_run_attack_in_the_cross_audit,

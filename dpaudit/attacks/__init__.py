@@ -48,6 +48,10 @@ class AttackScores:
             the attacks that score a checkpoint.
         mechanism: what ``epsilon_mechanism`` accounts for, one line.
         audited_steps: how many steps' trials the scores pool (whole-run attacks).
+        ledger: the composed subsampled Gaussian that the whole-run canaries' claim and scores rest on, for the
+            family bound (:func:`dpaudit.whole_run.family_lower_bound`): ``noise_multipliers`` (z_t, the ledger's
+            claim), ``noise_std`` (σ_t of the normalised observations) and ``sample_rates`` (q_t), each [T];
+            None for the attacks whose scores are not a statistic of that mechanism.
     """
 
     members: np.ndarray
@@ -57,6 +61,7 @@ class AttackScores:
     epsilon_mechanism: float | None = None
     mechanism: str | None = None
     audited_steps: int | None = None
+    ledger: Mapping[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +188,15 @@ def _run_canary_scorer(statistic: str) -> Callable[..., AttackScores]:
         from dpaudit.attacks.canary_run import load_run_canaries
 
         observed = load_run_canaries(run)
-        return AttackScores(*observed.scores(statistic), audited_steps=observed.steps)
+        return AttackScores(
+            *observed.scores(statistic),
+            audited_steps=observed.steps,
+            ledger={
+                "noise_multipliers": observed.noise_multipliers,
+                "noise_std": observed.noise_std,
+                "sample_rates": observed.sample_rates,
+            },
+        )
 
     return scorer
 
@@ -239,6 +252,15 @@ ATTACKS: Mapping[str, Attack] = MappingProxyType(
                 "canary-final",
                 "whole-run canaries, the final model only: the canary coordinate's total update",
                 _run_canary_scorer("final"),
+                needs=_WHOLE_RUN_CANARIES,
+                whole_run=True,
+                claim="run",
+            ),
+            Attack(
+                "canary-spread",
+                "whole-run canaries, white box, every iterate: each canary's spread over the steps, a test of the "
+                "noise's independence across steps",
+                _run_canary_scorer("spread"),
                 needs=_WHOLE_RUN_CANARIES,
                 whole_run=True,
                 claim="run",

@@ -39,6 +39,33 @@ scores the trials of the steps at that z (all steps unless the schedule varies z
 
 The canary tensor is one of the optimizer's coordinates: sparse optimizers rank and mask it like the
 model's (k = ⌊ρ(d + m)⌋), so a frozen canary coordinate releases nothing (its trials are uninformative).
+
+Independence of the pooled trials. The audit counts its trials with Clopper–Pearson, which needs them
+independent. Where the canaries sit on separate coordinates with independent noise (every optimizer but the
+random-projection ones), the m canaries of a step are m independent trials of the exact mechanism, and the
+steps are independent of each other. On the random-projection optimizers (``ProjectedNoise``: dp2-sgd,
+d2p2-sgd and their as-published variants) the canary tensor has its own projection A ∈ R^{d×p} (the model's
+tensors have theirs, and real records have a zero gradient on the canary tensor, so the canaries do not mix
+with the model's records). Canary k enters the release w ∈ R^p of that tensor along a_k ∝ Aᵀv_k with a
+clipped length c_k (c_k = C for dp2-sgd up to γ; C·‖Aᵀv_k‖/√p as published): with b the expected batch size,
+
+    w = (1/b)·Σ_k b_k·c_k·a_k + σ·ξ,   ξ ~ N(0, I_p),   u = A·w (the released update of the canary tensor).
+
+* ``"dirac"`` (v_k = e_k, a_k = r_k/‖r_k‖ with r_k = Aᵀe_k the k-th row of A): the score of canary j is
+  u_j = r_jᵀw = (1/b)·(b_j·c_j·‖r_j‖ + Σ_{k≠j} b_k·c_k·r_jᵀr_k/‖r_k‖) + σ·r_jᵀξ. Within a step the m scores
+  share the noise (Cov(u_j, u_k) = σ²·r_jᵀr_k, correlation ≈ N(0, 1/p) for a Gaussian A) and each carries
+  the other canaries' bits; as d = m > p they are m linear functions of p Gaussians. They are not m
+  independent trials. Across steps, given A (drawn once per run with ``projection_refresh: run``, or
+  redrawn each step), the steps' bits and noises are independent: canary j's trials at different steps are
+  independent, and each is at most (1/z_t)-GDP in b_j (w is a Gaussian mechanism of sensitivity c_j/b ≤ C/b
+  given the other bits, which are independent of b_j). So the audit keeps **one trial per step**, canary 0's
+  (``CanaryObservations.independent_canaries`` False): independent and identically distributed given A.
+* ``"projection-aligned"`` (v_k the left singular vector of A = U S Vᵀ for s_k): Aᵀv_k = s_k·V_k, so
+  a_k = V_k and the score v_jᵀA·w/s_j = V_jᵀw = b_j·c_j/b + σ·V_jᵀξ. The V_j are orthonormal, so there is
+  no cross-talk and the noises V_jᵀξ are independent N(0, 1): the m canaries of a step are m independent
+  trials (up to float rounding of the SVD), and the steps are independent given A. All m·T are pooled.
+
+The whole-run design (``dpaudit.attacks.canary_run``) refuses these optimizers before training.
 """
 
 from __future__ import annotations
@@ -56,7 +83,7 @@ from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import CANARY_DESIGNS
 from dpaudit.estimate import gdp_epsilon
 from dpaudit.observers import TrainingObserver
-from dpaudit.optim import StepCost, projected_dimension
+from dpaudit.optim import ProjectedNoise, StepCost, projected_dimension
 
 ALIGNED_SPECTRUM = 3  # a projection-aligned canary tensor keeps p ≥ 3m singular directions; the canaries take the top m
 
@@ -73,6 +100,9 @@ class CanaryObservations:
             none before the support is chosen) and these are the z_t of the dense steps the bits were in.
         clip_norm: C.
         design: the canary design (``CANARY_DESIGNS``).
+        independent_canaries: whether the m canaries of one step are independent trials; False for Dirac
+            canaries on a random-projection optimizer, whose release mixes them (module docstring), and then
+            `scores` keeps one trial per step, canary 0's.
     """
 
     bits: np.ndarray
@@ -80,6 +110,7 @@ class CanaryObservations:
     noise_multipliers: np.ndarray
     clip_norm: float
     design: str = "dirac"
+    independent_canaries: bool = True
 
     @property
     def selection(self) -> str:
@@ -99,10 +130,12 @@ class CanaryObservations:
         return z <= z.min() * (1 + 1e-9)
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
-        """(member scores, non-member scores) of the audited steps: observations with bit 1 and with bit 0."""
+        """(member scores, non-member scores) of the audited steps: observations with bit 1 and with bit 0, of
+        every canary, or of canary 0 alone where the canaries of a step are not independent trials."""
         steps = self.audited_steps()
-        flat_bits = self.bits[steps].astype(bool).ravel()
-        flat = self.observations[steps].ravel()
+        kept = slice(None) if self.independent_canaries else slice(0, 1)
+        flat_bits = self.bits[steps][:, kept].astype(bool).ravel()
+        flat = self.observations[steps][:, kept].ravel()
         return flat[flat_bits], flat[~flat_bits]
 
     def mechanism_epsilon(self, *, delta: float) -> float:
@@ -124,6 +157,7 @@ class CanaryObservations:
                 "steps": int(self.bits.shape[0]),
                 "canaries": int(self.bits.shape[1]),
                 "smallest_noise_multiplier": float(np.min(self.noise_multipliers, initial=np.inf)),
+                "independent_canaries": bool(self.independent_canaries),
             },
         )
         buffer = _npz_bytes(
@@ -141,9 +175,10 @@ class CanaryObservations:
                 bits, observations, z = data["bits"], data["observations"], data["noise_multipliers"]
             sidecar = read_json(path.with_suffix(".json"))
             clip_norm, design = float(sidecar["clip_norm"]), sidecar.get("design", "dirac")
+            independent = bool(sidecar.get("independent_canaries", True))  # absent: written before the key
         except Exception as error:  # noqa: BLE001 - any failure means an unusable file
             raise DPAuditError(f"cannot read canary observations {path}: {str(error).splitlines()[0]}") from None
-        return cls(bits, observations, z, clip_norm, design)
+        return cls(bits, observations, z, clip_norm, design, independent_canaries=independent)
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
@@ -216,6 +251,7 @@ class GradientCanaries(TrainingObserver):
         self._aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (A, V [m, d], s [m])
         self._fixed_bits: np.ndarray | None = None  # support design: b_j for every dense step
         self._support: np.ndarray | None = None  # support design: the learned support at the canaries
+        self._projected = False  # whether the optimizer projects (``ProjectedNoise``): set by ``after_update``
         self.path = Path(path) if path is not None else None
 
     @property
@@ -291,6 +327,7 @@ class GradientCanaries(TrainingObserver):
                 if optimizer.mask is not None:  # chosen after this step
                     self._support = optimizer.mask[-1].detach().double().cpu().numpy().copy()
             return
+        self._projected = isinstance(optimizer, ProjectedNoise)
         update = optimizer.last_update[-1].detach()
         if self.design == "dirac":
             scores = update
@@ -322,4 +359,6 @@ class GradientCanaries(TrainingObserver):
             np.array(self._noise),
             self.clip_norm,
             self.design,
+            # a projection mixes Dirac canaries (module docstring); aligned ones stay independent
+            independent_canaries=not (self.design == "dirac" and getattr(self, "_projected", False)),
         )

@@ -24,19 +24,24 @@ of the run, and each canary is one trial of the whole run:
   batch size. For the supported optimizers that keep their DP claim x_tj = B_tj + N(0, σ_t²) with B_tj the
   canary's presence and σ_t = z_t·C/c (z_t the step's noise multiplier, from its ``StepCost``).
 
-Two threat models score the canaries (``RunCanaryObservations.scores``), each against the run's composed ε
-(``claim="run"`` of the ``canary-run`` and ``canary-final`` attacks of :data:`dpaudit.attacks.ATTACKS`):
+Three statistics score the canaries (``RunCanaryObservations.scores``), each against the run's composed ε
+(``claim="run"`` of the ``canary-run``, ``canary-final`` and ``canary-spread`` attacks of
+:data:`dpaudit.attacks.ATTACKS`):
 
 * every iterate: Λ_j = Σ_t log(1 − q_t + q_t·exp((x_tj − ½)/σ_t²)), the log likelihood ratio of member
   against non-member under Poisson sampling (:func:`dpaudit.whole_run.likelihood_ratio_scores`);
 * the final model only: Σ_t x_tj, the canary coordinate's total update (:func:`dpaudit.whole_run.final_model_scores`;
-  the final coordinate is −η·c/b times it for SGD without momentum).
+  the final coordinate is −η·c/b times it for SGD without momentum);
+* every iterate, a test of the noise's independence across steps: S_j = Σ_t (x_tj/σ_t − mean)², the spread over
+  the steps (:func:`dpaudit.whole_run.spread_scores`): 0 for every non-member if one noise draw is reused at every
+  step, which Λ and Σ_t x_t cannot see.
 
-Both are summed online, step by step, in float64 on the block's device (each step's Λ term by
+They are summed online, step by step, in float64 on the block's device (each step's Λ term by
 :func:`dpaudit.whole_run.step_log_ratio`, the function :func:`~dpaudit.whole_run.likelihood_ratio_scores`
-sums), and saved as [M] arrays. The [T, M] observations themselves (float32) are kept and saved only when asked
-(``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps
-they are 160 MB, whose filling and writing took about half as long as the whole training on digits (≈ 1 s).
+sums; Σ_t x_tj; and the spread's Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t²), and saved as [M] arrays. The [T, M]
+observations themselves (float32) are kept and saved only when asked (``keep_observations``) or small
+(T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps they are 160 MB, whose filling and
+writing took about half as long as the whole training on digits (≈ 1 s).
 
 Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
@@ -50,8 +55,11 @@ data-dependent noise departs from: what the audit is there to find). Refused, be
 
 * the random-projection optimizers (dp2-sgd, d2p2-sgd and their as-published variants): a record's gradient is
   projected, Aᵀg/√p, before (or after) clipping, so a Dirac record is spread over all p projected coordinates
-  and mixes with the model's; its release is not one coordinate per canary, and the projection is redrawn per
-  step. They need canaries aligned with A, as the ``projection-aligned`` design of one step does;
+  of the canary tensor (which has a projection of its own: the model's records do not reach it) and mixes
+  with the other canaries: the M observations of a step are M linear functions of p < M noises and of every
+  canary's presence, not M independent trials, and a canary's weight φ depends on ‖Aᵀe_j‖, not on its norm
+  alone (the projection is redrawn each step with ``projection_refresh: step``). They need canaries aligned
+  with A, as the ``projection-aligned`` design of one step does (``dpaudit.attacks.canary``);
 * the sparse optimizers (tp-topk, tp-rand, on-topk, on-rand) and AdaDPIGU: a record's gradient is masked to a
   support ranked over all coordinates, canary coordinates included (a masked canary releases nothing and
   the support learned from the releases depends on the canaries), and AdaDPIGU also standardises and keeps
@@ -68,7 +76,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dpaudit._device import host_to_device
+from dpaudit._device import host_to_device, one_cpu_thread
 from dpaudit._io import atomic_write_stream, read_json, write_json
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import SAMPLING_SCHEMES
@@ -76,7 +84,7 @@ from dpaudit.observers import TrainingObserver
 from dpaudit.optim import StepCost
 from dpaudit.rundir import RunDir
 from dpaudit.theory.tradeoff import group_steps
-from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, step_log_ratio
+from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, spread_scores, step_log_ratio
 
 DESIGN = "whole-run"
 NORM_FACTOR = 1e3  # K = 1e3·C: clipping (or normalising) brings a canary to (about) C, as GradientCanaries
@@ -86,7 +94,8 @@ SAVE_EVERY_SECONDS = 60.0
 # keep_observations=None keeps (and saves) the [T, M] float32 observations when T·M is at most this many values
 # (80 MB); beyond it only the two [M] statistics, summed online. Read when the observer attaches.
 KEEP_OBSERVATIONS_MAX_VALUES = 20_000_000
-STATISTICS = ("all", "final")  # every iterate (Λ), the final model only (Σ_t x_t)
+# every iterate (Λ), the final model only (Σ_t x_t), the spread over the steps (Σ_t (x_t/σ_t − mean)²)
+STATISTICS = ("all", "final", "spread")
 NORMALISATION = (
     "x = u·b/c: u the released update (before momentum) at the canary's coordinate, b the expected batch size, "
     "c = φ(K)·K the canary's clipped contribution; a present canary adds 1, the noise std is σ_t = z_t·C/c"
@@ -114,6 +123,10 @@ class RunCanaryObservations:
             (:func:`dpaudit.whole_run.final_model_scores`).
         observations: [T, M] float32, x_tj = u_tj·b/c: 1 per present canary plus noise of std σ_t; None where
             the run did not keep them (``RunCanaries``' ``keep_observations``).
+        standardised_sum: [M] float64 Σ_t x_tj/σ_t, with ``standardised_sum_of_squares`` the sums of the spread
+            over the steps (:func:`dpaudit.whole_run.spread_scores`); None for a file written before they were
+            summed that kept no observations.
+        standardised_sum_of_squares: [M] float64 Σ_t x_tj²/σ_t²; None where ``standardised_sum`` is.
     """
 
     members: np.ndarray
@@ -128,6 +141,8 @@ class RunCanaryObservations:
     all_iterates_scores: np.ndarray
     final_model_scores: np.ndarray
     observations: np.ndarray | None = None
+    standardised_sum: np.ndarray | None = None
+    standardised_sum_of_squares: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
@@ -155,13 +170,43 @@ class RunCanaryObservations:
                 statistics.append(np.full(count, np.nan))
         return statistics[0], statistics[1]
 
+    @staticmethod
+    def spread_sums_of(observations: np.ndarray, *, noise_std) -> tuple[np.ndarray, np.ndarray]:
+        """(Σ_t x_t/σ_t, Σ_t x_t²/σ_t²), each [M] float64, recomputed from [T, M] observations (zeros for no step):
+        the sums of :func:`dpaudit.whole_run.spread_scores`."""
+        by_canary = np.asarray(observations, dtype=float).T  # [M, T]
+        if by_canary.shape[1] == 0:
+            return np.zeros(by_canary.shape[0]), np.zeros(by_canary.shape[0])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            standardised = by_canary / np.asarray(noise_std, dtype=float)
+        return standardised.sum(axis=1), np.square(standardised).sum(axis=1)
+
+    def spread(self) -> np.ndarray:
+        """[M] S_j = Σ_t (x_tj/σ_t − mean)², each canary's spread over the steps
+        (:func:`dpaudit.whole_run.spread_scores`), from the sums summed online.
+
+        Raises:
+            DPAuditError: the file predates the spread's sums and kept no observations to recompute them from.
+        """
+        if self.standardised_sum is None or self.standardised_sum_of_squares is None:
+            raise DPAuditError(
+                "these whole-run canary observations have no spread sums (written before they were summed, without "
+                "the observations to recompute them): retrain to audit the spread over the steps"
+            )
+        return spread_scores(
+            noise_std=self.noise_std,
+            standardised_sum=self.standardised_sum,
+            standardised_sum_of_squares=self.standardised_sum_of_squares,
+        )
+
     def scores(self, statistic: str = "all") -> tuple[np.ndarray, np.ndarray]:
         """(member scores, non-member scores), one per canary.
 
         Args:
             statistic: "all" (every iterate seen: the log likelihood ratio Λ of
                 :func:`dpaudit.whole_run.likelihood_ratio_scores` with the noise std σ_t and the sample rates
-                q_t) or "final" (the final model: Σ_t x_t, :func:`dpaudit.whole_run.final_model_scores`).
+                q_t), "final" (the final model: Σ_t x_t, :func:`dpaudit.whole_run.final_model_scores`) or
+                "spread" (every iterate: the spread over the steps, :meth:`spread`).
         """
         check_choice("whole-run canary statistic", statistic, STATISTICS)
         if self.steps == 0:
@@ -169,6 +214,9 @@ class RunCanaryObservations:
         if statistic == "all":
             group_steps(noise_multipliers=self.noise_std, sample_rates=self.sample_rates)  # σ_t > 0: one-line errors
             values = self.all_iterates_scores
+        elif statistic == "spread":
+            group_steps(noise_multipliers=self.noise_std, sample_rates=self.sample_rates)  # σ_t > 0: one-line errors
+            values = self.spread()
         else:
             values = self.final_model_scores
         values = np.asarray(values, dtype=float)
@@ -204,14 +252,18 @@ class RunCanaryObservations:
             "all_iterates_scores": np.asarray(self.all_iterates_scores, dtype=float),
             "final_model_scores": np.asarray(self.final_model_scores, dtype=float),
         }
+        if self.standardised_sum is not None and self.standardised_sum_of_squares is not None:
+            arrays["standardised_sum"] = np.asarray(self.standardised_sum, dtype=float)
+            arrays["standardised_sum_of_squares"] = np.asarray(self.standardised_sum_of_squares, dtype=float)
         if self.observations is not None:
             arrays["observations"] = self.observations.astype(np.float32, copy=False)
         return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))
 
     @classmethod
     def load(cls, path: str | Path) -> RunCanaryObservations:
-        """Read a ``save``d file; a file written before the statistics were stored (observations only) gets them
-        recomputed (``statistics_of``)."""
+        """Read a ``save``d file; a file written before the statistics (or the spread's sums) were stored gets them
+        recomputed from its observations (``statistics_of``, ``spread_sums_of``), or no spread sums (None) where it
+        kept no observations."""
         path = Path(path)
         if not path.is_file():
             raise DPAuditError(
@@ -227,6 +279,13 @@ class RunCanaryObservations:
                 else:  # an older file: the observations only
                     arrays["all_iterates_scores"], arrays["final_model_scores"] = cls.statistics_of(
                         arrays["observations"], noise_std=arrays["noise_std"], sample_rates=arrays["sample_rates"]
+                    )
+                if "standardised_sum" in data.files:
+                    arrays["standardised_sum"] = data["standardised_sum"]
+                    arrays["standardised_sum_of_squares"] = data["standardised_sum_of_squares"]
+                elif arrays["observations"] is not None:  # an older file with its observations
+                    arrays["standardised_sum"], arrays["standardised_sum_of_squares"] = cls.spread_sums_of(
+                        arrays["observations"], noise_std=arrays["noise_std"]
                     )
             sidecar = read_json(path.with_suffix(".json"))
             settings = {
@@ -276,7 +335,7 @@ class RunCanaries(TrainingObserver):
     sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
     reads_updates = True  # the observations are read from the released update
     # the output file and when it was written; the device buffer (empty at every epoch end)
-    transient_state = ("path", "save_every", "_saved_at", "_pending")
+    transient_state = ("path", "save_every", "_saved_at", "_pending", "_scratch")
 
     def __init__(
         self,
@@ -318,6 +377,9 @@ class RunCanaries(TrainingObserver):
         # per canary, summed online in float64: Λ_j (``step_log_ratio`` of each step) and Σ_t x_tj
         self._all_iterates = torch.zeros(count, device=device, dtype=torch.float64)
         self._final_model = torch.zeros(count, device=device, dtype=torch.float64)
+        # Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t², the sums of the spread over the steps (``spread_scores``)
+        self._standardised_sum = torch.zeros(count, device=device, dtype=torch.float64)
+        self._standardised_squares = torch.zeros(count, device=device, dtype=torch.float64)
         # per step
         self._noise_multipliers: list[float] = []
         self._sample_rates: list[float] = []
@@ -325,6 +387,7 @@ class RunCanaries(TrainingObserver):
         self._step_in_epoch = 0
         self._recorded = 0  # steps whose observations are in ``_observations``
         self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
+        self._scratch: torch.Tensor | None = None  # [3, M] float64 work buffers of ``after_update``, made at its first
 
     @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
@@ -367,7 +430,7 @@ class RunCanaries(TrainingObserver):
         if self.sampling == "poisson":  # each member independently with probability q: a uniform subset of
             # Binomial(members, q) members (fewer draws than one uniform per member)
             count = self.rng.binomial(members, optimizer.hyper.sample_rate)
-            drawn = np.sort(self.rng.choice(members, size=count, replace=False, shuffle=False))
+            drawn = self.rng.choice(members, size=count, replace=False, shuffle=False)  # distinct, in no order
         else:
             drawn = self._slots == self._step_in_epoch
         return self._member_coordinates[drawn]
@@ -377,9 +440,10 @@ class RunCanaries(TrainingObserver):
         coordinates = self.present(optimizer)
         self._step_in_epoch += 1
         if coordinates.size:
-            optimizer.accumulate_diracs(
-                coordinates=host_to_device(coordinates, self.parameter.device), magnitude=self.magnitude
-            )
+            with one_cpu_thread(self.parameter.device):
+                optimizer.accumulate_diracs(
+                    coordinates=host_to_device(coordinates, self.parameter.device), magnitude=self.magnitude
+                )
 
     def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
         """Normalise the released update at the canary block (x = u·b/c, float32), add the step's terms to the
@@ -387,17 +451,24 @@ class RunCanaries(TrainingObserver):
         update = optimizer.last_update[-1].detach().float()
         scale = self.batch_size / self.contribution
         z, q = float(cost.noise_multiplier), float(cost.sample_rate)
-        if not self.keeps_observations:
-            x = update * scale
-        elif update.device.type == "cpu":  # straight into the host array
-            x = torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
-            self._recorded += 1
-        else:  # on the device until the epoch ends: no wait for the device at every step
-            x = update * scale
-            self._pending.append(x)
-        x = x.double()
-        self._all_iterates += step_log_ratio(x, self._noise_std(z), q)
-        self._final_model += x
+        if self._scratch is None:
+            self._scratch = torch.empty((3, self.count), device=update.device, dtype=torch.float64)
+        with one_cpu_thread(update.device):  # faster where cores are shared; the same values up to rounding
+            if not self.keeps_observations:
+                x = update * scale
+            elif update.device.type == "cpu":  # straight into the host array
+                x = torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
+                self._recorded += 1
+            else:  # on the device until the epoch ends: no wait for the device at every step
+                x = update * scale
+                self._pending.append(x)
+            x = self._scratch[0].copy_(x)  # float64, exactly
+            terms = step_log_ratio(x, self._noise_std(z), q, out=self._scratch[1], work=self._scratch[2])
+            self._all_iterates += terms
+            self._final_model += x
+            standardised = torch.div(x, self._noise_std(z), out=self._scratch[1])  # y = x/σ_t, for the spread
+            self._standardised_sum += standardised
+            self._standardised_squares.addcmul_(standardised, standardised)
         self._noise_multipliers.append(z)
         self._sample_rates.append(q)
 
@@ -431,6 +502,8 @@ class RunCanaries(TrainingObserver):
             observations=self._observations[: self._recorded] if self.keeps_observations else None,
             all_iterates_scores=self._all_iterates.cpu().numpy().copy(),
             final_model_scores=self._final_model.cpu().numpy().copy(),
+            standardised_sum=self._standardised_sum.cpu().numpy().copy(),
+            standardised_sum_of_squares=self._standardised_squares.cpu().numpy().copy(),
             noise_multipliers=z,
             sample_rates=np.array(self._sample_rates, dtype=float),
             noise_std=self._noise_std(z),

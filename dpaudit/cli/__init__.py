@@ -22,7 +22,17 @@ COMMAND_GROUPS = (
     ("commands", ("train", "audit", "attack", "theory", "epsilon", "calibrate", "list")),
     (
         "pipeline commands",
-        ("summarize-run", "audit-table", "figure", "manifest", "summarize", "validation", "batch"),
+        (
+            "summarize-run",
+            "audit-table",
+            "figure",
+            "manifest",
+            "summarize",
+            "validation",
+            "validation-run",
+            "ladder",
+            "batch",
+        ),
     ),
 )
 
@@ -61,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_manifest(subcommands)
     pipeline.add_summarize(subcommands)
     pipeline.add_validation(subcommands)
+    pipeline.add_validation_run(subcommands)
+    pipeline.add_ladder(subcommands)
     pipeline.add_batch(subcommands, parse=parser.parse_args)
     commands.add_list(subcommands)
     _list_commands_by_group(parser, subcommands)

@@ -394,6 +394,12 @@ def _run_scores(args: argparse.Namespace, attack: str):
             theory["mechanism"] = found.mechanism
         if found.selection is not None:
             theory["selection"] = found.selection
+        if found.ledger is not None:  # whole-run canaries: trials pooled over runs of one ledger only
+            if "ledger" in theory and not all(
+                np.array_equal(theory["ledger"][key], value) for key, value in found.ledger.items()
+            ):
+                raise DPAuditError(f"the {attack} audit pools runs of one ledger (z_t, q_t); {run} has another")
+            theory["ledger"] = found.ledger
         members.append(found.members)
         nonmembers.append(found.nonmembers)
     return np.concatenate(members), np.concatenate(nonmembers), epoch, theory
@@ -402,8 +408,12 @@ def _run_scores(args: argparse.Namespace, attack: str):
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_confidence, check_delta
 
+    if getattr(args, "canary_record", None) is not None:
+        if args.scores is not None or args.run is not None:
+            raise DPAuditError("give exactly one of --scores FILE.csv, --run RUN and --canary-record FILE.npz")
+        return _audit_canary_record(args)
     if (args.scores is None) == (args.run is None):
-        raise DPAuditError("give exactly one of --scores FILE.csv and --run RUN")
+        raise DPAuditError("give exactly one of --scores FILE.csv, --run RUN and --canary-record FILE.npz")
     check_delta(args.delta, allow_zero=False)
     check_confidence(args.confidence)
     if args.out is not None and args.out_dir is not None:
@@ -431,6 +441,36 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit_canary_record(args: argparse.Namespace) -> int:
+    """``dpaudit audit --canary-record FILE``: the whole-run audit of a saved canary record (``CanaryAudit.save`` of
+    ``dpaudit.opacus``, or a run's ``canaries_run.npz``) against the ledger it holds."""
+    from dpaudit._io import write_json
+    from dpaudit.attacks.canary_run import RunCanaryObservations
+    from dpaudit.audit import audit_whole_run
+
+    record = RunCanaryObservations.load(args.canary_record)
+    report = audit_whole_run(
+        statistics=(record.all_iterates_scores, record.final_model_scores),
+        members=record.members,
+        noise_multipliers=record.noise_multipliers,
+        sample_rates=record.sample_rates,
+        noise_std=record.noise_std,
+        delta=args.delta,
+        confidence=args.confidence,
+        seed=args.seed,
+    )
+    out = args.out or args.canary_record.with_name(args.canary_record.stem + "_audit.json")
+    write_json(out, {"source": str(args.canary_record), "attack": "canary-record", "whole_run": report.to_dict()})
+    if not args.no_plot:
+        from dpaudit.figures.roc import plot_roc
+
+        curves = {"all iterates": report.all_iterates.to_dict(), "final model": report.final_model.to_dict()}
+        plot_roc(curves, stem=out.with_suffix(""), title=f"whole-run canaries: {args.canary_record.name}")
+    print(report.summary())
+    print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+    return 0
+
+
 def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> None:
     from dpaudit._io import write_json
     from dpaudit.audit import audit_scores
@@ -439,7 +479,10 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     report = audit_scores(
         members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
     )
+    ledger = theory.pop("ledger", None)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
+    if ledger is not None:
+        payload["whole_run"] = _whole_run_claims(members, nonmembers, ledger=ledger, args=args, attack=attack)
     write_json(out, payload)
     label = payload["attack"]
     if not args.no_plot:
@@ -450,7 +493,59 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     for key in ("epsilon_run", "epsilon_mechanism"):
         if theory.get(key) is not None:
             print(f"theoretical ε ({key.split('_')[1]}) = {theory[key]:.4g}")
+    if ledger is not None:
+        whole_run = payload["whole_run"]
+        family = whole_run["family"]
+        if family is not None:
+            caveat = "capped: the strongest hypothesis" if family["capped"] else "if the run is a subsampled SGM"
+            print(f"family bound: ε ≥ {family['epsilon']:.4g} at {100 * args.confidence:g} % ({caveat})")
+        print(f"the ledger claims ε = {whole_run['epsilon_pld']:.4g} (PLD), {whole_run['epsilon_rdp']:.4g} (RDP)")
     print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+
+
+def _whole_run_claims(members, nonmembers, *, ledger, args, attack) -> dict:
+    """What a whole-run canary audit adds to its JSON: the family bound on the same scores (the composed
+    Poisson-subsampled Gaussian of the observations' σ_t and q_t), the ε the ledger's z_t and q_t claim (PLD and
+    RDP) and, for the final model, the last-iterate heuristic ε, each labelled."""
+    from dataclasses import asdict
+
+    import numpy as np
+
+    from dpaudit.theory import epsilon as rdp_epsilon
+    from dpaudit.theory.tradeoff import last_iterate_epsilon, sgm_epsilon
+    from dpaudit.whole_run import family_lower_bound
+
+    z, sigma, q = (np.asarray(ledger[key], dtype=float) for key in ("noise_multipliers", "noise_std", "sample_rates"))
+    # the spread over the steps tests the noise's independence, not a mechanism within the family: no family bound
+    family = (
+        None
+        if attack == "canary-spread"
+        else family_lower_bound(
+            members,
+            nonmembers,
+            noise_multipliers=sigma,
+            sample_rates=q,
+            delta=args.delta,
+            confidence=args.confidence,
+            seed=args.seed,
+        )
+    )
+    constant = bool(np.all(z == z[0]) and np.all(q == q[0]))
+    heuristic = (
+        last_iterate_epsilon(noise_multiplier=float(z[0]), sample_rate=float(q[0]), steps=int(z.size), delta=args.delta)
+        if constant and attack == "canary-final"
+        else None
+    )
+    return {
+        "family": None if family is None else asdict(family),
+        "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
+        "epsilon_pld": sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=args.delta),
+        "epsilon_rdp": rdp_epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=args.delta),
+        "claim_label": "the ε the run's ledger (z_t, q_t) claims: PLD (tightest accountant) and RDP",
+        "epsilon_last_iterate": heuristic,
+        "last_iterate_label": "last-iterate heuristic (Steinke et al. 2025), not a guarantee",
+        "steps": int(z.size),
+    }
 
 
 def _attack_choices() -> str:
@@ -514,6 +609,13 @@ def add_audit(commands: argparse._SubParsersAction) -> None:
         type=Path,
         nargs="+",
         help="output folder(s) of `dpaudit train`; several (independent trials) are pooled",
+    )
+    audit.add_argument(
+        "--canary-record",
+        type=Path,
+        metavar="FILE.npz",
+        help="a saved whole-run canary record (dpaudit.opacus CanaryAudit.save, or a run's canaries_run.npz): "
+        "both threat models' bounds against the ledger it holds",
     )
     audit.add_argument(
         "--attack", choices=tuple(ATTACKS), nargs="+", default=["loss"], help="attack(s) on --run (default: loss)"

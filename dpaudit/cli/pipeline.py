@@ -233,6 +233,74 @@ def add_summarize(commands: argparse._SubParsersAction) -> None:
     summary.set_defaults(handler=_cmd_summarize)
 
 
+def _cmd_validation_run(args: argparse.Namespace) -> int:
+    from dpaudit._validation import check_delta
+    from dpaudit.figures.validation import write_validation_run
+
+    pairs = [tuple(pair.split("=", 1)) for pair in args.pair]
+    if any(len(pair) != 2 for pair in pairs):
+        raise DPAuditError(f"--pair takes BUG_RUN=TWIN_RUN (run folders); got {' '.join(args.pair)}")
+    check_delta(args.delta, allow_zero=False)
+    files = write_validation_run(pairs, delta=args.delta, out_dir=args.out, title=args.title)
+    print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def add_validation_run(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit validation-run`` and its handler."""
+    validation = commands.add_parser(
+        "validation-run",
+        help="the auditor on bugs only a whole-run audit sees, each run beside its correct twin",
+        description="Flag each run with whole-run canaries whose lower bounds (every iterate: family and "
+        "assumption-free; spread over the steps: assumption-free; each at 1 − 0.05/3) exceed the ε of its own "
+        "ledger; figure, table, JSON and manifest entry.",
+    )
+    validation.add_argument("--pair", nargs="+", required=True, help="BUG_RUN=TWIN_RUN run folders")
+    validation.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
+    validation.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/audit")
+    validation.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    validation.set_defaults(handler=_cmd_validation_run)
+
+
+def _cmd_ladder(args: argparse.Namespace) -> int:
+    from dpaudit._validation import check_confidence, check_delta
+    from dpaudit.figures.ladder import write_ladder
+
+    check_delta(args.delta, allow_zero=False)
+    check_confidence(args.confidence)
+    write_ladder(
+        args.files,
+        canaries=args.canaries,
+        delta=args.delta,
+        confidence=args.confidence,
+        metrics=args.metrics,
+        markdown=args.markdown,
+        out_dir=args.figures,
+        title=args.title,
+    )
+    print(args.markdown.read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def add_ladder(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit ladder`` and its handler."""
+    ladder = commands.add_parser(
+        "ladder",
+        help="the threat-model ladder: every rung's ε̂ lower bound beside the theoretical ε, per optimizer and ε",
+        description="Collect the whole-run (every iterate, final model), per-step canary and black-box audits of "
+        "the cross-optimizer runs into one table and one figure, each bound against the ε it tests.",
+    )
+    ladder.add_argument("files", nargs="+", type=Path, help="…/<section>/<run>/audit_<attack>.json files")
+    ladder.add_argument("--canaries", required=True, type=int, help="whole-run canaries per run (both classes)")
+    ladder.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")
+    ladder.add_argument("--confidence", type=float, default=0.95, help="the bounds' confidence (default: 0.95)")
+    ladder.add_argument("--metrics", required=True, type=Path, help="JSON to write")
+    ladder.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
+    ladder.add_argument("--figures", required=True, type=Path, help="folder for ladder.{pdf,png} and its manifest")
+    ladder.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    ladder.set_defaults(handler=_cmd_ladder)
+
+
 def add_validation(commands: argparse._SubParsersAction) -> None:
     """Declare ``dpaudit validation`` and its handler."""
     validation = commands.add_parser(

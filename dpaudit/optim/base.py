@@ -16,6 +16,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 import torch
 
+from dpaudit._device import one_cpu_thread
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import dense
@@ -282,16 +283,29 @@ class Optimizer:
         momentum (what a white-box observer of every update infers).
         """
         if self.record_updates:
-            self.last_update = [update.detach().clone() for update in updates]
+            self.last_update = []
+        if not self.audit_parameters:
+            self._apply_to(slice(None), list(updates))
+        else:  # the model's tensors as without the block, then the block's (``set_audit_block``) on one thread
+            model = len(self.params) - self.audit_parameters
+            self._apply_to(slice(model), list(updates[:model]))
+            with one_cpu_thread(self.params[-1].device):
+                self._apply_to(slice(model, None), list(updates[model:]))
+        self.steps_taken += 1
+
+    def _apply_to(self, part: slice, updates: list[torch.Tensor]) -> None:
+        """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``."""
+        if self.record_updates:
+            self.last_update.extend(update.detach().clone() for update in updates)
         # torch._foreach_*: one call per list instead of one per tensor (the per-call overhead dominates
         # small models trained as an ensemble)
         if self._velocity is not None:
-            torch._foreach_mul_(self._velocity, self.hyper.momentum)
-            torch._foreach_add_(self._velocity, list(updates))
-            updates = self._velocity
-        torch._foreach_add_(self.params, list(updates), alpha=-self.hyper.lr)
-        torch._foreach_zero_(self._sum)
-        self.steps_taken += 1
+            velocity = self._velocity[part]
+            torch._foreach_mul_(velocity, self.hyper.momentum)
+            torch._foreach_add_(velocity, updates)
+            updates = velocity
+        torch._foreach_add_(self.params[part], updates, alpha=-self.hyper.lr)
+        torch._foreach_zero_(self._sum[part])
 
 
 @register("sgd", dp_claim=False, description="non-private mini-batch SGD (reference; no DP claim)")

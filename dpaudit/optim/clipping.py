@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import torch
 
-from dpaudit._device import padding_mask
+from dpaudit._device import one_cpu_thread, padding_mask
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
@@ -165,9 +165,17 @@ class PrivateOptimizer(Optimizer):
         """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
         noise = self._step_noise().split([total.numel() for total in self._sum])
         noise = [values.view_as(total) for values, total in zip(noise, self._sum)]
-        updates = torch._foreach_div(self._sum, b)
-        torch._foreach_add_(updates, noise, alpha=std)
-        return updates
+        if not self.audit_parameters:
+            updates = torch._foreach_div(self._sum, b)
+            torch._foreach_add_(updates, noise, alpha=std)
+            return updates
+        model = len(self._sum) - self.audit_parameters  # the model's as without the block, the block on one thread
+        updates = torch._foreach_div(self._sum[:model], b)
+        torch._foreach_add_(updates, noise[:model], alpha=std)
+        with one_cpu_thread(self._sum[-1].device):
+            block = torch._foreach_div(self._sum[model:], b)
+            torch._foreach_add_(block, noise[model:], alpha=std)
+        return updates + block
 
     def _noise(self, shape) -> torch.Tensor:
         """N(0, I) values of ``shape`` from this optimizer's noise stream."""

@@ -23,15 +23,47 @@ VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], **VALIDATION_AUDIT[varian
 for _variant, _twin in VALIDATION_PAIRS.items():
     if VALIDATION_AUDIT[_variant]:
         VALIDATION_SETTINGS[_twin] = {**OPT_SETTINGS[_twin], **VALIDATION_AUDIT[_variant]}
+# whole-run canaries: every run of optimizers.runs they fit (results/audit_run), and the bugs only they see beside
+# their twins (results/audit_run_validation), each trained once with the cross-optimizer settings
+WHOLE = AUD["whole_run"]
+WHOLE_COMMON = {**CROSS_COMMON, "canaries": WHOLE["canaries"], "canary_design": "whole-run"}
+WHOLE_SETTINGS = {name: OPT_SETTINGS[name] for name in whole_run_names(OPT_SETTINGS, schema=SCHEMA)}
+WHOLE_BUG_SETTINGS = {  # a bug departs from its twin by its broken optimizer or by its sampling
+    bug["name"]: {**OPT_SETTINGS[bug["twin"]], **{k: bug[k] for k in ("optimizer", "sampling") if k in bug}}
+    for bug in WHOLE["validation"]
+}
+WHOLE_BUG_SETTINGS.update({bug["twin"]: OPT_SETTINGS[bug["twin"]] for bug in WHOLE["validation"]})
 AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, attacks)
     "audit": (AUD_SETTINGS, AUD_COMMON, AUD["common"]["trials"], AUD["attacks"]),
     "audit_cross": (OPT_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),
     "audit_validation": (VALIDATION_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),
+    "audit_run": (WHOLE_SETTINGS, WHOLE_COMMON, 1, WHOLE["attacks"]),
+    "audit_run_validation": (WHOLE_BUG_SETTINGS, WHOLE_COMMON, 1, WHOLE["attacks"]),
 }
 
 
 AUD_RUN_TABLES = {section: epsilon_run_table(settings, AUD["target_epsilons"])
-                  for section, (settings, _, _, _) in AUD_SECTIONS.items()}
+                  for section, (settings, _, _, _) in AUD_SECTIONS.items() if section != "audit_run_validation"}
+
+
+def whole_run_twin(twin, eps):
+    """The run folder of a bug's twin at ε: the ladder's run where it has one (the same settings), else its own."""
+    section = "audit_run" if f"{twin}_eps{eps:g}" in AUD_RUN_TABLES["audit_run"] else "audit_run_validation"
+    return trial_folder(section, f"{twin}_eps{eps:g}", 0)
+
+
+# each bug at its own ε, and its twin at each of them that the ladder does not train
+AUD_RUN_TABLES["audit_run_validation"] = {
+    **{run: entry for bug in WHOLE["validation"]
+       for run, entry in epsilon_run_table([bug["name"]], bug["target_epsilons"]).items()},
+    **{run: entry for bug in WHOLE["validation"]
+       for run, entry in epsilon_run_table([bug["twin"]], bug["target_epsilons"]).items()
+       if run not in AUD_RUN_TABLES["audit_run"]},
+}
+WHOLE_BUG_PAIRS = [  # (bug run folder, twin run folder) per bug and ε
+    (trial_folder("audit_run_validation", f"{bug['name']}_eps{eps:g}", 0), whole_run_twin(bug["twin"], eps))
+    for bug in WHOLE["validation"] for eps in bug["target_epsilons"]
+]
 
 
 def epsilon_runs(name):
@@ -63,9 +95,14 @@ rule audit_all:
         audit_files("audit"),  # the runs' audits too, so that a fresh clone re-runs them
         audit_files("audit_cross"),
         audit_files("audit_validation"),
+        audit_files("audit_run"),
+        audit_files("audit_run_validation"),
         "figures/audit/validation.png",
+        "figures/audit/validation_run.png",
+        "figures/audit/ladder.png",
         "metrics/audit.json",
         "metrics/audit_optimizers.json",
+        "metrics/audit_ladder.json",
 
 
 rule audit_run:  # one trial: train (canaries on the target), then the shadow attack if scored, in one process
@@ -170,3 +207,69 @@ rule audit_cross_table:
     shell:
         "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table} > {log} 2>&1"
         " --figures figures/audit --title '{params.title}' --roc-epsilon 4"
+
+
+rule audit_run_optimizer:  # whole-run canaries on one optimizer at every ε: train each ε-run, then score it
+    output:
+        expand("results/audit_run/{{name}}_eps{eps:g}/trial_0/{file}", eps=AUD["target_epsilons"],
+               file=["config.json", "summary.json"]),
+        expand("results/audit_run/{{name}}_eps{eps:g}/audit_{attack}.json", eps=AUD["target_epsilons"],
+               attack=WHOLE["attacks"]),
+    params:
+        commands=lambda wildcards: batch_command(
+            *[train_command(trial_folder("audit_run", run, 0), 0, audit_train_flags(run, "audit_run"), summarize=True)
+              for run in epsilon_runs(wildcards.name)],
+            *[score_command("audit_run", run) for run in epsilon_runs(wildcards.name)]),
+    log:
+        "logs/audit_run_optimizer/{name}.log",
+    shell:
+        "{params.commands} > {log} 2>&1"
+
+
+rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at one ε): train, then score it
+    output:
+        "results/audit_run_validation/{run}/trial_0/config.json",
+        "results/audit_run_validation/{run}/trial_0/summary.json",
+        expand("results/audit_run_validation/{{run}}/audit_{attack}.json", attack=WHOLE["attacks"]),
+    params:
+        commands=lambda wildcards: batch_command(
+            train_command(trial_folder("audit_run_validation", wildcards.run, 0), 0,
+                          audit_train_flags(wildcards.run, "audit_run_validation"), summarize=True),
+            score_command("audit_run_validation", wildcards.run)),
+    log:
+        "logs/audit_run_bug/{run}.log",
+    shell:
+        "{params.commands} > {log} 2>&1"
+
+
+rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, final model), per step, black box
+    input:
+        audit_files("audit_run"),
+        audit_files("audit_cross"),
+        [path for path in audit_files("audit") if "/audit_lira" in path],
+    output:
+        metrics="metrics/audit_ladder.json",
+        table="metrics/audit_ladder.md",
+        figures=multiext("figures/audit/ladder", ".pdf", ".png", ".manifest.json"),
+    params:
+        title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+    log:
+        "logs/audit_ladder.log",
+    shell:
+        "dpaudit ladder {input} --metrics {output.metrics} --markdown {output.table} --figures figures/audit"
+        " --title '{params.title}' --canaries {WHOLE[canaries]} > {log} 2>&1"
+
+
+rule audit_run_validation:  # the bugs only a whole-run audit sees, beside their twins
+    input:
+        [f"{folder}/config.json" for pair in WHOLE_BUG_PAIRS for folder in pair],
+    output:
+        multiext("figures/audit/validation_run", ".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"),
+    params:
+        pairs=" ".join(f"{bug}={twin}" for bug, twin in WHOLE_BUG_PAIRS),
+        title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+    log:
+        "logs/audit_run_validation.log",
+    shell:
+        "dpaudit validation-run --pair {params.pairs} --delta {AUD_COMMON[delta]} --out figures/audit"
+        " --title '{params.title}' > {log} 2>&1"

@@ -1,0 +1,347 @@
+"""The threat-model ladder: what each adversary can certify about one run, beside what its accountants claim.
+
+For every DP-claiming optimizer of the cross-optimizer audit at each target ε, one row per run with its rungs,
+from the strongest adversary to the weakest:
+
+* theory: the run's ε from its ledger (z_t, q_t) by the PRV accountant (tight) and by RDP — guarantees if the
+  run is the mechanism its ledger describes;
+* white box, every iterate (``canary-run``): whole-run canaries scored by their log likelihood ratio Λ, with
+  the family bound (if the run is a composed Poisson-subsampled Gaussian) and the assumption-free
+  Clopper–Pearson bound;
+* white box, final model only (``canary-final``): the canary coordinate's total update, the same two bounds,
+  and the last-iterate heuristic ε (a heuristic, not a guarantee);
+* white box, one step (``canary``): the per-step Dirac canaries, against the ε of the one unsubsampled step
+  each canary faces — a different claim, larger than the run's;
+* black box: the loss attack on the target (and LiRA where the audit core ran it), against the run's ε.
+
+Each lower bound is drawn against the claim it tests (y = x: the audit certifies all of it), beside its
+ceiling for the sample size: for the family bound, the bound a perfect audit of the exact mechanism with as
+many canaries gets (one simulation); for the assumption-free bound, the Clopper–Pearson ceiling of perfectly
+separated scores. Optimizers that whole-run canaries do not fit say why in their panel: a low ε̂ there is
+the canary design's limit, not evidence that the optimizer leaks less.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit._io import read_json, write_json
+from dpaudit._validation import DPAuditError
+from dpaudit.figures.style import figure_style, save_figure
+
+# why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim)
+UNFIT_REASONS = {
+    "projection": "a random projection spreads each record over every coordinate",
+    "sparse": "a support ranked over all coordinates masks each record",
+    "adadpigu": "a learned mask and per-record standardisation",
+    "base": "no per-record clipping or noise",
+}
+# the rungs: (key in a ladder row, label, colour, marker, filled)
+RUNGS = (
+    ("all_iterates_family", "every iterate: family bound", "#1f77b4", "o", True),
+    ("all_iterates_lower", "every iterate: assumption-free", "#1f77b4", "o", False),
+    ("final_model_family", "final model: family bound", "#ff7f0e", "s", True),
+    ("final_model_lower", "final model: assumption-free", "#ff7f0e", "s", False),
+    ("per_step_lower", "one step (per-step canaries), against one step's ε", "#9467bd", "D", True),
+    ("loss_lower", "black box: loss attack", "#7f7f7f", "v", True),
+    ("lira_lower", "black box: LiRA (online)", "#2ca02c", "^", True),
+)
+
+
+def _run_parts(run: str) -> tuple[str, float]:
+    name, _, epsilon = run.rpartition("_eps")
+    return name, float(epsilon)
+
+
+def _unfit_reason(optimizer: str) -> str | None:
+    """None if whole-run canaries fit ``optimizer``; else why not (one phrase)."""
+    from dpaudit.optim import get_spec
+
+    cls = get_spec(optimizer).cls
+    if cls.takes_dirac_records():
+        return None
+    return UNFIT_REASONS.get(cls.__module__.rpartition(".")[2], "its per-record processing is not a norm weighting")
+
+
+def _ledger_claims(run_folder: str | Path, *, delta: float) -> dict[str, float]:
+    """ε of a run's ledger at δ by the PRV and RDP accountants, and its steps' z and q."""
+    from dpaudit.ledger import PrivacyLedger
+    from dpaudit.rundir import RunDir
+    from dpaudit.theory import epsilon
+
+    z, q = PrivacyLedger.from_dict(read_json(RunDir(run_folder).target.ledger)).per_step()
+    claims = {
+        accountant: epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=delta, accountant=accountant)
+        for accountant in ("prv", "rdp")
+    }
+    return {"epsilon_prv": claims["prv"], "epsilon_rdp": claims["rdp"], "z": z, "q": q}
+
+
+def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per DP-claiming optimizer run (name and target ε) of the cross-optimizer audit.
+
+    Args:
+        files: ``dpaudit audit`` results: ``results/audit_run/<run>/audit_canary-*.json`` (whole-run canaries),
+            ``results/audit_cross/<run>/audit_{canary,loss}.json`` and ``results/audit/<run>/audit_lira-*.json``.
+        canaries: M, the whole-run canaries per run (both classes), for the family bound's ceiling.
+        delta: δ of every ε.
+        seed: seed of the ceiling's simulation.
+
+    Returns:
+        Rows with the claims (``epsilon_prv``, ``epsilon_rdp``, ``epsilon_step`` of the per-step canaries), the
+        lower bounds of each rung (nats; None where the rung was not audited), their ceilings, and
+        ``whole_run_unfit`` (why whole-run canaries do not fit the optimizer, or None).
+    """
+    from dpaudit.optim import get_spec
+
+    by_run: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in files:
+        path = Path(path)
+        payload = read_json(path)
+        section, run = path.parent.parent.name, path.parent.name
+        by_run.setdefault((section, run), {})[payload["attack"]] = payload
+    cross = sorted((run for section, run in by_run if section == "audit_cross"), key=lambda run: _run_parts(run)[::-1])
+    if not cross:
+        raise DPAuditError("the ladder needs the cross-optimizer audit's results (results/audit_cross/…)")
+    rows = []
+    ceilings: dict[float, float] = {}
+    for run in cross:
+        name, target = _run_parts(run)
+        found = by_run[("audit_cross", run)]
+        any_payload = next(iter(found.values()))
+        source = str(any_payload["source"]).split()[0]
+        config = read_json(Path(source) / "config.json")
+        optimizer = config["config"]["optimizer"]
+        if not get_spec(optimizer).dp_claim:
+            continue
+        claims = _ledger_claims(source, delta=delta)
+        whole = by_run.get(("audit_run", run), {})
+        core = by_run.get(("audit", run), {})
+
+        def lower(payload):
+            return None if payload is None else float(payload["report"]["epsilon_lower"])
+
+        def family(payload):
+            return None if payload is None else float(payload["whole_run"]["family"]["epsilon"])
+
+        row = {
+            "run": run,
+            "name": name,
+            "optimizer": optimizer,
+            "target_epsilon": target,
+            "epsilon_prv": claims["epsilon_prv"],
+            "epsilon_rdp": claims["epsilon_rdp"],
+            "whole_run_unfit": None if whole else _unfit_reason(optimizer),
+            "all_iterates_family": family(whole.get("canary-run")),
+            "all_iterates_family_capped": bool(whole["canary-run"]["whole_run"]["family"]["capped"])
+            if "canary-run" in whole
+            else None,
+            "all_iterates_lower": lower(whole.get("canary-run")),
+            "final_model_family": family(whole.get("canary-final")),
+            "final_model_lower": lower(whole.get("canary-final")),
+            "spread_lower": lower(whole.get("canary-spread")),
+            "epsilon_last_iterate": (
+                whole["canary-final"]["whole_run"]["epsilon_last_iterate"] if "canary-final" in whole else None
+            ),
+            "lower_ceiling": float(whole["canary-run"]["report"]["epsilon_ceiling"]) if "canary-run" in whole else None,
+            "per_step_lower": lower(found.get("canary")),
+            "epsilon_step": float(found["canary"]["epsilon_mechanism"]) if "canary" in found else None,
+            "loss_lower": lower(found.get("loss")),
+            "lira_lower": lower(core.get("lira-online")),
+            "canaries": canaries if whole else None,
+        }
+        if whole:
+            if target not in ceilings:  # one mechanism per ε: the first whole-run ledger at it (DP-SGD's when run)
+                ceilings[target] = _family_ceiling(claims["z"], claims["q"], canaries=canaries, delta=delta, seed=seed)
+            row["family_ceiling"] = ceilings[target]
+        else:
+            row["family_ceiling"] = None
+        rows.append(row)
+    return rows
+
+
+def _family_ceiling(z, q, *, canaries: int, delta: float, seed: int) -> float:
+    """The family bound that an audit of the exact composed subsampled Gaussian (z_t, q_t) with ``canaries``
+    canaries (half members) certifies, on one simulation: what this sample size allows."""
+    from dpaudit.whole_run import family_lower_bound, simulate_scores
+
+    per_side = max(canaries // 2, 2)
+    simulated = simulate_scores(members=per_side, nonmembers=per_side, noise_multipliers=z, sample_rates=q, seed=seed)
+    bound = family_lower_bound(
+        simulated.member_lr, simulated.nonmember_lr, noise_multipliers=z, sample_rates=q, delta=delta
+    )
+    return float(bound.epsilon)
+
+
+def _fmt(value) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
+    """The ladder as a Markdown table (every ε in nats at the runs' δ)."""
+    level = f"{100 * confidence:g} %"
+    lines = [
+        f"Threat-model ladder. Lower bounds at {level} confidence; family = if the run is a composed Poisson-"
+        "subsampled Gaussian with its q and T; AF = assumption-free (Clopper–Pearson); the per-step canaries' "
+        "bound is against one step's ε (no subsampling, no composition), every other bound against the run's ε.",
+        "",
+        "| optimizer | target ε | ε PRV | ε RDP | every iterate: family | every iterate: AF | final model: family | "
+        "final model: AF | last-iterate heuristic | family ceiling | AF ceiling | one step: AF (its ε) | "
+        "loss: AF | LiRA: AF | family / ε PRV |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ratio = None if row["all_iterates_family"] is None else row["all_iterates_family"] / row["epsilon_prv"]
+        family = _fmt(row["all_iterates_family"]) + (" (capped)" if row["all_iterates_family_capped"] else "")
+        if row["whole_run_unfit"]:
+            family = f"not fitted: {row['whole_run_unfit']}"
+        lines.append(
+            f"| {row['name']} | {row['target_epsilon']:g} | {_fmt(row['epsilon_prv'])} | {_fmt(row['epsilon_rdp'])} | "
+            f"{family} | {_fmt(row['all_iterates_lower'])} | {_fmt(row['final_model_family'])} | "
+            f"{_fmt(row['final_model_lower'])} | {_fmt(row['epsilon_last_iterate'])} | {_fmt(row['family_ceiling'])} | "
+            f"{_fmt(row['lower_ceiling'])} | {_fmt(row['per_step_lower'])} ({_fmt(row['epsilon_step'])}) | "
+            f"{_fmt(row['loss_lower'])} | {_fmt(row['lira_lower'])} | {_fmt(ratio)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, confidence: float) -> list[Path]:
+    """One panel per optimizer: each rung's lower bound against the ε it tests, y = x, and the ceilings."""
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(row["name"] for row in rows))
+    columns = min(4, len(names))
+    grid_rows = -(-len(names) // columns)
+    with figure_style():
+        legend_inches = 0.9
+        fig, axes = plt.subplots(
+            grid_rows, columns, figsize=(3.3 * columns, 3.0 * grid_rows + legend_inches), squeeze=False
+        )
+        for ax in axes.flat[len(names) :]:
+            ax.set_visible(False)
+        legend = {}
+        for ax, name in zip(axes.flat, names):
+            mine = sorted((row for row in rows if row["name"] == name), key=lambda row: row["target_epsilon"])
+            claims = np.array([row["epsilon_prv"] for row in mine])
+            top = 1.15 * max([*claims, *(row["epsilon_step"] or 0 for row in mine)])
+            (legend["y = x: the audit certifies all of the claim"],) = ax.plot(
+                [0, top], [0, top], color="black", linewidth=0.8
+            )
+            for key, label, style in (
+                ("family_ceiling", "family bound's ceiling (exact mechanism, same canaries)", "--"),
+                ("lower_ceiling", "assumption-free ceiling (perfect separation)", ":"),
+                ("epsilon_last_iterate", "last-iterate heuristic ε (not a guarantee)", "-."),
+            ):
+                points = [(row["epsilon_prv"], row[key]) for row in mine if row[key] is not None]
+                if points:
+                    x, y = np.array(points).T
+                    color = "#ff7f0e" if key == "epsilon_last_iterate" else "#1f77b4"
+                    (legend[label],) = ax.plot(
+                        x, y, color=color, linestyle=style, marker="_", markersize=9, linewidth=0.8, alpha=0.7
+                    )
+            for key, label, color, marker, filled in RUNGS:
+                points = [
+                    (row["epsilon_step"] if key == "per_step_lower" else row["epsilon_prv"], row[key])
+                    for row in mine
+                    if row[key] is not None
+                ]
+                if not points:
+                    continue
+                x, y = np.array(points).T
+                legend[label] = ax.scatter(
+                    x,
+                    y,
+                    marker=marker,
+                    s=30,
+                    zorder=3,
+                    **({"color": color} if filled else {"facecolors": "none", "edgecolors": color}),
+                )
+            reason = mine[0]["whole_run_unfit"]
+            if reason:
+                ax.text(
+                    0.03,
+                    0.97,
+                    f"no whole-run canaries:\n{reason}\n(a low ε̂ here is the design's limit)",
+                    transform=ax.transAxes,
+                    fontsize=6,
+                    va="top",
+                )
+            ax.set_xlim(0, top)
+            ax.set_ylim(0, top)
+            ax.set_title(name, fontsize=9)
+            ax.set_xlabel("claimed ε (PRV; one step's ε for per-step)", fontsize=7)
+            ax.set_ylabel(f"ε̂ lower bound ({100 * confidence:g} %)", fontsize=7)
+        fig.suptitle(f"Threat-model ladder: what each adversary certifies, {title}", fontsize=10)
+        fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
+        fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=7)
+        return save_figure(fig, stem)
+
+
+def write_ladder(
+    files: list[str | Path],
+    *,
+    canaries: int,
+    delta: float,
+    confidence: float,
+    metrics: str | Path,
+    markdown: str | Path,
+    out_dir: str | Path,
+    title: str,
+) -> list[Path]:
+    """``metrics`` (JSON rows), ``markdown`` (table), and ``ladder.{pdf,png}`` + ``ladder.manifest.json`` in
+    ``out_dir``."""
+    rows = ladder_rows(files, canaries=canaries, delta=delta)
+    write_json(metrics, {"confidence": confidence, "delta": delta, "rows": rows})
+    Path(markdown).write_text(ladder_markdown(rows, confidence=confidence), encoding="utf-8")
+    out = Path(out_dir)
+    written = plot_ladder(rows, stem=out / "ladder", title=title, confidence=confidence)
+    from scipy import stats
+
+    audited = [row for row in rows if row["all_iterates_family"] is not None]
+    bounds = [(row["run"], key) for row in rows for key, *_ in RUNGS if row[key] is not None]
+    above = [f"{run}/{key}" for run, key in bounds if _row(rows, run)[key] > _claim(_row(rows, run), key)]
+    # each bound exceeds a true claim with probability ≤ 1 − confidence: more than the binomial's 95 % quantile
+    # of such exceedances is evidence against the claims (or the bounds)
+    allowed = int(stats.binom.ppf(0.95, len(bounds), 1 - confidence))
+    ratios = {row["run"]: row["all_iterates_family"] / row["epsilon_prv"] for row in audited}
+    entry = {
+        "name": "audit/ladder",
+        "paper": "all seeds: the threat-model ladder",
+        "figure": "threat-model ladder",
+        "title": title,
+        "dataset": title,
+        "files": [str(path) for path in written] + [str(metrics), str(markdown)],
+        "claims": [
+            {
+                "claim": f"Lower bounds above the ε their run claims are no more than {100 * (1 - confidence):g} % "
+                "errors allow (the binomial's 95 % quantile)",
+                "holds": len(above) <= allowed,
+                "numbers": {"above": above, "bounds": len(bounds), "allowed": allowed},
+            },
+            {
+                "claim": "Whole-run canaries (every iterate, family bound) certify more of the run's ε than every "
+                "black-box attack, on every optimizer they fit",
+                "holds": bool(audited)
+                and all(
+                    row["all_iterates_family"] >= max(row["loss_lower"] or 0.0, row["lira_lower"] or 0.0)
+                    for row in audited
+                ),
+                "numbers": {"family_over_prv": ratios},
+            },
+        ],
+    }
+    write_json(out / "ladder.manifest.json", entry)
+    return [*written, out / "ladder.manifest.json"]
+
+
+def _row(rows: list[dict[str, Any]], run: str) -> dict[str, Any]:
+    return next(row for row in rows if row["run"] == run)
+
+
+def _claim(row: dict[str, Any], key: str) -> float:
+    """The ε a rung's lower bound tests: one step's for the per-step canaries, the run's (PRV) otherwise."""
+    return row["epsilon_step"] if key == "per_step_lower" else row["epsilon_prv"]
