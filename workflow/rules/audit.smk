@@ -6,6 +6,7 @@
 # `dpaudit audit` turns each run's scores (trials pooled) into ε̂: point estimate, 95 % lower bound, ceiling.
 
 AUD = config["audit"]
+AUD_RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **AUD.get("resources", {})}  # of the training jobs
 AUD_COMMON = {k: v for k, v in AUD["common"].items() if k != "trials"}
 AUD_SHADOW = "shadow" in AUD["attacks"]  # the shadow attack's scores come from `dpaudit attack` after training
 AUD_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in AUD["runs"]}
@@ -29,7 +30,8 @@ WHOLE = AUD["whole_run"]
 WHOLE_COMMON = {**CROSS_COMMON, "canaries": WHOLE["canaries"], "canary_design": "whole-run"}
 WHOLE_SETTINGS = {name: OPT_SETTINGS[name] for name in whole_run_names(OPT_SETTINGS, schema=SCHEMA)}
 WHOLE_BUG_SETTINGS = {  # a bug departs from its twin by its broken optimizer or by its sampling
-    bug["name"]: {**OPT_SETTINGS[bug["twin"]], **{k: bug[k] for k in ("optimizer", "sampling") if k in bug}}
+    bug["name"]: {"optimizer": OPT_SETTINGS[bug["twin"]].get("optimizer", bug["twin"]), **OPT_SETTINGS[bug["twin"]],
+                  **{k: bug[k] for k in ("optimizer", "sampling") if k in bug}}
     for bug in WHOLE["validation"]
 }
 WHOLE_BUG_SETTINGS.update({bug["twin"]: OPT_SETTINGS[bug["twin"]] for bug in WHOLE["validation"]})
@@ -114,6 +116,10 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
             train_command(trial_folder("audit", wildcards.run, wildcards.trial), wildcards.trial,
                           audit_train_flags(wildcards.run, "audit")),
             *([f"attack --quiet --run {trial_folder('audit', wildcards.run, wildcards.trial)}"] if AUD_SHADOW else [])),
+    resources:
+        gpu=AUD_RESOURCES["gpu"],
+        mem_mb=AUD_RESOURCES["mem_mb"],
+        runtime=AUD_RESOURCES["runtime"],
     log:
         "logs/audit_run/{run}/trial_{trial}.log",
     shell:
@@ -156,6 +162,10 @@ rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each t
                             audit_train_flags(run, wildcards.section), summarize=True)
               for run in epsilon_runs(wildcards.name) for trial in range(CROSS["trials"])],
             *[score_command(wildcards.section, run) for run in epsilon_runs(wildcards.name)]),
+    resources:
+        gpu=AUD_RESOURCES["gpu"],
+        mem_mb=AUD_RESOURCES["mem_mb"],
+        runtime=AUD_RESOURCES["runtime"],
     log:
         "logs/audit_optimizer/{section}/{name}.log",
     shell:
@@ -220,6 +230,10 @@ rule audit_run_optimizer:  # whole-run canaries on one optimizer at every ε: tr
             *[train_command(trial_folder("audit_run", run, 0), 0, audit_train_flags(run, "audit_run"), summarize=True)
               for run in epsilon_runs(wildcards.name)],
             *[score_command("audit_run", run) for run in epsilon_runs(wildcards.name)]),
+    resources:
+        gpu=AUD_RESOURCES["gpu"],
+        mem_mb=AUD_RESOURCES["mem_mb"],
+        runtime=AUD_RESOURCES["runtime"],
     log:
         "logs/audit_run_optimizer/{name}.log",
     shell:
@@ -236,6 +250,10 @@ rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at
             train_command(trial_folder("audit_run_validation", wildcards.run, 0), 0,
                           audit_train_flags(wildcards.run, "audit_run_validation"), summarize=True),
             score_command("audit_run_validation", wildcards.run)),
+    resources:
+        gpu=AUD_RESOURCES["gpu"],
+        mem_mb=AUD_RESOURCES["mem_mb"],
+        runtime=AUD_RESOURCES["runtime"],
     log:
         "logs/audit_run_bug/{run}.log",
     shell:
