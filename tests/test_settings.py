@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_STRUCTURE_KEYS = {
     "optimizer",
     "sampling",
+    "canary_design",
     "batch_size",
     "canaries",
     "trials",
@@ -37,11 +38,11 @@ def test_schema_optimizer_settings_follow_the_declarations():
     declared = {
         name: constraint
         for name, constraint in _schema_defs()["optimizer_settings"]["properties"].items()
-        if name not in {"name", "optimizer", "sampling"}
+        if name not in {"name", "optimizer", "sampling", "canary_design"}
     }
     paste = yaml.safe_dump(expected, sort_keys=False, default_flow_style=None, allow_unicode=True)
     assert declared == expected, (
-        f"$defs.optimizer_settings.properties should hold (besides name, optimizer, sampling):\n{paste}"
+        f"$defs.optimizer_settings.properties should hold (besides name, optimizer, sampling, canary_design):\n{paste}"
     )
 
 
