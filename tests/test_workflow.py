@@ -113,8 +113,8 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
     "old, new, message",
     [
         (
-            "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3, projection_refresh: run}",
-            "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5, projection_refresh: run}",
+            "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 0.3, projection_refresh: run,",
+            "{name: d2p2-sgd, lr: 0.005, gamma: 0.01, reduction_rate: 1.5, projection_refresh: run,",
             "Error validating config file",
         ),
         ("{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}", "unknown optimizer 'auto-w'"),
@@ -142,15 +142,15 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
             "audit.validation.pairs.dpsgd-no-clip: twin 'dpsgd-dc' is not a run of optimizers.runs",
         ),
         # projection-aligned canaries: only for the random-projection optimizers, variant (schema) and twin
-        ("{canary_design: projection-aligned}]   #", "{canary_design: aligned}]   #", "Error validating config file"),
+        ("canary_design: projection-aligned}", "canary_design: aligned}", "Error validating config file"),
         (
             "- [dpsgd-no-clip, dpsgd-gc]",
             "- [dpsgd-no-clip, dpsgd-gc, {canary_design: projection-aligned}]",
             "Error validating config file",
         ),
         (
-            "- [dp2-sgd-as-published, dp2-sgd,",
-            "- [dp2-sgd-as-published, dpsgd-gc,",
+            "- [dp2-sgd-as-published, dp2-sgd]",
+            "- [dp2-sgd-as-published, dpsgd-gc, {canary_design: projection-aligned}]",
             "projection-aligned canaries need a random projection; the twin 'dpsgd-gc' (dpsgd-gc) has none",
         ),
         # support canaries: only for optimizers that learn a support from dense steps
