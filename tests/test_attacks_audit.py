@@ -334,7 +334,7 @@ def test_pooling_dirac_canaries_of_a_projection_overstates_the_evidence():
     more often than α. The bound must hold for the projection the run drew; this A (|N(0, 1)| entries, a
     possible draw kept for the whole run) makes the scores of a step positively dependent. One trial per step
     (canary 0's, i.i.d. given A) keeps the miss rate at most α."""
-    from dpaudit.estimate.counts import _cp_upper
+    from dpaudit.estimate import clopper_pearson_upper
 
     rng = np.random.default_rng(0)
     count, kept, block, blocks, alpha = 20, 6, 40, 300, 0.05
@@ -353,7 +353,7 @@ def test_pooling_dirac_canaries_of_a_projection_overstates_the_evidence():
         missed = 0
         for audit in range(1, blocks + 1):
             found = nonmembers(slice(audit * block, (audit + 1) * block))
-            missed += _cp_upper(np.array([np.sum(found > cut)]), found.size, alpha)[0] < truth
+            missed += clopper_pearson_upper(int(np.sum(found > cut)), found.size, alpha=alpha) < truth
         miss_rate[independent] = missed / blocks
     assert miss_rate[True] > 2 * alpha  # 0.18 for this draw: the pooled count claims evidence it does not have
     assert miss_rate[False] <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / blocks)
