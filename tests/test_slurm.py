@@ -33,9 +33,12 @@ ACCOUNT, PARTITION = "dpaudit", "main"
 GPU_SECTION = "dpsgd_dc:\n  resources: {gpu: 1, mem_mb: 3000, runtime: 30}\n"
 PRESET = ["--configfile", "configs/smoke.yaml", "gpu.yaml"]
 CANCELLED_RULE = "dpsgd_dc_run"
-# what each job must be given (memory, minutes, GPUs): gpu.yaml for the DPSGD-GC/DC training jobs, the rule's own
-# defaults for the optimizer runs (workflow/rules/optimizers.smk), the profile's default-resources for the rest
-RESOURCES = {"dpsgd_dc_run": ("3000M", "30", "1"), "optimizers_run": ("2000M", "60", None)}
+# what each job must be given (memory, minutes, GPUs): gpu.yaml for the DPSGD-GC/DC training jobs, the training
+# rules' own defaults (section_resources in workflow/rules/common.smk) for the other training jobs, the profile's
+# default-resources for the rest
+TRAINING_DEFAULTS = ("2000M", "60", None)
+TRAINING_RULES = ("optimizers_run", "audit_run", "audit_optimizer", "audit_run_optimizer", "audit_run_bug")
+RESOURCES = {"dpsgd_dc_run": ("3000M", "30", "1"), **dict.fromkeys(TRAINING_RULES, TRAINING_DEFAULTS)}
 PROFILE_DEFAULTS = ("4000M", "120", None)
 
 

@@ -6,7 +6,7 @@
 # `dpaudit audit` turns each run's scores (trials pooled) into ε̂: point estimate, 95 % lower bound, ceiling.
 
 AUD = config["audit"]
-AUD_RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **AUD.get("resources", {})}  # of the training jobs
+AUD_RESOURCES = section_resources(AUD)  # of the training jobs
 AUD_COMMON = {k: v for k, v in AUD["common"].items() if k != "trials"}
 AUD_SHADOW = "shadow" in AUD["attacks"]  # the shadow attack's scores come from `dpaudit attack` after training
 AUD_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in AUD["runs"]}
@@ -117,9 +117,7 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
                           audit_train_flags(wildcards.run, "audit")),
             *([f"attack --quiet --run {trial_folder('audit', wildcards.run, wildcards.trial)}"] if AUD_SHADOW else [])),
     resources:
-        gpu=AUD_RESOURCES["gpu"],
-        mem_mb=AUD_RESOURCES["mem_mb"],
-        runtime=AUD_RESOURCES["runtime"],
+        **AUD_RESOURCES,
     log:
         "logs/audit_run/{run}/trial_{trial}.log",
     shell:
@@ -163,9 +161,7 @@ rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each t
               for run in epsilon_runs(wildcards.name) for trial in range(CROSS["trials"])],
             *[score_command(wildcards.section, run) for run in epsilon_runs(wildcards.name)]),
     resources:
-        gpu=AUD_RESOURCES["gpu"],
-        mem_mb=AUD_RESOURCES["mem_mb"],
-        runtime=AUD_RESOURCES["runtime"],
+        **AUD_RESOURCES,
     log:
         "logs/audit_optimizer/{section}/{name}.log",
     shell:
@@ -231,9 +227,7 @@ rule audit_run_optimizer:  # whole-run canaries on one optimizer at every ε: tr
               for run in epsilon_runs(wildcards.name)],
             *[score_command("audit_run", run) for run in epsilon_runs(wildcards.name)]),
     resources:
-        gpu=AUD_RESOURCES["gpu"],
-        mem_mb=AUD_RESOURCES["mem_mb"],
-        runtime=AUD_RESOURCES["runtime"],
+        **AUD_RESOURCES,
     log:
         "logs/audit_run_optimizer/{name}.log",
     shell:
@@ -251,9 +245,7 @@ rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at
                           audit_train_flags(wildcards.run, "audit_run_validation"), summarize=True),
             score_command("audit_run_validation", wildcards.run)),
     resources:
-        gpu=AUD_RESOURCES["gpu"],
-        mem_mb=AUD_RESOURCES["mem_mb"],
-        runtime=AUD_RESOURCES["runtime"],
+        **AUD_RESOURCES,
     log:
         "logs/audit_run_bug/{run}.log",
     shell:

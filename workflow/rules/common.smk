@@ -50,3 +50,9 @@ def batch_command(*commands):
     import shlex
 
     return "dpaudit batch --quiet " + " ".join(shlex.quote(command) for command in commands)
+
+
+def section_resources(section):
+    """A section's training-job resources: its `resources:` (gpu, mem_mb, runtime in minutes) over the defaults of
+    one CPU job (no GPU, 2000 MB, an hour); the other rules take the profile's default-resources."""
+    return {"gpu": 0, "mem_mb": 2000, "runtime": 60, **section.get("resources", {})}

@@ -3,7 +3,7 @@
 from dpaudit.figures import FIGURE_SPECS
 
 S4 = config["dpsgd_dc"]
-RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **S4.get("resources", {})}
+RESOURCES = section_resources(S4)
 COMMON = S4["common"]
 TRIALS = list(range(COMMON["trials"]))
 # run name → its own settings, from the config (a job's flags come from here, never from parsing its name)
@@ -69,9 +69,7 @@ rule dpsgd_dc_run:  # train target + shadows, then attack every checkpoint, in o
                           run_config(wildcards.run)),
             f"attack --quiet --run {trial_folder('dpsgd_dc', wildcards.run, wildcards.trial)}"),
     resources:
-        gpu=RESOURCES["gpu"],
-        mem_mb=RESOURCES["mem_mb"],
-        runtime=RESOURCES["runtime"],
+        **RESOURCES,
     log:
         "logs/dpsgd_dc_run/{run}/trial_{trial}.log",
     shell:

@@ -3,7 +3,7 @@
 # is replayed from its privacy ledger. The audit figures of later issues draw from these runs.
 
 OPT = config["optimizers"]
-OPT_RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **OPT.get("resources", {})}
+OPT_RESOURCES = section_resources(OPT)
 OPT_COMMON = {k: v for k, v in OPT["common"].items() if k != "trials"}
 OPT_TRIALS = list(range(OPT["common"]["trials"]))
 OPT_SETTINGS = {run["name"]: {k: v for k, v in run.items() if k != "name"} for run in OPT["runs"]}
@@ -41,9 +41,7 @@ rule optimizers_run:  # train target + shadows, attack every checkpoint, replay 
     params:
         commands=lambda wildcards: optimizer_run_commands(wildcards.run, wildcards.trial),
     resources:
-        gpu=OPT_RESOURCES["gpu"],
-        mem_mb=OPT_RESOURCES["mem_mb"],
-        runtime=OPT_RESOURCES["runtime"],
+        **OPT_RESOURCES,
     log:
         "logs/optimizers_run/{run}/trial_{trial}.log",
     shell:

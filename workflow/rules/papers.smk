@@ -6,7 +6,7 @@ from dpaudit.experiments import experiment_trials, plan_experiments
 from dpaudit.figures import FIGURE_SPECS
 
 PAPERS = config["papers"]
-PAPER_RESOURCES = {"gpu": 0, "mem_mb": 2000, "runtime": 60, **PAPERS.get("resources", {})}  # of the training jobs
+PAPER_RESOURCES = section_resources(PAPERS)  # of the training jobs
 TUNED = {settings.get("optimizer", name): {k: v for k, v in settings.items() if k != "optimizer"}
          for name, settings in OPT_SETTINGS.items()}
 PAPER_EXPERIMENTS, PAPER_RUNS = plan_experiments(PAPERS, tuned=TUNED)
@@ -74,9 +74,7 @@ for _optimizer, _runs in PAPER_GROUPS.items():
             commands=batch_command(*[train_command(trial_folder("papers", run, trial), trial,
                                                    cli_flags(PAPER_RUNS[run]), summarize=True) for run, trial in _runs]),
         resources:
-            gpu=PAPER_RESOURCES["gpu"],
-            mem_mb=PAPER_RESOURCES["mem_mb"],
-            runtime=PAPER_RESOURCES["runtime"],
+            **PAPER_RESOURCES,
         log:
             f"logs/papers_{_optimizer}.log",
         shell:
