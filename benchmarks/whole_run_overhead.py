@@ -9,6 +9,11 @@ canaries' work, the epochs' evaluations and writes), ``wall`` the whole ``train_
 calibration, the data, the loop, the files). Per M: the median of the per-repetition ratios with / without canaries
 (each repetition's three trainings run back to back), and the ratio of the medians.
 
+Per M also the floor of any implementation (``floor_*``): the work every canary needs at every step whatever the
+code around it, its noise draw (``torch.Tensor.normal_``) and its Λ term (``step_log_ratio``: one exp and one log)
+plus the four float64 sums kept online, timed alone on one thread (median of 200 steps), and the loop ratio it
+alone would give (1 + 200·floor / loop seconds without canaries).
+
 Usage: python benchmarks/whole_run_overhead.py [--canaries 20000 200000] [--repeats 5] [--threads N]
 """
 
@@ -34,6 +39,32 @@ def _train(config, out: Path) -> tuple[float, float]:
     wall = time.perf_counter() - started
     loop = json.loads(RunDir(out).target.metrics.read_text())["elapsed_seconds"][-1]
     return float(loop), wall
+
+
+def _floor_milliseconds(count: int, *, steps: int = 200) -> float:
+    """Median milliseconds per step of the canary block's unavoidable work at M = ``count`` on one thread."""
+    import torch
+
+    from dpaudit._device import one_cpu_thread
+    from dpaudit.whole_run import step_log_ratio
+
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.empty(count)
+    x, out, work = (torch.empty(count, dtype=torch.float64) for _ in range(3))
+    sums = [torch.zeros(count, dtype=torch.float64) for _ in range(4)]
+    times = []
+    with one_cpu_thread(torch.device("cpu")):
+        for _ in range(steps):
+            started = time.perf_counter()
+            noise.normal_(generator=generator)
+            x.copy_(noise)
+            terms = step_log_ratio(x, 1.0, 0.1, out=out, work=work)
+            sums[0] += terms
+            sums[1] += x
+            sums[2] += x
+            sums[3].addcmul_(x, x)
+            times.append(time.perf_counter() - started)
+    return 1e3 * statistics.median(times)
 
 
 def main() -> None:
@@ -103,6 +134,9 @@ def main() -> None:
         summary["milliseconds_per_step_added"] = (
             1e3 * (statistics.median(with_canaries["loop"]) - statistics.median(times["none"]["loop"])) / 200
         )
+        floor = _floor_milliseconds(count)
+        summary["floor_milliseconds_per_step"] = floor
+        summary["floor_loop_ratio"] = 1 + floor * 200 / 1e3 / statistics.median(times["none"]["loop"])
         result[f"canaries_{count}"] = summary
     result["seconds"] = times
     print(json.dumps(result, indent=1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -411,8 +412,7 @@ def audit_whole_run(
             fewer than 2 canaries in a class, a bad ledger, δ or confidence.
     """
     # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
-    from dpaudit.theory import epsilon as rdp_epsilon
-    from dpaudit.theory.tradeoff import group_steps, last_iterate_epsilon, sgm_epsilon
+    from dpaudit.theory.tradeoff import group_steps
     from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores, spread_scores
 
     delta = check_delta(delta, allow_zero=False)
@@ -471,19 +471,51 @@ def audit_whole_run(
         reports[name] = audit_scores(member_scores, nonmember_scores, **options)
         if name != "spread":  # the family bound tests within the subsampled-Gaussian family: Λ and Σ_t x_t only
             reports[f"{name}_family"] = family_lower_bound(member_scores, nonmember_scores, **ledger, **options)
-    constant = bool(np.all(z == z[0]) and np.all(q == q[0]))
     return WholeRunReport(
         **reports,
-        epsilon_pld=sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta),
-        epsilon_rdp=rdp_epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=delta),
-        epsilon_last_iterate=last_iterate_epsilon(
-            noise_multiplier=float(z[0]), sample_rate=float(q[0]), steps=int(z.size), delta=delta
-        )
-        if constant
-        else None,
+        **ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate=True),
         delta=delta,
         confidence=float(confidence),
     )
+
+
+def ledger_claims(*, noise_multipliers, sample_rates, delta: float, last_iterate: bool) -> dict[str, float | None]:
+    """The ε that a run's ledger claims at δ, each labelled by its key.
+
+    Args:
+        noise_multipliers: [T] z_t = σ_t/C of each step, as the ledger records them.
+        sample_rates: [T] q_t of each step.
+        delta: δ of every ε.
+        last_iterate: also the last-iterate heuristic ε (the final model's threat model).
+
+    Returns:
+        ``epsilon_pld`` (the PLD accountant's upper bound, tightest), ``epsilon_rdp`` (RDP's) and
+        ``epsilon_last_iterate`` (Steinke et al. 2025's heuristic, not a guarantee; None unless asked for and
+        every step has the same z and q), all in nats.
+    """
+    from dpaudit.theory.tradeoff import last_iterate_epsilon
+
+    z, q = (tuple(np.asarray(values, dtype=float).tolist()) for values in (noise_multipliers, sample_rates))
+    constant = len(set(z)) == 1 and len(set(q)) == 1
+    return {
+        **_accountant_claims(z, q, float(delta)),
+        "epsilon_last_iterate": last_iterate_epsilon(noise_multiplier=z[0], sample_rate=q[0], steps=len(z), delta=delta)
+        if last_iterate and constant
+        else None,
+    }
+
+
+@lru_cache(maxsize=16)
+def _accountant_claims(z: tuple, q: tuple, delta: float) -> dict[str, float]:
+    """The PLD and RDP ε of a ledger, once per ledger (the attacks of one ``dpaudit audit`` share it; the PLD
+    of a ledger whose steps differ takes seconds)."""
+    from dpaudit.theory import epsilon as rdp_epsilon
+    from dpaudit.theory.tradeoff import sgm_epsilon
+
+    return {
+        "epsilon_pld": sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta),
+        "epsilon_rdp": rdp_epsilon(noise_multiplier=list(z), sample_rate=list(q), delta=delta),
+    }
 
 
 #: The three lower bounds of :func:`validation_flag`, in the order ``ValidationFlag.flagged_by`` lists them.

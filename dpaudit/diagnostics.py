@@ -31,6 +31,7 @@ from dpaudit.run import load_run_config, open_run
 
 HISTOGRAM_EDGES = np.linspace(-0.05, 0.05, 201)
 SMALL_GRADIENT = 0.01
+DEFAULT_SOURCE = "clipped mean gradient before noise"  # what an optimizer without ``accumulated_statistic`` holds
 CURVE_RATIOS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
 ENERGY_BATCHES = 50
 RANDOM_SUPPORTS = 20
@@ -50,8 +51,12 @@ class GradientHistogram:
         self.counts = np.zeros(len(HISTOGRAM_EDGES) - 1, dtype=np.int64)
         self.below = self.above = self.small = self.total = self.steps = 0
         self.largest = 0.0
+        self.sources: list[str] = []
 
-    def add(self, gradient: list[torch.Tensor]) -> None:
+    def add(self, gradient: list[torch.Tensor], *, source: str = DEFAULT_SOURCE) -> None:
+        """Count one step's statistic; ``source`` says what it is (an optimizer's ``accumulated_statistic``)."""
+        if source not in self.sources:
+            self.sources.append(source)
         values = torch.cat([g.detach().flatten() for g in gradient]).double().cpu().numpy()
         self.counts += np.histogram(values, bins=HISTOGRAM_EDGES)[0]
         self.below += int((values < HISTOGRAM_EDGES[0]).sum())
@@ -64,7 +69,7 @@ class GradientHistogram:
     def to_dict(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
-            "source": "clipped mean gradient before noise, every coordinate of every step",
+            "source": "; then ".join(self.sources or [DEFAULT_SOURCE]) + ", every coordinate of every step",
             "bin_edges": HISTOGRAM_EDGES.tolist(),
             "counts": self.counts.tolist(),
             "below_range": self.below,
@@ -124,7 +129,7 @@ class TrainingDiagnostics(TrainingObserver):
         if epoch == self.histogram.epoch:
             gradient = optimizer.gradient_before_noise()
             if gradient is not None:
-                self.histogram.add(gradient)
+                self.histogram.add(gradient, source=getattr(optimizer, "accumulated_statistic", DEFAULT_SOURCE))
 
     def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
         self.observe_support(optimizer, epoch=epoch)

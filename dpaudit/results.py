@@ -196,8 +196,8 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
         groups[(path.parent.name, payload["attack"])].append(payload)
     metrics: dict[str, Any] = {}
     lines = [
-        "| run | attack | trials (members + non-members) | ε̂ point | ε̂ GDP (estimate) | ε̂ lower (95 %) | ceiling | "
-        "theoretical ε | lower / theory | AUC | TPR @ 0.1 % FPR |",
+        "| run | attack | trials (members + non-members) | ε̂ point (null 95 %) | ε̂ GDP (estimate) | ε̂ lower (95 %) | "
+        "ceiling | theoretical ε | lower / theory | AUC | TPR @ 0.1 % FPR |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (run, attack), results in sorted(groups.items()):
@@ -209,8 +209,10 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
         def mean(key):
             return float(np.mean([float(rep[key]) for rep in reports]))
 
+        nulls = [rep.get("epsilon_point_null") for rep in reports]  # None: too many scores, or an older file
         row = {
             "epsilon_point": mean("epsilon_point"),
+            "epsilon_point_null": None if any(v is None for v in nulls) else float(np.mean(nulls)),
             "epsilon_lower": mean("epsilon_lower"),
             "epsilon_gdp": mean("epsilon_gdp"),
             "samples": int(np.mean([rep["n_members"] + rep["n_nonmembers"] for rep in reports])),
@@ -224,8 +226,9 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
         }
         metrics[f"{run}/{attack}"] = row
         label = f"{theory:.2f} ({'per step' if per_step else 'run'})"
+        null = "null n/a" if row["epsilon_point_null"] is None else f"null 95 %: {row['epsilon_point_null']:.2f}"
         lines.append(
-            f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} | {row['epsilon_gdp']:.2f} | "
+            f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} ({null}) | {row['epsilon_gdp']:.2f} | "
             f"{row['epsilon_lower']:.2f} | "
             f"{row['epsilon_ceiling']:.2f} | {label} | {row['ratio_lower_to_theory']:.2f} | {row['auc']:.3f} | "
             f"{row['tpr_at_0.1%_fpr']:.4f} |"
@@ -251,8 +254,16 @@ def gallery_markdown(entries: Iterable[dict[str, Any]], *, root: str | Path = ".
         lines += [f"**{paper}**", ""]
         cells = []
         for entry in items:
-            held = sum(claim["holds"] for claim in entry["claims"])
-            caption = f"{entry['figure']}: {held}/{len(entry['claims'])} claims hold"
+            paper = [claim for claim in entry["claims"] if claim["kind"] == "paper"]
+            held = sum(claim["verdict"] == "holds" for claim in paper)
+            against = sum(claim["verdict"] == "contradicted" for claim in paper)
+            checks = len(entry["claims"]) - len(paper)
+            caption = (
+                f"{entry['figure']}: {held}/{len(paper)} paper claims hold, {against} contradicted"
+                + (f"; {checks} checks of the toolkit" if checks else "")
+                if entry["claims"]
+                else f"{entry['figure']}: no claims"
+            )
             files = [Path(path) for path in entry["files"]]
             image = next((path for path in files if path.suffix == ".png"), None)
             target = image or next((path for path in files if path.suffix == ".md"), files[0])

@@ -691,6 +691,7 @@ def train_configuration(
             "dp_claim": optim.get_spec(config.optimizer).dp_claim,
             "target_epsilon": target_epsilon,
             "planned_epsilon": planned_epsilon(config),
+            "planned_epsilon_shuffled_upper": planned_shuffled_epsilon(config),
             "delta": config.delta,
             "accountant": config.accountant,
         },
@@ -722,7 +723,11 @@ def train_configuration(
 
 
 def planned_epsilon(config: TrainConfig) -> float | None:
-    """Theoretical ε at ``config.delta`` of the target's planned steps (None for non-private optimizers)."""
+    """Theoretical ε at ``config.delta`` of the target's planned steps (None for non-private optimizers).
+
+    It is the Poisson-subsampled accountants' ε: a guarantee only for ``sampling: poisson`` and an optimizer with a
+    DP claim (``derived.dp_claim``); for shuffled batches see :func:`planned_shuffled_epsilon`, for an optimizer
+    with no DP claim it is what the optimizer claims."""
     spec = optim.get_spec(config.optimizer)
     if not issubclass(spec.cls, optim.PrivateOptimizer):
         return None
@@ -733,3 +738,17 @@ def planned_epsilon(config: TrainConfig) -> float | None:
         delta=config.delta,
         accountant=config.accountant,
     )
+
+
+def planned_shuffled_epsilon(config: TrainConfig) -> float | None:
+    """For ``sampling: shuffle``, a valid upper bound on ε at ``config.delta`` of the target's planned steps: each
+    epoch one unsubsampled Gaussian step per record, composed over the epochs
+    (:func:`dpaudit.theory.shuffled_upper_epsilon`). None for Poisson sampling and non-private optimizers."""
+    spec = optim.get_spec(config.optimizer)
+    if config.sampling != "shuffle" or not issubclass(spec.cls, optim.PrivateOptimizer):
+        return None
+    hyper = config.hyperparameters(config.target_size)
+    z = np.asarray(spec.cls.planned_noise_multipliers(hyper), dtype=float).reshape(-1)
+    per_epoch = steps_per_epoch(dataset_size=config.target_size, batch_size=config.batch_size)
+    ends = list(range(per_epoch, z.size + 1, per_epoch))
+    return theory.shuffled_upper_epsilon(noise_multipliers=z, epoch_ends=ends, delta=config.delta)

@@ -426,28 +426,6 @@ def _epsilon_of_scale(groups, scale: float, delta: float) -> float:
     return sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=HYPOTHESIS_DISCRETIZATION)
 
 
-def _scale_for_epsilon(groups, delta: float, target: float) -> float:
-    """s with ε(s·z) ≈ target (ε decreases in s), by bracketing and Brent's method on log s."""
-    from scipy import optimize
-
-    lo = hi = 1.0
-    if _epsilon_of_scale(groups, 1.0, delta) < target:
-        while _epsilon_of_scale(groups, lo, delta) < target:
-            lo /= 2
-        hi = 2 * lo
-    else:
-        while _epsilon_of_scale(groups, hi, delta) > target:
-            hi *= 2
-        lo = hi / 2
-    root = optimize.brentq(
-        lambda log_s: math.log(max(_epsilon_of_scale(groups, math.exp(log_s), delta), 1e-300)) - math.log(target),
-        math.log(lo),
-        math.log(hi),
-        xtol=1e-4,
-    )
-    return math.exp(root)
-
-
 def _curve(groups, scale: float) -> TradeoffLowerBound:
     z, q = _scaled(groups, scale)
     return sgm_tradeoff(
@@ -469,17 +447,24 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
     """Build (once per ledger, δ and grid size) the hypotheses H_s and their trade-off lower bounds.
 
     The noise scales span s_min, with ε(s_min) ≈ min(4·ε_run, 30) (at least 1.25·ε_run), to s_max with
-    ε(s_max) ≈ 0.01. They are placed by their ε (log-spaced; s read off a 40-point scout table of ε(s)):
+    ε(s_max) ≈ 0.01. They are placed by their ε (log-spaced; s read off a scout table of ε(s) at s = √2^k,
+    k = 0, ±1, … until it spans both ends, interpolated log-log: ε(s) is smooth, and a ledger whose steps differ
+    costs one PLD composition per distinct step, so the table is kept short):
     a sixth of the grid over [0.01, ε_run/4], half over [ε_run/4, 1.5·ε_run] (≈ 2 % apart for the default
     grid, where a good audit's bound lies), a third over [1.5·ε_run, ε(s_min)] (where an audit of a run
     with under-stated noise lands). The grid depends on the ledger only, never on the scores.
     """
-    eps_run = max(_epsilon_of_scale(groups, 1.0, delta), 4 * EPSILON_GRID_FLOOR)
+    table = {1.0: _epsilon_of_scale(groups, 1.0, delta)}  # the scout table s → ε(s)
+    eps_run = max(table[1.0], 4 * EPSILON_GRID_FLOOR)
     eps_hi = max(min(4 * eps_run, EPSILON_GRID_CAP), 1.25 * eps_run)
-    s_min = _scale_for_epsilon(groups, delta, eps_hi)
-    s_max = _scale_for_epsilon(groups, delta, EPSILON_GRID_FLOOR)
-    scout = np.geomspace(s_min, s_max, 40)
-    scout_eps = np.array([_epsilon_of_scale(groups, s, delta) for s in scout])
+    ends = ((1 / math.sqrt(2), lambda eps: eps >= eps_hi), (math.sqrt(2), lambda eps: eps <= EPSILON_GRID_FLOOR))
+    for factor, reached in ends:
+        scale, eps = 1.0, table[1.0]
+        while not reached(eps):
+            scale *= factor
+            eps = table[scale] = _epsilon_of_scale(groups, scale, delta)
+    scout = np.array(sorted(table))
+    scout_eps = np.array([table[s] for s in scout])
     low, upper = max(grid // 6, 1), max(grid // 3, 1)
     middle = max(grid - low - upper, 1)
     targets = np.concatenate(
@@ -491,7 +476,12 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
     )
     usable = scout_eps > 0  # ε decreases in s: interpolate log s against log ε (ascending ε)
     order = np.argsort(scout_eps[usable])
-    placed = np.exp(np.interp(np.log(targets), np.log(scout_eps[usable][order]), np.log(scout[usable][order])))
+
+    def scale_at(epsilons):
+        return np.exp(np.interp(np.log(epsilons), np.log(scout_eps[usable][order]), np.log(scout[usable][order])))
+
+    s_min, s_max = scale_at([eps_hi, EPSILON_GRID_FLOOR])
+    placed = scale_at(targets)
     scales = np.unique(np.concatenate([[s_min, s_max], np.clip(placed, s_min, s_max)]))
     return _Hypotheses(groups, delta, scales)
 

@@ -379,3 +379,70 @@ def test_rdp_epsilon_is_never_silently_infinite():
     assert np.all(rdp_subsampled_gaussian(noise_multiplier=1e-200, sample_rate=0.1, orders=[1.5, 2.0, 64.0]) == np.inf)
     with pytest.raises(DPAuditError, match="infinite"):
         epsilon(noise_multiplier=1e-200, sample_rate=0.1, steps=3, delta=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# shuffled batches: a valid upper bound beside the Poisson figure (privacy review, D2)
+# ---------------------------------------------------------------------------------------------
+
+
+def _analytic_gaussian_epsilon(mu: float, delta: float) -> float:
+    """Balle & Wang (2018): the ε at which a Gaussian mechanism of μ = Δ/σ is (ε, δ)-DP, by bisection on
+    δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (decreasing in ε)."""
+    from scipy.stats import norm
+
+    def delta_of(eps: float) -> float:
+        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+    low, high = 0.0, 1.0
+    while delta_of(high) > delta:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if delta_of(mid) > delta else (low, mid)
+    return (low + high) / 2
+
+
+@pytest.mark.parametrize("z, epochs, delta", [(1.0, 10, 1e-5), (2.0, 30, 1e-5), (0.8, 3, 1e-6), (5.0, 1, 1e-5)])
+def test_shuffled_upper_bound_is_the_composed_gaussian_mechanism(z, epochs, delta):
+    from dpaudit.theory import shuffled_upper_epsilon
+    from dpaudit.theory.tradeoff import sgm_epsilon
+
+    expected = _analytic_gaussian_epsilon(math.sqrt(epochs) / z, delta)  # E Gaussian steps of sensitivity 1
+    steps_per_epoch = 7
+    got = shuffled_upper_epsilon(
+        noise_multipliers=[z] * (steps_per_epoch * epochs),
+        epoch_ends=[steps_per_epoch * (e + 1) for e in range(epochs)],
+        delta=delta,
+    )
+    assert got == pytest.approx(expected, rel=1e-6)
+    # the same composition through the PLD accountant at q = 1, T = E (its upper estimate)
+    pld = sgm_epsilon(noise_multipliers=[z] * epochs, sample_rates=[1.0] * epochs, delta=delta)
+    assert expected - 1e-6 <= pld <= expected + 0.01
+    # and it is not below the Poisson figure of the same run (q = 1/7): shuffling claims no amplification here
+    poisson = epsilon(noise_multiplier=z, sample_rate=1 / steps_per_epoch, steps=steps_per_epoch * epochs, delta=delta)
+    assert got > poisson
+
+
+def test_shuffled_upper_bound_per_epoch_from_a_ledger():
+    from dpaudit.theory import ledger_shuffled_epsilons
+
+    ledger = PrivacyLedger(sampling="shuffle")
+    for epoch in ([2.0, 2.0, 1.0, 2.0], [2.0] * 4):  # epoch 1's worst step (z = 1) counts for the whole epoch
+        for z in epoch:
+            ledger.record(noise_multiplier=z, sample_rate=0.25)
+        ledger.end_epoch()
+    got = ledger_shuffled_epsilons(ledger.to_dict(), delta=1e-5)
+    assert got[0] == pytest.approx(_analytic_gaussian_epsilon(1.0, 1e-5), rel=1e-6)
+    assert got[1] == pytest.approx(_analytic_gaussian_epsilon(math.sqrt(1 + 1 / 4), 1e-5), rel=1e-6)
+    with pytest.raises(DPAuditError, match="not in the ledger"):
+        ledger_shuffled_epsilons(ledger, delta=1e-5, epochs=[3])
+
+
+def test_d2p2_figure_paper_privacy_constants_match_the_reproduced_values():
+    """The "paper parameters" markers of D2P2-SGD Fig 5 are the values reproduced above (PRV, first-step logging)."""
+    from dpaudit.figures.d2p2_sgd import PAPER_PRIVACY
+
+    reproduced = {60000: (1.0681, 2.7554), 73257: (0.9573, 2.4562)}  # test_d2p2_reported_privacy_loss's first_step
+    for (_, n), drawn in PAPER_PRIVACY.items():
+        assert drawn == pytest.approx(reproduced[n], abs=0.01)

@@ -4,6 +4,7 @@ principles, perfect separation without noise, and the audit entry points."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -248,7 +249,9 @@ def test_audit_command_from_a_run_and_from_a_score_file(tmp_path, capsys):
     )
     assert (tmp_path / "run" / "audit_canary.png").is_file()
     assert main(["audit", "--run", str(tmp_path / "run"), "--attack", "loss"]) == 0
-    assert json.loads((tmp_path / "run" / "audit_loss.json").read_text())["report"]["n_members"] == 120
+    loss_report = json.loads((tmp_path / "run" / "audit_loss.json").read_text())["report"]
+    assert loss_report["n_members"] == 120
+    assert 0 <= loss_report["epsilon_point_null"] <= math.log(120)  # the point estimate's null level beside it
     both = tmp_path / "both"
     assert (
         main(

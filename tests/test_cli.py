@@ -1,6 +1,7 @@
 """The command line: help, the train → attack workflow, theory values, one-line errors."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -172,6 +173,23 @@ def test_theory_command_reproduces_figure1_value(capsys):
     assert payload["epsilon_rdp"] == pytest.approx([0.0, 0.34375, 1.684375, 1.684375])
 
 
+def test_theory_flags_the_one_sided_bound_beside_the_exact_accountant(capsys):
+    # the DPSGD-GC/DC paper's experimental parameters: z = σb/C = 0.01, q = b/n = 0.01
+    argv = ["theory", "dpsgd-gc", "--steps", "1,3", "--alpha", "1.1", "--C", "20", "--sigma", "0.002"]
+    assert main(argv + ["--n", "10000", "--b", "100", "--delta", "1e-5"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert "one direction only" in payload["caveat"]
+    assert payload["epsilon_rdp"] == pytest.approx([220.0, 660.0])  # 2αC²T/(nbσ²)
+    exact = payload["exact_accountant"]
+    # α/(α−1)·log q + α/(2z²) = 11·log(0.01) + 5500, which the exact remove-direction RDP attains here
+    assert exact["per_step_rdp"] == pytest.approx(11 * math.log(0.01) + 5500, rel=1e-9)
+    assert exact["epsilon_rdp"] == pytest.approx([exact["per_step_rdp"] * t for t in (1, 3)])
+    assert exact["epsilon_dp_at_alpha"][0] == pytest.approx(exact["per_step_rdp"] + math.log(1e5) / 0.1)
+    argv = ["theory", "feldman2018", "--steps", "1", "--alpha", "1.1", "--C", "2", "--sigma", "4", "--b", "2"]
+    assert main(argv) == 0
+    assert "caveat" not in json.loads(capsys.readouterr().out)  # only the one-sided bounds carry it
+
+
 def test_theory_epochs_and_conditions(capsys):
     assert (
         main(
@@ -221,3 +239,73 @@ def test_epsilon_output_says_when_prv_fell_back_to_rdp(capsys):
     assert main(argv + ["100"]) == 0  # a grid PRV can hold: its own ε, no note
     payload = json.loads(capsys.readouterr().out)
     assert payload["notes"] == [] and payload["epsilon"]["prv"] < payload["epsilon"]["rdp"]
+
+
+def _ledger_run(path, *, sampling, dp_claim, z=1.0, steps_per_epoch=5, epochs=3):
+    from dpaudit.ledger import PrivacyLedger
+
+    ledger = PrivacyLedger(sampling=sampling, dp_claim=dp_claim)
+    for _ in range(epochs):
+        for _ in range(steps_per_epoch):
+            ledger.record(noise_multiplier=z, sample_rate=1 / steps_per_epoch)
+        ledger.end_epoch()
+    (path / "target").mkdir(parents=True)
+    (path / "target" / "ledger.json").write_text(json.dumps(ledger.to_dict()))
+    return path
+
+
+def test_epsilon_of_a_shuffled_run_gives_a_valid_upper_bound_beside_the_poisson_figure(tmp_path, capsys):
+    from scipy.stats import norm
+
+    run = _ledger_run(tmp_path / "run", sampling="shuffle", dp_claim=True)
+    assert main(["epsilon", "--run", str(run), "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "ε (shuffled)" in out and "not a guarantee for shuffled batches" in out and "approximate" not in out
+    saved = json.loads((run / "target" / "epsilon.json").read_text())
+    upper = saved["epsilon_shuffled_upper"]
+    # after 3 epochs at z = 1: one Gaussian step per epoch, μ = √3 (Balle & Wang 2018: δ(ε) at the reported ε is δ)
+    mu = math.sqrt(3)
+    delta_at = norm.cdf(-upper[-1] / mu + mu / 2) - math.exp(upper[-1]) * norm.cdf(-upper[-1] / mu - mu / 2)
+    assert delta_at == pytest.approx(1e-5, rel=1e-4)
+    assert upper[-1] > saved["epsilon"]["rdp"][-1]  # here the Poisson figure understates it
+    poisson = _ledger_run(tmp_path / "poisson", sampling="poisson", dp_claim=True)
+    assert main(["epsilon", "--run", str(poisson), "--delta", "1e-5"]) == 0
+    assert "shuffled" not in capsys.readouterr().out
+    assert "epsilon_shuffled_upper" not in json.loads((poisson / "target" / "epsilon.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "dp_claim, sampling, expected",
+    [
+        (True, "poisson", ["theoretical ε = 2 at δ = 1e-05 (rdp accountant)"]),
+        (False, "poisson", ["claimed ε (no DP guarantee) = 2 at δ = 1e-05 (rdp accountant)"]),
+        (
+            False,
+            "shuffle",
+            [
+                "claimed Poisson-sampling ε (no DP guarantee) = 2 at δ = 1e-05 (rdp accountant; not a guarantee for "
+                "shuffled batches)",
+                "claimed ε (no DP guarantee) = 30 at δ = 1e-05 (upper bound for shuffled batches: each epoch one "
+                "unsubsampled Gaussian step per record)",
+            ],
+        ),
+        (
+            True,
+            "shuffle",
+            [
+                "Poisson-sampling ε = 2 at δ = 1e-05 (rdp accountant; not a guarantee for shuffled batches)",
+                "theoretical ε = 30 at δ = 1e-05 (upper bound for shuffled batches: each epoch one unsubsampled "
+                "Gaussian step per record)",
+            ],
+        ),
+    ],
+)
+def test_train_labels_its_planned_epsilon(dp_claim, sampling, expected):
+    from types import SimpleNamespace
+
+    from dpaudit.cli.commands import _planned_epsilon_lines
+
+    derived = {"planned_epsilon": 2.0, "dp_claim": dp_claim, "planned_epsilon_shuffled_upper": 30.0}
+    config = SimpleNamespace(delta=1e-5, accountant="rdp", sampling=sampling)
+    assert _planned_epsilon_lines(derived, config) == expected
+    assert _planned_epsilon_lines({**derived, "planned_epsilon": None}, config) == []

@@ -5,8 +5,13 @@ import json
 
 import pytest
 
+from dpaudit._validation import DPAuditError
 from dpaudit.cli import main
+from dpaudit.cli.pipeline import claims_markdown
 from dpaudit.figures import FIGURES
+from dpaudit.figures import _paper as P
+from dpaudit.figures._paper import KINDS, VERDICTS
+from dpaudit.results import gallery_markdown
 
 THEORY_FIGURES = sorted(
     name
@@ -30,7 +35,7 @@ def test_figure_writes_files_and_manifest_entry(name, tmp_path, capsys):
         with open(path, "rb") as stream:
             assert len(stream.read()) > 200
     for claim in entry["claims"]:
-        assert isinstance(claim["holds"], bool) and claim["numbers"]
+        assert claim["verdict"] in VERDICTS and claim["kind"] in KINDS and claim["test"] and claim["numbers"]
 
 
 def test_figure1_claims_use_the_computed_values(tmp_path):
@@ -46,7 +51,7 @@ def test_figure1_claims_use_the_computed_values(tmp_path):
         },
         rel=1e-5,
     )
-    assert entry["claims"][0]["holds"]
+    assert entry["claims"][0]["verdict"] == "holds" and entry["claims"][0]["kind"] == "paper"
     # as in the paper's Fig 1, the SGM-based curves are drawn outside their validity conditions; the manifest says so
     assert set(entry["validity_conditions_violated"]) == {"mironov-composition", "altschuler-talwar2022"}
 
@@ -65,4 +70,99 @@ def test_manifest_merges_entries(tmp_path, capsys):
     assert main(["manifest", *entries, "--out", str(tmp_path / "manifest.json")]) == 0
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [f["figure"] for f in manifest["figures"]] == ["Fig 1", "Fig 5"]
-    assert "3 of 3 paper claims hold" in capsys.readouterr().out
+    assert "paper claims: 3 (3 holds, 0 contradicted, 0 inconclusive)" in capsys.readouterr().out
+
+
+def _claim_entry(name, *claims):
+    return {"name": name, "figure": "Fig 9", "files": ["x/figure9.png"], "claims": list(claims)}
+
+
+def test_claims_table_lists_paper_claims_and_checks_apart(tmp_path):
+    entries = [
+        _claim_entry(
+            "x/figure9",
+            P.claim("A beats B", "inconclusive", test="difference |a − b|, 95 % CI", gap=0.01),
+            P.claim("ε is concave", "holds", test="exact", kind="check", eps=[1, 2]),
+            P.claim("C beats D", "contradicted", test="exact", gap=-0.5),
+        )
+    ]
+    text = claims_markdown(entries, skipped=[])
+    paper, checks = text.split("## Checks of the toolkit")
+    assert "| figure | claim | verdict | test |" in paper
+    assert "2 (0 holds, 1 contradicted, 1 inconclusive)" in paper and "**inconclusive**" in paper
+    assert "difference \\|a − b\\|, 95 % CI" in paper  # a pipe inside a cell is escaped
+    assert "ε is concave" in checks and "ε is concave" not in paper
+    assert "1 (1 holds, 0 contradicted, 0 inconclusive)" in checks
+    gallery = gallery_markdown(entries)
+    assert "0/2 paper claims hold, 1 contradicted; 1 checks of the toolkit" in gallery
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"verdict": "yes"}, "verdict"),
+        ({"kind": "toolkit"}, "kind"),
+        ({"test": ""}, "test and numbers"),
+        ({"numbers": {}}, "test and numbers"),
+    ],
+)
+def test_claim_refuses_a_bad_verdict_kind_or_no_numbers(bad, match):
+    arguments = {"verdict": "holds", "kind": "paper", "test": "exact", "numbers": {"x": 1}, **bad}
+    with pytest.raises(DPAuditError, match=match):
+        P.claim("c", arguments["verdict"], test=arguments["test"], kind=arguments["kind"], **arguments["numbers"])
+
+
+def test_decide_known_answers():
+    """By hand: the 95 % normal interval is d ± 1.959964·SE; the 95 % t interval with 2 dof is d ± 4.302653·SE."""
+    assert P.decide(difference=0.05, standard_error=0.02) == "holds"  # [0.0108, 0.0892] > 0
+    assert P.decide(difference=0.03, standard_error=0.02) == "inconclusive"  # [−0.0092, 0.0692] contains 0
+    assert P.decide(difference=-0.05, standard_error=0.02) == "contradicted"  # [−0.0892, −0.0108] < 0
+    assert P.decide(difference=0.0392, standard_error=0.02) == "holds"  # lower end 0.0392 − 0.0391993 > 0
+    assert P.decide(difference=0.0391, standard_error=0.02) == "inconclusive"
+    # a margin shifts the claimed side: "more than 2 points better"
+    assert P.decide(difference=0.05, standard_error=0.01, margin=0.02) == "holds"  # [0.0304, 0.0696] > 0.02
+    assert P.decide(difference=0.03, standard_error=0.01, margin=0.02) == "inconclusive"
+    assert P.decide(difference=0.0, standard_error=0.005, margin=0.02) == "contradicted"  # upper 0.0098 < 0.02
+    # t with 2 dof is wider: 0.1 ± 1.96·0.03 = 0.1 ± 0.0588 excludes 0; 0.1 ± 4.3027·0.03 = 0.1 ± 0.129 does not
+    assert P.decide(difference=0.1, standard_error=0.03) == "holds"
+    assert P.decide(difference=0.1, standard_error=0.03, dof=2) == "inconclusive"
+    assert P.decide(difference=0.2, standard_error=0.03, dof=2) == "holds"  # 0.2 − 0.1291 > 0
+    assert P.decide(difference=0.01, standard_error=0.0) == "holds"  # no uncertainty: an exact comparison
+    assert P.decide(difference=float("nan"), standard_error=0.01) == "inconclusive"
+    assert P.combine(["holds", "holds"]) == "holds"
+    assert P.combine(["holds", "inconclusive"]) == "inconclusive"
+    assert P.combine(["inconclusive", "contradicted", "holds"]) == "contradicted"
+    assert P.combine([]) == "inconclusive"
+
+
+def test_accuracy_verdict_adds_the_test_sets_binomial_error():
+    """Two single runs at 80 % and 85 % on n_test records: SE of the difference = √(0.8·0.2/n + 0.85·0.15/n); with
+    two trials each, the trials' variance s²/m is added."""
+
+    def runs(*accuracies, n=360):
+        return [{"config": {"target_size": n}, "test_accuracy": [a]} for a in accuracies]
+
+    verdict, numbers = P.accuracy_verdict(runs(0.85), runs(0.80))
+    se = (0.8 * 0.2 / 360 + 0.85 * 0.15 / 360) ** 0.5  # 0.02824
+    assert numbers["standard_error"] == pytest.approx(se) and verdict == "inconclusive"  # 0.05 − 1.96·0.0282 < 0
+    assert P.accuracy_verdict(runs(0.85, n=3600), runs(0.80, n=3600))[0] == "holds"  # SE 0.00893
+    assert P.accuracy_verdict(runs(0.80, n=3600), runs(0.85, n=3600))[0] == "contradicted"
+    # trials 0.84 and 0.86 (mean 0.85, s² = 0.0002, s²/m = 0.0001) against 0.80 and 0.80 (s² = 0)
+    _, numbers = P.accuracy_verdict(runs(0.84, 0.86, n=3600), runs(0.80, 0.80, n=3600))
+    assert numbers["standard_error"] ** 2 == pytest.approx(0.85 * 0.15 / 3600 + 0.0001 + 0.8 * 0.2 / 3600)
+    assert P.lower_bound_verdict([0.0, 0.0], [1.0, 2.0]) == "inconclusive"  # no power: vacuous
+    assert P.lower_bound_verdict([0.3, 0.0], [1.0, 2.0]) == "holds"
+    assert P.lower_bound_verdict([1.5, 0.0], [1.0, 2.0]) == "contradicted"
+
+
+def test_theorem_3_3_3_4_are_flagged_one_sided(tmp_path):
+    for name in ("dpsgd_dc/figure1", "dpsgd_dc/figure5", "dpsgd_dc/table1"):
+        assert "one direction of add/remove adjacency only" in FIGURES[name](out_dir=tmp_path)["caveat"]
+    assert "one adjacency direction only" in (tmp_path / "table1.md").read_text()
+    # the finding at the paper's experimental parameters (z = 0.01, q = 0.01, α = 1.1): A = 2αC²/(nbσ²) = 220
+    # against the exact remove-direction RDP, which here equals 11·log(0.01) + 5500 (privacy review, D1)
+    [finding] = [c for c in FIGURES["dpsgd_dc/table1"](out_dir=tmp_path)["claims"] if "finding" in c]
+    assert finding["finding"] == "the paper's bound does not cover the other adjacency direction"
+    numbers = finding["numbers"]
+    assert numbers["paper_per_step_rdp"]["paper experiments"] == pytest.approx(220.0)
+    assert numbers["other_direction_exact_rdp"]["paper experiments"] == pytest.approx(5449.343, abs=1e-3)

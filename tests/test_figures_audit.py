@@ -60,6 +60,39 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
     assert metrics["dpsgd-gc_eps8/canary"]["epsilon_lower"] > metrics["tp-topk_eps8/canary"]["epsilon_lower"]
     assert metrics["dpsgd-gc_eps8/canary"]["epsilon_theory"] == 4.0
     assert "| dpsgd-gc_eps8 | canary |" in capsys.readouterr().out
+    assert "(null n/a)" in (tmp_path / "m.md").read_text()  # files from before the null level: said, not failed
+    assert metrics["dpsgd-gc_eps8/loss"]["epsilon_point_null"] is None
+
+
+def test_no_claim_optimizer_is_left_out_of_the_lower_bound_claim_and_marked(tmp_path):
+    """adadpigu-code makes no DP claim: its ε̂ above its (claimed) ε neither breaks "no optimizer exceeds its ε"
+    nor goes unnoticed (listed apart, drawn as "no DP claim")."""
+    from dpaudit.figures.audit import makes_dp_claim, plot_audit_figures
+    from dpaudit.results import audit_table
+
+    assert not makes_dp_claim("adadpigu-code") and makes_dp_claim("dpsgd-gc") and makes_dp_claim("not-registered")
+    files = []
+    for name, shift in (("dpsgd-gc", 0.0), ("adadpigu-code", 6.0)):
+        folder = tmp_path / f"{name}_eps1"
+        folder.mkdir()
+        files.append(_audit_file(folder, "canary", shift, 0.5))
+    metrics, _ = audit_table(files)
+    assert metrics["adadpigu-code_eps1/canary"]["epsilon_lower"] > 0.5  # would contradict the claim if counted
+    plot_audit_figures(files, metrics, out_dir=tmp_path / "fig", title="test")
+    (claim,) = read_json(tmp_path / "fig" / "audit.manifest.json")["claims"]
+    assert claim["verdict"] != "contradicted" and claim["numbers"]["points"] == 1
+    assert list(claim["numbers"]["no_dp_claim"]) == ["adadpigu-code_eps1/canary"]
+
+
+@pytest.mark.parametrize(
+    "fpr, n, expected",
+    [(0.001, 360, "below resolution (1/n = 0.28 %)"), (0.01, 360, "12 %"), (0.001, 1000, "12 %")],
+)
+def test_tpr_below_the_fpr_resolution_is_not_reported_as_a_number(fpr, n, expected):
+    """360 non-members measure FPR in steps of 1/360 = 0.28 %: a TPR "at 0.1 % FPR" is below that resolution."""
+    from dpaudit.figures.roc import tpr_text
+
+    assert tpr_text(fpr, 0.12, n_nonmembers=n) == expected
 
 
 def _validation_run(root, optimizer, eps, dp_claim, shift, design=None):
@@ -124,7 +157,7 @@ def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, caps
     assert report["false_alarms"]["audits"] == 16 and report["false_alarms"]["flagged"] == 0
     assert report["false_alarms"]["rate_upper_95"] == pytest.approx(1 - 0.05 ** (1 / 16))  # Clopper–Pearson, k = 0
     claims = read_json(out / "validation.manifest.json")["claims"]
-    assert [claim["holds"] for claim in claims] == [True, True, True]
+    assert [claim["verdict"] for claim in claims] == ["holds"] * 3 and {c["kind"] for c in claims} == {"check"}
     table = capsys.readouterr().out
     assert "| dpsgd-no-noise | dpsgd-no-noise | broken | dirac | 1 |" in table
     assert "| dp2-sgd-as-published | dp2-sgd | correct twin | projection-aligned | 4 |" in table
@@ -192,10 +225,10 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     assert (gc["all_iterates_family"], gc["all_iterates_lower"], gc["final_model_lower"]) == (0.8, 0.5, 0.4)
     assert gc["per_step_lower"] == 1.5 and gc["epsilon_step"] == 4.0 and gc["epsilon_last_iterate"] == 1.1
     assert topk["all_iterates_family"] is None and topk["family_ceiling"] is None
-    # the claims are those of the ledger: PRV (tight) below RDP; a made-up mechanism of 20 steps at z = 1, q = 0.1
-    assert 0 < gc["epsilon_prv"] < gc["epsilon_rdp"] and gc["epsilon_prv"] == topk["epsilon_prv"]
+    # the claims are those of the ledger: PLD (tight) below RDP; a made-up mechanism of 20 steps at z = 1, q = 0.1
+    assert 0 < gc["epsilon_pld"] < gc["epsilon_rdp"] and gc["epsilon_pld"] == topk["epsilon_pld"]
     # 100 canaries per side cannot certify much of the exact mechanism's ε
-    assert 0 <= gc["family_ceiling"] < gc["epsilon_prv"]
+    assert 0 <= gc["family_ceiling"] < gc["epsilon_pld"]
     written = ladder.write_ladder(
         files,
         canaries=200,
@@ -210,5 +243,7 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     table = (tmp_path / "ladder.md").read_text()
     assert "not fitted: a support ranked over all coordinates" in table and "1.50 (4.00)" in table
     claims = read_json(tmp_path / "ladder.manifest.json")["claims"]
-    assert claims[0]["holds"] and claims[0]["numbers"]["above"] == []
-    assert claims[1]["holds"]  # the family bound (0.8) is above the loss attack's (0) where whole-run canaries fit
+    assert claims[0]["verdict"] == "holds" and claims[0]["numbers"]["above"] == []
+    assert (
+        claims[1]["verdict"] == "holds"
+    )  # the family bound (0.8) is above the loss attack's (0) where whole-run canaries fit

@@ -304,6 +304,21 @@ def test_gradient_histogram_counts_known_values():
     assert sum(result["counts"]) == 8 and result["largest_magnitude"] == 1.0
 
 
+def test_gradient_histogram_says_what_it_counted():
+    """AdaDPIGU's main phase accumulates its standardised, masked statistic, not gradients: the histogram says so
+    (the AdaDPIGU paper's Fig 2 is drawn from DP-SGD's record instead)."""
+    from dpaudit.diagnostics import DEFAULT_SOURCE, GradientHistogram
+
+    params, opt = _adadpigu()
+    histogram = GradientHistogram(epoch=1)
+    histogram.add([torch.zeros(2)], source=getattr(opt, "accumulated_statistic", DEFAULT_SOURCE))
+    _run_steps(opt, params, GRADS, 2)  # the pre-training's T_pre = 2 steps: the mask is set
+    histogram.add([torch.zeros(2)], source=opt.accumulated_statistic)
+    source = histogram.to_dict()["source"]
+    assert source.startswith("clipped mean gradient before noise (pre-training); then standardised, masked")
+    assert GradientHistogram(epoch=1).to_dict()["source"].startswith(DEFAULT_SOURCE)
+
+
 def test_support_quality_against_an_independent_oracle():
     from dpaudit.data import load_dataset
     from dpaudit.diagnostics import TrainingDiagnostics

@@ -42,6 +42,11 @@ RESOURCES = {"dpsgd_dc_run": ("3000M", "30", "1"), **dict.fromkeys(TRAINING_RULE
 PROFILE_DEFAULTS = ("4000M", "120", None)
 
 
+def _expected_resources(rule: str) -> tuple[str, str, str | None]:
+    """(memory, minutes, GPUs) a job of ``rule`` must be given; the paper runs' jobs are papers_<optimizer>."""
+    return TRAINING_DEFAULTS if rule.startswith("papers_") else RESOURCES.get(rule, PROFILE_DEFAULTS)
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster():
     missing = [program for program in PROGRAMS if shutil.which(program) is None]
@@ -148,14 +153,14 @@ def _wall_clock(key: str) -> bool:
 
 def _without_wall_clock(value):
     """A JSON value without its wall-clock fields (``elapsed_seconds``, ``seconds_*``), which measure the machine's
-    load, and without the verdict (``holds``) of a claim whose numbers are all wall-clock times."""
+    load, and without the verdict (``verdict``) of a claim whose numbers are all wall-clock times."""
     if isinstance(value, dict):
         numbers = value.get("numbers")
         timed_claim = isinstance(numbers, dict) and bool(numbers) and all(_wall_clock(key) for key in numbers)
         return {
             key: _without_wall_clock(item)
             for key, item in value.items()
-            if not _wall_clock(key) and not (timed_claim and key == "holds")
+            if not _wall_clock(key) and not (timed_claim and key == "verdict")
         }
     if isinstance(value, list):
         return [_without_wall_clock(item) for item in value]
@@ -265,7 +270,7 @@ def _check_run(run_id, on_slurm, local, log, planned, cancelled, cancelled_comme
     # SBATCH_ACCOUNT and SBATCH_PARTITION
     for job in jobs:
         assert (job["Account"], job["Partition"]) == (ACCOUNT, PARTITION), job
-        memory, minutes, gpus = RESOURCES.get(_rule(job["Comment"]), PROFILE_DEFAULTS)
+        memory, minutes, gpus = _expected_resources(_rule(job["Comment"]))
         assert job["TimelimitRaw"] == minutes, job
         if job["JobIDRaw"] != cancelled:  # a job cancelled at once may show no allocation
             tres = dict(item.split("=") for item in job["AllocTRES"].split(","))

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
+from scipy.special import logsumexp
 
 from dpaudit._validation import DPAuditError
 from dpaudit.theory import (
@@ -23,7 +24,9 @@ from dpaudit.theory import (
     epochs_to_steps,
     fig2b_curves,
     fig3b_curves,
+    get_bound,
     normalize_global,
+    one_step_check,
     rdp_bound,
     rdp_to_dp,
     sgm_conditions,
@@ -592,3 +595,64 @@ def test_keyword_only():
 def test_import_does_not_load_torch():
     code = "import sys, dpaudit.theory; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# D1 of the privacy review: Theorems 3.3/3.4 bound one adjacency direction only
+# ---------------------------------------------------------------------------------------------
+
+
+def _renyi_by_grid(log_p, log_q, alpha: float, lo: float, hi: float, step: float = 1e-3) -> float:
+    """D_α(P‖Q) = log(∫ p^α q^(1−α) dx)/(α − 1) by a Riemann sum on a fine grid, in log space (the integrand
+    reaches e^550 at the paper's parameters)."""
+    x = np.arange(lo, hi, step)
+    return float((logsumexp(alpha * log_p(x) + (1 - alpha) * log_q(x)) + math.log(step)) / (alpha - 1))
+
+
+def _one_step_densities(*, C, sigma, n, b):
+    """One DP-SGD step on the averaged clipped gradient, in units of σ: without the record N(0, 1); with it
+    (Poisson, q = b/n) (1−q)N(0, 1) + qN(Δ/σ, 1), Δ = C/b the record's largest contribution to the average."""
+    q, mu = b / n, C / (b * sigma)
+    log_phi = lambda x: -0.5 * x * x - 0.5 * math.log(2 * math.pi)  # noqa: E731
+    log_mix = lambda x: np.logaddexp(math.log1p(-q) + log_phi(x), math.log(q) + log_phi(x - mu))  # noqa: E731
+    return log_mix, log_phi, mu
+
+
+@pytest.mark.parametrize(
+    "params, paper_value, exact_value, covered",
+    [
+        # the paper's experimental parameters (σ_DP = 0.002, C = 20, b = 100, n = 10000: z = 0.01, q = 0.01)
+        (dict(alpha=1.1, C=20.0, sigma=0.002, n=10000, b=100), 220.0, 5449.3, False),
+        # Fig 1's toy parameters (z = 4): there the bound does hold
+        (dict(alpha=1.1, C=2.0, sigma=4.0, n=8, b=2), 0.034375, 0.0022, True),
+    ],
+)
+def test_one_step_counterexample_from_first_principles(params, paper_value, exact_value, covered):
+    log_mix, log_phi, mu = _one_step_densities(**{k: params[k] for k in ("C", "sigma", "n", "b")})
+    alpha = params["alpha"]
+    # the direction with the mixture first (removing the record), by numerical integration
+    remove = _renyi_by_grid(log_mix, log_phi, alpha, lo=-40.0, hi=alpha * mu + 40.0)
+    # the direction the paper's convexity argument covers (adding the record)
+    add = _renyi_by_grid(log_phi, log_mix, alpha, lo=-40.0, hi=mu + 40.0)
+    paper = 2 * alpha * params["C"] ** 2 / (params["n"] * params["b"] * params["sigma"] ** 2)  # Theorem 3.3, T = 1
+    assert paper == pytest.approx(paper_value, rel=1e-12)
+    assert remove == pytest.approx(exact_value, abs=0.05 if exact_value > 1 else 5e-5)
+    assert add <= paper  # the convexity argument does cover this direction
+    assert (remove <= paper) is covered
+    # what the toolkit reports: the exact accountant, the paper's A, and the verdict
+    check = one_step_check(**params)
+    assert check.exact == pytest.approx(remove, rel=1e-6)
+    assert check.paper == pytest.approx(paper, rel=1e-12)
+    assert check.covered is covered and check.ratio == pytest.approx(remove / paper, rel=1e-6)
+    assert check.lower <= check.exact * (1 + 1e-9)
+    if not covered:  # keeping only the q^α·N_Δ^α term: (α/(α−1))·log q + α/(2z²), tight here
+        q, z = params["b"] / params["n"], params["sigma"] * params["b"] / params["C"]
+        assert check.lower == pytest.approx(alpha / (alpha - 1) * math.log(q) + alpha / (2 * z * z), rel=1e-12)
+        assert check.exact > 24 * check.paper
+
+
+def test_one_sided_bounds_carry_the_caveat():
+    for name in ("dpsgd-gc", "dpsgd-dc"):
+        assert "one direction only" in get_bound(name).caveat
+    for name in ("dpsgd-gc-strong", "dpsgd-dc-strong", "feldman2018", "mironov-composition"):
+        assert get_bound(name).caveat == ""

@@ -112,11 +112,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         f"q={derived['sample_rate_q']:.4g}, z={derived['noise_multiplier_z']}, "
         f"{derived['steps_per_epoch']} steps/epoch × {config.epochs} epochs) → {args.out}"
     )
-    if derived["planned_epsilon"] is not None:
-        print(
-            f"theoretical ε = {derived['planned_epsilon']:.4g} at δ = {config.delta:g} ({config.accountant} accountant"
-            f"{', approximate: shuffled batches' if config.sampling == 'shuffle' else ''})"
-        )
+    for line in _planned_epsilon_lines(derived, config):
+        print(line)
     if args.summarize:
         from dpaudit.experiments import summarize_run
 
@@ -127,6 +124,30 @@ def _cmd_train(args: argparse.Namespace) -> int:
             attacks=("loss", "canary") if config.canaries and config.canary_design != "whole-run" else ("loss",),
         )
     return 0
+
+
+def _planned_epsilon_lines(derived: dict, config: TrainConfig) -> list[str]:
+    """The planned ε of ``dpaudit train``, each labelled for what it is: a guarantee ("theoretical ε"), what an
+    optimizer with no DP claim claims, and for shuffled batches the Poisson figure (not a guarantee there) beside a
+    valid upper bound."""
+    from dpaudit.theory import SHUFFLED_UPPER_LABEL
+
+    if derived["planned_epsilon"] is None:
+        return []
+    claimed = not derived.get("dp_claim", True)
+    name = "claimed ε (no DP guarantee)" if claimed else "theoretical ε"
+    at = f"at δ = {config.delta:g}"
+    if config.sampling != "shuffle":
+        return [f"{name} = {derived['planned_epsilon']:.4g} {at} ({config.accountant} accountant)"]
+    poisson = "claimed Poisson-sampling ε (no DP guarantee)" if claimed else "Poisson-sampling ε"
+    lines = [
+        f"{poisson} = {derived['planned_epsilon']:.4g} {at} ({config.accountant} accountant; not a guarantee for "
+        "shuffled batches)"
+    ]
+    upper = derived.get("planned_epsilon_shuffled_upper")
+    if upper is not None:
+        lines.append(f"{name} = {upper:.4g} {at} ({SHUFFLED_UPPER_LABEL})")
+    return lines
 
 
 def _cmd_attack(args: argparse.Namespace) -> int:
@@ -192,8 +213,35 @@ def _cmd_theory(args: argparse.Namespace) -> int:
             payload["epsilon_dp_at_alpha"] = [
                 float(v) for v in theory.rdp_to_dp(epsilon_rdp=values, alpha=params["alpha"], delta=args.delta)
             ]
+        caveat = theory.get_bound(args.bound).caveat
+        if caveat:
+            payload["caveat"] = caveat
+            payload.update(_exact_accountant(params, steps, delta=args.delta))
     print(json.dumps(payload, indent=2, allow_nan=True, ensure_ascii=False))
     return 0
+
+
+def _exact_accountant(params: dict, steps: list[int], *, delta: float | None) -> dict:
+    """The exact RDP accountant's ε of the same DP-SGD steps (both adjacency directions), beside a one-sided bound;
+    empty where the parameters that fix the mechanism (α, C, σ, n, b) are not all given."""
+    from dpaudit import theory
+
+    if any(key not in params for key in ("alpha", "C", "sigma", "n", "b")):
+        return {"exact_accountant": "not computed: needs --alpha, --C, --sigma, --n and --b"}
+    check = theory.one_step_check(**{key: params[key] for key in ("alpha", "C", "sigma", "n", "b")})
+    exact = [check.exact * t for t in steps]  # RDP composes additively over identical steps
+    out = {
+        "mechanism": f"Poisson-subsampled Gaussian, z = σb/C = {check.noise_multiplier:.6g}, q = b/n = "
+        f"{check.sample_rate:.6g}, add/remove adjacency (both directions)",
+        "per_step_rdp": check.exact,
+        "bound_per_step_rdp": check.paper,
+        "epsilon_rdp": exact,
+    }
+    if delta is not None:
+        out["epsilon_dp_at_alpha"] = [
+            float(v) for v in theory.rdp_to_dp(epsilon_rdp=exact, alpha=params["alpha"], delta=delta)
+        ]
+    return {"exact_accountant": out}
 
 
 def _accounting_options(args: argparse.Namespace) -> dict:
@@ -282,15 +330,26 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
         "epsilon": curves,
         "notes": _fallback_notes(caught),
     }
-    write_json(args.out or args.run / args.model / "epsilon.json", result)
-    print(f"{'epoch':>6} " + " ".join(f"{'ε (' + name + ')':>12}" for name in curves))
-    for row, epoch in enumerate(epochs):
-        print(f"{epoch:>6} " + " ".join(f"{curves[name][row]:>12.4f}" for name in curves))
+    columns = {f"ε ({name})": curves[name] for name in curves}
     notes = (
         [] if ledger["dp_claim"] else ["the optimizer makes no DP claim: these are the ε it claims, not a guarantee"]
     )
     if ledger["sampling"] == "shuffle":
-        notes.append("shuffled batches: the accountants assume Poisson sampling, so ε is approximate")
+        from dpaudit.theory import POISSON_ON_SHUFFLED_LABEL, SHUFFLED_UPPER_LABEL, ledger_shuffled_epsilons
+
+        result["epsilon_label"] = POISSON_ON_SHUFFLED_LABEL
+        result["epsilon_shuffled_upper"] = columns["ε (shuffled)"] = ledger_shuffled_epsilons(
+            ledger, delta=args.delta, epochs=epochs
+        )
+        result["epsilon_shuffled_upper_label"] = SHUFFLED_UPPER_LABEL
+        notes.append(
+            f"shuffled batches: the accountants assume Poisson sampling; their ε is a {POISSON_ON_SHUFFLED_LABEL}"
+        )
+        notes.append(f"ε (shuffled): {SHUFFLED_UPPER_LABEL}, composed over the epochs")
+    write_json(args.out or args.run / args.model / "epsilon.json", result)
+    print(f"{'epoch':>6} " + " ".join(f"{name:>12}" for name in columns))
+    for row, epoch in enumerate(epochs):
+        print(f"{epoch:>6} " + " ".join(f"{values[row]:>12.4f}" for values in columns.values()))
     for note in notes + result["notes"]:
         print(f"note: {note}")
     return 0
@@ -359,10 +418,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for name, draw in FIGURES.items():
             print(f"{name:22} {(draw.__doc__ or '').splitlines()[0]}")
     elif args.what == "bounds":
-        from dpaudit.theory import available_bounds, bound_parameters
+        from dpaudit.theory import available_bounds, bound_parameters, get_bound
 
         for name in available_bounds():
-            print(f"{name:24} {', '.join(bound_parameters(name))}")
+            caveat = get_bound(name).caveat
+            note = f"  ({caveat.split(':')[0]}: see `dpaudit theory {name}`)" if caveat else ""
+            print(f"{name:24} {', '.join(bound_parameters(name))}{note}")
     else:
         registry = __import__(f"dpaudit.{args.what}", fromlist=["available"])
         for name in registry.available():
@@ -471,6 +532,22 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Above this many scores (members + non-members) an audit JSON gets no null level of its point estimate (None): the
+#: permutations cost about 1 s per 60,000 scores, and the large score sets are per-step canary audits whose point
+#: estimate no figure shows.
+POINT_NULL_MAX_SCORES = 100_000
+
+
+def _point_null(members, nonmembers, *, delta: float) -> float | None:
+    """The point estimate's 95 % null level (:func:`dpaudit.estimate.epsilon_point_null`), None above
+    :data:`POINT_NULL_MAX_SCORES` scores."""
+    from dpaudit.estimate import epsilon_point_null
+
+    if len(members) + len(nonmembers) > POINT_NULL_MAX_SCORES:
+        return None
+    return epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=delta)
+
+
 def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> None:
     from dpaudit._io import write_json
     from dpaudit.audit import audit_scores
@@ -481,6 +558,7 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     )
     ledger = theory.pop("ledger", None)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
+    payload["report"]["epsilon_point_null"] = _point_null(members, nonmembers, delta=args.delta)
     if ledger is not None:
         payload["whole_run"] = _whole_run_claims(members, nonmembers, ledger=ledger, args=args, attack=attack)
     write_json(out, payload)
@@ -511,8 +589,7 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack) -> dict:
 
     import numpy as np
 
-    from dpaudit.theory import epsilon as rdp_epsilon
-    from dpaudit.theory.tradeoff import last_iterate_epsilon, sgm_epsilon
+    from dpaudit.audit import ledger_claims
     from dpaudit.whole_run import family_lower_bound
 
     z, sigma, q = (np.asarray(ledger[key], dtype=float) for key in ("noise_multipliers", "noise_std", "sample_rates"))
@@ -530,19 +607,11 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack) -> dict:
             seed=args.seed,
         )
     )
-    constant = bool(np.all(z == z[0]) and np.all(q == q[0]))
-    heuristic = (
-        last_iterate_epsilon(noise_multiplier=float(z[0]), sample_rate=float(q[0]), steps=int(z.size), delta=args.delta)
-        if constant and attack == "canary-final"
-        else None
-    )
     return {
         "family": None if family is None else asdict(family),
         "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
-        "epsilon_pld": sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=args.delta),
-        "epsilon_rdp": rdp_epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=args.delta),
+        **ledger_claims(noise_multipliers=z, sample_rates=q, delta=args.delta, last_iterate=attack == "canary-final"),
         "claim_label": "the ε the run's ledger (z_t, q_t) claims: PLD (tightest accountant) and RDP",
-        "epsilon_last_iterate": heuristic,
         "last_iterate_label": "last-iterate heuristic (Steinke et al. 2025), not a guarantee",
         "steps": int(z.size),
     }

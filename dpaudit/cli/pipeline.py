@@ -35,7 +35,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     entry["name"] = args.name
     write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
     for claim in entry["claims"]:
-        print(f"[{'holds' if claim['holds'] else 'does NOT hold'}] {claim['claim']}")
+        print(f"[{claim['verdict']}{' (check)' if claim['kind'] == 'check' else ''}] {claim['claim']}")
     print("wrote " + ", ".join(entry["files"]))
     return 0
 
@@ -47,23 +47,70 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
     write_json(args.out, {"figures": entries, "skipped": SKIPPED})
     if args.table:
-        lines = ["| figure | claim | holds on this data |", "|---|---|---|"]
-        for entry in entries:
-            for claim in entry["claims"]:
-                verdict = "yes" if claim["holds"] else "**no**"
-                lines.append(f"| {entry['name']} ({entry['figure']}) | {claim['claim']} | {verdict} |")
-        lines += ["", "Not regenerated:", ""] + [
-            f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in SKIPPED
-        ]
-        atomic_write_bytes(args.table, ("\n".join(lines) + "\n").encode())
+        atomic_write_bytes(args.table, claims_markdown(entries, skipped=SKIPPED).encode())
     if args.gallery:
         from dpaudit.results import gallery_markdown
 
         atomic_write_bytes(args.gallery, gallery_markdown(entries, root=args.gallery.parent).encode())
-    held = sum(claim["holds"] for entry in entries for claim in entry["claims"])
-    total = sum(len(entry["claims"]) for entry in entries)
-    print(f"{len(entries)} figures, {held} of {total} paper claims hold on this data → {args.out}")
+    paper = verdict_counts(entries, kind="paper")
+    checks = verdict_counts(entries, kind="check")
+    print(
+        f"{len(entries)} figures; paper claims: {_counts_text(paper)}; checks of the toolkit: {_counts_text(checks)} "
+        f"→ {args.out}"
+    )
     return 0
+
+
+def verdict_counts(entries: list[dict], *, kind: str) -> dict[str, int]:
+    """Claims of ``kind`` ("paper" or "check") per verdict ("holds", "contradicted", "inconclusive")."""
+    from dpaudit.figures._paper import VERDICTS
+
+    counts = dict.fromkeys(VERDICTS, 0)
+    for entry in entries:
+        for claim in entry["claims"]:
+            if claim["kind"] == kind:
+                counts[claim["verdict"]] += 1
+    return counts
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return f"{sum(counts.values())} (" + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + ")"
+
+
+def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
+    """``figures/claims.md``: the paper's claims (figure | claim | verdict | test), counted per verdict, then the
+    checks of the toolkit listed and counted apart, then the items not regenerated."""
+
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        "# Claims on this data",
+        "",
+        "Each claim's verdict is *holds*, *contradicted* or *inconclusive*, decided by the stated test on the "
+        "trials and seeds the pipeline ran; its numbers are in the figure's `*.manifest.json`. An empirical claim "
+        "holds when the confidence interval of the claimed difference lies entirely on the claimed side, is "
+        "contradicted when it lies entirely on the other side, and is inconclusive otherwise; a claim over several "
+        "settings holds when every comparison holds and is contradicted when one is.",
+    ]
+    for kind, heading in (("paper", "Claims of the papers"), ("check", "Checks of the toolkit")):
+        counts = verdict_counts(entries, kind=kind)
+        lines += ["", f"## {heading}", "", f"{_counts_text(counts)}.", ""]
+        if kind == "check":
+            lines += ["True by construction, or checks of dpaudit itself: not evidence about the papers.", ""]
+        lines += ["| figure | claim | verdict | test |", "|---|---|---|---|"]
+        for entry in entries:
+            for claim in (c for c in entry["claims"] if c["kind"] == kind):
+                verdict = claim["verdict"] if claim["verdict"] == "holds" else f"**{claim['verdict']}**"
+                text = claim["claim"] + (f" — finding: {claim['finding']}" if claim.get("finding") else "")
+                lines.append(
+                    f"| {cell(entry['name'])} ({cell(entry['figure'])}) | {cell(text)} | {verdict} | "
+                    f"{cell(claim['test'])} |"
+                )
+    lines += ["", "Not regenerated:", ""] + [
+        f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in skipped
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:

@@ -6,9 +6,11 @@ Units and conventions used throughout:
 * A *score* is any real number where higher means "member"; a threshold t predicts "member" when
   score ≥ t. FPR = FP/N over the N non-member scores, FNR = FN/P over the P member scores.
 * Point estimates (``epsilon_point``, ``empirical_epsilon``) and the Gaussian-DP estimate
-  (``epsilon_gdp``) are *estimates*. Only ``epsilon_lower_bound``, ``epsilon_from_counts`` and the
-  one-run functions are *lower bounds* that hold with probability ≥ confidence, under the usual audit
-  assumption that the scores of each class are independent draws (one per trial or canary).
+  (``epsilon_gdp``) are *estimates*; ``epsilon_point_null`` is the point estimate's level with no
+  membership signal (permuted labels), the reference a point estimate must exceed to mean anything.
+  Only ``epsilon_lower_bound``, ``epsilon_from_counts`` and the one-run functions are *lower bounds*
+  that hold with probability ≥ confidence, under the usual audit assumption that the scores of each
+  class are independent draws (one per trial or canary).
 
 The package is split by family; every public name is importable from ``dpaudit.estimate``:
 
@@ -41,10 +43,22 @@ from dpaudit.estimate.bounds import (
 from dpaudit.estimate.counts import ScoreCounts, clopper_pearson_lower, clopper_pearson_upper
 from dpaudit.estimate.gdp import GDPEstimate, epsilon_gdp, gdp_delta, gdp_epsilon
 from dpaudit.estimate.one_run import OneRunBound, epsilon_one_run, epsilon_one_run_scores, one_run_p_value
-from dpaudit.estimate.roc import auc, empirical_epsilon, epsilon_point, error_rates, roc_curve, tpr_at_fpr
+from dpaudit.estimate.roc import (
+    NULL_PERMUTATIONS,
+    NULL_QUANTILE,
+    auc,
+    empirical_epsilon,
+    epsilon_point,
+    epsilon_point_null,
+    error_rates,
+    roc_curve,
+    tpr_at_fpr,
+)
 
 __all__ = [
     "GAUSSIAN_SELECTION_FRACTION",
+    "NULL_PERMUTATIONS",
+    "NULL_QUANTILE",
     "SELECTIONS",
     "BonferroniSelection",
     "EpsilonBound",
@@ -65,6 +79,7 @@ __all__ = [
     "epsilon_one_run",
     "epsilon_one_run_scores",
     "epsilon_point",
+    "epsilon_point_null",
     "error_rates",
     "gdp_delta",
     "gdp_epsilon",

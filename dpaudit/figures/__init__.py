@@ -52,7 +52,7 @@ FIGURE_SPECS: dict[str, FigureSpec] = {
     "dpsgd_dc/figure5": FigureSpec(dpsgd_dc.figure5),
     "dpsgd_dc/table1": FigureSpec(dpsgd_dc.table1),
     # AdaDPIGU
-    "adadpigu/figure2": FigureSpec(adadpigu.figure2, diagnostics=("adadpigu",)),
+    "adadpigu/figure2": FigureSpec(adadpigu.figure2, diagnostics=("dpsgd-gc",)),  # DP-SGD's gradients
     "adadpigu/figure5": FigureSpec(adadpigu.figure5, experiments=("adadpigu_pruning",)),
     "adadpigu/figure6": FigureSpec(adadpigu.figure6, experiments=("adadpigu_pruning",)),
     "adadpigu/figure7": FigureSpec(adadpigu.figure7, experiments=("adadpigu_pruning",)),

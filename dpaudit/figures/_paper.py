@@ -2,9 +2,15 @@
 the ε̂ conventions.
 
 Conventions of every paper figure: the theoretical ε is the run's composed ε at δ (RDP accountant,
-replayed from its privacy ledger). Beside it, ε̂ of the black-box loss attack on the checkpoint (point
-estimate and 95 % lower bound; comparable to the run's ε). Tables also give the white-box canary audit's
-ε̂ lower bound, which is comparable to the theoretical ε of one step (the mechanism each canary faces).
+replayed from its privacy ledger). Beside it, ε̂ of the black-box loss attack on the checkpoint, comparable to
+the run's ε: first its 95 % lower bound (the empirical number that certifies leakage), then the papers' eq. 20
+point estimate, only ever shown with its null level beside it (:func:`point_with_null`): the 95 % quantile of the
+same estimate on the same scores with permuted membership labels
+(:func:`dpaudit.estimate.epsilon_point_null`), i.e. what chance alone gives. Eq. 20 maximised over all
+thresholds is about 1.1 on average at 360 + 360 scores with no leakage at all, so a point at or below its null
+level says nothing, even above the theoretical ε. Summaries written before the null level existed show
+"null n/a". Tables also give the white-box canary audit's ε̂ lower bound, the strongest audit the runs carry,
+which is comparable to the theoretical ε of one step (the mechanism each canary faces), not to the run's ε.
 """
 
 from __future__ import annotations
@@ -51,8 +57,164 @@ SKIPPED = [  # listed in figures/manifest.json with the reason; drawn when the u
 ]
 
 
-def claim(text: str, holds: bool, **numbers: Any) -> dict[str, Any]:
-    return {"claim": text, "holds": bool(holds), "numbers": numbers}
+VERDICTS = ("holds", "contradicted", "inconclusive")
+#: "paper": evidence about a paper's claim; "check": true by construction, or a check of the toolkit itself.
+KINDS = ("paper", "check")
+
+
+def claim(text: str, verdict: str, *, test: str, kind: str = "paper", **numbers: Any) -> dict[str, Any]:
+    """A manifest claim: its text, verdict (one of :data:`VERDICTS`), the test that decided it (one line:
+    statistic, interval or tolerance, level, trials/records), its kind (:data:`KINDS`) and its numbers.
+
+    Raises:
+        DPAuditError: On an unknown verdict or kind, an empty test, or no numbers.
+    """
+    if verdict not in VERDICTS:
+        raise DPAuditError(f"claim verdict must be one of {VERDICTS}, got {verdict!r} ({text})")
+    if kind not in KINDS:
+        raise DPAuditError(f"claim kind must be one of {KINDS}, got {kind!r} ({text})")
+    if not test or not numbers:
+        raise DPAuditError(f"claim {text!r} needs a test and numbers")
+    return {"claim": text, "verdict": verdict, "kind": kind, "test": test, "numbers": numbers}
+
+
+def exact(holds: bool) -> str:
+    """Verdict of a deterministic comparison (closed form, or within a stated tolerance)."""
+    return "holds" if holds else "contradicted"
+
+
+def combine(verdicts: Iterable[str]) -> str:
+    """Verdict of "every comparison holds": holds if all hold, contradicted if any is contradicted, else
+    inconclusive (also when there is no comparison)."""
+    verdicts = list(verdicts)
+    if any(v == "contradicted" for v in verdicts):
+        return "contradicted"
+    return "holds" if verdicts and all(v == "holds" for v in verdicts) else "inconclusive"
+
+
+def decide(
+    *, difference: float, standard_error: float, level: float = 0.95, margin: float = 0.0, dof: int | None = None
+) -> str:
+    """Three-valued verdict on the claim "``difference`` > ``margin``" from a two-sided confidence interval.
+
+    The interval is ``difference ± q·standard_error`` with q the (1 + level)/2 quantile of the standard
+    normal (or of Student's t with ``dof`` degrees of freedom when given).
+
+    Args:
+        difference: estimate of the claimed difference, signed so that the claim says it is positive (e.g.
+            accuracy of the method claimed better minus that of the other, as a fraction).
+        standard_error: its standard error (≥ 0; 0 gives an exact comparison).
+        level: confidence level of the interval (0 < level < 1).
+        margin: the claim's threshold on the difference (same unit).
+        dof: degrees of freedom of a t interval; None for a normal interval.
+
+    Returns:
+        "holds" when the interval lies entirely above ``margin``, "contradicted" when entirely below,
+        "inconclusive" otherwise (also when the difference or its standard error is not finite).
+    """
+    from scipy import stats
+
+    if not 0 < level < 1:
+        raise DPAuditError(f"level must be in (0, 1), got {level}")
+    if not (np.isfinite(difference) and np.isfinite(standard_error)) or standard_error < 0:
+        return "inconclusive"
+    tail = (1 + level) / 2
+    quantile = float(stats.norm.ppf(tail) if dof is None else stats.t.ppf(tail, dof))
+    low, high = difference - quantile * standard_error, difference + quantile * standard_error
+    if low > margin:
+        return "holds"
+    if high < margin:
+        return "contradicted"
+    return "inconclusive"
+
+
+def test_records(run: dict[str, Any]) -> int:
+    """Records of a summarised run's test-accuracy set: the target's non-members (``target_size`` test
+    records), or as many test records (at most the test split) for the "halves" split design."""
+    config = run["config"]
+    if config.get("split_design", "disjoint") != "halves":
+        return int(config["target_size"])
+    from dpaudit.data import dataset_info
+
+    return min(int(config["target_size"]), dataset_info(config["dataset"]).test_size)
+
+
+def accuracy_estimate(runs: list[dict[str, Any]], *, last: int = 1, at: int | None = None) -> tuple[float, float]:
+    """Mean test accuracy of a group of runs (trials/seeds; per run: mean of its ``last`` epochs, or its
+    epoch index ``at``) and its variance: the test set's binomial p(1 − p)/n_test plus, with ≥ 2 runs, the
+    trial-to-trial s²/m (the trials share one test set, so its binomial error does not average out)."""
+    table = series(runs, "test_accuracy")
+    values = np.nanmean(table[:, -last:] if at is None else table[:, at : at + 1], axis=1)
+    p = float(np.mean(values))
+    n_test = min(test_records(run) for run in runs)
+    variance = p * (1 - p) / n_test + (float(np.var(values, ddof=1)) / len(values) if len(values) > 1 else 0.0)
+    return p, variance
+
+
+LOWER_BOUND_TEST = (
+    "each 95 % ε̂ lower bound against the theoretical ε of the same run (exact); inconclusive when every lower "
+    "bound is 0 (the audit has no power to contradict)"
+)
+
+
+def lower_bound_verdict(lowers: Iterable[float], epsilons: Iterable[float]) -> str:
+    """Verdict of "no ε̂ lower bound exceeds the theoretical ε": contradicted if one does, inconclusive if
+    every lower bound is 0 or not finite (vacuous), holds otherwise."""
+    pairs = [(float(lo), float(eps)) for lo, eps in zip(lowers, epsilons)]
+    if any(np.isfinite(lo) and lo > eps for lo, eps in pairs):
+        return "contradicted"
+    return "holds" if any(np.isfinite(lo) and lo > 0 for lo, _ in pairs) else "inconclusive"
+
+
+def accuracy_test(
+    runs: list[dict[str, Any]] | Iterable[list[dict[str, Any]]], *, last: int = 1, what: str = "accuracy difference"
+) -> str:
+    """The ``test`` line of accuracy comparisons decided by :func:`accuracy_verdict`.
+
+    Args:
+        runs: one group of summarised runs, or the groups compared (for their trial counts and test-set sizes).
+        last: epochs averaged per run.
+        what: the difference the claim is about.
+    """
+    runs = list(runs)
+    groups = [runs] if runs and isinstance(runs[0], dict) else [list(group) for group in runs if group]
+    trials = sorted({len(group) for group in groups})
+    n_test = min(test_records(run) for group in groups for run in group)
+    count = "–".join(str(t) for t in (trials[0], trials[-1]) if t) if trials[0] != trials[-1] else str(trials[0])
+    spread = "+ trials' s²/m" if trials[-1] > 1 else "(no training spread: 1 trial)"
+    epochs = f"mean of last {last} epochs" if last > 1 else "last epoch"
+    return (
+        f"{what} ({epochs}, {count} trials/seeds); 95 % normal CI, SE² = Σ p(1−p)/n_test (n_test = {n_test}) {spread}"
+    )
+
+
+def accuracy_verdict(
+    better: list[dict[str, Any]] | float,
+    worse: list[dict[str, Any]] | float,
+    *,
+    last: int = 1,
+    margin: float = 0.0,
+    level: float = 0.95,
+) -> tuple[str, dict[str, float]]:
+    """Verdict on "``better``'s test accuracy exceeds ``worse``'s by more than ``margin``" (fractions).
+
+    Args:
+        better, worse: groups of summarised runs (trials/seeds), or (estimate, variance) pairs from
+            :func:`accuracy_estimate`.
+        last: epochs averaged per run.
+        margin: the claimed gap (fraction; negative for "at most −margin worse").
+        level: confidence level.
+
+    Returns:
+        (verdict, numbers: difference, its standard error and the CI's ends).
+    """
+    (pa, va), (pb, vb) = (x if isinstance(x, tuple) else accuracy_estimate(x, last=last) for x in (better, worse))
+    difference, se = pa - pb, float(np.sqrt(va + vb))
+    from scipy import stats
+
+    q = float(stats.norm.ppf((1 + level) / 2))
+    verdict = decide(difference=difference, standard_error=se, level=level, margin=margin)
+    return verdict, {"difference": difference, "standard_error": se, "ci": [difference - q * se, difference + q * se]}
 
 
 def entry(
@@ -130,12 +292,25 @@ def loss_audit(runs: list[dict[str, Any]], epoch: int | None = None) -> dict[str
         if epochs:
             reports.append(run["loss"][str(epochs[-1] if epoch is None else epoch)])
     if not reports:
-        return {"point": float("nan"), "lower": float("nan"), "ceiling": float("nan")}
+        return {"point": float("nan"), "lower": float("nan"), "ceiling": float("nan"), "null": float("nan")}
+    nulls = [r.get("epsilon_point_null") for r in reports]
     return {
         "point": float(np.mean([float(r["epsilon_point"]) for r in reports])),
         "lower": float(np.mean([float(r["epsilon_lower"]) for r in reports])),
         "ceiling": float(np.mean([float(r["epsilon_ceiling"]) for r in reports])),
+        # each trial's 95 % null level, averaged like the points (NaN: a summary written before the null level)
+        "null": float("nan") if any(v is None for v in nulls) else float(np.mean([float(v) for v in nulls])),
     }
+
+
+def null_text(loss: dict[str, float]) -> str:
+    """The null level as table text: "null 95 %: 1.95", or "null n/a" for summaries without it."""
+    return "null n/a" if not np.isfinite(loss["null"]) else f"null 95 %: {loss['null']:.2f}"
+
+
+def point_with_null(loss: dict[str, float]) -> str:
+    """The loss attack's eq. 20 point estimate with its null level beside it: "1.39 (null 95 %: 1.95)"."""
+    return f"{loss['point']:.2f} ({null_text(loss)})"
 
 
 def canary_audit(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -150,17 +325,45 @@ def canary_audit(runs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+NULL_LABEL = "null 95 % of the ε̂ point (labels permuted)"
+NULL_STYLE = {"color": "0.55", "marker": "_", "markersize": 12, "markeredgewidth": 2, "linestyle": "none"}
+
+
+def draw_null(ax, x: Sequence[float], losses: Sequence[dict[str, float]], *, label: bool = True) -> None:
+    """Grey bars at each x: the null level of the loss attack's point estimates ``losses`` (from :func:`loss_audit`);
+    with ``label``, one legend entry, which says "n/a" when no summary has the null level."""
+    nulls = [loss["null"] for loss in losses]
+    known = bool(np.isfinite(nulls).any()) if nulls else False
+    text = NULL_LABEL if known else f"{NULL_LABEL}: n/a (old summaries)"
+    ax.plot(list(x), nulls, label=text if label else None, **NULL_STYLE)
+
+
+#: Table-caption text on the loss attack's columns.
+TABLE_NOTE = (
+    "ε̂ point: eq. 20 over all thresholds, with its null level (95 % quantile with permuted membership labels, no "
+    "signal) beside it; a point at or below its null level says nothing about leakage. The canary's 95 % lower bound "
+    "is compared with the ε of one step, not with the run's ε (for dynamic-noise methods, the least-noisy epoch's step)"
+)
+
+
 def audit_cells(runs: list[dict[str, Any]]) -> list[str]:
-    """Table cells: theoretical ε, loss ε̂ point / lower, canary ε̂ lower / per-step ε."""
+    """Table cells: theoretical ε, loss ε̂ 95 % lower bound, loss ε̂ point with its null level, canary ε̂ lower
+    bound / the ε of one step it is compared with."""
     loss, canary = loss_audit(runs), canary_audit(runs)
     return [
         f"{final_epsilon(runs):.2f}",
-        f"{loss['point']:.2f} / {loss['lower']:.2f}",
+        f"{loss['lower']:.2f}",
+        point_with_null(loss),
         f"{canary['lower']:.2f} / {canary['mechanism']:.2f}",
     ]
 
 
-AUDIT_HEADER = ["ε (theory)", "ε̂ loss: point / lower", "ε̂ canary lower / ε per step"]
+AUDIT_HEADER = [
+    "ε (theory)",
+    "ε̂ loss, 95 % lower bound",
+    "ε̂ loss point (null 95 %)",
+    "ε̂ canary 95 % lower (white box) / ε of one step",
+]
 
 
 def matched_epsilon_table(out_dir: str | Path, runs: Iterable[str | Path], *, preset: str, caption: str):
@@ -178,7 +381,7 @@ def matched_epsilon_table(out_dir: str | Path, runs: Iterable[str | Path], *, pr
         Path(out_dir) / "table2",
         ["target ε", "method", "test accuracy (%)", *AUDIT_HEADER],
         rows,
-        caption=f"{caption} ({describe(found, preset)})",
+        caption=f"{caption} ({describe(found, preset)}). {TABLE_NOTE}",
     )
     accuracy = {key: final(runs_) for key, runs_ in groups.items()}
     return found, groups, accuracy, sorted({eps for eps, _ in accuracy}), files

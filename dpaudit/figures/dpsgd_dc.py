@@ -13,10 +13,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from dpaudit import theory
-from dpaudit._io import atomic_write_bytes
-from dpaudit.figures._paper import latex_escape
+from dpaudit._io import atomic_write_bytes, read_json
+from dpaudit.attacks import read_scores_csv
+from dpaudit.estimate import empirical_epsilon, epsilon_ceiling, epsilon_lower_bound, error_rates
+from dpaudit.figures._paper import claim as _claim
+from dpaudit.figures._paper import combine, decide, exact, latex_escape
 from dpaudit.figures.style import figure_style, save_figure, series_style
 from dpaudit.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
+from dpaudit.rundir import RunDir
 
 PAPER = "Liang et al., Improved privacy and utility analysis of DP-SGD with bounded domain (AAAI 2026)"
 
@@ -40,8 +44,39 @@ def _violated_conditions(name: str, params: dict[str, float]) -> list[str]:
     return theory.check_conditions(name, **{k: params[k] for k in (*required, *optional) if k in params})
 
 
-def _claim(text: str, holds: bool, **numbers: Any) -> dict[str, Any]:
-    return {"claim": text, "holds": bool(holds), "numbers": numbers}
+PAPER_EXPERIMENT = {"alpha": 1.1, "C": 20.0, "sigma": 0.002, "n": 10000, "b": 100}
+"""The paper's experimental parameters (Figs 2/3: σ_DP = 0.002, C = 20, n = 10000, b = 100) at its α = 1.1."""
+
+CAVEAT = (
+    "Theorems 3.3/3.4 bound one direction of add/remove adjacency only (D_α(N₀ ‖ mixture)); the other direction "
+    "can cost far more per step, so the drawn bound is the paper's one-sided bound, not an RDP guarantee "
+    "(see the adjacency claim and `dpaudit theory dpsgd-gc`)"
+)
+"""The ``caveat`` of every manifest entry that draws or tabulates Theorem 3.3 or 3.4 (privacy review, D1)."""
+
+ONE_SIDED_NOTE = "one adjacency direction only"
+"""The short form of :data:`CAVEAT` in titles and legends."""
+
+
+def _adjacency_claim(checks: dict[str, theory.OneStepCheck], where: str) -> dict[str, Any]:
+    """The paper's implicit claim that its per-step bound A is an RDP bound, tested on one step per setting against
+    the exact one-step RDP of the other adjacency direction (:func:`dpaudit.theory.one_step_check`)."""
+    claim = _claim(
+        f"Theorem 3.3/3.4's per-step RDP bound A = 2αC²/(nbσ²) covers both directions of add/remove adjacency "
+        f"(one step {where})",
+        exact(all(check.covered for check in checks.values())),
+        test="one step's exact RDP of the other adjacency direction (the RDP accountant of Mironov et al. 2019; "
+        "tests check it by numerical integration) against the paper's A at the same α (exact comparison)",
+        paper_per_step_rdp={key: check.paper for key, check in checks.items()},
+        other_direction_exact_rdp={key: check.exact for key, check in checks.items()},
+        ratio_exact_to_paper={key: check.ratio for key, check in checks.items()},
+        noise_multiplier_z={key: check.noise_multiplier for key, check in checks.items()},
+        sample_rate_q={key: check.sample_rate for key, check in checks.items()},
+        alpha=next(iter(checks.values())).alpha,
+    )
+    if claim["verdict"] != "holds":
+        claim["finding"] = "the paper's bound does not cover the other adjacency direction"
+    return claim
 
 
 def _entry(figure: str, title: str, files: list[Path], claims: list[dict], **extra: Any) -> dict[str, Any]:
@@ -64,12 +99,19 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         for index, name in enumerate(FIGURE1_BOUNDS):
             ax.plot(steps, curves[name], **series_style(f"bound:{name}", index))
+        exact_curve = _exact_accountant_curve(steps, params)
+        ax.plot(steps, exact_curve, **EXACT_STYLE)
         ax.set_xlabel("Number of iterations T")
         ax.set_ylabel(f"Theoretical privacy level ε (RDP, α = {params['alpha']})")
         ax.set_xlim(0, max_steps)
         ax.set_ylim(bottom=0)
         ax.legend(loc="upper left")
-        ax.set_title("Fig 1: RDP bounds, " + ", ".join(f"{k}={v:g}" for k, v in params.items()), fontsize=7)
+        ax.set_title(
+            "Fig 1: RDP bounds, "
+            + ", ".join(f"{k}={v:g}" for k, v in params.items())
+            + f"\nTheorem 3.4: {ONE_SIDED_NOTE} (covered here: one step {_one_step_note(params)})",
+            fontsize=7,
+        )
         files = save_figure(fig, Path(out_dir) / "figure1")
     final = {name: float(curve[-1]) for name, curve in curves.items()}
     others = [name for name in FIGURE1_BOUNDS if name not in ("dpsgd-dc", "altschuler-talwar2022")]
@@ -77,13 +119,20 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
     claims = [
         _claim(
             f"Theorem 3.4 is tighter than every earlier bound except Altschuler & Talwar (2022) at T = {max_steps}",
-            all(final["dpsgd-dc"] < final[name] for name in others)
-            and final["altschuler-talwar2022"] < final["dpsgd-dc"],
+            exact(
+                all(final["dpsgd-dc"] < final[name] for name in others)
+                and final["altschuler-talwar2022"] < final["dpsgd-dc"]
+            ),
+            test=f"closed-form RDP of each bound at T = {max_steps}, App. D.1 parameters (exact comparison)",
             values_at_T=final,
         ),
         _claim(
             "Theorem 3.4 saturates (stops growing with T) while Feldman and composition grow linearly",
-            curves["dpsgd-dc"][-1] == curves["dpsgd-dc"][-2] and curves["feldman2018"][-1] > curves["feldman2018"][-2],
+            exact(
+                curves["dpsgd-dc"][-1] == curves["dpsgd-dc"][-2]
+                and curves["feldman2018"][-1] > curves["feldman2018"][-2]
+            ),
+            test="closed form: Theorem 3.4 equal at the last two T, Feldman's strictly larger (exact)",
             saturation_step=theory.dc_cap(**_bound_inputs("dpsgd-dc", params)).t_sat,
         ),
     ]
@@ -94,7 +143,33 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
         claims,
         parameters=params,
         validity_conditions_violated={k: v for k, v in violations.items() if v},
+        caveat=CAVEAT,
+        exact_accountant_at_T=float(exact_curve[-1]),
+        exact_accountant="RDP at α of T Poisson-subsampled Gaussian steps (z = σb/C, q = b/n; both adjacency "
+        "directions; valid for DPSGD-DC too, ignoring its projection)",
     )
+
+
+EXACT_STYLE = {
+    "color": "0.35",
+    "linestyle": (0, (1, 1.5)),
+    "linewidth": 1.4,
+    "label": "Exact accountant (both adjacency directions)",
+}
+"""How the exact accountant's RDP curve is drawn beside the paper's one-sided bound."""
+
+
+def _exact_accountant_curve(steps: np.ndarray, params: dict[str, float]) -> np.ndarray:
+    """RDP ε at order α of T Poisson-subsampled Gaussian steps at ``params`` (the exact accountant, additive over
+    identical steps): a bound for both adjacency directions, for DPSGD-GC and, ignoring its projection, DPSGD-DC."""
+    check = theory.one_step_check(**{key: params[key] for key in ("alpha", "C", "sigma", "n", "b")})
+    return check.exact * np.asarray(steps, dtype=float)
+
+
+def _one_step_note(params: dict[str, float]) -> str:
+    """ "exact x ≤ A y" (or ">") for one step at ``params``: the other direction's exact RDP against the paper's A."""
+    check = theory.one_step_check(**{key: params[key] for key in ("alpha", "C", "sigma", "n", "b")})
+    return f"exact {check.exact:.3g} {'≤' if check.covered else '>'} A = {check.paper:.3g}"
 
 
 def figure5(*, out_dir: str | Path, max_steps: int = 300, params: dict[str, float] = FIGURE5_PARAMS) -> dict[str, Any]:
@@ -106,29 +181,40 @@ def figure5(*, out_dir: str | Path, max_steps: int = 300, params: dict[str, floa
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         ax.plot(steps, trivial, **series_style("bound:trivial"))
         ax.plot(steps, ours, **series_style("bound:dpsgd-dc"))
+        exact_curve = _exact_accountant_curve(steps, params)
+        ax.plot(steps, exact_curve, **EXACT_STYLE)
         ax.annotate(
             "",
-            xy=(max_steps * 0.75, trivial[0]),
-            xytext=(max_steps * 0.75, ours[-1]),
+            xy=(max_steps * 0.88, trivial[0]),
+            xytext=(max_steps * 0.88, ours[-1]),
             arrowprops={"arrowstyle": "<->", "color": "0.3"},
         )
-        ax.text(max_steps * 0.77, (trivial[0] + ours[-1]) / 2, "gap", va="center", color="0.3")
+        ax.text(max_steps * 0.9, (trivial[0] + ours[-1]) / 2, "gap", va="center", color="0.3")
         ax.set_xlabel("Number of iterations T")
         ax.set_ylabel(f"Theoretical privacy level ε (RDP, α = {params['alpha']})")
         ax.set_xlim(0, max_steps)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="center right")
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.93))  # under the trivial bound, left of the gap arrow
         files = save_figure(fig, Path(out_dir) / "figure5")
     claims = [
         _claim(
             "Theorem 3.4 is below the trivial bound at every T, with a significant gap after saturation",
-            bool(np.all(ours < trivial)),
+            exact(bool(np.all(ours < trivial))),
+            test=f"closed form: Theorem 3.4 < the trivial bound at every T ≤ {max_steps} (exact)",
             trivial=float(trivial[0]),
             ours_plateau=float(ours[-1]),
             ratio=float(trivial[0] / ours[-1]),
         )
     ]
-    return _entry("Fig 5", "Trivial bound vs Theorem 3.4", files, claims, parameters=params)
+    return _entry(
+        "Fig 5",
+        "Trivial bound vs Theorem 3.4",
+        files,
+        claims,
+        parameters=params,
+        caveat=CAVEAT,
+        exact_accountant_at_T=float(exact_curve[-1]),
+    )
 
 
 TABLE1_ROWS = [
@@ -164,13 +250,20 @@ TABLE1_ROWS = [
         "—",
         "no",
     ),
-    ("Ours, Theorem 3.3 (DPSGD-GC)", "L-smooth", "unbounded", "O(α C² T / (n b σ²))", "2αC²T/(nbσ²)", "yes"),
+    (
+        "Ours, Theorem 3.3 (DPSGD-GC)",
+        "L-smooth",
+        "unbounded",
+        "O(α C² T / (n b σ²))",
+        "2αC²T/(nbσ²); one adjacency direction only",
+        "yes",
+    ),
     (
         "Ours, Theorem 3.4 (DPSGD-DC)",
         "L-smooth",
         "bounded",
         "O(α C²/(n b σ²) · min{T, (1+ηL)² n b D²/(η² C²)})",
-        "min{AT, (√A+√B)²}, A = 2αC²/(nbσ²), B = α(1+ηL)²D²/(2η²σ²)",
+        "min{AT, (√A+√B)²}, A = 2αC²/(nbσ²), B = α(1+ηL)²D²/(2η²σ²); one adjacency direction only",
         "yes",
     ),
 ]
@@ -196,7 +289,11 @@ def table1(*, out_dir: str | Path) -> dict[str, Any]:
         ]
     )
     tex = atomic_write_bytes(out / "table1.tex", (latex + "\n").encode())
-    return _entry("Table 1", "RDP guarantees and assumptions", [markdown, tex], [])
+    where = "at the paper's experimental parameters σ_DP = 0.002, C = 20, b = 100, n = 10000, α = 1.1"
+    claims = [_adjacency_claim({"paper experiments": theory.one_step_check(**PAPER_EXPERIMENT)}, where)]
+    return _entry(
+        "Table 1", "RDP guarantees and assumptions", [markdown, tex], claims, parameters=PAPER_EXPERIMENT, caveat=CAVEAT
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +315,36 @@ def _ordered(means: list[float], *, decreasing: bool) -> bool:
     return all(a > b for a, b in pairs) if decreasing else all(a < b for a, b in pairs)
 
 
+TRIAL_TEST = (
+    "95 % t interval from the trial-to-trial spread (Welch, dof = fewest trials − 1; each trial's ε̂ or loss already "
+    "carries its attack's or batch's sampling error); inconclusive with < 2 finite trials"
+)
+
+
+def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[str, dict[str, Any]]:
+    """Verdict on "mean of ``more`` > mean of ``less``" from per-trial values (non-finite left out); with ``less``
+    None, ``more`` holds paired per-trial differences and the claim is that their mean is > 0."""
+    samples = [np.asarray(x, dtype=float) for x in ((more,) if less is None else (more, less))]
+    samples = [x[np.isfinite(x)] for x in samples]
+    numbers: dict[str, Any] = {"means": [float(x.mean()) if len(x) else None for x in samples]}
+    if min(len(x) for x in samples) < 2:
+        return "inconclusive", {**numbers, "trials": [len(x) for x in samples]}
+    difference = float(samples[0].mean() - (samples[1].mean() if len(samples) > 1 else 0.0))
+    se = float(np.sqrt(sum(x.var(ddof=1) / len(x) for x in samples)))
+    dof = min(len(x) for x in samples) - 1
+    return decide(difference=difference, standard_error=se, dof=dof), {
+        **numbers,
+        "difference": difference,
+        "standard_error": se,
+    }
+
+
 def _run_theory_parameters(run: RunRecord, *, alpha: float, L: float | None = None) -> dict[str, float]:
-    """A run's configuration under the theory's parameter names (α, C, σ_DP, n, b, η, L, D)."""
+    """A run's configuration under the theory's parameter names (α, C, σ_DP, n, b, η, L, D).
+
+    D is the *diameter* of the run's domain, 2 × ``domain_radius``: ``dpsgd-dc`` projects onto the ℓ2 ball of that
+    radius, and the proof of Theorem 3.4 needs W∞(θ, θ′) ≤ D for any two iterates, which can be 2R apart (privacy
+    review, D4). The paper calls the radius of K its diameter; with D = R the shift cost B would be 4× too small."""
     c = run.config
     params = {
         "alpha": alpha,
@@ -232,8 +357,14 @@ def _run_theory_parameters(run: RunRecord, *, alpha: float, L: float | None = No
     if L is not None:
         params["L"] = L
     if c.get("domain_radius") is not None:
-        params["D"] = c["domain_radius"]
+        params["D"] = 2.0 * c["domain_radius"]  # the ball's diameter, not its radius
     return params
+
+
+def _run_one_step_check(run: RunRecord, *, alpha: float) -> theory.OneStepCheck:
+    """The paper's per-step A against the exact one-step RDP of the other adjacency direction, at a run's settings."""
+    params = _run_theory_parameters(run, alpha=alpha)
+    return theory.one_step_check(**{key: params[key] for key in ("alpha", "C", "sigma", "n", "b")})
 
 
 def _run_theory_curve(name: str, run: RunRecord, **theory_constants: float) -> np.ndarray:
@@ -250,45 +381,131 @@ def _plot_band(ax, x, values, style, *, label):
     return mean, dropped
 
 
+LOWER_BOUND_CONFIDENCE = 0.95
+NULL_PERMUTATIONS = 200
+
+
+def _pooled_bounds(group: list[RunRecord]) -> dict[str, Any] | None:
+    """95 % lower bound on ε per attack epoch from one configuration's shadow-attack scores pooled over its trials
+    (``scores_epoch_EEEE.csv``; split selection), the ceiling a perfect attack could reach at the pooled sample size,
+    and the null level of the eq. 20 point (its 95 % quantile over permutations of the pooled membership labels, at
+    the attack's own 0.5 threshold). None when a run has no score files (runs attacked by an older version)."""
+    delta = float(read_json(RunDir(group[0].path).attack)["results"][0].get("delta", 1e-5))
+    lower, null = [], []
+    for epoch in group[0].attack_epochs:
+        files = [RunDir(run.path).scores(int(epoch)) for run in group]
+        if not all(f.is_file() for f in files):
+            return None
+        parts = [read_scores_csv(f) for f in files]
+        members = np.concatenate([m for m, _ in parts])
+        nonmembers = np.concatenate([n for _, n in parts])
+        bound = epsilon_lower_bound(members, nonmembers, delta=delta, confidence=LOWER_BOUND_CONFIDENCE)
+        lower.append(bound.epsilon)
+        scores = np.concatenate([members, nonmembers]) > 0.5
+        labels = np.arange(len(scores)) < len(members)
+        rng = np.random.default_rng(int(epoch))
+        permuted = [error_rates(scores, rng.permutation(labels)) for _ in range(NULL_PERMUTATIONS)]
+        null.append(float(np.quantile([empirical_epsilon(a, b, delta=delta) for a, b in permuted], 0.95)))
+    ceiling = epsilon_ceiling(
+        n_members=len(members), n_nonmembers=len(nonmembers), delta=delta, confidence=LOWER_BOUND_CONFIDENCE
+    )
+    return {"lower": np.array(lower), "null": np.array(null), "ceiling": float(ceiling), "delta": delta}
+
+
+def _draw_bounds(ax, x, bounds: dict[str, Any] | None, colour) -> None:
+    """A configuration's pooled 95 % lower bound, dashed in its colour, under its ε̂ curve."""
+    if bounds is not None:
+        ax.plot(x, bounds["lower"], linestyle="--", marker="v", markersize=3, color=colour, linewidth=0.9)
+
+
+def _draw_ceiling(ax, bounds: dict[Any, dict[str, Any] | None]) -> None:
+    """The ceiling (grey, dotted) and the legend entries saying what the dashed lines are."""
+    known = [b for b in bounds.values() if b is not None]
+    if not known:
+        return
+    ceiling = min(b["ceiling"] for b in known)
+    ax.axhline(ceiling, color="0.4", linestyle=":", linewidth=1.0, label=f"ceiling: perfect attack ({ceiling:.2f})")
+    ax.plot([], [], linestyle="--", marker="v", markersize=3, color="0.3", label="95 % lower bound (trials pooled)")
+
+
+def _attack_power(bounds: dict[Any, dict[str, Any] | None], means: dict[Any, np.ndarray]) -> dict[str, Any]:
+    """How much the shadow attack can say here: the share of (configuration, checkpoint) pairs whose pooled 95 %
+    lower bound is > 0, and whose mean eq. 20 point lies above its permutation null level."""
+    known = {key: b for key, b in bounds.items() if b is not None}
+    if not known:
+        return {"available": False, "reason": "no per-record score files (scores_epoch_EEEE.csv) in the runs"}
+    checkpoints = sum(len(b["lower"]) for b in known.values())
+    positive = sum(int(np.sum(b["lower"] > 0)) for b in known.values())
+    above_null = sum(int(np.sum(np.asarray(means[key]) > b["null"])) for key, b in known.items())
+    return {
+        "available": True,
+        "checkpoints": checkpoints,
+        "lower_bound_positive": positive,
+        "fraction_lower_bound_positive": positive / checkpoints,
+        "points_above_null": above_null,
+        "fraction_points_above_null": above_null / checkpoints,
+        "confidence": LOWER_BOUND_CONFIDENCE,
+        "selection": "split",
+        "delta": next(iter(known.values()))["delta"],
+        "ceiling": min(b["ceiling"] for b in known.values()),
+        "null": f"95 % quantile of the eq. 20 point over {NULL_PERMUTATIONS} permutations of the pooled membership "
+        "labels (threshold 0.5, as the attack)",
+        "lower_bound": {f"{key}": [float(x) for x in b["lower"]] for key, b in known.items()},
+        "null_level": {f"{key}": [float(x) for x in b["null"]] for key, b in known.items()},
+    }
+
+
 def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, **_: Any) -> dict[str, Any]:
     """Fig 2: DPSGD-GC — (a) ε̂ vs epochs per batch size, (b) normalised Theorem 3.3 bound."""
     records = [load_run(path) for path in runs]
     groups = group_runs(records, _batch_size)
     with figure_style():
         fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(10, 3.8))
-        means, dropped, theory_curves = {}, 0, {}
+        means, dropped, theory_curves, bounds = {}, 0, {}, {}
         for index, (b, group) in enumerate(groups.items()):
             style = series_style(f"b:{b}", index)
             epochs = group[0].attack_epochs
             means[b], lost = _plot_band(ax_a, epochs, stack_trials(group, "epsilon_hat"), style, label=f"b = {b}")
+            bounds[b] = _pooled_bounds(group)
+            _draw_bounds(ax_a, epochs, bounds[b], style["color"])
             dropped += lost
             theory_curves[b] = _run_theory_curve("dpsgd-gc", group[0], alpha=alpha)
+        _draw_ceiling(ax_a, bounds)
         normalised = theory.normalize_global(theory_curves)
         for index, b in enumerate(groups):
             style = series_style(f"b:{b}", index)
             ax_b.plot(np.arange(len(normalised[b])), normalised[b], color=style["color"], label=f"b = {b}")
         ax_a.set(
             xlabel="Number of epochs E",
-            ylabel="Estimated privacy level ε̂ (eq. 20)",
+            ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
             title=f"(a) empirical: mean and 95 % band over {len(group)} trials",
         )
         ax_b.set(
             xlabel="Number of epochs E",
             ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
-            title="(b) theory: Theorem 3.3, T from each run's ledger",
+            title=f"(b) theory: Theorem 3.3, T from each run's ledger\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
         ax_a.axhline(0, color="0.6", linewidth=0.8)
-        ax_a.legend()
+        ax_a.legend(fontsize=7)
         ax_b.legend()
         files = save_figure(fig, Path(out_dir) / "figure2")
     batch_sizes = list(groups)
     epochs = list(groups[batch_sizes[0]][0].attack_epochs)
     per_epoch = [[float(means[b][i]) for b in batch_sizes] for i in range(len(epochs))]
     ordered = [_ordered(row, decreasing=True) for row in per_epoch]
+    trials = {b: stack_trials(group, "epsilon_hat") for b, group in groups.items()}
+    batch_order = {
+        f"E={e}: b={small} vs b={large}": _trials_verdict(trials[small][:, i], trials[large][:, i])
+        for i, e in enumerate(epochs)
+        for small, large in zip(batch_sizes, batch_sizes[1:])
+    }
+    increases = {f"b={b}": _trials_verdict(trials[b][:, -1] - trials[b][:, 0]) for b in batch_sizes}
     claims = [
         _claim(
             "Larger batch size gives smaller ε̂ at every epoch (means over trials)",
-            all(ordered),
+            combine(v for v, _ in batch_order.values()),
+            test=f"smaller minus next larger b's mean ε̂, each epoch; {TRIAL_TEST}; every comparison must hold",
+            comparisons={k: n for k, (_, n) in batch_order.items()},
             batch_sizes=batch_sizes,
             epochs=epochs,
             mean_epsilon_hat=per_epoch,
@@ -297,15 +514,22 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         ),
         _claim(
             "ε̂ increases with epochs (last evaluated epoch above the first, for every batch size)",
-            all(means[b][-1] > means[b][0] for b in batch_sizes),
+            combine(v for v, _ in increases.values()),
+            test=f"last minus first evaluated epoch's ε̂, paired by trial; {TRIAL_TEST}; every b must hold",
+            comparisons={k: n for k, (_, n) in increases.items()},
             first_epoch={str(b): float(means[b][0]) for b in batch_sizes},
             last_epoch={str(b): float(means[b][-1]) for b in batch_sizes},
         ),
         _claim(
             "Theory (Theorem 3.3) gives smaller ε for larger batch size",
-            _ordered([float(normalised[b][-1]) for b in batch_sizes], decreasing=True),
+            exact(_ordered([float(normalised[b][-1]) for b in batch_sizes], decreasing=True)),
+            test="closed-form Theorem 3.3 at each run's T (last epoch), strictly decreasing in b (exact)",
             normalised_at_last_epoch={str(b): float(normalised[b][-1]) for b in batch_sizes},
             unnormalised_rdp_at_last_epoch={str(b): float(theory_curves[b][-1]) for b in batch_sizes},
+        ),
+        _adjacency_claim(
+            {f"b={b}": _run_one_step_check(group[0], alpha=alpha) for b, group in groups.items()},
+            f"at these runs' parameters, α = {alpha}",
         ),
     ]
     return _entry(
@@ -316,6 +540,8 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         dataset=_runs_dataset(records),
         runs=[str(r.path) for r in records],
         theory="Theorem 3.3 (RDP, α = %g), normalised by the global maximum" % alpha,
+        attack_power=_attack_power(bounds, means),
+        caveat=CAVEAT,
     )
 
 
@@ -343,10 +569,20 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], **_: Any) -> dict[st
         for e in range(1, len(means[batch_sizes[0]]))
     ]
     checkpoints = sorted({0, len(ordered) // 4, len(ordered) // 2, len(ordered)})
+    losses = {b: stack_trials(group, "train_loss") for b, group in groups.items()}
+    loss_order = {
+        f"E={e + 1}: b={large} vs b={small}": _trials_verdict(losses[large][:, e], losses[small][:, e])
+        for e in range(1, losses[batch_sizes[0]].shape[1])
+        for small, large in zip(batch_sizes, batch_sizes[1:])
+    }
+    loss_falls = {f"b={b}": _trials_verdict(losses[b][:, 0] - losses[b][:, -1]) for b in batch_sizes}
     claims = [
         _claim(
             "Training loss is higher for larger batch sizes at every epoch after the first",
-            all(ordered),
+            combine(v for v, _ in loss_order.values()),
+            test=f"larger minus next smaller b's mean training loss, each epoch after the first; {TRIAL_TEST}; every "
+            "comparison must hold",
+            comparisons_failing={k: n for k, (v, n) in loss_order.items() if v != "holds"},
             batch_sizes=batch_sizes,
             epochs_where_ordered=int(sum(ordered)),
             epochs_compared=len(ordered),
@@ -354,7 +590,9 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], **_: Any) -> dict[st
         ),
         _claim(
             "Training loss decreases over training (last epoch below the first, every batch size)",
-            all(means[b][-1] < means[b][0] for b in batch_sizes),
+            combine(v for v, _ in loss_falls.values()),
+            test=f"first minus last epoch's training loss, paired by trial; {TRIAL_TEST}; every b must hold",
+            comparisons={k: n for k, (_, n) in loss_falls.items()},
             first={str(b): float(means[b][0]) for b in batch_sizes},
             last={str(b): float(means[b][-1]) for b in batch_sizes},
         ),
@@ -390,13 +628,16 @@ def figure3(
     faithful = {}
     with figure_style():
         fig, (ax_a, ax_s, ax_f) = plt.subplots(1, 3, figsize=(14, 3.8))
-        means = {}
+        means, bounds = {}, {}
         for (b, d), group in groups.items():
             values = stack_trials(group, "epsilon_hat")
             means[(b, d)], _ = _plot_band(
                 ax_a, group[0].attack_epochs, values, {"color": colour(b, d)}, label=f"b = {b}, D = {d:g}"
             )
+            bounds[(b, d)] = _pooled_bounds(group)
+            _draw_bounds(ax_a, group[0].attack_epochs, bounds[(b, d)], colour(b, d))
             faithful[(b, d)] = _run_theory_curve("dpsgd-dc", group[0], alpha=alpha, L=L)
+        _draw_ceiling(ax_a, bounds)
         schematic = theory.fig3b_curves(mode="paper_schematic")
         for (b, label), curve in schematic.items():
             hue = palettes[(0 if b == 100 else 1)](0.9 - 0.5 * [20, 60, 100].index(label) / 2)
@@ -404,22 +645,22 @@ def figure3(
         normalised = theory.normalize_global({f"{k}": v for k, v in faithful.items()})
         for key, curve in faithful.items():
             ax_f.plot(
-                np.arange(len(curve)), normalised[f"{key}"], color=colour(*key), label=f"b = {key[0]}, D = {key[1]:g}"
+                np.arange(len(curve)), normalised[f"{key}"], color=colour(*key), label=f"b = {key[0]}, R = {key[1]:g}"
             )
         ax_a.set(
             xlabel="Number of epochs E",
-            ylabel="Estimated privacy level ε̂ (eq. 20)",
+            ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
             title="(a) empirical: mean and 95 % band over trials",
         )
         ax_s.set(
             xlabel="Number of epochs E",
             ylabel="Normalised theoretical ε",
-            title="(b) paper's schematic (n = 1000, D relabelled)",
+            title=f"(b) paper's schematic (n = 1000, D relabelled)\n({ONE_SIDED_NOTE})",
         )
         ax_f.set(
             xlabel="Number of epochs E",
             ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
-            title=f"(b') faithful eq. 55 for these runs (L = {L})",
+            title=f"(b') faithful eq. 55 for these runs (L = {L}, D = 2R)\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
         for ax in (ax_a, ax_s, ax_f):
             ax.legend(fontsize=6)
@@ -434,7 +675,24 @@ def figure3(
         d: [_ordered([float(means[(b, d)][i]) for b in batch_sizes], decreasing=True) for i in range(len(epochs))]
         for d in radii
     }
+    trials = {key: stack_trials(group, "epsilon_hat") for key, group in groups.items()}
+    d_order = {
+        f"E={e}, b={b}: D={large:g} vs D={small:g}": _trials_verdict(trials[(b, large)][:, i], trials[(b, small)][:, i])
+        for i, e in enumerate(epochs)
+        for b in batch_sizes
+        for small, large in zip(radii, radii[1:])
+    }
+    b_order = {
+        f"E={e}, D={d:g}: b={small} vs b={large}": _trials_verdict(trials[(small, d)][:, i], trials[(large, d)][:, i])
+        for i, e in enumerate(epochs)
+        for d in radii
+        for small, large in zip(batch_sizes, batch_sizes[1:])
+    }
     half = len(epochs) // 2
+    stabilises = {
+        f"b={b}, D={d:g}": _trials_verdict(2 * trials[(b, d)][:, half] - trials[(b, d)][:, 0] - trials[(b, d)][:, -1])
+        for (b, d) in groups
+    }
     growth = {
         f"b={b}, D={d:g}": (
             float(means[(b, d)][half] - means[(b, d)][0]),
@@ -451,7 +709,9 @@ def figure3(
     claims = [
         _claim(
             "Smaller D gives smaller ε̂ at every epoch, for each batch size",
-            all(all(v) for v in d_ordered.values()),
+            combine(v for v, _ in d_order.values()),
+            test=f"larger minus next smaller D's mean ε̂, each epoch and b; {TRIAL_TEST}; every comparison must hold",
+            comparisons={k: n for k, (_, n) in d_order.items()},
             domain_sizes=radii,
             epochs=epochs,
             epochs_where_ordered={str(b): int(sum(v)) for b, v in d_ordered.items()},
@@ -459,20 +719,30 @@ def figure3(
         ),
         _claim(
             "The smaller batch size lies above the larger one at every epoch, for each D",
-            all(all(v) for v in b_ordered.values()),
+            combine(v for v, _ in b_order.values()),
+            test=f"smaller minus next larger b's mean ε̂, each epoch and D; {TRIAL_TEST}; every comparison must hold",
+            comparisons={k: n for k, (_, n) in b_order.items()},
             epochs_where_ordered={f"D={d:g}": int(sum(v)) for d, v in b_ordered.items()},
         ),
         _claim(
             "ε̂ stabilises under DC: it grows less over the second half of the epochs than over the first",
-            all(second < first for first, second in growth.values()),
+            combine(v for v, _ in stabilises.values()),
+            test=f"first-half minus second-half growth of ε̂, paired by trial; {TRIAL_TEST}; every (b, D) must hold",
+            comparisons={k: n for k, (_, n) in stabilises.items()},
             growth_first_half_second_half=growth,
         ),
         _claim(
             "With these runs' real parameters, eq. 55 saturates within the epochs trained (the paper's Fig 3b "
             "plateaus come from a schematic)",
-            all(t <= groups[k][0].steps_at_epoch[-1] for t, k in zip(saturation.values(), groups)),
+            exact(all(t <= groups[k][0].steps_at_epoch[-1] for t, k in zip(saturation.values(), groups))),
+            test="closed-form saturation step T_sat of eq. 55 at each run's parameters ≤ the steps trained (exact)",
+            kind="check",
             saturation_step=saturation,
             steps_trained=int(records[0].steps_at_epoch[-1]),
+        ),
+        _adjacency_claim(
+            {f"b={b}": _run_one_step_check(groups[(b, radii[0])][0], alpha=alpha) for b in batch_sizes},
+            f"at these runs' parameters, α = {alpha}",
         ),
     ]
     return _entry(
@@ -482,5 +752,11 @@ def figure3(
         claims,
         dataset=_runs_dataset(records),
         runs=[str(r.path) for r in records],
-        theory=f"Theorem 3.4 / eq. 55 (RDP, α = {alpha}, L = {L}); schematic panel = the paper's recipe",
+        theory=f"Theorem 3.4 / eq. 55 (RDP, α = {alpha}, L = {L}, D = 2 × domain_radius, the ball's diameter); "
+        "schematic panel = the paper's recipe",
+        attack_power=_attack_power(
+            {f"b={b}, D={d:g}": bounds[(b, d)] for (b, d) in groups},
+            {f"b={b}, D={d:g}": means[(b, d)] for (b, d) in groups},
+        ),
+        caveat=CAVEAT,
     )

@@ -3,7 +3,8 @@
 For every DP-claiming optimizer of the cross-optimizer audit at each target ε, one row per run with its rungs,
 from the strongest adversary to the weakest:
 
-* theory: the run's ε from its ledger (z_t, q_t) by the PRV accountant (tight) and by RDP — guarantees if the
+* theory: the run's ε from its ledger (z_t, q_t) by the PLD accountant (tight; the one the family bound's
+  hypotheses use) and by RDP — guarantees if the
   run is the mechanism its ledger describes;
 * white box, every iterate (``canary-run``): whole-run canaries scored by their log likelihood ratio Λ, with
   the family bound (if the run is a composed Poisson-subsampled Gaussian) and the assumption-free
@@ -31,6 +32,7 @@ import numpy as np
 
 from dpaudit._io import read_json, write_json
 from dpaudit._validation import DPAuditError
+from dpaudit.figures._paper import claim
 from dpaudit.figures.style import figure_style, save_figure
 
 # why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim)
@@ -67,18 +69,16 @@ def _unfit_reason(optimizer: str) -> str | None:
     return UNFIT_REASONS.get(cls.__module__.rpartition(".")[2], "its per-record processing is not a norm weighting")
 
 
-def _ledger_claims(run_folder: str | Path, *, delta: float) -> dict[str, float]:
-    """ε of a run's ledger at δ by the PRV and RDP accountants, and its steps' z and q."""
+def _ledger_claims(run_folder: str | Path, *, delta: float, whole_run: dict | None) -> dict[str, Any]:
+    """ε of a run's ledger at δ by the PLD and RDP accountants (from its whole-run audit when it has one: the same
+    ledger and δ), and its steps' z and q."""
+    from dpaudit.audit import ledger_claims
     from dpaudit.ledger import PrivacyLedger
     from dpaudit.rundir import RunDir
-    from dpaudit.theory import epsilon
 
     z, q = PrivacyLedger.from_dict(read_json(RunDir(run_folder).target.ledger)).per_step()
-    claims = {
-        accountant: epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=delta, accountant=accountant)
-        for accountant in ("prv", "rdp")
-    }
-    return {"epsilon_prv": claims["prv"], "epsilon_rdp": claims["rdp"], "z": z, "q": q}
+    claims = whole_run or ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate=False)
+    return {"epsilon_pld": claims["epsilon_pld"], "epsilon_rdp": claims["epsilon_rdp"], "z": z, "q": q}
 
 
 def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: int = 0) -> list[dict[str, Any]]:
@@ -92,7 +92,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
         seed: seed of the ceiling's simulation.
 
     Returns:
-        Rows with the claims (``epsilon_prv``, ``epsilon_rdp``, ``epsilon_step`` of the per-step canaries), the
+        Rows with the claims (``epsilon_pld``, ``epsilon_rdp``, ``epsilon_step`` of the per-step canaries), the
         lower bounds of each rung (nats; None where the rung was not audited), their ceilings, and
         ``whole_run_unfit`` (why whole-run canaries do not fit the optimizer, or None).
     """
@@ -118,8 +118,9 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
         optimizer = config["config"]["optimizer"]
         if not get_spec(optimizer).dp_claim:
             continue
-        claims = _ledger_claims(source, delta=delta)
         whole = by_run.get(("audit_run", run), {})
+        audited = next((p["whole_run"] for p in whole.values() if "epsilon_pld" in p.get("whole_run", {})), None)
+        claims = _ledger_claims(source, delta=delta, whole_run=audited)
         core = by_run.get(("audit", run), {})
 
         def lower(payload):
@@ -133,7 +134,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
             "name": name,
             "optimizer": optimizer,
             "target_epsilon": target,
-            "epsilon_prv": claims["epsilon_prv"],
+            "epsilon_pld": claims["epsilon_pld"],
             "epsilon_rdp": claims["epsilon_rdp"],
             "whole_run_unfit": None if whole else _unfit_reason(optimizer),
             "all_iterates_family": family(whole.get("canary-run")),
@@ -189,18 +190,18 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         "subsampled Gaussian with its q and T; AF = assumption-free (Clopper–Pearson); the per-step canaries' "
         "bound is against one step's ε (no subsampling, no composition), every other bound against the run's ε.",
         "",
-        "| optimizer | target ε | ε PRV | ε RDP | every iterate: family | every iterate: AF | final model: family | "
+        "| optimizer | target ε | ε PLD | ε RDP | every iterate: family | every iterate: AF | final model: family | "
         "final model: AF | last-iterate heuristic | family ceiling | AF ceiling | one step: AF (its ε) | "
-        "loss: AF | LiRA: AF | family / ε PRV |",
+        "loss: AF | LiRA: AF | family / ε PLD |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        ratio = None if row["all_iterates_family"] is None else row["all_iterates_family"] / row["epsilon_prv"]
+        ratio = None if row["all_iterates_family"] is None else row["all_iterates_family"] / row["epsilon_pld"]
         family = _fmt(row["all_iterates_family"]) + (" (capped)" if row["all_iterates_family_capped"] else "")
         if row["whole_run_unfit"]:
             family = f"not fitted: {row['whole_run_unfit']}"
         lines.append(
-            f"| {row['name']} | {row['target_epsilon']:g} | {_fmt(row['epsilon_prv'])} | {_fmt(row['epsilon_rdp'])} | "
+            f"| {row['name']} | {row['target_epsilon']:g} | {_fmt(row['epsilon_pld'])} | {_fmt(row['epsilon_rdp'])} | "
             f"{family} | {_fmt(row['all_iterates_lower'])} | {_fmt(row['final_model_family'])} | "
             f"{_fmt(row['final_model_lower'])} | {_fmt(row['epsilon_last_iterate'])} | {_fmt(row['family_ceiling'])} | "
             f"{_fmt(row['lower_ceiling'])} | {_fmt(row['per_step_lower'])} ({_fmt(row['epsilon_step'])}) | "
@@ -226,7 +227,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
         legend = {}
         for ax, name in zip(axes.flat, names):
             mine = sorted((row for row in rows if row["name"] == name), key=lambda row: row["target_epsilon"])
-            claims = np.array([row["epsilon_prv"] for row in mine])
+            claims = np.array([row["epsilon_pld"] for row in mine])
             top = 1.15 * max([*claims, *(row["epsilon_step"] or 0 for row in mine)])
             (legend["y = x: the audit certifies all of the claim"],) = ax.plot(
                 [0, top], [0, top], color="black", linewidth=0.8
@@ -236,7 +237,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
                 ("lower_ceiling", "assumption-free ceiling (perfect separation)", ":"),
                 ("epsilon_last_iterate", "last-iterate heuristic ε (not a guarantee)", "-."),
             ):
-                points = [(row["epsilon_prv"], row[key]) for row in mine if row[key] is not None]
+                points = [(row["epsilon_pld"], row[key]) for row in mine if row[key] is not None]
                 if points:
                     x, y = np.array(points).T
                     color = "#ff7f0e" if key == "epsilon_last_iterate" else "#1f77b4"
@@ -245,7 +246,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
                     )
             for key, label, color, marker, filled in RUNGS:
                 points = [
-                    (row["epsilon_step"] if key == "per_step_lower" else row["epsilon_prv"], row[key])
+                    (row["epsilon_step"] if key == "per_step_lower" else row["epsilon_pld"], row[key])
                     for row in mine
                     if row[key] is not None
                 ]
@@ -273,7 +274,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
             ax.set_xlim(0, top)
             ax.set_ylim(0, top)
             ax.set_title(name, fontsize=9)
-            ax.set_xlabel("claimed ε (PRV; one step's ε for per-step)", fontsize=7)
+            ax.set_xlabel("claimed ε (PLD; one step's ε for per-step)", fontsize=7)
             ax.set_ylabel(f"ε̂ lower bound ({100 * confidence:g} %)", fontsize=7)
         fig.suptitle(f"Threat-model ladder: what each adversary certifies, {title}", fontsize=10)
         fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
@@ -307,7 +308,7 @@ def write_ladder(
     # each bound exceeds a true claim with probability ≤ 1 − confidence: more than the binomial's 95 % quantile
     # of such exceedances is evidence against the claims (or the bounds)
     allowed = int(stats.binom.ppf(0.95, len(bounds), 1 - confidence))
-    ratios = {row["run"]: row["all_iterates_family"] / row["epsilon_prv"] for row in audited}
+    ratios = {row["run"]: row["all_iterates_family"] / row["epsilon_pld"] for row in audited}
     entry = {
         "name": "audit/ladder",
         "paper": "all seeds: the threat-model ladder",
@@ -316,22 +317,34 @@ def write_ladder(
         "dataset": title,
         "files": [str(path) for path in written] + [str(metrics), str(markdown)],
         "claims": [
-            {
-                "claim": f"Lower bounds above the ε their run claims are no more than {100 * (1 - confidence):g} % "
+            claim(
+                f"Lower bounds above the ε their run claims are no more than {100 * (1 - confidence):g} % "
                 "errors allow (the binomial's 95 % quantile)",
-                "holds": len(above) <= allowed,
-                "numbers": {"above": above, "bounds": len(bounds), "allowed": allowed},
-            },
-            {
-                "claim": "Whole-run canaries (every iterate, family bound) certify more of the run's ε than every "
+                "holds" if len(above) <= allowed else "contradicted",
+                test=f"count of {100 * confidence:g} % lower bounds above their run's claimed ε against the 95 % "
+                f"quantile of Binomial({len(bounds)}, {1 - confidence:g})",
+                kind="check",
+                above=above,
+                bounds=len(bounds),
+                allowed=allowed,
+            ),
+            claim(
+                "Whole-run canaries (every iterate, family bound) certify more of the run's ε than every "
                 "black-box attack, on every optimizer they fit",
-                "holds": bool(audited)
-                and all(
+                "inconclusive"
+                if not audited
+                else "holds"
+                if all(
                     row["all_iterates_family"] >= max(row["loss_lower"] or 0.0, row["lira_lower"] or 0.0)
                     for row in audited
-                ),
-                "numbers": {"family_over_prv": ratios},
-            },
+                )
+                else "contradicted",
+                test="family bound ≥ the largest black-box lower bound (loss, LiRA) per run, exact comparison of "
+                "the bounds; inconclusive when no run has whole-run canaries",
+                kind="check",
+                family_over_pld=ratios,
+                runs_audited=len(audited),
+            ),
         ],
     }
     write_json(out / "ladder.manifest.json", entry)
@@ -343,5 +356,5 @@ def _row(rows: list[dict[str, Any]], run: str) -> dict[str, Any]:
 
 
 def _claim(row: dict[str, Any], key: str) -> float:
-    """The ε a rung's lower bound tests: one step's for the per-step canaries, the run's (PRV) otherwise."""
-    return row["epsilon_step"] if key == "per_step_lower" else row["epsilon_prv"]
+    """The ε a rung's lower bound tests: one step's for the per-step canaries, the run's (PLD) otherwise."""
+    return row["epsilon_step"] if key == "per_step_lower" else row["epsilon_pld"]

@@ -9,6 +9,21 @@ import numpy as np
 from dpaudit.figures.style import figure_style, save_figure, series_style
 
 
+def resolved(fpr: float, *, n_nonmembers: int) -> bool:
+    """Whether a sample of ``n_nonmembers`` non-members can measure a false-positive rate ``fpr``: its smallest
+    non-zero FPR, 1/n, must not exceed it."""
+    return n_nonmembers > 0 and 1.0 / n_nonmembers <= fpr
+
+
+def tpr_text(fpr: float, tpr: float, *, n_nonmembers: int) -> str:
+    """TPR at a false-positive rate ``fpr`` as a legend shows it: "12 %", or "below resolution (1/n = 0.28 %)"
+    where the non-member sample is too small to measure that FPR (a reported value there is an artefact)."""
+    if not resolved(fpr, n_nonmembers=n_nonmembers):
+        floor = 100.0 / n_nonmembers if n_nonmembers > 0 else float("inf")
+        return f"below resolution (1/n = {floor:.2g} %)"
+    return f"{100 * tpr:.2g} %"
+
+
 def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[Path]:
     """Draw one log–log ROC panel.
 
@@ -32,13 +47,19 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
             keep = (fpr > 0) & (tpr > 0)
             smallest = min(smallest, 1.0 / max(report["n_nonmembers"], 1))
             style = series_style(f"attack:{label}", index)
-            tprs = ", ".join(f"{100 * float(value):.2g} %" for value in report["tpr_at_fpr"].values())
+            tprs = "; ".join(
+                f"{100 * float(target):g} %: "
+                + tpr_text(float(target), float(value), n_nonmembers=report["n_nonmembers"])
+                for target, value in report["tpr_at_fpr"].items()
+            )
             text = (
                 f"{style.pop('label')}: AUC {report['auc']:.3f}, ε̂ lower {float(report['epsilon_lower']):.2f}, "
-                f"TPR {tprs}"
+                f"TPR at FPR {tprs}"
             )
             ax.plot(fpr[keep], tpr[keep], label=text, **style)
             for target, tpr_value in report["tpr_at_fpr"].items():
+                if not resolved(float(target), n_nonmembers=report["n_nonmembers"]):
+                    continue  # no dot where the sample cannot measure that FPR
                 ax.plot([float(target)], [max(float(tpr_value), 1e-12)], marker="o", color=style["color"], markersize=3)
         ax.plot([smallest, 1], [smallest, 1], color="grey", linestyle=":", linewidth=1, label="chance")
         ax.set_xscale("log")
@@ -53,10 +74,11 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
             if curves
             else ""
         )
-        ax.legend(
-            loc="center left" if many else "lower right",
-            bbox_to_anchor=(1.02, 0.5) if many else None,
-            title=f"TPR at FPR {fprs} (dots)" if fprs else None,
+        ax.legend(  # off the curves: beside the panel (many curves) or below it
+            loc="center left" if many else "upper center",
+            bbox_to_anchor=(1.02, 0.5) if many else (0.5, -0.14),
+            frameon=False,
+            title=f"TPR at FPR {fprs} (dots; none below the FPR resolution 1/n)" if fprs else None,
             title_fontsize=7,
             fontsize=6.5 if many else 7,
         )

@@ -41,7 +41,11 @@ SERIES_STYLES: dict[str, dict] = {
     },
     "bound:altschuler-talwar2022": {"color": "darkorange", "linestyle": "-.", "label": "Altschuler & Talwar (2022)"},
     "bound:kong-ribero2024": {"color": "darkred", "linestyle": ":", "label": "Kong & Ribero (2024)"},
-    "bound:dpsgd-dc": {"color": "darkcyan", "linestyle": "-", "label": "Ours (Theorem 3.4)"},
+    "bound:dpsgd-dc": {
+        "color": "darkcyan",
+        "linestyle": "-",
+        "label": "Ours (Theorem 3.4; one adjacency direction only)",
+    },
     "bound:trivial": {"color": "darkred", "linestyle": "--", "label": "Trivial upper bound"},
     # batch sizes (Liang et al. Figs 2 and 4)
     "b:100": {"color": "#d62728"},

@@ -7,6 +7,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from dpaudit.figures import _paper as P
 from dpaudit.figures.style import figure_style, save_figure, series_style
@@ -64,12 +65,20 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     claims = [
         P.claim(
             "The top 10 % of coordinates hold most of the gradient energy (paper: 86.4 %)",
-            at_tenth > 0.5,
+            P.exact(at_tenth > 0.5),
+            test="oracle top-10 % share of the squared gradient (interpolated on the ρ grid) against 0.5 (one run's "
+            "diagnostics; exact, no sampling error modelled)",
             top_10_percent=at_tenth,
         ),
         P.claim(
             "TP-TopK's warm-up support captures more oracle energy than random supports at every ρ < 1",
-            bool(np.all(score[inner] > random_mean[inner])),
+            P.combine(
+                P.decide(difference=float(a - m), standard_error=float(sd))
+                for a, m, sd in zip(score[inner], random_mean[inner], random_std[inner])
+            ),
+            test="per ρ < 1: TP-TopK score minus the random supports' mean, 95 % normal interval with the random "
+            "supports' sd as its error (one run); every ρ must hold",
+            random_sd=random_std.tolist(),
             score=score.tolist(),
             random=random_mean.tolist(),
         ),
@@ -83,7 +92,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     found = P.summaries(runs)
     groups = P.group(found, "optimizer", "target_epsilon")
     title = f"Fig 2: composed ε of TP-TopK vs DP-SGD at matched ε ({P.describe(found, preset)})"
-    finals = {}
+    finals, audited = {}, []
     with figure_style():
         fig, ax = plt.subplots(figsize=(6.0, 4.0))
         for index, eps in enumerate(sorted({e for _, e in groups})):
@@ -93,34 +102,34 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 if not group:
                     continue
                 run = group[0]
-                ax.plot(
-                    run["epoch"],
-                    run["epsilon"],
-                    color=colour,
-                    linestyle=style,
-                    label=f"{optimizer}, ε = {eps:g}" if index == 0 or optimizer == "tp-topk" else None,
-                )
+                ax.plot(run["epoch"], run["epsilon"], color=colour, linestyle=style)
                 loss = P.loss_audit(group)
-                ax.plot(
-                    run["epoch"][-1],
-                    loss["point"],
-                    "o" if optimizer == "tp-topk" else "s",
-                    color=colour,
-                    markerfacecolor="none",
-                )
-                ax.plot(run["epoch"][-1], loss["lower"], "v", color=colour)
+                offset = 0.015 * run["epoch"][-1]  # the two methods' markers side by side at the last epoch
+                x = run["epoch"][-1] + (offset if optimizer == "tp-topk" else -offset)
+                ax.plot(x, loss["point"], "o" if optimizer == "tp-topk" else "s", color=colour, markerfacecolor="none")
+                ax.plot(x, loss["lower"], "v", color=colour)
                 finals[(optimizer, eps)] = run["epsilon"][-1]
-        ax.plot([], [], "ko", markerfacecolor="none", label=f"{P.LOSS_EPSILON_LABEL} (point)")
-        ax.plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower)")
+                audited.append((x, loss))
+            ax.plot([], [], color=colour, linewidth=4, label=f"target ε = {eps:g}")  # colour: the target ε
+        # line style and marker: the method (one entry each, whatever the number of target ε)
+        ax.plot([], [], "k-", label="TP-TopK: composed ε")
+        ax.plot([], [], "k--", label="DP-SGD (dpsgd-gc): composed ε")
+        ax.plot([], [], "ko", markerfacecolor="none", label=f"TP-TopK: {P.LOSS_EPSILON_LABEL} (point)")
+        ax.plot([], [], "ks", markerfacecolor="none", label=f"DP-SGD: {P.LOSS_EPSILON_LABEL} (point)")
+        ax.plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower), both methods")
+        P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("composed ε (RDP, δ = 1e-5)")
-        ax.legend(fontsize=6, loc="upper left")
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
         ax.set_title(title, fontsize=8)
         files = save_figure(fig, Path(out_dir) / "figure2")
     claims = [
         P.claim(
             "Both methods end at the same target ε (|ε − target| ≤ 0.01)",
-            all(abs(value - eps) <= 0.01 for (_, eps), value in finals.items()),
+            P.exact(all(abs(value - eps) <= 0.01 for (_, eps), value in finals.items())),
+            test="accountant's final ε within 0.01 of the target for every run (exact; calibration, by construction)",
+            kind="check",
             **{f"{o}_eps{e:g}": v for (o, e), v in finals.items()},
         )
     ]
@@ -136,29 +145,43 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
     def acc(optimizer, eps):
         return accuracy.get((eps, optimizer), float("nan"))
 
+    def versus(a, b):  # (verdict, numbers) of "a's accuracy > b's"
+        if not (groups.get(a) and groups.get(b)):
+            return "inconclusive", {"missing": [list(k) for k in (a, b) if not groups.get(k)]}
+        return P.accuracy_verdict(groups[a], groups[b])
+
+    every = "; every comparison must hold"
+    topk = {f"eps{e:g}": versus((e, "tp-topk"), (e, "tp-rand")) for e in epsilons}
+    sparse = {f"{o}_eps{e:g}": versus((e, o), (e, "dpsgd-gc")) for e in epsilons for o in ("tp-topk", "tp-rand")}
+    improves = {o: versus((epsilons[-1], o), (epsilons[0], o)) for o in VARIANTS}
+    loss = [(P.loss_audit(g)["lower"], P.final_epsilon(g)) for g in groups.values()]
+    canary = [(P.canary_audit(g)["lower"], P.canary_audit(g)["mechanism"]) for g in groups.values()]
     claims = [
         P.claim(
             "TP-TopK ≥ TP-Rand at every ε",
-            all(acc("tp-topk", e) >= acc("tp-rand", e) for e in epsilons),
-            **{f"gap_eps{e:g}": acc("tp-topk", e) - acc("tp-rand", e) for e in epsilons},
+            P.combine(v for v, _ in topk.values()),
+            test=P.accuracy_test(groups.values(), what="TP-TopK minus TP-Rand per ε") + every,
+            **{k: n for k, (_, n) in topk.items()},
         ),
         P.claim(
             "The sparse TP methods beat dense DP-SGD at every ε",
-            all(min(acc("tp-topk", e), acc("tp-rand", e)) > acc("dpsgd-gc", e) for e in epsilons),
-            **{f"dpsgd_eps{e:g}": acc("dpsgd-gc", e) for e in epsilons},
+            P.combine(v for v, _ in sparse.values()),
+            test=P.accuracy_test(groups.values(), what="TP-TopK and TP-Rand minus DP-SGD per ε") + every,
+            **{k: n for k, (_, n) in sparse.items()},
         ),
         P.claim(
             "Every method improves with ε (lowest ε below highest ε)",
-            all(acc(o, epsilons[0]) < acc(o, epsilons[-1]) for o in VARIANTS),
-            **{o: [acc(o, e) for e in epsilons] for o in VARIANTS},
+            P.combine(v for v, _ in improves.values()),
+            test=P.accuracy_test(groups.values(), what="highest- minus lowest-ε accuracy per method") + every,
+            **{o: {"accuracy": [acc(o, e) for e in epsilons], **n} for o, (_, n) in improves.items()},
         ),
         P.claim(
             "No ε̂ lower bound exceeds its theoretical ε",
-            all(
-                P.loss_audit(g)["lower"] <= P.final_epsilon(g)
-                and P.canary_audit(g)["lower"] <= P.canary_audit(g)["mechanism"]
-                for g in groups.values()
-            ),
+            P.lower_bound_verdict([lo for lo, _ in loss + canary], [eps for _, eps in loss + canary]),
+            test=P.LOWER_BOUND_TEST + " (loss attack vs the run's ε; canaries vs one step's ε)",
+            kind="check",
+            loss_lower_vs_epsilon=loss,
+            canary_lower_vs_step_epsilon=canary,
         ),
     ]
     return P.entry(PAPER, "Table 2", "five variants at matched ε", files, claims, dataset=P.describe(found, preset))
@@ -187,16 +210,30 @@ def table3(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
         Path(out_dir) / "table3",
         ["ρ", "TP-Rand (%)", "TP-TopK (%)", "Δ_TP (points)", *(f"TP-TopK {h}" for h in P.AUDIT_HEADER)],
         rows,
-        caption=f"Table 3: active-ratio ablation at ε = {eps:g} ({P.describe(found, preset)})",
+        caption=f"Table 3: active-ratio ablation at ε = {eps:g} ({P.describe(found, preset)}). {P.TABLE_NOTE}",
     )
-    values = [gaps[rho] for rho in ratios]
+    estimates = {rho: [P.accuracy_estimate(groups[(rho, o)]) for o in ("tp-topk", "tp-rand")] for rho in ratios}
+    delta = {rho: (t[0] - r[0], t[1] + r[1]) for rho, (t, r) in estimates.items()}  # Δ_TP and its variance
+    decreasing = {f"rho_{a:g}_vs_{b:g}": P.accuracy_verdict(delta[a], delta[b]) for a, b in zip(ratios, ratios[1:])}
+    positive = {f"rho_{rho:g}": P.accuracy_verdict(*estimates[rho]) for rho in ratios}
+    every = "; every comparison must hold"
     claims = [
         P.claim(
             "Δ_TP decreases as ρ grows",
-            all(a > b for a, b in zip(values, values[1:])),
-            **{f"rho_{rho:g}": gaps[rho] for rho in ratios},
+            P.combine(v for v, _ in decreasing.values()),
+            test=P.accuracy_test(
+                next(iter(groups.values())), what="Δ_TP at ρ minus Δ_TP at the next ρ (four accuracies' variances)"
+            )
+            + every,
+            **{f"delta_rho_{rho:g}": gaps[rho] for rho in ratios},
+            **{k: n for k, (_, n) in decreasing.items()},
         ),
-        P.claim("Δ_TP > 0 at every ρ", all(v > 0 for v in values)),
+        P.claim(
+            "Δ_TP > 0 at every ρ",
+            P.combine(v for v, _ in positive.values()),
+            test=P.accuracy_test(groups.values(), what="Δ_TP = TP-TopK minus TP-Rand per ρ") + every,
+            **{k: n for k, (_, n) in positive.items()},
+        ),
     ]
     return P.entry(PAPER, "Table 3", "active-ratio ablation", files, claims, dataset=P.describe(found, preset))
 
@@ -210,7 +247,11 @@ def table4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
     accuracy = {key: P.final(group) for key, group in groups.items()}
     rows = [
         [f"{a:g}"]
-        + [f"{P.percent(accuracy[(a, b)])} (ε̂ ≥ {P.canary_audit(groups[(a, b)])['lower']:.2f})" for b in budgets]
+        + [
+            f"{P.percent(accuracy[(a, b)])} (ε̂ ≥ {c['lower']:.2f} / {c['mechanism']:.2f})"
+            for b in budgets
+            for c in [P.canary_audit(groups[(a, b)])]
+        ]
         for a in epochs
     ]
     eps = found[0]["target_epsilon"]
@@ -219,23 +260,40 @@ def table4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
         ["E1/E \\ ε1/ε", *(f"{b:g}" for b in budgets)],
         rows,
         caption=f"Table 4: phase/budget split of TP-TopK at ε = {eps:g}, ρ = 0.4: test accuracy (%) "
-        f"and canary ε̂ lower bound ({P.describe(found, preset)})",
+        f"and canary ε̂ lower bound / the ε of the one step it is compared with (it changes with the split) "
+        f"({P.describe(found, preset)})",
     )
     best = max(accuracy, key=accuracy.get)
     corners = [(a, b) for a in (epochs[0], epochs[-1]) for b in (budgets[0], budgets[-1])]
     centre = (epochs[len(epochs) // 2], budgets[len(budgets) // 2])
+    interior = [k for k in accuracy if k[0] not in (epochs[0], epochs[-1]) and k[1] not in (budgets[0], budgets[-1])]
+    boundary = [k for k in accuracy if k not in interior]
+    if interior and boundary:
+        best_in, best_out = max(interior, key=accuracy.get), max(boundary, key=accuracy.get)
+        split = P.accuracy_verdict(groups[best_in], groups[best_out])
+    else:
+        best_in = best_out = None
+        split = ("inconclusive", {})
+    dominated = {str(c): P.accuracy_verdict(groups[centre], groups[c]) for c in corners}
     claims = [
         P.claim(
             "The best split lies in the interior of the grid",
-            best[0] not in (epochs[0], epochs[-1]) and best[1] not in (budgets[0], budgets[-1]),
+            split[0],
+            test=P.accuracy_test(groups.values(), what="best interior cell minus best boundary cell"),
             best=list(best),
             accuracy=accuracy[best],
+            best_interior=best_in and list(best_in),
+            best_boundary=best_out and list(best_out),
+            **split[1],
         ),
         P.claim(
             "(0.3, 0.3) is not dominated by any corner",
-            all(accuracy[centre] >= accuracy[c] for c in corners),
+            P.combine(v for v, _ in dominated.values()),
+            test=P.accuracy_test(groups.values(), what="centre minus each corner")
+            + "; holds when the centre is above every corner, contradicted when a corner is above it",
             centre=accuracy[centre],
             corners={str(c): accuracy[c] for c in corners},
+            **{f"centre_vs_{k}": n for k, (_, n) in dominated.items()},
         ),
     ]
     return P.entry(PAPER, "Table 4", "phase/budget split", files, claims, dataset=P.describe(found, preset))

@@ -17,6 +17,7 @@ import numpy as np
 from dpaudit._io import read_json, write_json
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import get_attack
+from dpaudit.figures._paper import claim
 from dpaudit.figures.style import figure_style, save_figure
 from dpaudit.rundir import RunDir
 
@@ -247,25 +248,32 @@ def write_validation(
         "dataset": title,
         "files": [str(path) for path in written],
         "claims": [
-            {
-                "claim": "Every broken variant (no DP claim) is flagged at some claimed ε",
-                "holds": not missed,
-                "numbers": {
-                    "flagged_at": {v: found["flagged_at"] for v, found in report["variants"].items()},
-                    "not_flagged": missed,
-                },
-            },
-            {
-                "claim": "No correct twin is flagged",
-                "holds": not correct_flagged,
-                "numbers": {"flagged": correct_flagged},
-            },
-            {
-                "claim": f"False-alarm rate on correct optimizers ≤ {1 - report['confidence']:.2g} "
+            claim(
+                "Every broken variant (no DP claim) is flagged at some claimed ε",
+                "contradicted" if missed else "holds",
+                test=f"each variant flagged (ε̂ lower bound at {100 * report['confidence']:g} % > its claimed ε) at "
+                "one claimed ε or more (exact)",
+                kind="check",
+                flagged_at={v: found["flagged_at"] for v, found in report["variants"].items()},
+                not_flagged=missed,
+            ),
+            claim(
+                "No correct twin is flagged",
+                "contradicted" if correct_flagged else "holds",
+                test=f"no correct twin's ε̂ lower bound ({100 * report['confidence']:g} %) above its claimed ε (exact)",
+                kind="check",
+                flagged=correct_flagged,
+                twins=len({row["optimizer"] for row in report["rows"] if row["role"] == "correct twin"}),
+            ),
+            claim(
+                f"False-alarm rate on correct optimizers ≤ {1 - report['confidence']:.2g} "
                 "(by construction of the bound)",
-                "holds": alarms["rate"] <= 1 - report["confidence"],
-                "numbers": {key: value for key, value in alarms.items() if key != "which"},
-            },
+                "holds" if alarms["rate"] <= 1 - report["confidence"] else "contradicted",
+                test=f"observed false-alarm rate over {alarms['audits']} audits against {1 - report['confidence']:.2g} "
+                f"(exact; its Clopper–Pearson {100 * report['confidence']:g} % upper bound is in the numbers)",
+                kind="check",
+                **{key: value for key, value in alarms.items() if key != "which"},
+            ),
         ],
     }
     write_json(out / "validation.manifest.json", entry)
@@ -393,17 +401,22 @@ def write_validation_run(
         "dataset": title,
         "files": [str(path) for path in written],
         "claims": [
-            {
-                "claim": "Every bug only a whole-run audit sees (understated sample rate, reused noise, shuffled "
+            claim(
+                "Every bug only a whole-run audit sees (understated sample rate, reused noise, shuffled "
                 "batches accounted as Poisson) is flagged at some claimed ε",
-                "holds": not missed,
-                "numbers": {"flagged_at": report["bugs"], "not_flagged": missed},
-            },
-            {
-                "claim": "No correct twin is flagged (each with probability ≤ 5 % by construction)",
-                "holds": not report["twins_flagged"],
-                "numbers": {"flagged": report["twins_flagged"]},
-            },
+                "contradicted" if missed else "holds",
+                test="each bug's whole-run ε̂ lower bound above its claimed ε at one claimed ε or more (exact)",
+                kind="check",
+                flagged_at=report["bugs"],
+                not_flagged=missed,
+            ),
+            claim(
+                "No correct twin is flagged (each with probability ≤ 5 % by construction)",
+                "contradicted" if report["twins_flagged"] else "holds",
+                test="no correct twin's whole-run ε̂ lower bound above its claimed ε (exact)",
+                kind="check",
+                flagged=report["twins_flagged"],
+            ),
         ],
     }
     write_json(out / "validation_run.manifest.json", entry)

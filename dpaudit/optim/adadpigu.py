@@ -60,6 +60,15 @@ class AdaDPIGU(MaskedSupport):
     def _scale(self) -> list[torch.Tensor]:
         return [beta.sqrt() + self.hyper.standardise_constant for beta in self.beta]
 
+    @property
+    def accumulated_statistic(self) -> str:
+        """What ``gradient_before_noise`` holds this step (for the diagnostics' histogram label)."""
+        if self.mask is None:
+            return "clipped mean gradient before noise (pre-training)"
+        if not self.adaptive_statistics:  # α = 0, β = 1: the masked gradient / (1 + μ), top-k and clipped per record
+            return "masked, per-record top-k, clipped gradient / (1 + μ) before noise (main phase)"
+        return "standardised, masked, per-record top-k statistic before noise (main phase; not gradient values)"
+
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
         if self.mask is None:
             super().accumulate(grads)

@@ -16,14 +16,18 @@ from dpaudit.theory import accounting, bounds, dpsgd_dc, sgm  # noqa: F401 - the
 from dpaudit.theory.accounting import (
     DEFAULT_ORDERS,
     OPACUS_ORDERS,
+    POISSON_ON_SHUFFLED_LABEL,
+    SHUFFLED_UPPER_LABEL,
     AccountingFallbackWarning,
     calibrate_noise,
     epsilon,
     ledger_epsilons,
+    ledger_shuffled_epsilons,
     prv_grid,
     rdp_epsilon_floor,
     rdp_subsampled_gaussian,
     rdp_to_epsilon,
+    shuffled_upper_epsilon,
 )
 from dpaudit.theory.bounds import Bound, get_bound
 from dpaudit.theory.dpsgd_dc import *  # noqa: F403 - the public names are dpsgd_dc.__all__
@@ -31,15 +35,19 @@ from dpaudit.theory.dpsgd_dc import *  # noqa: F403 - the public names are dpsgd
 __all__ = [
     "DEFAULT_ORDERS",
     "OPACUS_ORDERS",
+    "POISSON_ON_SHUFFLED_LABEL",
+    "SHUFFLED_UPPER_LABEL",
     "AccountingFallbackWarning",
     "Bound",
     "calibrate_noise",
     "epsilon",
     "get_bound",
     "ledger_epsilons",
+    "ledger_shuffled_epsilons",
     "prv_grid",
     "rdp_epsilon_floor",
     "rdp_subsampled_gaussian",
     "rdp_to_epsilon",
+    "shuffled_upper_epsilon",
     *dpsgd_dc.__all__,
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import special
@@ -35,6 +36,9 @@ from dpaudit._validation import (
     check_probability,
     check_ratio,
 )
+
+if TYPE_CHECKING:
+    from dpaudit.ledger import PrivacyLedger
 
 OPACUS_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + list(range(12, 64)))
 """Rényi orders α used by Opacus (and TF Privacy's Tramer–Boneh experiments): 1.1 … 10.9, 12 … 63."""
@@ -617,17 +621,8 @@ def ledger_epsilons(
         ε per requested epoch; +inf throughout for a run that made no DP claim and recorded no steps
         (non-private training).
     """
-    from dpaudit.ledger import PrivacyLedger
-
-    if isinstance(ledger, dict):
-        ledger = PrivacyLedger.from_dict(ledger)
     check_choice("logging", logging, EPOCH_LOGGING)
-    check_probability("delta (δ)", delta)
-    ends = list(ledger.epoch_ends)
-    epochs = list(range(1, len(ends) + 1)) if epochs is None else list(epochs)
-    for epoch in epochs:
-        if not (isinstance(epoch, (int, np.integer)) and 1 <= epoch <= len(ends)):
-            raise DPAuditError(f"epoch {epoch!r} is not in the ledger (it has {len(ends)} epochs)")
+    ledger, ends, epochs = _ledger_epochs(ledger, delta=delta, epochs=epochs)
     if ledger.steps == 0 and not ledger.dp_claim:
         return [math.inf] * len(epochs)
     z, q = ledger.per_step()
@@ -668,3 +663,81 @@ def ledger_epsilons(
         else 0.0
         for prefix in prefixes
     ]
+
+
+SHUFFLED_UPPER_LABEL = "upper bound for shuffled batches: each epoch one unsubsampled Gaussian step per record"
+"""How the valid ε of a shuffled-batch run is named wherever it is printed."""
+
+POISSON_ON_SHUFFLED_LABEL = "Poisson-sampling ε, not a guarantee for shuffled batches"
+"""How the Poisson accountants' ε of a shuffled-batch run is named: it may understate the true ε."""
+
+
+def shuffled_upper_epsilon(*, noise_multipliers, epoch_ends: Sequence[int], delta: float) -> float:
+    """A valid upper bound on ε at δ for shuffled fixed-size batches, where the Poisson accountants are not.
+
+    With ``sampling: shuffle`` every record is in exactly one batch of each epoch. Under replace-with-zero
+    adjacency (one record swapped for one that contributes nothing) the two runs differ, for any one shuffle, in
+    one step of the epoch, by at most C in ℓ2; so each epoch is at most one Gaussian mechanism of the epoch's
+    smallest noise multiplier z_e (joint convexity of the hockey-stick divergence over the shuffle, adaptive
+    composition over the epoch's steps). E epochs compose to a Gaussian mechanism of μ = √(Σ_e 1/z_e²) (√E/z at
+    constant z), whose ε at δ is exact (Balle & Wang 2018; Dong, Roth & Su's μ-GDP): no amplification by
+    shuffling is claimed, so this can be far above the Poisson figure (Chua et al., ICML 2024).
+
+    Args:
+        noise_multipliers: z_t per step (noise std / C), finite and > 0, one per step of the run.
+        epoch_ends: steps completed at the end of each epoch (increasing, the last ≤ the number of steps); steps
+            after the last end form one more (partial) epoch.
+        delta: δ in (0, 1).
+
+    Returns:
+        ε ≥ 0 in nats (0 for no steps).
+    """
+    from dpaudit.estimate.gdp import gdp_epsilon
+
+    z = np.asarray(noise_multipliers, dtype=float).reshape(-1)
+    check_probability("delta (δ)", delta)
+    if z.size and not (np.all(np.isfinite(z)) and np.all(z > 0)):
+        raise DPAuditError("noise_multipliers must be finite and > 0 for the shuffled-batch bound")
+    ends = [int(end) for end in epoch_ends]
+    if any(b < a for a, b in zip([0, *ends], ends)) or (ends and ends[-1] > z.size):
+        raise DPAuditError(f"epoch_ends must increase and stay within the {z.size} steps, got {ends!r}")
+    bounds = [0, *ends, *([z.size] if not ends or ends[-1] < z.size else [])]
+    mu_squared = sum(1.0 / float(z[a:b].min()) ** 2 for a, b in zip(bounds, bounds[1:]) if b > a)
+    return gdp_epsilon(mu=math.sqrt(mu_squared), delta=delta) if mu_squared else 0.0
+
+
+def ledger_shuffled_epsilons(ledger, *, delta: float, epochs: Sequence[int] | None = None) -> list[float]:
+    """:func:`shuffled_upper_epsilon` after each epoch of a run, replayed from its privacy ledger.
+
+    Args:
+        ledger: a :class:`dpaudit.ledger.PrivacyLedger` (or its ``to_dict()`` form).
+        delta: δ ∈ (0, 1).
+        epochs: 1-based epochs to report (default: every epoch of the ledger).
+
+    Returns:
+        ε per requested epoch (+inf throughout for a run that made no DP claim and recorded no steps).
+    """
+    ledger, ends, epochs = _ledger_epochs(ledger, delta=delta, epochs=epochs)
+    if ledger.steps == 0 and not ledger.dp_claim:
+        return [math.inf] * len(epochs)
+    z, _ = ledger.per_step()
+    return [
+        shuffled_upper_epsilon(noise_multipliers=z[: ends[epoch - 1]], epoch_ends=ends[:epoch], delta=delta)
+        for epoch in epochs
+    ]
+
+
+def _ledger_epochs(ledger, *, delta: float, epochs: Sequence[int] | None) -> tuple[PrivacyLedger, list[int], list[int]]:
+    """A ledger (from its ``to_dict()`` form where given one), its epoch ends and the requested 1-based epochs
+    (default: all), after the one-line checks of δ and of each epoch."""
+    from dpaudit.ledger import PrivacyLedger
+
+    if isinstance(ledger, dict):
+        ledger = PrivacyLedger.from_dict(ledger)
+    check_probability("delta (δ)", delta)
+    ends = list(ledger.epoch_ends)
+    epochs = list(range(1, len(ends) + 1)) if epochs is None else list(epochs)
+    for epoch in epochs:
+        if not (isinstance(epoch, (int, np.integer)) and 1 <= epoch <= len(ends)):
+            raise DPAuditError(f"epoch {epoch!r} is not in the ledger (it has {len(ends)} epochs)")
+    return ledger, ends, epochs

@@ -45,6 +45,8 @@ class Bound:
             called :data:`DEFAULT_VARIANT`.
         enforce_conditions: whether :func:`~dpaudit.theory.bounds.rdp_bound` refuses to evaluate the bound
             where its conditions are violated (unless told not to check).
+        caveat: what the bound does not cover, in one line, shown wherever it is printed or drawn ("" if nothing
+            is known to be missing).
     """
 
     name: str
@@ -58,6 +60,7 @@ class Bound:
     optional_condition_parameters: tuple[str, ...] = ()
     variants: tuple[tuple[str, Evaluate], ...] = ()
     enforce_conditions: bool = False
+    caveat: str = ""
 
     @property
     def variant_names(self) -> tuple[str, ...]:

@@ -11,6 +11,17 @@ B = α(1+ηL)²D²/(2η²σ²):
 * ``dpsgd-dc``: min{A·T, (√A + √B)²} (Theorem 3.4, eq. 55).
 * ``dpsgd-gc-strong``: A'·T (eq. 42), through Lemma A.13 (:mod:`dpaudit.theory.sgm`).
 * ``dpsgd-dc-strong``: min{A'·T, (√A' + √B)²} (explicit analogue of eq. 48).
+
+One direction only: the per-step cost A of Theorems 3.3/3.4 is what convexity of D_α in its *second* argument gives
+for D_α(N₀ ‖ (1−q)N₀ + qN_Δ), the "add" direction of add/remove adjacency. The "remove" direction,
+D_α((1−q)N₀ + qN_Δ ‖ N₀), has the mixture first, where that convexity does not hold for α > 1, and it is at least
+(α/(α−1))·log q + αΔ²/(2σ²). At the paper's own experimental parameters (σ_DP = 0.002, C = 20, b = 100, n = 10000,
+so z = σb/C = 0.01, q = 0.01) and α = 1.1, one step of the remove direction costs ≈ 5449.3 (exact, with the
+smaller sensitivity Δ = C/b) against A = 220. So ``dpsgd-gc`` and ``dpsgd-dc`` are the paper's one-sided bounds, not
+RDP guarantees under add/remove adjacency; their records carry :data:`ONE_DIRECTION_CAVEAT`, and
+:func:`dpaudit.theory.dpsgd_dc.one_step_check` compares A with the exact one-step RDP (Mironov, Talwar & Zhang 2019,
+which covers both directions). The strengthened forms go through Lemma A.13 (Mironov et al.'s bound, valid for both
+directions under its conditions, which are enforced).
 """
 
 from __future__ import annotations
@@ -25,9 +36,16 @@ from dpaudit.theory._params import check_params, fmt
 from dpaudit.theory.bounds.base import Bound
 from dpaudit.theory.sgm import alpha_star
 
-__all__ = ["BOUNDS", "DCCap", "dc_cap"]
+__all__ = ["BOUNDS", "ONE_DIRECTION_CAVEAT", "DCCap", "dc_cap"]
 
 PAPER = "Liang et al., AAAI 2026 (arXiv 2502.17772)"
+
+ONE_DIRECTION_CAVEAT = (
+    "one direction only: Theorems 3.3/3.4 bound D_α(N₀ ‖ mixture) (adding a record), not the other direction of "
+    "add/remove adjacency, which can cost far more per step (≈ 5449 vs 220 at the paper's z = 0.01, α = 1.1); "
+    "not an RDP guarantee — compare the exact accountant"
+)
+"""The caveat of the paper's own per-step bounds (``dpsgd-gc``, ``dpsgd-dc``), printed wherever they appear."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +176,7 @@ BOUNDS: tuple[Bound, ...] = (
         parameters=_GC_PARAMS,
         evaluate=_gc(False),
         conditions="none (L-smoothness is an assumption, not checkable)",
+        caveat=ONE_DIRECTION_CAVEAT,
     ),
     Bound(
         name="dpsgd-dc",
@@ -166,6 +185,7 @@ BOUNDS: tuple[Bound, ...] = (
         parameters=_DC_PARAMS,
         evaluate=_dc(False),
         conditions="none (L-smoothness is an assumption, not checkable)",
+        caveat=ONE_DIRECTION_CAVEAT,
     ),
     Bound(
         name="dpsgd-gc-strong",

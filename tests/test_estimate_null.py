@@ -1,0 +1,140 @@
+"""The null level of the eq. 20 point estimate (membership labels permuted): known answers from first principles."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from dpaudit._validation import DPAuditError
+from dpaudit.estimate import ScoreCounts, epsilon_lower_bound, epsilon_point, epsilon_point_null
+
+
+def test_constant_scores_give_a_null_level_equal_to_the_point_estimate():
+    """Every score tied: every relabelling has the same counts, so the null distribution is one value, the point
+    estimate itself (0: only the trivial thresholds exist)."""
+    scores = np.full(50, 0.3)
+    point = epsilon_point(scores, scores, delta=1e-5)
+    assert point == 0.0
+    assert epsilon_point_null(member_scores=scores, nonmember_scores=scores, delta=1e-5) == point
+
+
+def test_two_members_two_nonmembers_by_hand():
+    """Scores 4 > 3 > 2 > 1, P = N = 2, δ = 0: the 6 labellings are equally likely. By eq. 20, members {4, 3}
+    (separated) give ln max(P, N) = ln 2; {4, 2} and {4, 1} have the threshold 4 with FPR = 0, FNR = 1/2, so
+    ln((1 − 0)/(1/2)) = ln 2; {3, 2} has the threshold 2 with FPR = 1/2, FNR = 0, ln 2 again; {3, 1} and {2, 1}
+    have no ratio above 1, so 0. The null distribution is ln 2 w.p. 4/6 and 0 w.p. 2/6: its 95 % quantile is ln 2
+    and its 10 % quantile 0."""
+    members, nonmembers = [4.0, 3.0], [2.0, 1.0]
+    for labelled, expected in (([4, 3], 2), ([4, 2], 2), ([4, 1], 2), ([3, 2], 2), ([3, 1], 1), ([2, 1], 1)):
+        rest = [s for s in (4.0, 3.0, 2.0, 1.0) if s not in labelled]
+        assert epsilon_point(labelled, rest, delta=0.0) == pytest.approx(math.log(expected))
+    null = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=0.0, permutations=400)
+    assert null == pytest.approx(math.log(2))
+    low = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=0.0, quantile=0.1)
+    assert low == 0.0
+
+
+@pytest.mark.parametrize("decimals", [1, None])  # rounded: many ties; None: no ties (the cached path)
+def test_each_permutation_is_the_point_estimate_of_that_relabelling(decimals):
+    """With one permutation the null level is epsilon_point of the relabelled scores (same seed, same shuffle), with
+    and without ties: checked against ScoreCounts on the relabelling drawn the same way."""
+    rng = np.random.default_rng(3)
+    members, nonmembers = rng.normal(0.3, 1.0, 40), rng.normal(0.0, 1.0, 25)
+    if decimals is not None:
+        members, nonmembers = np.round(members, decimals), np.round(nonmembers, decimals)
+    pooled = np.concatenate([members, nonmembers])
+    order = np.argsort(-pooled, kind="stable")
+    labels = np.zeros(pooled.size, dtype=np.int8)
+    labels[: members.size] = 1
+    for seed in range(5):
+        permuted = np.random.default_rng(seed).permuted(labels[None, :], axis=1)[0]
+        ranked = pooled[order]
+        expected = ScoreCounts.from_scores(
+            member_scores=ranked[permuted == 1], nonmember_scores=ranked[permuted == 0]
+        ).epsilon_point(delta=1e-3)
+        got = epsilon_point_null(
+            member_scores=members, nonmember_scores=nonmembers, delta=1e-3, permutations=1, seed=seed
+        )
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_identical_distributions_give_a_positive_null_level_and_a_zero_lower_bound():
+    """No leakage (both classes from one distribution, 360 each as in the pipeline): the point estimate is biased
+    upwards, its null level is well above 0, and the certified lower bound is 0."""
+    rng = np.random.default_rng(0)
+    members, nonmembers = rng.normal(size=360), rng.normal(size=360)
+    null = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=1e-5)
+    assert null > 1.0
+    bound = epsilon_lower_bound(members, nonmembers, delta=1e-5, confidence=0.95)
+    assert bound.epsilon == 0.0
+
+
+def test_the_null_level_ignores_which_scores_are_the_members():
+    """Only the pooled scores and the class sizes enter: swapping scores between classes, or a strictly increasing
+    transform of every score, leaves the null level unchanged, while the point estimate changes."""
+    rng = np.random.default_rng(1)
+    members, nonmembers = rng.normal(2.0, 1.0, 100), rng.normal(0.0, 1.0, 100)
+    swapped_m = np.concatenate([nonmembers[:50], members[50:]])
+    swapped_n = np.concatenate([members[:50], nonmembers[50:]])
+    null = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=1e-5)
+    assert epsilon_point_null(member_scores=swapped_m, nonmember_scores=swapped_n, delta=1e-5) == null
+    assert epsilon_point_null(member_scores=np.exp(members), nonmember_scores=np.exp(nonmembers), delta=1e-5) == null
+    assert epsilon_point(members, nonmembers, delta=1e-5) > null  # strong signal: the point clears its null level
+    assert epsilon_point(swapped_m, swapped_n, delta=1e-5) < epsilon_point(members, nonmembers, delta=1e-5)
+
+
+def test_the_null_level_does_not_vanish_as_n_grows():
+    """Eq. 20 over all thresholds keeps its bias at any n. If the top k scores are all members and the next one is a
+    non-member, the threshold at that non-member has TPR = k/P, FPR = 1/N, so (δ = 0, P = N) the estimate is
+    ≥ ln k. Under no signal the top 4 are members with probability ≈ 1/16 > 5 % (and the bottom tail adds as much),
+    so the 95 % null level is ≥ ln 4 at every n. It is also ≤ ln max(P, N), eq. 20's largest value."""
+    rng = np.random.default_rng(2)
+    for n in (50, 500, 5000):
+        null = epsilon_point_null(member_scores=rng.normal(size=n), nonmember_scores=rng.normal(size=n), delta=0.0)
+        assert math.log(4) <= null <= math.log(n), (n, null)
+
+
+def test_under_no_leakage_the_point_exceeds_its_null_level_about_5_percent_of_the_time():
+    """Exchangeability: with no signal the observed labelling is one more draw from the permutation distribution,
+    so P[point > 95 % null level] ≤ 5 % (ties make it smaller). 200 independent no-leakage data sets: the count
+    is Binomial(200, ≤ 0.05), mean ≤ 10, so more than 20 would be a 3.2 σ excess."""
+    rng = np.random.default_rng(7)
+    above = 0
+    for _ in range(200):
+        members, nonmembers = rng.normal(size=60), rng.normal(size=60)
+        point = epsilon_point(members, nonmembers, delta=1e-5)
+        null = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=1e-5, permutations=100)
+        above += point > null
+    assert above <= 20, above
+
+
+def test_fast_enough_for_the_pipeline():
+    """360 + 360 scores (the pipeline's loss attack) well under a second; median of 3 calls."""
+    rng = np.random.default_rng(0)
+    members, nonmembers = rng.normal(size=360), rng.normal(size=360)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=1e-5)
+        times.append(time.perf_counter() - start)
+    assert np.median(times) < 0.5, times
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"permutations": 0}, "permutations"),
+        ({"quantile": 1.0}, "quantile"),
+        ({"seed": -1}, "seed"),
+        ({"delta": 1.0}, "delta"),
+        ({"member_scores": []}, "member_scores"),
+        ({"nonmember_scores": [np.nan]}, "nonmember_scores"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(kwargs, match):
+    args = {"member_scores": [1.0, 2.0], "nonmember_scores": [0.0, 1.0], "delta": 1e-5, **kwargs}
+    with pytest.raises(DPAuditError, match=match):
+        epsilon_point_null(**args)
