@@ -27,6 +27,9 @@ PAPER = "Liang et al., Improved privacy and utility analysis of DP-SGD with boun
 # App. D.1 parameters of Fig 1 (and, with n = 16, of Fig 5).
 FIGURE1_PARAMS = {"alpha": 1.1, "L": 1.0, "C": 2.0, "sigma": 4.0, "D": 1.0, "n": 8, "b": 2, "eta": 0.2, "m": 1.0}
 FIGURE5_PARAMS = {**FIGURE1_PARAMS, "n": 16}
+PARAMETER_SYMBOLS = {"alpha": "α", "sigma": "σ", "eta": "η"}
+BAND_NOTE = "2.5–97.5 % percentile band (for a few trials, about their range)"
+"""What the data figures' shaded band is (``dpaudit.results.mean_and_band``, as the paper's captions say)."""
 FIGURE1_BOUNDS = ("feldman2018", "mironov-composition", "kong-ribero2024", "altschuler-talwar2022", "dpsgd-dc")
 
 
@@ -108,7 +111,7 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
         ax.legend(loc="upper left")
         ax.set_title(
             "Fig 1: RDP bounds, "
-            + ", ".join(f"{k}={v:g}" for k, v in params.items())
+            + _parameters_text(params)
             + f"\nTheorem 3.4: {ONE_SIDED_NOTE} (covered here: one step {_one_step_note(params)})",
             fontsize=7,
         )
@@ -195,6 +198,7 @@ def figure5(*, out_dir: str | Path, max_steps: int = 300, params: dict[str, floa
         ax.set_xlim(0, max_steps)
         ax.set_ylim(bottom=0)
         ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.93))  # under the trivial bound, left of the gap arrow
+        ax.set_title("Fig 5: trivial bound vs Theorem 3.4, " + _parameters_text(params), fontsize=7)
         files = save_figure(fig, Path(out_dir) / "figure5")
     claims = [
         _claim(
@@ -305,9 +309,19 @@ def _batch_size(run: RunRecord) -> int:
     return int(run.config["batch_size"])
 
 
+def _parameters_text(params: dict[str, float]) -> str:
+    """The bound's parameters as the paper writes them (α, σ, η in Greek)."""
+    return ", ".join(f"{PARAMETER_SYMBOLS.get(k, k)} = {v:g}" for k, v in params.items())
+
+
 def _runs_dataset(runs: list[RunRecord]) -> str:
     names = sorted({f"{r.config['dataset']} ({r.config['model']}, n = {r.config['target_size']})" for r in runs})
     return "; ".join(names)
+
+
+def _suptitle(fig, figure: str, runs: list[RunRecord], preset: str) -> None:
+    """The data figure's title: which figure, on which data (dataset, model, n) and preset."""
+    fig.suptitle(f"{figure} ({_runs_dataset(runs)}; {preset} preset)", fontsize=9)
 
 
 def _ordered(means: list[float], *, decreasing: bool) -> bool:
@@ -455,7 +469,9 @@ def _attack_power(bounds: dict[Any, dict[str, Any] | None], means: dict[Any, np.
     }
 
 
-def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, **_: Any) -> dict[str, Any]:
+def figure2(
+    *, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, preset: str = "default", **_: Any
+) -> dict[str, Any]:
     """Fig 2: DPSGD-GC — (a) ε̂ vs epochs per batch size, (b) normalised Theorem 3.3 bound."""
     records = [load_run(path) for path in runs]
     groups = group_runs(records, _batch_size)
@@ -478,7 +494,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         ax_a.set(
             xlabel="Number of epochs E",
             ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-            title=f"(a) empirical: mean and 95 % band over {len(group)} trials",
+            title=f"(a) empirical: mean and {BAND_NOTE} of {len(group)} trials",
         )
         ax_b.set(
             xlabel="Number of epochs E",
@@ -488,6 +504,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
         ax_a.axhline(0, color="0.6", linewidth=0.8)
         ax_a.legend(fontsize=7)
         ax_b.legend()
+        _suptitle(fig, "Fig 2: DPSGD-GC across batch sizes", records, preset)
         files = save_figure(fig, Path(out_dir) / "figure2")
     batch_sizes = list(groups)
     epochs = list(groups[batch_sizes[0]][0].attack_epochs)
@@ -545,7 +562,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, 
     )
 
 
-def figure4(*, out_dir: str | Path, runs: list[str | Path], **_: Any) -> dict[str, Any]:
+def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Fig 4: DPSGD-GC training loss vs epochs per batch size (target models; mean and 95 % band)."""
     records = [load_run(path) for path in runs]
     groups = group_runs(records, _batch_size)
@@ -561,7 +578,8 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], **_: Any) -> dict[st
             ax.fill_between(epochs, low, high, color=style["color"], alpha=0.15, linewidth=0)
             means[b] = mean
         ax.set(xlabel="Number of epochs E", ylabel="Training loss", yscale="log")
-        ax.legend()
+        ax.legend(title=f"mean and {BAND_NOTE}", title_fontsize=7)
+        _suptitle(fig, "Fig 4: DPSGD-GC training loss", records, preset)
         files = save_figure(fig, Path(out_dir) / "figure4")
     batch_sizes = list(groups)
     ordered = [
@@ -612,7 +630,13 @@ def _domain(run: RunRecord) -> tuple[int, float]:
 
 
 def figure3(
-    *, out_dir: str | Path, runs: list[str | Path], alpha: float = 1.1, L: float = 0.1, **_: Any
+    *,
+    out_dir: str | Path,
+    runs: list[str | Path],
+    alpha: float = 1.1,
+    L: float = 0.1,
+    preset: str = "default",
+    **_: Any,
 ) -> dict[str, Any]:
     """Fig 3: DPSGD-DC — (a) ε̂ per domain size D and batch size; (b) normalised Theorem 3.4 bound,
     both the paper's schematic recipe and the faithful curve for these runs."""
@@ -650,7 +674,7 @@ def figure3(
         ax_a.set(
             xlabel="Number of epochs E",
             ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-            title="(a) empirical: mean and 95 % band over trials",
+            title=f"(a) empirical: mean and {BAND_NOTE} of the trials",
         )
         ax_s.set(
             xlabel="Number of epochs E",
@@ -665,6 +689,7 @@ def figure3(
         for ax in (ax_a, ax_s, ax_f):
             ax.legend(fontsize=6)
         ax_a.axhline(0, color="0.6", linewidth=0.8)
+        _suptitle(fig, "Fig 3: DPSGD-DC across domain sizes", records, preset)
         files = save_figure(fig, Path(out_dir) / "figure3")
     epochs = list(groups[(batch_sizes[0], radii[0])][0].attack_epochs)
     d_ordered = {

@@ -1,6 +1,8 @@
 # Helpers shared by the rule files.
 from pathlib import Path
 
+PRESET = config.get("preset", "default")  # named in every figure title
+
 
 def cli_flags(values):
     """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated)."""

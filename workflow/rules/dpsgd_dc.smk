@@ -101,7 +101,7 @@ rule dpsgd_dc_data_figure:
     log:
         "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --runs {params.runs} > {log} 2>&1"
+        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --preset {PRESET} --runs {params.runs} > {log} 2>&1"
         " --alpha {params.theory[alpha]} --L {params.theory[L]}"
 
 

@@ -15,7 +15,6 @@ for _name, _ids in PAPER_EXPERIMENTS.items():
     for _id in _ids:
         PAPER_TRIALS[_id] = max(PAPER_TRIALS.get(_id, 1), experiment_trials(PAPERS, _name))
 CROSS_EPSILONS = AUD["target_epsilons"]
-PRESET = config.get("preset", "default")
 
 # figure → what it draws (declared once, in dpaudit.figures.FIGURE_SPECS): paper experiments, cross-audit runs
 # (every ε), optimizers runs with diagnostics. A preset lacking an experiment or an optimizer (optimizers.runs) a
