@@ -321,7 +321,7 @@ def _runs_dataset(runs: list[RunRecord]) -> str:
 
 def _suptitle(fig, figure: str, runs: list[RunRecord], preset: str) -> None:
     """The data figure's title: which figure, on which data (dataset, model, n) and preset."""
-    fig.suptitle(f"{figure} ({_runs_dataset(runs)}; {preset} preset)", fontsize=9)
+    fig.suptitle(f"{figure} ({_runs_dataset(runs)}; {preset} preset)", fontsize=9, y=1.04)
 
 
 def _ordered(means: list[float], *, decreasing: bool) -> bool:
@@ -494,7 +494,7 @@ def figure2(
         ax_a.set(
             xlabel="Number of epochs E",
             ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-            title=f"(a) empirical: mean and {BAND_NOTE} of {len(group)} trials",
+            title=f"(a) empirical, {len(group)} trials",
         )
         ax_b.set(
             xlabel="Number of epochs E",
@@ -502,7 +502,7 @@ def figure2(
             title=f"(b) theory: Theorem 3.3, T from each run's ledger\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
         ax_a.axhline(0, color="0.6", linewidth=0.8)
-        ax_a.legend(fontsize=7)
+        ax_a.legend(fontsize=7, title=f"mean and {BAND_NOTE}", title_fontsize=6)
         ax_b.legend()
         _suptitle(fig, "Fig 2: DPSGD-GC across batch sizes", records, preset)
         files = save_figure(fig, Path(out_dir) / "figure2")
@@ -674,7 +674,7 @@ def figure3(
         ax_a.set(
             xlabel="Number of epochs E",
             ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-            title=f"(a) empirical: mean and {BAND_NOTE} of the trials",
+            title="(a) empirical",
         )
         ax_s.set(
             xlabel="Number of epochs E",
@@ -686,8 +686,15 @@ def figure3(
             ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
             title=f"(b') faithful eq. 55 for these runs (L = {L}, D = 2R)\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
-        for ax in (ax_a, ax_s, ax_f):
-            ax.legend(fontsize=6)
+        ax_a.legend(fontsize=6, title=f"mean and {BAND_NOTE}", title_fontsize=5)
+        ax_s.legend(fontsize=6)
+        coincide = all(
+            np.allclose(normalised[f"{key}"], normalised[f"{other}"])
+            for key in faithful
+            for other in faithful
+            if key[0] == other[0]
+        )
+        ax_f.legend(fontsize=6, title="the radii of one b coincide" if coincide else None, title_fontsize=6)
         ax_a.axhline(0, color="0.6", linewidth=0.8)
         _suptitle(fig, "Fig 3: DPSGD-DC across domain sizes", records, preset)
         files = save_figure(fig, Path(out_dir) / "figure3")
