@@ -169,6 +169,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             "For z < 6 D2P2-SGD beats DPSGD and D2P-SGD",
             P.combine(v for v, _ in beats.values()),
             test=P.accuracy_test(all_z, what="D2P2-SGD minus each rival per z < 6") + "; every comparison must hold",
+            z_compared=low,  # none trained: inconclusive
             **{f"z_{z:g}": {m: accuracy[m][z] for m in DYNAMIC} for z in low},
             **{k: n for k, (_, n) in beats.items()},
         ),
@@ -177,6 +178,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             P.combine(v for v, _ in below.values()),
             test=P.accuracy_test(all_z, what="the better rival minus D2P2-SGD per z > 6")
             + "; every comparison must hold",
+            z_compared=high,  # none trained: inconclusive
             **{f"z_{z:g}": {m: accuracy[m][z] for m in DYNAMIC} for z in high},
             **{f"gap_z_{k}": n for k, (_, n) in below.items()},
         ),
