@@ -278,6 +278,20 @@ def test_d2p2_figure4_sigma_claims(tmp_path):
     assert (tmp_path / "figure4.png").stat().st_size > 0 and (tmp_path / "figure4.pdf").is_file()
 
 
+def test_d2p2_figure4_without_a_z_above_6_leaves_that_claim_inconclusive(tmp_path):
+    # the smoke preset trains z ∈ {1, 3} only: nothing decides "for z > 6 …", which must not stop the figure
+    accuracy = {"d2p2-sgd": (0.9, 0.8), "dpsgd-auto": (0.8, 0.7), "d2p-sgd": (0.8, 0.7), "dp2-sgd": (0.7, 0.6)}
+    runs = [
+        _summary(tmp_path / f"{name}{z}", name, accuracy=acc, z=z, target_size=10**6)
+        for name, pair in accuracy.items()
+        for z, acc in zip((1.0, 3.0), pair)
+    ]
+    claims = _draw("d2p2_sgd/figure4", tmp_path, runs)["claims"]
+    above = next(c for c in claims if c["claim"].startswith("For z > 6"))
+    assert above["verdict"] == "inconclusive" and above["numbers"]["z_compared"] == []
+    assert claims[0]["verdict"] == "holds" and claims[0]["numbers"]["z_compared"] == [1.0, 3.0]
+
+
 def test_matched_epsilon_table_flags_an_epsilon_hat_above_theory(tmp_path):
     runs = [
         _summary(
