@@ -266,13 +266,18 @@ def test_tp_topk_table3_claims_follow_the_data(tmp_path, gaps, records, verdicts
     assert (tmp_path / "table3.tex").read_text().count(r"\\") == 4  # header + 3 rows
 
 
-def test_d2p2_figure4_sigma_claims(tmp_path):
-    accuracy = {"d2p2-sgd": (0.9, 0.5), "dpsgd-auto": (0.8, 0.7), "d2p-sgd": (0.8, 0.7), "dp2-sgd": (0.7, 0.4)}
-    runs = [
+def _figure4_runs(tmp_path, accuracy: dict, sigmas: tuple[float, float]) -> list:
+    """Summaries of the four D2P2-SGD Fig 4 methods: each method's accuracy pair at the two noise multipliers."""
+    return [
         _summary(tmp_path / f"{name}{z}", name, accuracy=acc, z=z, target_size=10**6)
         for name, pair in accuracy.items()
-        for z, acc in zip((2.0, 8.0), pair)
+        for z, acc in zip(sigmas, pair)
     ]
+
+
+def test_d2p2_figure4_sigma_claims(tmp_path):
+    accuracy = {"d2p2-sgd": (0.9, 0.5), "dpsgd-auto": (0.8, 0.7), "d2p-sgd": (0.8, 0.7), "dp2-sgd": (0.7, 0.4)}
+    runs = _figure4_runs(tmp_path, accuracy, (2.0, 8.0))
     claims = {c["claim"]: c["verdict"] for c in _draw("d2p2_sgd/figure4", tmp_path, runs)["claims"]}
     assert list(claims.values()) == ["holds", "holds", "holds"]
     assert (tmp_path / "figure4.png").stat().st_size > 0 and (tmp_path / "figure4.pdf").is_file()
@@ -281,11 +286,7 @@ def test_d2p2_figure4_sigma_claims(tmp_path):
 def test_d2p2_figure4_without_a_z_above_6_leaves_that_claim_inconclusive(tmp_path):
     # the smoke preset trains z ∈ {1, 3} only: nothing decides "for z > 6 …", which must not stop the figure
     accuracy = {"d2p2-sgd": (0.9, 0.8), "dpsgd-auto": (0.8, 0.7), "d2p-sgd": (0.8, 0.7), "dp2-sgd": (0.7, 0.6)}
-    runs = [
-        _summary(tmp_path / f"{name}{z}", name, accuracy=acc, z=z, target_size=10**6)
-        for name, pair in accuracy.items()
-        for z, acc in zip((1.0, 3.0), pair)
-    ]
+    runs = _figure4_runs(tmp_path, accuracy, (1.0, 3.0))
     claims = _draw("d2p2_sgd/figure4", tmp_path, runs)["claims"]
     above = next(c for c in claims if c["claim"].startswith("For z > 6"))
     assert above["verdict"] == "inconclusive" and above["numbers"]["z_compared"] == []
