@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Wall time and peak memory (RSS of snakemake and all dpaudit jobs, summed, sampled every second)
-# of the default pipeline from an empty results/. Prints JSON. Usage: bash benchmarks/pipeline_time.sh [snakemake args]
+# of the default pipeline from an empty results/, then the job-seconds per rule (benchmarks/pipeline_jobs.py).
+# Prints JSON. Usage: bash benchmarks/pipeline_time.sh [snakemake args]
 set -u
 cd "$(dirname "$0")/.."
 rm -rf results
@@ -15,5 +16,7 @@ while kill -0 "$pid" 2>/dev/null; do
 done
 wait "$pid"
 rc=$?
-printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "cores": %d}\n' \
+printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "cores": %d,\n "jobs":\n' \
   "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(nproc)"
+python benchmarks/pipeline_jobs.py results.log
+echo "}"

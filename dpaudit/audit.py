@@ -30,6 +30,7 @@ from dpaudit.estimate import (
     ScoreCounts,
     ThresholdSelection,
     epsilon_ceiling,
+    epsilon_point_null,
     resolve_selection,
 )
 
@@ -38,6 +39,17 @@ REPORT_FPRS = (0.001, 0.01)
 
 #: Most ROC points kept in a report.
 MAX_ROC_POINTS = 1000
+
+#: Above this many scores (members + non-members) a report's :attr:`AuditReport.epsilon_point_null` is None: the
+#: permutations cost about 1 s per 60,000 tied scores (scores without ties are cached by class sizes), and the large
+#: score sets are per-step canary audits whose point estimate no figure shows.
+POINT_NULL_MAX_SCORES = 100_000
+
+#: How :attr:`AuditReport.epsilon_point_null` is computed (its entry in :attr:`AuditReport.methods`).
+POINT_NULL_METHOD = (
+    "95 % quantile of the eq. 20 point estimate over 200 seeded permutations of the membership labels (no membership "
+    "signal); a point estimate at or below it says nothing about leakage"
+)
 
 #: The selections ``audit_scores`` accepts for ``epsilon_lower``: those that choose on held-out scores
 #: ("bonferroni" is always reported, as ``epsilon_lower_bonferroni``).
@@ -58,6 +70,9 @@ class AuditReport:
 
     Attributes:
         epsilon_point: eq. 20 point estimate (nats) over all thresholds; an estimate, not a bound.
+        epsilon_point_null: the point estimate's null level (nats): the 95 % quantile of ``epsilon_point`` on the same
+            scores with the membership labels permuted (:func:`dpaudit.estimate.epsilon_point_null`), what chance
+            alone gives; None above :data:`POINT_NULL_MAX_SCORES` scores. A reference level, not a bound.
         epsilon_lower: Clopper–Pearson lower bound on ε (nats), threshold chosen on held-out scores
             (``selection``), holding with probability ≥ ``confidence``.
         epsilon_lower_bonferroni: the same bound over all thresholds on all data, simultaneous band.
@@ -81,6 +96,7 @@ class AuditReport:
     """
 
     epsilon_point: float
+    epsilon_point_null: float | None
     epsilon_lower: float
     epsilon_lower_bonferroni: float
     epsilon_gdp: float
@@ -121,6 +137,7 @@ class AuditReport:
             "confidence",
         ):
             out[name] = _json_float(getattr(self, name))
+        out["epsilon_point_null"] = None if self.epsilon_point_null is None else _json_float(self.epsilon_point_null)
         out["tpr_at_fpr"] = {repr(float(key)): _json_float(value) for key, value in self.tpr_at_fpr.items()}
         out["methods"] = dict(self.methods)
         out["n_members"] = int(self.n_members)
@@ -135,6 +152,7 @@ class AuditReport:
     def summary(self) -> str:
         """One paragraph of text for logs and reports."""
         level = f"{100 * self.confidence:g}%"
+        null = "null level n/a" if self.epsilon_point_null is None else f"null 95 %: {self.epsilon_point_null:.2f}"
         tprs = ", ".join(f"{value:.3g} at FPR {key:g}" for key, value in self.tpr_at_fpr.items())
         limited = (
             " (at the sample-size ceiling: more scores, not a stronger attack, would raise it)"
@@ -143,7 +161,8 @@ class AuditReport:
         )
         return (
             f"Audit of {self.n_members} member and {self.n_nonmembers} non-member scores at δ = {self.delta:g}: "
-            f"AUC {self.auc:.3f}; TPR {tprs}. Point estimate ε̂ = {self.epsilon_point:.2f} (eq. 20, not a bound). "
+            f"AUC {self.auc:.3f}; TPR {tprs}. Point estimate ε̂ = {self.epsilon_point:.2f} "
+            f"(eq. 20, not a bound; {null}). "
             f"With {level} confidence ε ≥ {self.epsilon_lower:.2f} ({self.methods['epsilon_lower']}; "
             f"ceiling {self.epsilon_ceiling:.2f}){limited} and ε ≥ {self.epsilon_lower_bonferroni:.2f} "
             f"(all thresholds, simultaneous; ceiling {self.epsilon_ceiling_bonferroni:.2f}). Gaussian-DP "
@@ -242,6 +261,7 @@ def audit_scores(
     methods = {
         "epsilon_point": "eq. 20 (Kairouz-Oh-Viswanath) point estimate, max over all thresholds of the finite "
         "ratios; not a bound",
+        "epsilon_point_null": POINT_NULL_METHOD,
         "epsilon_lower": split.method,
         "epsilon_lower_bonferroni": bonferroni.method,
         "epsilon_gdp": gdp.method,
@@ -252,6 +272,11 @@ def audit_scores(
     }
     return AuditReport(
         epsilon_point=counts.epsilon_point(delta=delta),
+        epsilon_point_null=(
+            None
+            if counts.n_members + counts.n_nonmembers > POINT_NULL_MAX_SCORES
+            else epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=delta)
+        ),
         epsilon_lower=split.epsilon,
         epsilon_lower_bonferroni=bonferroni.epsilon,
         epsilon_gdp=gdp.epsilon,
@@ -666,6 +691,8 @@ def validation_flag(
 __all__ = [
     "AuditReport",
     "MAX_ROC_POINTS",
+    "POINT_NULL_MAX_SCORES",
+    "POINT_NULL_METHOD",
     "REPORT_FPRS",
     "VALIDATION_BOUNDS",
     "ValidationFlag",

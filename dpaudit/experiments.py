@@ -28,11 +28,6 @@ SUMMARY_FILE = "summary.json"
 
 #: The attacks a run summary can hold (what the paper figures draw), in the order it holds them.
 SUMMARY_ATTACKS = ("loss", "canary")
-#: How a summary's "epsilon_point_null" is computed (written beside it).
-POINT_NULL_METHOD = (
-    "95 % quantile of the eq. 20 point estimate over 200 seeded permutations of the membership labels (no membership "
-    "signal); a point estimate at or below it says nothing about leakage"
-)
 
 
 def run_id(settings: Mapping[str, Any]) -> str:
@@ -119,15 +114,14 @@ def summarize_run(
     Returns:
         ``{"config", "epochs", "steps", "train_loss", "test_accuracy", "train_accuracy",
         "elapsed_seconds", "epsilon" (per epoch), "sampling", "noise_multiplier", "loss": {epoch: report}, "canary":
-        report with "epsilon_mechanism"}``; ε̂ reports hold point, lower, ceiling, AUC, TPR at low FPR; each loss
-        report also holds "epsilon_point_null", the point estimate's 95 % null level (labels permuted, see
-        :func:`dpaudit.estimate.epsilon_point_null`), and its method. A shuffled
-        run also has "epsilon_shuffled_upper" (per epoch, a valid upper bound; "epsilon" is then the Poisson figure,
-        not a guarantee) with both labels.
+        report with "epsilon_mechanism"}``; ε̂ reports hold point, lower, ceiling, AUC, TPR at low FPR, and
+        "epsilon_point_null", the point estimate's 95 % null level (labels permuted; from the
+        :class:`~dpaudit.audit.AuditReport`, see :func:`dpaudit.estimate.epsilon_point_null`), with its method. A
+        shuffled run also has "epsilon_shuffled_upper" (per epoch, a valid upper bound; "epsilon" is then the Poisson
+        figure, not a guarantee) with both labels.
     """
     from dpaudit._io import read_json, write_json
     from dpaudit.audit import audit_scores
-    from dpaudit.estimate import epsilon_point_null
     from dpaudit.run import load_run_config
     from dpaudit.theory import (
         POISSON_ON_SHUFFLED_LABEL,
@@ -166,7 +160,7 @@ def summarize_run(
         ]
         summary["epsilon_shuffled_upper_label"] = SHUFFLED_UPPER_LABEL
 
-    def report(found, *, null: bool = False):
+    def report(found):
         full = audit_scores(
             found.members, found.nonmembers, delta=delta, confidence=confidence, selection=found.selection or "split"
         ).to_dict()
@@ -174,6 +168,7 @@ def summarize_run(
             key: full[key]
             for key in (
                 "epsilon_point",
+                "epsilon_point_null",
                 "epsilon_lower",
                 "epsilon_ceiling",
                 "auc",
@@ -182,11 +177,7 @@ def summarize_run(
                 "n_nonmembers",
             )
         }
-        if null:  # what the point estimate gives with no membership signal: the level it must exceed to mean anything
-            out["epsilon_point_null"] = epsilon_point_null(
-                member_scores=found.members, nonmember_scores=found.nonmembers, delta=delta
-            )
-            out["epsilon_point_null_method"] = POINT_NULL_METHOD
+        out["epsilon_point_null_method"] = full["methods"]["epsilon_point_null"]
         return out
 
     for name in (name for name in SUMMARY_ATTACKS if name in attacks):  # this order, whatever the order given
@@ -202,8 +193,7 @@ def summarize_run(
             }
         else:
             summary[name] = {
-                str(epoch): report(attack.scores(run, epoch=epoch, delta=delta), null=True)
-                for epoch in config.eval_epochs
+                str(epoch): report(attack.scores(run, epoch=epoch, delta=delta)) for epoch in config.eval_epochs
             }
     write_json(run / SUMMARY_FILE, summary)
     return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
@@ -176,12 +177,29 @@ def diagnostics_summary(run: str | Path) -> dict[str, float | None]:
     return summary
 
 
+#: The low false-positive rate of the audit tables' TPR column (0.1 %).
+LOW_FPR = 0.001
+#: What the TPR column shows where the non-member sample cannot measure :data:`LOW_FPR`.
+UNRESOLVED_TPR = "n/a (needs ≥ 1000 non-members)"
+
+
+def low_fpr_resolved(*, n_nonmembers: int, fpr: float = LOW_FPR) -> bool:
+    """Whether ``n_nonmembers`` non-members can measure a false-positive rate ``fpr``: their smallest non-zero FPR,
+    1/n, must not exceed it (0.1 % needs n ≥ 1000)."""
+    return n_nonmembers > 0 and 1.0 / n_nonmembers <= fpr * (1 + 1e-12)
+
+
 def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
     """``dpaudit audit --run`` results (one file per run folder and attack; several files of one pair are
     averaged), with the Gaussian-DP estimate beside the bounds.
 
     The theoretical ε of the canary attack is that of the mechanism each canary trial faces (one Gaussian
     step at the run's smallest noise multiplier); of the others, the run's composed ε.
+
+    TPR at 0.1 % FPR is given only where every averaged file has at least 1000 non-members (:data:`LOW_FPR`,
+    :func:`low_fpr_resolved`): with fewer, the smallest non-zero FPR, 1/n, is above 0.1 %, so the number would be an
+    artefact of the sample size; the metric is then None and the table says "n/a (needs ≥ 1000 non-members)", with a
+    note below it.
 
     Returns:
         (metrics keyed "<run>/<attack>", a Markdown table).
@@ -210,6 +228,8 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
             return float(np.mean([float(rep[key]) for rep in reports]))
 
         nulls = [rep.get("epsilon_point_null") for rep in reports]  # None: too many scores, or an older file
+        fewest_nonmembers = min(int(rep["n_nonmembers"]) for rep in reports)
+        resolved = low_fpr_resolved(n_nonmembers=fewest_nonmembers)
         row = {
             "epsilon_point": mean("epsilon_point"),
             "epsilon_point_null": None if any(v is None for v in nulls) else float(np.mean(nulls)),
@@ -221,7 +241,10 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
             "theory": "one Gaussian step (canary's mechanism)" if per_step else "whole run",
             "ratio_lower_to_theory": mean("epsilon_lower") / theory if theory > 0 else float("nan"),
             "auc": mean("auc"),
-            "tpr_at_0.1%_fpr": float(np.mean([float(rep["tpr_at_fpr"]["0.001"]) for rep in reports])),
+            "tpr_at_0.1%_fpr": (  # None: below the sample's FPR resolution (fewer than 1000 non-members)
+                float(np.mean([float(rep["tpr_at_fpr"][repr(LOW_FPR)]) for rep in reports])) if resolved else None
+            ),
+            "n_nonmembers": fewest_nonmembers,
             "files": len(results),
         }
         metrics[f"{run}/{attack}"] = row
@@ -231,9 +254,16 @@ def audit_table(files: Iterable[str | Path]) -> tuple[dict[str, Any], str]:
             f"| {run} | {attack} | {row['samples']} | {row['epsilon_point']:.2f} ({null}) | {row['epsilon_gdp']:.2f} | "
             f"{row['epsilon_lower']:.2f} | "
             f"{row['epsilon_ceiling']:.2f} | {label} | {row['ratio_lower_to_theory']:.2f} | {row['auc']:.3f} | "
-            f"{row['tpr_at_0.1%_fpr']:.4f} |"
+            f"{UNRESOLVED_TPR if row['tpr_at_0.1%_fpr'] is None else format(row['tpr_at_0.1%_fpr'], '.4f')} |"
         )
-    return metrics, "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if any(row["tpr_at_0.1%_fpr"] is None for row in metrics.values()):
+        text += (
+            f'\nTPR @ 0.1 % FPR is "{UNRESOLVED_TPR}" where the attack had fewer than {math.ceil(1 / LOW_FPR)} '
+            "non-members: its smallest non-zero false-positive rate, 1/n, is then above 0.1 %, so any value there "
+            "would be an artefact of the sample size, not a measurement.\n"
+        )
+    return metrics, text
 
 
 def gallery_markdown(entries: Iterable[dict[str, Any]], *, root: str | Path = ".", width: int = 260) -> str:

@@ -42,15 +42,22 @@ from dpaudit._validation import (
     check_confidence,
     check_count,
     check_delta,
+    check_probability,
     check_scores,
     check_seed,
     check_split_sizes,
 )
-from dpaudit.estimate import ScoreCounts, SplitSelection, clopper_pearson_upper
+from dpaudit.estimate import ScoreCounts, clopper_pearson_upper
+from dpaudit.theory import accounting
 from dpaudit.theory.tradeoff import TradeoffLowerBound, group_steps, sgm_epsilon, sgm_tradeoff
 
-#: How the family bound splits each class: a held-out half chooses the threshold, the other half certifies it.
-_HALVES = SplitSelection()
+#: Share of each class's canaries that choose the family bound's threshold (the rest certify it), and the
+#: Clopper–Pearson level at which each candidate threshold's counts are judged while choosing. Stricter than the
+#: certificate's α/2, it keeps a threshold deep in a tail, whose few counts make its selection-part bound noisy,
+#: from winning on luck and then failing on the certifying part. Both were chosen on exact simulations
+#: (benchmarks/family_selection.py, results in benchmarks/results/family_selection.json), never on audited runs.
+SELECTION_SHARE = 0.3
+SELECTION_ALPHA = 1e-3
 
 #: PLD discretisation (nats) of the hypotheses' privacy profiles: an upper estimate of δ(ε), so coarser
 #: only makes the test more conservative (it costs ≈ 0.3 % of ε at T = 100–200).
@@ -125,6 +132,10 @@ def step_log_ratio(x, z, q, *, out=None, work=None):
         # log(1 − q + q·e^u) = log(1 − q + q·e^min(u, L)) + max(u − L, 0) up to a factor 1 + (1 − q)/(q·e^L) in
         # the ratio (L = 700: e^L is finite), i.e. exact in float64: one exp and one log (torch's logaddexp costs
         # about as much again on the CPU); where 1 − q + q·e^u rounds near 1 its log is off by ≲ 1e-16, absolute
+        if u.device.type == "cpu" and float(u.max()) <= _EXP_CAP:  # nothing to cap (the usual case; on the CPU the
+            # max is one pass and no device wait): the terms below, whose correction adds zeros, in 3 passes fewer
+            terms = torch.exp(u, out=out) if out is not None else u.exp()
+            return terms.mul_(q).add_(1.0 - q).log_()
         terms = torch.clamp(u, max=_EXP_CAP, out=out) if out is not None else u.clamp(max=_EXP_CAP)
         terms.exp_().mul_(q).add_(1.0 - q).log_()
         return terms.add_(u.sub_(_EXP_CAP).clamp_(min=0.0))
@@ -426,6 +437,11 @@ def _epsilon_of_scale(groups, scale: float, delta: float) -> float:
     return sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=HYPOTHESIS_DISCRETIZATION)
 
 
+def _rdp_epsilon_of_scale(groups, scale: float, delta: float) -> float:
+    z, q = _scaled(groups, scale)
+    return accounting.epsilon(noise_multiplier=z, sample_rate=q, delta=delta)
+
+
 def _curve(groups, scale: float) -> TradeoffLowerBound:
     z, q = _scaled(groups, scale)
     return sgm_tradeoff(
@@ -448,13 +464,20 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
 
     The noise scales span s_min, with ε(s_min) ≈ min(4·ε_run, 30) (at least 1.25·ε_run), to s_max with
     ε(s_max) ≈ 0.01. They are placed by their ε (log-spaced; s read off a scout table of ε(s) at s = √2^k,
-    k = 0, ±1, … until it spans both ends, interpolated log-log: ε(s) is smooth, and a ledger whose steps differ
-    costs one PLD composition per distinct step, so the table is kept short):
+    k = 0, ±1, … until it spans both ends, interpolated log-log: ε(s) is smooth). The scout table is the RDP ε
+    rescaled to agree with the PLD ε at s = 1: a PLD composition costs about a second per distinct step on a
+    ledger whose noise changes, RDP milliseconds, and the placement needs only the shape of ε(s):
     a sixth of the grid over [0.01, ε_run/4], half over [ε_run/4, 1.5·ε_run] (≈ 2 % apart for the default
     grid, where a good audit's bound lies), a third over [1.5·ε_run, ε(s_min)] (where an audit of a run
     with under-stated noise lands). The grid depends on the ledger only, never on the scores.
     """
-    table = {1.0: _epsilon_of_scale(groups, 1.0, delta)}  # the scout table s → ε(s)
+    eps_pld = _epsilon_of_scale(groups, 1.0, delta)
+    ratio = eps_pld / max(_rdp_epsilon_of_scale(groups, 1.0, delta), sys.float_info.min)
+
+    def scout_epsilon(scale: float) -> float:
+        return ratio * _rdp_epsilon_of_scale(groups, scale, delta)
+
+    table = {1.0: eps_pld}  # the scout table s → ε(s)
     eps_run = max(table[1.0], 4 * EPSILON_GRID_FLOOR)
     eps_hi = max(min(4 * eps_run, EPSILON_GRID_CAP), 1.25 * eps_run)
     ends = ((1 / math.sqrt(2), lambda eps: eps >= eps_hi), (math.sqrt(2), lambda eps: eps <= EPSILON_GRID_FLOOR))
@@ -462,7 +485,7 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
         scale, eps = 1.0, table[1.0]
         while not reached(eps):
             scale *= factor
-            eps = table[scale] = _epsilon_of_scale(groups, scale, delta)
+            eps = table[scale] = scout_epsilon(scale)
     scout = np.array(sorted(table))
     scout_eps = np.array([table[s] for s in scout])
     low, upper = max(grid // 6, 1), max(grid // 3, 1)
@@ -491,12 +514,12 @@ def _reported_epsilon(groups: tuple, scale: float, delta: float) -> float:
     """A lower estimate of the true ε at δ of H_scale (what the bound reports).
 
     dp_accounting's lower (optimistic, privacy-buckets) PLD rounds each step's privacy loss down by less
-    than its discretisation d, so it sits about T·d/2 below the true ε; d is chosen so that this is ≤ 0.25 %
-    of ε (within [1e-5, 1e-4] nats).
+    than its discretisation d, so it sits about T·d/2 below the true ε; d is chosen so that this is ≤ 1 % of
+    the RDP ε, an upper bound (within [1e-5, 1e-4] nats; finer costs a PLD of proportionally more points).
     """
     z, q = _scaled(groups, scale)
-    upper = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=1e-3)
-    step = min(REPORT_DISCRETIZATION, max(1e-5, 0.005 * upper / z.size))
+    upper = _rdp_epsilon_of_scale(groups, scale, delta)
+    step = min(REPORT_DISCRETIZATION, max(1e-5, 0.02 * upper / z.size))
     lower = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=step, estimate="lower")
     return min(lower, upper)
 
@@ -523,6 +546,14 @@ def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -
     return lo, rejecting
 
 
+def _split(scores: np.ndarray, share: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(selection part, certifying part) of one class: a permutation drawn from ``rng``, its first
+    round(share·n) scores (at least one, at most n − 1) and the rest."""
+    order = rng.permutation(scores.size)
+    size = min(max(1, round(share * scores.size)), scores.size - 1)
+    return scores[order[:size]], scores[order[size:]]
+
+
 def family_lower_bound(
     member_scores,
     nonmember_scores,
@@ -533,6 +564,8 @@ def family_lower_bound(
     confidence: float = 0.95,
     seed: int = 0,
     grid: int = 192,
+    selection_share: float = SELECTION_SHARE,
+    selection_alpha: float = SELECTION_ALPHA,
 ) -> FamilyBound:
     """Lower bound on ε: the largest ε whose composed-SGM hypothesis the scores reject, at confidence 1 − α.
 
@@ -547,11 +580,11 @@ def family_lower_bound(
     toward larger s, and ε is the PLD's lower estimate).
 
     Procedure. Each class is permuted with ``np.random.default_rng(seed)`` (members first); the first
-    ⌊n/2⌋ choose the threshold, the other ⌈n/2⌉ certify it. On the selection half, every distinct threshold
-    gets Clopper–Pearson upper bounds on FPR and FNR at α/2 each, and the threshold that rejects the smallest
-    s wins (ties: largest TPR − FPR); it is placed mid-gap below its score. On the certifying half its FP and
-    FN give Clopper–Pearson upper bounds at α/2 each, and the smallest rejected s on the grid gives ε. If no
-    hypothesis is rejected, ε = 0.
+    ``round(selection_share·n)`` (at least one, at most n − 1) choose the threshold, the rest certify it. On
+    the selection part, every distinct threshold gets Clopper–Pearson upper bounds on FPR and FNR at
+    ``selection_alpha`` each, and the threshold that rejects the smallest s wins (ties: largest TPR − FPR); it
+    is placed mid-gap below its score. On the certifying part its FP and FN give Clopper–Pearson upper bounds
+    at α/2 each, and the smallest rejected s on the grid gives ε. If no hypothesis is rejected, ε = 0.
 
     Why it is valid. The threshold is fixed before the certifying half is looked at, so with probability
     ≥ 1 − α (union bound) its true FPR and FNR are at most the two upper bounds. Suppose the mechanism is
@@ -574,6 +607,9 @@ def family_lower_bound(
         confidence: 1 − α, in (0, 1).
         seed: non-negative integer seed of the split.
         grid: number of noise scales tested, ≥ 8.
+        selection_share: share of each class that chooses the threshold, in (0, 1).
+        selection_alpha: the Clopper–Pearson level at which the selection part judges thresholds, in (0, 1);
+            any value keeps the bound valid (only the certifying part's α/2 per side enters the guarantee).
 
     Returns:
         A :class:`FamilyBound`; ``float(bound)`` is ε̂ in nats. Never present a ``capped`` bound as a measurement.
@@ -592,15 +628,17 @@ def family_lower_bound(
     seed = check_seed(seed)
     if check_count("grid", grid, allow_zero=False) < 8:
         raise DPAuditError(f"grid must be an integer ≥ 8, got {grid!r}")
+    selection_share = check_probability("selection_share", selection_share)
+    selection_alpha = check_probability("selection_alpha", selection_alpha)
     hypotheses = _hypotheses(groups, delta, grid)
 
-    rng = np.random.default_rng(seed)  # the halves of the "split" selection: members first, then non-members
-    select_m, certify_m = (members[part] for part in _HALVES.split(members.size, rng))
-    select_n, certify_n = (nonmembers[part] for part in _HALVES.split(nonmembers.size, rng))
+    rng = np.random.default_rng(seed)  # the selection and certifying parts: members first, then non-members
+    select_m, certify_m = _split(members, selection_share, rng)
+    select_n, certify_n = _split(nonmembers, selection_share, rng)
 
     chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
-    fpr_u = np.asarray(clopper_pearson_upper(chosen.fp, chosen.n_nonmembers, alpha=alpha / 2), dtype=float)
-    fnr_u = np.asarray(clopper_pearson_upper(chosen.fn, chosen.n_members, alpha=alpha / 2), dtype=float)
+    fpr_u = np.asarray(clopper_pearson_upper(chosen.fp, chosen.n_nonmembers, alpha=selection_alpha), dtype=float)
+    fnr_u = np.asarray(clopper_pearson_upper(chosen.fn, chosen.n_members, alpha=selection_alpha), dtype=float)
     smallest, rejecting = _first_rejected(hypotheses, fpr_u, fnr_u)
     youden = chosen.tpr - chosen.fpr
     # the smallest rejected s; ties (or nothing rejected) → the largest TPR − FPR, then the last threshold

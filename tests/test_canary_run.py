@@ -401,3 +401,21 @@ def test_the_observer_needs_its_block_last():
     )
     with pytest.raises(DPAuditError, match="last parameter"):
         canaries.attach(optimizer)
+
+
+@pytest.mark.parametrize("q", [0.1, 0.999])
+def test_step_terms_with_and_without_a_capped_exponent_agree_bit_for_bit(q):
+    # step_log_ratio skips the exponent cap's correction where no (x − ½)/σ² exceeds the cap: the entries of a block
+    # that needs it (one huge x) must equal, bit for bit, those of the same block without it; both near numpy's
+    # logaddexp, and the huge entry's term is log q + (x − ½)/σ² (its log 1 − q part is e^-1000 smaller)
+    from dpaudit.whole_run import step_log_ratio
+
+    x = np.random.default_rng(5).normal(size=4099) * 30  # (x − ½)/σ² ≤ 700: the uncapped branch
+    capped = x.copy()
+    capped[0] = 0.5 + 1000 * 1.3**2
+    plain, work = torch.empty(x.size, dtype=torch.float64), torch.empty(x.size, dtype=torch.float64)
+    ours = step_log_ratio(torch.from_numpy(x), 1.3, q, out=plain, work=work).clone()
+    theirs = step_log_ratio(torch.from_numpy(capped), 1.3, q, out=plain, work=work)
+    assert torch.equal(ours[1:], theirs[1:])
+    assert float(theirs[0]) == pytest.approx(np.log(q) + 1000, rel=1e-14)
+    np.testing.assert_allclose(ours.numpy(), step_log_ratio(x, 1.3, q), rtol=1e-13, atol=1e-13)

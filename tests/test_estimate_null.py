@@ -138,3 +138,30 @@ def test_bad_input_is_a_one_line_error(kwargs, match):
     args = {"member_scores": [1.0, 2.0], "nonmember_scores": [0.0, 1.0], "delta": 1e-5, **kwargs}
     with pytest.raises(DPAuditError, match=match):
         epsilon_point_null(**args)
+
+
+def test_the_audit_report_carries_the_null_level_from_one_place(monkeypatch):
+    """:func:`dpaudit.audit_scores` computes the null level where it computes the point: the report's field (and its
+    JSON) equals :func:`epsilon_point_null` on the same scores; above ``POINT_NULL_MAX_SCORES`` it is None (JSON null),
+    not an error. The 2 + 2 case by hand (see above): separated members {4, 3} have the 95 % null level ln 2, the
+    point ln 2 too (separated, ln max(P, N)), so the point says nothing."""
+    import json
+
+    import dpaudit.audit as audit_module
+    from dpaudit import audit_scores
+
+    report = audit_scores([4.0, 3.0], [2.0, 1.0], delta=1e-9)
+    assert report.epsilon_point_null == pytest.approx(math.log(2.0), rel=1e-6)
+    assert report.epsilon_point == pytest.approx(math.log(2.0), rel=1e-6)
+    rng = np.random.default_rng(3)
+    members, nonmembers = rng.normal(size=40).round(1), rng.normal(size=30).round(1)  # ties: the uncached path
+    report = audit_scores(members, nonmembers, delta=1e-5)
+    expected = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=1e-5)
+    assert report.epsilon_point_null == expected
+    payload = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert payload["epsilon_point_null"] == expected and "permutations" in payload["methods"]["epsilon_point_null"]
+    assert "null 95 %" in report.summary()
+    monkeypatch.setattr(audit_module, "POINT_NULL_MAX_SCORES", 69)
+    report = audit_scores(members, nonmembers, delta=1e-5)
+    assert report.epsilon_point_null is None and report.to_dict()["epsilon_point_null"] is None
+    assert "null level n/a" in report.summary()

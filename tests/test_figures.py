@@ -166,3 +166,45 @@ def test_theorem_3_3_3_4_are_flagged_one_sided(tmp_path):
     numbers = finding["numbers"]
     assert numbers["paper_per_step_rdp"]["paper experiments"] == pytest.approx(220.0)
     assert numbers["other_direction_exact_rdp"]["paper experiments"] == pytest.approx(5449.343, abs=1e-3)
+
+
+def test_latex_escape_writes_unicode_as_plain_latex():
+    """pdflatex without Unicode support: Greek, relations, superscripts, markers go to math mode, specials are
+    escaped, adjacent math shares one $…$, and < > | are never left in text mode (OT1 prints them as ¡ ¿ —)."""
+    from dpaudit.figures._paper import latex_escape
+
+    assert latex_escape("ε̂ lower (95 %)") == r"$\hat{\varepsilon}$ lower (95 \%)"
+    assert latex_escape("α ≤ α*") == r"$\alpha$ $\leq$ $\alpha^{*}$"
+    assert latex_escape("b²σ²") == r"b$^{2}\sigma^{2}$"
+    assert latex_escape("Ours † & Kong ‡") == r"Ours $^{\dagger}$ \& Kong $^{\ddagger}$"
+    assert latex_escape("σ > 8√2 — x_1 #") == r"$\sigma$ $>$ 8$\surd$2 --- x\_1 \#"
+    assert latex_escape("Hölder −1") == r"H\"older $-$1"
+    assert latex_escape("plain text, 1.5") == "plain text, 1.5"
+
+
+def test_table1_explains_its_markers_and_its_tex_is_ascii(tmp_path):
+    """The † (tighter bound under extra Rényi assumptions) and ‡ (cyclic traversal) markers and α* are defined
+    under the table; the .md keeps Unicode, the .tex is ASCII (pdflatex)."""
+    entry = FIGURES["dpsgd_dc/table1"](out_dir=tmp_path)
+    markdown = (tmp_path / "table1.md").read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| Ours")]
+    assert len(rows) == 2 and all("†" in row for row in rows)
+    assert "‡" in next(line for line in markdown.splitlines() if line.startswith("| Kong"))
+    for marker in ("† A tighter bound", "‡ Exclusively suitable for cyclic", "α*(q, σ): the largest α > 1"):
+        assert marker in markdown
+    tex = (tmp_path / "table1.tex").read_text()
+    assert tex.isascii(), sorted({c for c in tex if not c.isascii()})
+    assert r"$^{\dagger}$" in tex and r"$\alpha^{*}$" in tex
+    assert len(entry["notes"]) == 5
+
+
+def test_every_paper_table_tex_is_ascii(tmp_path):
+    """write_table (every paper table and the validation table) escapes its caption, header and cells."""
+    from dpaudit.figures._paper import write_table
+
+    files = write_table(
+        tmp_path / "t", ["target ε", "ε̂ lower (95 %)"], [["1", "≥ 0.31 ± ∞ – Λ Δ ρ δ"]], caption="ε per step, σ"
+    )
+    tex = next(f for f in files if f.suffix == ".tex").read_text()
+    assert tex.isascii() and r"\caption{$\varepsilon$ per step, $\sigma$}" in tex
+    assert "ε̂" in next(f for f in files if f.suffix == ".md").read_text()  # Markdown keeps Unicode

@@ -10,12 +10,15 @@ from dpaudit.audit import audit_scores
 from dpaudit.cli import main
 
 
-def _audit_file(folder, attack, shift, theory):
+def _audit_file(folder, attack, shift, theory, *, old=False, n=400):
+    """An audit JSON; ``old``: written before reports carried the point estimate's null level."""
     rng = np.random.default_rng(int(10 * shift))
-    report = audit_scores(rng.normal(shift, 1, 400), rng.normal(0, 1, 400))
+    report = audit_scores(rng.normal(shift, 1, n), rng.normal(0, 1, n)).to_dict()
+    if old:
+        del report["epsilon_point_null"]
     key = "epsilon_mechanism" if attack == "canary" else "epsilon_run"
     path = folder / f"audit_{attack}.json"
-    write_json(path, {"attack": attack, key: theory, "report": report.to_dict()})
+    write_json(path, {"attack": attack, key: theory, "report": report})
     return path
 
 
@@ -27,7 +30,7 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
             folder.mkdir(parents=True)
             files += [
                 _audit_file(folder, "canary", strength * eps / 2, eps / 2),
-                _audit_file(folder, "loss", strength * 0.1, eps),
+                _audit_file(folder, "loss", strength * 0.1, eps, old=True),
             ]
     out = tmp_path / "figures"
     assert (
@@ -62,6 +65,31 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
     assert "| dpsgd-gc_eps8 | canary |" in capsys.readouterr().out
     assert "(null n/a)" in (tmp_path / "m.md").read_text()  # files from before the null level: said, not failed
     assert metrics["dpsgd-gc_eps8/loss"]["epsilon_point_null"] is None
+    assert metrics["dpsgd-gc_eps8/canary"]["epsilon_point_null"] > 0  # new files carry it from the report
+
+
+def test_tpr_at_a_tenth_of_a_percent_fpr_is_given_only_where_the_sample_resolves_it(tmp_path):
+    """400 non-members: the smallest non-zero FPR is 1/400 = 0.25 % > 0.1 %, so TPR at 0.1 % FPR cannot be measured
+    (n/a, with a note); 1000 non-members resolve it exactly (1/1000 = 0.1 %) and the table gives the number."""
+    from dpaudit.results import UNRESOLVED_TPR, audit_table, low_fpr_resolved
+
+    assert not low_fpr_resolved(n_nonmembers=999) and low_fpr_resolved(n_nonmembers=1000)
+    assert not low_fpr_resolved(n_nonmembers=0)
+    files = []
+    for name, n in (("small_eps1", 400), ("large_eps1", 1000)):
+        folder = tmp_path / name
+        folder.mkdir()
+        files.append(_audit_file(folder, "canary", 3.0, 1.0, n=n))
+    metrics, markdown = audit_table(files)
+    assert metrics["small_eps1/canary"]["tpr_at_0.1%_fpr"] is None
+    large = metrics["large_eps1/canary"]["tpr_at_0.1%_fpr"]
+    assert 0 < large <= 1
+    small_row = next(line for line in markdown.splitlines() if line.startswith("| small_eps1"))
+    large_row = next(line for line in markdown.splitlines() if line.startswith("| large_eps1"))
+    assert small_row.endswith(f"| {UNRESOLVED_TPR} |") and large_row.endswith(f"| {large:.4f} |")
+    assert "fewer than 1000 non-members" in markdown
+    _, resolved_only = audit_table(files[1:])
+    assert "n/a" not in resolved_only  # no note where every row is resolved
 
 
 def test_no_claim_optimizer_is_left_out_of_the_lower_bound_claim_and_marked(tmp_path):

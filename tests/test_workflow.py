@@ -16,14 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+def _copy_workflow(destination):
+    for name in ("Snakefile", "params.yaml"):
+        shutil.copy(ROOT / name, destination / name)
+    for folder in ("workflow", "configs", "profiles"):
+        shutil.copytree(ROOT / folder, destination / folder)
+    return destination
+
+
 @pytest.fixture()
 def workflow_copy(tmp_path):
     """The workflow files in a scratch folder, so tests never touch the repository's results."""
-    for name in ("Snakefile", "params.yaml"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    for folder in ("workflow", "configs", "profiles"):
-        shutil.copytree(ROOT / folder, tmp_path / folder)
-    return tmp_path
+    return _copy_workflow(tmp_path)
 
 
 def _snakemake(folder, *args, check=True):
@@ -31,6 +35,26 @@ def _snakemake(folder, *args, check=True):
     if check and result.returncode != 0:
         raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
     return result
+
+
+# Part of the smoke DAG: a DPSGD-GC/DC run attacked, a cross-audit optimizer trained, summarised and scored (each
+# through `dpaudit batch`), an optimizer run attacked and an audit run trained
+SMOKE_TARGETS = [
+    "results/dpsgd_dc/gc_b20/trial_1/attack.json",
+    "results/audit_cross/dpsgd-gc_eps4/audit_canary.json",
+    "results/optimizers/d2p2-sgd_eps4/trial_0/attack.json",
+    "results/audit/dpsgd-gc_eps4/trial_0/config.json",
+]
+
+
+@pytest.fixture(scope="module")
+def smoke_part(tmp_path_factory):
+    """``SMOKE_TARGETS`` run once, clean, in a scratch workflow copy: shared by the tests that each check another
+    property of such a run (reproduced bit for bit; an edit reruns exactly its jobs). Tests must not change it: one
+    that edits works on a copy."""
+    folder = _copy_workflow(tmp_path_factory.mktemp("smoke_part"))
+    _snakemake(folder, "--cores", "2", "--configfile", "configs/smoke.yaml", "--", *SMOKE_TARGETS)
+    return folder
 
 
 PAPER_FIGURES = {
@@ -233,6 +257,9 @@ def test_jobs_are_dispatched_through_an_executor_plugin(workflow_copy):
         "2",
         "--latency-wait",
         "30",
+        # the plugin polls its jobs' markers every round of status checks (10 s by default): 1 s keeps the test short
+        "--seconds-between-status-checks",
+        "1",
         "figures/dpsgd_dc/figure1.pdf",
         "figures/dpsgd_dc/table1.md",
     )
@@ -290,15 +317,17 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     assert "Nothing to be done" in repro() or "didn't change" in repro()
 
 
-def test_editing_a_run_setting_reruns_exactly_its_jobs(workflow_copy):
+def test_editing_a_run_setting_reruns_exactly_its_jobs(smoke_part, tmp_path):
     """Snakemake's params trigger sees the `dpaudit train` flags of the training rules (a params function that
     takes `output` once hid them: an edit of params.yaml left the finished runs in place)."""
     targets = [
-        "results/dpsgd_dc/gc_b20/trial_0/attack.json",
+        "results/dpsgd_dc/gc_b20/trial_1/attack.json",
         "results/optimizers/d2p2-sgd_eps4/trial_0/attack.json",
         "results/audit/dpsgd-gc_eps4/trial_0/config.json",
     ]
-    _snakemake(workflow_copy, "--cores", "2", "--configfile", "configs/smoke.yaml", "--", *targets)
+    assert set(targets) <= set(SMOKE_TARGETS)
+    workflow_copy = tmp_path / "edited"
+    shutil.copytree(smoke_part, workflow_copy, symlinks=True)  # the finished runs, with Snakemake's records of them
     smoke = workflow_copy / "configs" / "smoke.yaml"
     edited = yaml.safe_load(smoke.read_text())
     edited["dpsgd_dc"]["gc"]["eval_epochs"] = [1, 4]
@@ -357,20 +386,25 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
     assert_same_results(workflow_copy / "results", interrupted / "results")
 
 
-def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(workflow_copy, tmp_path):
+def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(smoke_part, tmp_path):
     """Two clean runs of part of the smoke DAG (a DPSGD-GC/DC run attacked, a cross-audit optimizer trained, summarised
     and scored, each through `dpaudit batch`) write identical files; only wall-clock times differ."""
-    second = tmp_path / "second"
-    shutil.copytree(workflow_copy, second)
-    targets = ["results/dpsgd_dc/gc_b20/trial_1/attack.json", "results/audit_cross/dpsgd-gc_eps4/audit_canary.json"]
-    for folder in (workflow_copy, second):
-        _snakemake(folder, *targets, "--cores", "2", "--configfile", "configs/smoke.yaml")
-    files = sorted(path.relative_to(workflow_copy) for path in (workflow_copy / "results").rglob("*") if path.is_file())
+    workflow_copy = smoke_part  # the first run, shared (it has run more targets: only these folders are compared)
+    second = _copy_workflow(tmp_path)
+    targets = SMOKE_TARGETS[:2]
+    _snakemake(second, *targets, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    folders = ("results/dpsgd_dc/gc_b20/trial_1", "results/audit_cross/dpsgd-gc_eps4")
+    files = sorted(
+        path.relative_to(workflow_copy)
+        for folder in folders
+        for path in (workflow_copy / folder).rglob("*")
+        if path.is_file()
+    )
     assert len(files) > 20 and any(path.suffix == ".pt" for path in files)
     assert files == sorted(path.relative_to(second) for path in (second / "results").rglob("*") if path.is_file())
     for path in files:
-        ours, theirs = (folder / path).read_bytes(), (second / path).read_bytes()
-        if path.name == "metrics.json":  # per-epoch wall-clock seconds
+        ours, theirs = (workflow_copy / path).read_bytes(), (second / path).read_bytes()
+        if path.name in ("metrics.json", "summary.json"):  # per-epoch wall-clock seconds (a summary copies them)
             ours, theirs = (
                 {k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs)
             )

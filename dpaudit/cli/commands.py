@@ -532,22 +532,6 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Above this many scores (members + non-members) an audit JSON gets no null level of its point estimate (None): the
-#: permutations cost about 1 s per 60,000 scores, and the large score sets are per-step canary audits whose point
-#: estimate no figure shows.
-POINT_NULL_MAX_SCORES = 100_000
-
-
-def _point_null(members, nonmembers, *, delta: float) -> float | None:
-    """The point estimate's 95 % null level (:func:`dpaudit.estimate.epsilon_point_null`), None above
-    :data:`POINT_NULL_MAX_SCORES` scores."""
-    from dpaudit.estimate import epsilon_point_null
-
-    if len(members) + len(nonmembers) > POINT_NULL_MAX_SCORES:
-        return None
-    return epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=delta)
-
-
 def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> None:
     from dpaudit._io import write_json
     from dpaudit.audit import audit_scores
@@ -558,7 +542,6 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     )
     ledger = theory.pop("ledger", None)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
-    payload["report"]["epsilon_point_null"] = _point_null(members, nonmembers, delta=args.delta)
     if ledger is not None:
         payload["whole_run"] = _whole_run_claims(members, nonmembers, ledger=ledger, args=args, attack=attack)
     write_json(out, payload)

@@ -410,10 +410,97 @@ def write_table(stem: str | Path, header: list[str], rows: list[list[str]], *, c
     return [markdown, tex]
 
 
+#: LaTeX's special characters in text mode, escaped.
+_LATEX_TEXT = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\~{}"}
+#: Unicode written in math mode: Greek letters, relations, operators, super- and superscript markers.
+_LATEX_MATH = {
+    **{
+        char: "\\" + name
+        for char, name in zip(
+            "αβγδΔεηθλΛμνξπρσΣτφϕχψωΩκζ",
+            (
+                "alpha beta gamma delta Delta varepsilon eta theta lambda Lambda mu nu xi pi rho sigma Sigma tau "
+                "varphi varphi chi psi omega Omega kappa zeta"
+            ).split(),
+            strict=True,
+        )
+    },
+    "≤": r"\leq",
+    "≥": r"\geq",
+    "≈": r"\approx",
+    "≠": r"\neq",
+    "≫": r"\gg",
+    "≪": r"\ll",
+    "−": "-",
+    "×": r"\times",
+    "·": r"\cdot",
+    "√": r"\surd",
+    "∞": r"\infty",
+    "→": r"\to",
+    "±": r"\pm",
+    "∈": r"\in",
+    "⁰": "^{0}",
+    "¹": "^{1}",
+    "²": "^{2}",
+    "³": "^{3}",
+    "⁴": "^{4}",
+    "₀": "_{0}",
+    "₁": "_{1}",
+    "‖": r"\|",
+    "<": "<",  # in text mode pdflatex's default (OT1) fonts print < > | as ¡ ¿ —
+    ">": ">",
+    "|": "|",
+    "∑": r"\sum",
+    "†": r"^{\dagger}",
+    "‡": r"^{\ddagger}",
+}
+#: Unicode written in text mode.
+_LATEX_UNICODE_TEXT = {
+    "—": "---",
+    "–": "--",
+    "ö": r"\"o",
+    "ü": r"\"u",
+    "é": r"\'e",
+    "…": r"\ldots{}",
+    "’": "'",
+    "\u00a0": "~",
+}
+_COMBINING_HAT = "\u0302"
+
+
 def latex_escape(text: str) -> str:
-    for char, replacement in (("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
-        text = text.replace(char, replacement)
-    return text
+    """``text`` as plain LaTeX that compiles without Unicode support (pdflatex): the text-mode specials escaped,
+    Greek letters and mathematical symbols in math mode (ε → ``$\\varepsilon$``, ε̂ → ``$\\hat{\\varepsilon}$``,
+    α* → ``$\\alpha^{*}$``, ≤ → ``$\\leq$``, ² → ``$^{2}$``, √ → ``$\\surd$``, † → ``$^{\\dagger}$``), dashes
+    and accented letters in text mode. Adjacent math pieces share one ``$…$``. A character it does not know is
+    kept as it is (tests check that the tables written are ASCII)."""
+    pieces: list[tuple[bool, str]] = []  # (math?, LaTeX)
+    for char in text:
+        if char == _COMBINING_HAT and pieces:
+            is_math, last = pieces.pop()
+            base = last if is_math else last[-1:]
+            if not is_math and len(last) > 1:
+                pieces.append((False, last[:-1]))
+            pieces.append((True, rf"\hat{{{base}}}"))
+        elif char == "*" and pieces and pieces[-1][0] and not pieces[-1][1].startswith("^"):
+            pieces.append((True, "^{*}"))  # α* is α-star, a superscript
+        elif char in _LATEX_MATH:
+            pieces.append((True, _LATEX_MATH[char]))
+        else:
+            pieces.append((False, _LATEX_TEXT.get(char) or _LATEX_UNICODE_TEXT.get(char) or char))
+    out: list[str] = []
+    math: list[str] = []
+    for is_math, piece in [*pieces, (False, "")]:
+        if is_math:
+            if math and piece[0].isalpha() and math[-1][-1].isalpha():
+                math.append(" ")  # \alpha\sigma would be one unknown command
+            math.append(piece)
+            continue
+        if math:
+            out.append("$" + "".join(math) + "$")
+            math = []
+        out.append(piece)
+    return "".join(out)
 
 
 def diagnostics(run: str | Path) -> dict[str, Any]:

@@ -323,8 +323,9 @@ def figure8(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         scatter = left.scatter(
             eps, acc, c=seconds, s=20 + 180 * steps / steps.max(), cmap="Greys", edgecolors="black", vmin=0
         )
-        for b, lr, e, a, *_ in rows:
-            left.annotate(f"b={b}, lr={lr:g}", (e, a), textcoords="offset points", xytext=(4, 3), fontsize=6)
+        for (b, lr, e, a, *_), size in zip(rows, scatter.get_sizes()):
+            radius = float(np.sqrt(size)) / 2  # points: the label starts right of its marker, not on it
+            left.annotate(f"b={b}, lr={lr:g}", (e, a), textcoords="offset points", xytext=(radius + 2, 2), fontsize=6)
         left.margins(x=0.3, y=0.12)  # room for the labels inside the axes, clear of the colour bar
         handles, labels = scatter.legend_elements(
             prop="sizes", num=min(3, len(set(steps))), func=lambda size: (size - 20) / 180 * steps.max(), fmt="{x:.0f}"
@@ -337,7 +338,8 @@ def figure8(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             title_fontsize=6,
             loc="upper center",
             bbox_to_anchor=(0.5, -0.2),
-            ncol=3,
+            ncol=len(handles),  # one row: stacked, the larger markers would overlap one another
+            columnspacing=1.5,
             frameon=False,
         )
         fig.colorbar(scatter, ax=left, label="training time (s)", pad=0.04)

@@ -232,14 +232,14 @@ TABLE1_ROWS = [
     ),
     (
         "Altschuler & Talwar (2022)",
-        "convex, L-smooth, M-Lipschitz, η ≤ 2/L, b ≤ n/5, σ > 8√2 M/b, α ≤ α*",
+        "convex, L-smooth, M-Lipschitz, η ≤ 2/L, b ≤ n/5, σ > 8√2 M/b, α ≤ α*(b/n, bσ/(2√2 M))",
         "bounded",
         "O(α M²/(n² σ²) · min{T, Dn/(ηM)})",
         "8αC²/(n²σ²)·min{T, Dn/(ηC)}",
         "no",
     ),
     (
-        "Kong & Ribero (2024)",
+        "Kong & Ribero (2024) ‡",
         "m-weakly convex, L-smooth, η ≤ 1/(2(m+L)); cyclic traversal",
         "bounded",
         "O(α/(η²σ²) · (D√(1+2ηm[1+m/(2(L+m))]) + ηC/b)²)",
@@ -255,7 +255,7 @@ TABLE1_ROWS = [
         "no",
     ),
     (
-        "Ours, Theorem 3.3 (DPSGD-GC)",
+        "Ours, Theorem 3.3 (DPSGD-GC) †",
         "L-smooth",
         "unbounded",
         "O(α C² T / (n b σ²))",
@@ -263,7 +263,7 @@ TABLE1_ROWS = [
         "yes",
     ),
     (
-        "Ours, Theorem 3.4 (DPSGD-DC)",
+        "Ours, Theorem 3.4 (DPSGD-DC) †",
         "L-smooth",
         "bounded",
         "O(α C²/(n b σ²) · min{T, (1+ηL)² n b D²/(η² C²)})",
@@ -271,6 +271,20 @@ TABLE1_ROWS = [
         "yes",
     ),
 ]
+#: The notes under Table 1: its markers and the α* of the Altschuler & Talwar row, as the paper's caption defines them.
+TABLE1_NOTES = (
+    "σ is the noise σ_DP, C the clipping norm (M := C in the computed column), b the batch size, n the data set "
+    "size, η the step size, D the domain's diameter, T the number of iterations, α the Rényi order.",
+    "† A tighter bound holds under additional assumptions on the Rényi parameters (the paper's strengthened bounds, "
+    "eqs. 42 and 48: b ≤ n/5, σ > 8C/b, α ≤ α*(b/n, bσ/(2C))); at the paper's experimental parameters 8C/b = 1.6 "
+    "≫ σ = 0.002, so they never apply, and the computed column gives the bounds without them.",
+    "‡ Exclusively suitable for cyclic data traversal (the paper's text marks this row †; its caption's ‡ is the "
+    "marker that fits the cyclic-traversal method).",
+    "α*(q, σ): the largest α > 1 with α ≤ Kσ²/2 − 2 ln σ and α ≤ (K²σ²/2 − ln 5 − 2 ln σ)/(K + ln(qα) + 1/(2σ²)), "
+    "where K = ln(1 + 1/(q(α − 1))) (Mironov, Talwar & Zhang 2019; the paper's Lemma A.13).",
+    "One adjacency direction only: Theorems 3.3/3.4 bound D_α of one direction of add/remove adjacency; the other "
+    "can cost far more per step (see the adjacency claim in the manifest).",
+)
 TABLE1_HEADER = ("Reference", "Assumptions", "Domain", "Privacy guarantee (paper)", "Computed here", "Utility analysis")
 
 
@@ -279,24 +293,34 @@ def table1(*, out_dir: str | Path) -> dict[str, Any]:
     out = Path(out_dir)
     lines = ["| " + " | ".join(TABLE1_HEADER) + " |", "|" + "---|" * len(TABLE1_HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in TABLE1_ROWS]
+    lines += ["", *(f"{note}  " for note in TABLE1_NOTES)]
     markdown = atomic_write_bytes(out / "table1.md", ("\n".join(lines) + "\n").encode())
     latex_rows = [" & ".join(latex_escape(cell) for cell in row) + r" \\" for row in TABLE1_ROWS]
     latex = "\n".join(
         [
             r"\begin{tabular}{p{2.6cm}p{3.6cm}p{1.6cm}p{3.6cm}p{3.6cm}p{1.2cm}}",
             r"\toprule",
-            " & ".join(TABLE1_HEADER) + r" \\",
+            " & ".join(latex_escape(cell) for cell in TABLE1_HEADER) + r" \\",
             r"\midrule",
             *latex_rows,
             r"\bottomrule",
             r"\end{tabular}",
+            r"\par\smallskip{\footnotesize",
+            *(latex_escape(note) + r"\par" for note in TABLE1_NOTES),
+            "}",
         ]
     )
     tex = atomic_write_bytes(out / "table1.tex", (latex + "\n").encode())
     where = "at the paper's experimental parameters σ_DP = 0.002, C = 20, b = 100, n = 10000, α = 1.1"
     claims = [_adjacency_claim({"paper experiments": theory.one_step_check(**PAPER_EXPERIMENT)}, where)]
     return _entry(
-        "Table 1", "RDP guarantees and assumptions", [markdown, tex], claims, parameters=PAPER_EXPERIMENT, caveat=CAVEAT
+        "Table 1",
+        "RDP guarantees and assumptions",
+        [markdown, tex],
+        claims,
+        parameters=PAPER_EXPERIMENT,
+        caveat=CAVEAT,
+        notes=list(TABLE1_NOTES),
     )
 
 
@@ -319,9 +343,9 @@ def _runs_dataset(runs: list[RunRecord]) -> str:
     return "; ".join(names)
 
 
-def _suptitle(fig, figure: str, runs: list[RunRecord], preset: str) -> None:
+def _suptitle(fig, figure: str, runs: list[RunRecord], preset: str, *, y: float = 1.04) -> None:
     """The data figure's title: which figure, on which data (dataset, model, n) and preset."""
-    fig.suptitle(f"{figure} ({_runs_dataset(runs)}; {preset} preset)", fontsize=9, y=1.04)
+    fig.suptitle(f"{figure} ({_runs_dataset(runs)}; {preset} preset)", fontsize=9, y=y)
 
 
 def _ordered(means: list[float], *, decreasing: bool) -> bool:
@@ -432,13 +456,19 @@ def _draw_bounds(ax, x, bounds: dict[str, Any] | None, colour) -> None:
         ax.plot(x, bounds["lower"], linestyle="--", marker="v", markersize=3, color=colour, linewidth=0.9)
 
 
-def _draw_ceiling(ax, bounds: dict[Any, dict[str, Any] | None]) -> None:
-    """The ceiling (grey, dotted) and the legend entries saying what the dashed lines are."""
+def _draw_ceiling(ax, bounds: dict[Any, dict[str, Any] | None], *, top: float | None = None) -> None:
+    """The ceiling (grey, dotted) and the legend entries saying what the dashed lines are. With ``top`` (the axis'
+    upper limit) a ceiling above it is named in the legend with its value instead of squeezing the data under it."""
     known = [b for b in bounds.values() if b is not None]
     if not known:
         return
     ceiling = min(b["ceiling"] for b in known)
-    ax.axhline(ceiling, color="0.4", linestyle=":", linewidth=1.0, label=f"ceiling: perfect attack ({ceiling:.2f})")
+    if top is not None and ceiling > top:
+        ax.plot(
+            [], [], color="0.4", linestyle=":", linewidth=1.0, label=f"ceiling: perfect attack ({ceiling:.2f}, above)"
+        )
+    else:
+        ax.axhline(ceiling, color="0.4", linestyle=":", linewidth=1.0, label=f"ceiling: perfect attack ({ceiling:.2f})")
     ax.plot([], [], linestyle="--", marker="v", markersize=3, color="0.3", label="95 % lower bound (trials pooled)")
 
 
@@ -651,17 +681,45 @@ def figure3(
 
     faithful = {}
     with figure_style():
-        fig, (ax_a, ax_s, ax_f) = plt.subplots(1, 3, figsize=(14, 3.8))
-        means, bounds = {}, {}
+        # (a) one panel per batch size, so that no two batch sizes' ranges overlap; within a panel the domain sizes
+        # are drawn as error bars a little apart (dodged) rather than as shaded bands over one another
+        fig = plt.figure(figsize=(5.2 * max(2, len(batch_sizes)), 7.8))
+        grid = fig.add_gridspec(2, 2 * len(batch_sizes), hspace=0.5, wspace=0.7)
+        empirical = [fig.add_subplot(grid[0, 2 * i : 2 * i + 2]) for i in range(len(batch_sizes))]
+        for ax in empirical[1:]:
+            ax.sharey(empirical[0])
+        ax_s = fig.add_subplot(grid[1, : len(batch_sizes)])
+        ax_f = fig.add_subplot(grid[1, len(batch_sizes) :])
+        means, bounds, tops = {}, {}, [0.0]
         for (b, d), group in groups.items():
+            ax = empirical[batch_sizes.index(b)]
+            epochs = np.asarray(group[0].attack_epochs, dtype=float)
+            step = float(np.min(np.diff(epochs))) if epochs.size > 1 else 1.0
+            x = epochs + step * 0.12 * (radii.index(d) - (len(radii) - 1) / 2)  # dodged: the bars do not overlap
             values = stack_trials(group, "epsilon_hat")
-            means[(b, d)], _ = _plot_band(
-                ax_a, group[0].attack_epochs, values, {"color": colour(b, d)}, label=f"b = {b}, D = {d:g}"
+            mean, low, high, _ = mean_and_band(values)
+            means[(b, d)] = mean
+            ax.errorbar(
+                x,
+                mean,
+                yerr=None if values.shape[0] < 2 else [mean - low, high - mean],
+                color=colour(b, d),
+                marker="o",
+                markersize=3.5,
+                capsize=2,
+                linewidth=1.3,
+                label=f"D = {d:g}",
             )
             bounds[(b, d)] = _pooled_bounds(group)
-            _draw_bounds(ax_a, group[0].attack_epochs, bounds[(b, d)], colour(b, d))
+            _draw_bounds(ax, x, bounds[(b, d)], colour(b, d))
+            tops += [float(np.nanmax(high)), float(np.nanmax(mean))]
+            if bounds[(b, d)] is not None:
+                tops.append(float(np.max(bounds[(b, d)]["lower"])))
             faithful[(b, d)] = _run_theory_curve("dpsgd-dc", group[0], alpha=alpha, L=L)
-        _draw_ceiling(ax_a, bounds)
+        top = 1.7 * max(tops) if max(tops) > 0 else 1.0  # room for the legend above the data
+        for b, ax in zip(batch_sizes, empirical):
+            _draw_ceiling(ax, {key: value for key, value in bounds.items() if key[0] == b}, top=top)
+            ax.set_ylim(min(-0.05 * top, ax.get_ylim()[0]), top)
         schematic = theory.fig3b_curves(mode="paper_schematic")
         for (b, label), curve in schematic.items():
             hue = palettes[(0 if b == 100 else 1)](0.9 - 0.5 * [20, 60, 100].index(label) / 2)
@@ -671,11 +729,14 @@ def figure3(
             ax_f.plot(
                 np.arange(len(curve)), normalised[f"{key}"], color=colour(*key), label=f"b = {key[0]}, R = {key[1]:g}"
             )
-        ax_a.set(
-            xlabel="Number of epochs E",
-            ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-            title="(a) empirical",
-        )
+        for b, ax in zip(batch_sizes, empirical):
+            ax.set(
+                xlabel="Number of epochs E",
+                ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
+                title=f"(a) empirical, b = {b}\nε̂ (eq. 20, mean over trials) by domain size D",
+            )
+            ax.axhline(0, color="0.6", linewidth=0.8)
+            ax.legend(fontsize=6.5, title=f"bars: {BAND_NOTE}", title_fontsize=6, loc="upper center", ncol=3)
         ax_s.set(
             xlabel="Number of epochs E",
             ylabel="Normalised theoretical ε",
@@ -686,7 +747,6 @@ def figure3(
             ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
             title=f"(b') faithful eq. 55 for these runs (L = {L}, D = 2R)\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
-        ax_a.legend(fontsize=6, title=f"mean and {BAND_NOTE}", title_fontsize=5)
         ax_s.legend(fontsize=6)
         coincide = all(
             np.allclose(normalised[f"{key}"], normalised[f"{other}"])
@@ -695,8 +755,7 @@ def figure3(
             if key[0] == other[0]
         )
         ax_f.legend(fontsize=6, title="the radii of one b coincide" if coincide else None, title_fontsize=6)
-        ax_a.axhline(0, color="0.6", linewidth=0.8)
-        _suptitle(fig, "Fig 3: DPSGD-DC across domain sizes", records, preset)
+        _suptitle(fig, "Fig 3: DPSGD-DC across domain sizes", records, preset, y=0.95)
         files = save_figure(fig, Path(out_dir) / "figure3")
     epochs = list(groups[(batch_sizes[0], radii[0])][0].attack_epochs)
     d_ordered = {

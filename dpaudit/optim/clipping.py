@@ -38,6 +38,7 @@ class PrivateOptimizer(Optimizer):
     """
 
     pure_factors: ClassVar[bool] = True
+    transient_state: ClassVar[tuple[str, ...]] = (*Optimizer.transient_state, "_dirac_values")  # a cache
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
@@ -64,8 +65,21 @@ class PrivateOptimizer(Optimizer):
         if not self.takes_dirac_records():
             super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
         block = self._sum[-1].view(-1)
-        norms = block.new_full((len(coordinates),), magnitude)  # ‖g_i‖ of a Dirac: its magnitude
-        block.index_add_(0, coordinates, self.factors(norms) * norms)
+        if self.pure_factors:  # every record adds the same φ(K)·K (elementwise +, −, ·, /: one value for all k)
+            values = self._dirac_value(block, magnitude).expand(len(coordinates))
+        else:  # φ looks at the records (e.g. the batch's largest clipped norm): through ``factors``
+            norms = block.new_full((len(coordinates),), magnitude)  # ‖g_i‖ of a Dirac: its magnitude
+            values = self.factors(norms) * norms
+        block.index_add_(0, coordinates, values)
+
+    def _dirac_value(self, block: torch.Tensor, magnitude: float) -> torch.Tensor:
+        """[1] φ(m)·m of a Dirac record of norm ``magnitude`` (pure φ: computed once per magnitude and kept), in
+        ``block``'s dtype and on its device."""
+        cached = getattr(self, "_dirac_values", None)
+        if cached is None or cached[0] != magnitude or cached[1].dtype != block.dtype:
+            norms = block.new_full((1,), magnitude)
+            cached = self._dirac_values = (magnitude, self.factors(norms) * norms)
+        return cached[1]
 
     def dirac_contribution(self, magnitude: float) -> float:
         """φ(m)·m: what one Dirac record of norm ``magnitude`` adds at its coordinate (``accumulate_diracs``), in

@@ -20,6 +20,7 @@ Only numpy and scipy are needed for ``rdp``.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -61,45 +62,59 @@ _PRV_LARGEST_LOSS = 700.0  # e^t overflows float64 just above t = 709.78: PRV's 
 _SERIES_TOLERANCE = math.log(1e-12)  # stop the fractional-order series once terms are 1e-12 of the total
 
 
-def _log_a_integer(alpha: int, q: float, sigma: float) -> float:
-    """log A_α for integer α: log Σ_k C(α,k) (1−q)^(α−k) q^k exp((k²−k)/(2σ²))."""
-    k = np.arange(alpha + 1, dtype=float)
+def _log_a_integers(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray:
+    """log A_α at integer orders α: log Σ_k C(α,k) (1−q)^(α−k) q^k exp((k²−k)/(2σ²)), every order's terms laid
+    end to end in one array."""
+    if alphas.size == 0:
+        return np.empty(0)
+    lengths = alphas + 1
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    alpha = np.repeat(alphas, lengths).astype(float)
+    k = np.arange(lengths.sum()) - np.repeat(starts, lengths)
     log_binom = special.gammaln(alpha + 1) - special.gammaln(k + 1) - special.gammaln(alpha - k + 1)
-    with np.errstate(divide="ignore"):
-        log_terms = log_binom + k * math.log(q) + (alpha - k) * np.log1p(-q) + (k * k - k) / (2 * sigma**2)
-    return float(special.logsumexp(log_terms))
+    log_terms = log_binom + k * math.log(q) + (alpha - k) * math.log1p(-q) + (k * k - k) / (2 * sigma**2)
+    top = np.maximum.reduceat(log_terms, starts)
+    with np.errstate(invalid="ignore", over="ignore"):
+        sums = np.add.reduceat(np.exp(log_terms - np.repeat(top, lengths)), starts)
+        return np.where(np.isfinite(top), top + np.log(sums), top)
 
 
-def _log_a_fractional(alpha: float, q: float, sigma: float) -> float:
-    """log A_α for fractional α by the two-sided series of Mironov, Talwar & Zhang (2019, §3.3).
+def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray:
+    """log A_α at fractional orders α by the two-sided series of Mironov, Talwar & Zhang (2019, §3.3).
 
     The integral E_{x~N(0,σ²)}[((1−q) + q·e^{(2x−1)/(2σ²)})^α] is split at z₀, where the two mixture
-    components are equal, and each side is expanded in a binomial series that converges there.
+    components are equal, and each side is expanded in a binomial series that converges there. Terms decay
+    polynomially (alternating signs) for large q, so the series is summed in blocks of doubling size, for every
+    order that has not converged yet at once, until a block's largest term is 1e-12 of the total.
     """
     z0 = sigma**2 * math.log(1 / q - 1) + 0.5
     log_q, log_1q = math.log(q), math.log1p(-q)
-    logs, signs = [], []
+    result = np.full(len(alphas), np.nan)
+    active = np.arange(len(alphas))
+    terms, signs = np.empty((len(alphas), 0)), np.empty((len(alphas), 0))
     start, block = 0, 64
-    while True:  # terms decay polynomially (alternating signs) for large q, so blocks grow
-        i = np.arange(start, start + block, dtype=float)
-        coef = special.binom(alpha, i)
-        nonzero = coef != 0
-        i, coef = i[nonzero], coef[nonzero]
-        j = alpha - i
-        log_coef = np.log(np.abs(coef))
-        # below z0: expand in powers of the likelihood ratio; N(i, σ²) mass below z0
-        left = log_coef + i * log_q + j * log_1q + (i * i - i) / (2 * sigma**2) + special.log_ndtr((z0 - i) / sigma)
-        # above z0: expand around the q·N(1, σ²) component; N(j, σ²) mass above z0
-        right = log_coef + j * log_q + i * log_1q + (j * j - j) / (2 * sigma**2) + special.log_ndtr((j - z0) / sigma)
-        logs.extend([left, right])
-        signs.extend([np.sign(coef)] * 2)
-        total = special.logsumexp(np.concatenate(logs), b=np.concatenate(signs))
-        if max(left.max(initial=-np.inf), right.max(initial=-np.inf)) < total + _SERIES_TOLERANCE:
-            return float(total)
+    while active.size:
+        i = np.arange(start, start + block, dtype=float)[None, :]
+        a = alphas[active, None]
+        coef = special.binom(a, i)
+        j = a - i
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            log_coef = np.log(np.abs(coef))
+            two_var = 2 * sigma**2
+            left = log_coef + i * log_q + j * log_1q + (i * i - i) / two_var + special.log_ndtr((z0 - i) / sigma)
+            right = log_coef + j * log_q + i * log_1q + (j * j - j) / two_var + special.log_ndtr((j - z0) / sigma)
+            terms = np.concatenate([terms, left, right], axis=1)
+            signs = np.concatenate([signs, np.sign(coef), np.sign(coef)], axis=1)
+            top = terms.max(axis=1)
+            totals = top + np.log(np.einsum("ij,ij->i", signs, np.exp(terms - top[:, None])))
+        done = np.maximum(left.max(axis=1), right.max(axis=1)) < totals + _SERIES_TOLERANCE
+        result[active[done]] = totals[done]
+        active, terms, signs = active[~done], terms[~done], signs[~done]
         start += block
         block *= 2
         if start > 10_000_000:
-            raise DPAuditError(f"RDP series did not converge (α={alpha}, q={q}, σ={sigma})")
+            raise DPAuditError(f"RDP series did not converge (α={alphas[active[0]]}, q={q}, σ={sigma})")
+    return result
 
 
 def rdp_subsampled_gaussian(
@@ -123,14 +138,18 @@ def rdp_subsampled_gaussian(
         return np.full(len(orders), np.inf)
     if sample_rate == 1.0:
         return orders / (2 * noise_multiplier**2)
-    values = []
-    for alpha in orders:
-        if float(alpha).is_integer():
-            log_a = _log_a_integer(int(alpha), sample_rate, noise_multiplier)
-        else:
-            log_a = _log_a_fractional(float(alpha), sample_rate, noise_multiplier)
-        values.append(log_a / (alpha - 1))
-    return np.asarray(values)
+    return _rdp_cached(float(noise_multiplier), float(sample_rate), tuple(orders)).copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _rdp_cached(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
+    """RDP per order, cached: a ledger's accounting and noise calibration ask for the same (z, q) repeatedly."""
+    values = np.asarray(orders)
+    integer = values == np.round(values)
+    log_a = np.empty(len(values))
+    log_a[integer] = _log_a_integers(values[integer].astype(int), sample_rate, noise_multiplier)
+    log_a[~integer] = _log_a_fractionals(values[~integer], sample_rate, noise_multiplier)
+    return log_a / (values - 1)
 
 
 def rdp_to_epsilon(
