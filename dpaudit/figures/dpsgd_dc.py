@@ -516,7 +516,9 @@ def figure2(
             _draw_bounds(ax_a, epochs, bounds[b], style["color"])
             dropped += lost
             theory_curves[b] = _run_theory_curve("dpsgd-gc", group[0], alpha=alpha)
-        _draw_ceiling(ax_a, bounds)
+        top = 1.5 * ax_a.get_ylim()[1]  # the data's range, with room for the legend above it
+        _draw_ceiling(ax_a, bounds, top=top)
+        ax_a.set_ylim(min(-0.05 * top, ax_a.get_ylim()[0]), top)
         normalised = theory.normalize_global(theory_curves)
         for index, b in enumerate(groups):
             style = series_style(f"b:{b}", index)
