@@ -101,6 +101,8 @@ def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             log_coef = np.log(np.abs(coef))
             two_var = 2 * sigma**2
+            # below z0: powers of the likelihood ratio, N(i, σ²) mass below z0; above z0: around the q·N(1, σ²)
+            # component, N(j, σ²) mass above z0
             left = log_coef + i * log_q + j * log_1q + (i * i - i) / two_var + special.log_ndtr((z0 - i) / sigma)
             right = log_coef + j * log_q + i * log_1q + (j * j - j) / two_var + special.log_ndtr((j - z0) / sigma)
             terms = np.concatenate([terms, left, right], axis=1)
