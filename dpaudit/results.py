@@ -180,7 +180,7 @@ def diagnostics_summary(run: str | Path) -> dict[str, float | None]:
 #: The low false-positive rate of the audit tables' TPR column (0.1 %).
 LOW_FPR = 0.001
 #: What the TPR column shows where the non-member sample cannot measure :data:`LOW_FPR`.
-UNRESOLVED_TPR = "n/a (needs ≥ 1000 non-members)"
+UNRESOLVED_TPR = f"n/a (needs ≥ {math.ceil(1 / LOW_FPR)} non-members)"
 
 
 def low_fpr_resolved(*, n_nonmembers: int, fpr: float = LOW_FPR) -> bool:
