@@ -566,6 +566,7 @@ def family_lower_bound(
     grid: int = 192,
     selection_share: float = SELECTION_SHARE,
     selection_alpha: float = SELECTION_ALPHA,
+    selection=None,
 ) -> FamilyBound:
     """Lower bound on ε: the largest ε whose composed-SGM hypothesis the scores reject, at confidence 1 − α.
 
@@ -585,6 +586,8 @@ def family_lower_bound(
     ``selection_alpha`` each, and the threshold that rejects the smallest s wins (ties: largest TPR − FPR); it
     is placed mid-gap below its score. On the certifying part its FP and FN give Clopper–Pearson upper bounds
     at α/2 each, and the smallest rejected s on the grid gives ε. If no hypothesis is rejected, ε = 0.
+    With ``selection`` (scores from an independent source, e.g. a second run of the same configuration), the
+    threshold is chosen on those instead and every given score certifies it: nothing is held out.
 
     Why it is valid. The threshold is fixed before the certifying half is looked at, so with probability
     ≥ 1 − α (union bound) its true FPR and FNR are at most the two upper bounds. Suppose the mechanism is
@@ -610,6 +613,9 @@ def family_lower_bound(
         selection_share: share of each class that chooses the threshold, in (0, 1).
         selection_alpha: the Clopper–Pearson level at which the selection part judges thresholds, in (0, 1);
             any value keeps the bound valid (only the certifying part's α/2 per side enters the guarantee).
+        selection: optional ``(member_scores, nonmember_scores)`` (≥ 2 each, same statistic) on which to choose
+            the threshold, independent of the scores certified: another run of the same configuration and
+            canary design (its own seed). Then ``selection_share`` and ``seed`` are unused.
 
     Returns:
         A :class:`FamilyBound`; ``float(bound)`` is ε̂ in nats. Never present a ``capped`` bound as a measurement.
@@ -632,9 +638,17 @@ def family_lower_bound(
     selection_alpha = check_probability("selection_alpha", selection_alpha)
     hypotheses = _hypotheses(groups, delta, grid)
 
-    rng = np.random.default_rng(seed)  # the selection and certifying parts: members first, then non-members
-    select_m, certify_m = _split(members, selection_share, rng)
-    select_n, certify_n = _split(nonmembers, selection_share, rng)
+    if selection is None:
+        rng = np.random.default_rng(seed)  # the selection and certifying parts: members first, then non-members
+        select_m, certify_m = _split(members, selection_share, rng)
+        select_n, certify_n = _split(nonmembers, selection_share, rng)
+    else:
+        if not isinstance(selection, (tuple, list)) or len(selection) != 2:
+            raise DPAuditError("selection must be a pair (member_scores, nonmember_scores) from an independent run")
+        select_m = check_scores("selection member_scores", selection[0])
+        select_n = check_scores("selection nonmember_scores", selection[1])
+        check_split_sizes(select_m, select_n)
+        certify_m, certify_n = members, nonmembers
 
     chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
     fpr_u = np.asarray(clopper_pearson_upper(chosen.fp, chosen.n_nonmembers, alpha=selection_alpha), dtype=float)

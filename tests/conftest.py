@@ -1,4 +1,9 @@
+import os
+
 import pytest
+
+if "PYTEST_XDIST_WORKER" in os.environ:  # one torch thread per worker (and its subprocesses): workers share the cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from dpaudit.config import TrainConfig
 

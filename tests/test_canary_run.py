@@ -182,7 +182,7 @@ def test_the_normalisation_follows_the_optimizers_weight(tmp_path):
     np.testing.assert_allclose(members, np.round(members), atol=1e-3)  # a present canary still adds 1
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built at most once per xdist worker
 def digits_run(tmp_path_factory):
     """DP-SGD on digits (n = 360, b = 36, 2 epochs, z = 0.8), with and without 2,000 whole-run canaries."""
     values = dict(
@@ -200,9 +200,9 @@ def digits_run(tmp_path_factory):
     )
     root = tmp_path_factory.mktemp("digits")
     train_configuration(TrainConfig(**values), out_dir=root / "plain", progress=False)
-    train_configuration(
-        TrainConfig(**values, canaries=2000, canary_design="whole-run"), out_dir=root / "canaries", progress=False
-    )
+    for name, seed in (("canaries", 0), ("canaries_seed1", 1)):  # two independent runs of one configuration
+        config = TrainConfig(**values, canaries=2000, canary_design="whole-run", seed=seed)
+        train_configuration(config, out_dir=root / name, progress=False)
     return root
 
 
@@ -340,6 +340,32 @@ def test_the_registered_attacks_audit_the_run(digits_run, capsys):
         assert (claims["epsilon_last_iterate"] is None) == (name == "canary-run")
     with pytest.raises(DPAuditError, match="no whole-run canary observations at .*canaries_run.npz"):
         ATTACKS["canary-run"].scores(digits_run / "plain", epoch=None, delta=1e-5)
+
+
+def test_a_second_run_chooses_the_family_threshold_and_every_canary_certifies(digits_run, capsys):
+    run, other, out = digits_run / "canaries", digits_run / "canaries_seed1", digits_run / "two_runs.json"
+    command = ["audit", "--run", str(run), "--attack", "canary-run", "--no-plot", "--out", str(out)]
+    assert main([*command, "--selection-run", str(other)]) == 0
+    family = json.loads(out.read_text())["whole_run"]["family"]
+    certified, chosen = (ATTACKS["canary-run"].scores(path, epoch=None, delta=1e-5) for path in (run, other))
+    assert (family["n_members"], family["n_nonmembers"]) == (certified.members.size, certified.nonmembers.size)
+    expected = family_lower_bound(
+        certified.members,
+        certified.nonmembers,
+        noise_multipliers=certified.ledger["noise_std"],
+        sample_rates=certified.ledger["sample_rates"],
+        delta=1e-5,
+        selection=(chosen.members, chosen.nonmembers),
+    )
+    assert family["epsilon"] == expected.epsilon and family["threshold"] == expected.threshold
+    capsys.readouterr()
+    assert main(["audit", "--run", str(run), "--attack", "loss", "--selection-run", str(other)]) == 2
+    assert "canary-run and canary-final only, not loss" in capsys.readouterr().err
+    assert main([*command, "--selection-run", str(run)]) == 2
+    assert "runs other than --run" in capsys.readouterr().err
+    record = run / "target" / "canaries_run.npz"
+    assert main(["audit", "--canary-record", str(record), "--selection-run", str(other)]) == 2
+    assert "--selection-run goes with --run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("sampling", "keep"), [("poisson", True), ("shuffle", True), ("poisson", False)])

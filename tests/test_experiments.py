@@ -76,7 +76,7 @@ def test_an_experiment_without_runs_or_optimizer_is_a_one_line_error():
         experiment_runs({"runs": [{"lr": 0.1}]}, common={})
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built at most once per xdist worker
 def trained_run(tmp_path_factory):
     """A tiny real run with canaries, trained and summarised through the command line."""
     out = tmp_path_factory.mktemp("run")

@@ -249,24 +249,34 @@ def test_family_bound_of_identical_distributions_is_zero():
 
 
 def _coverage(epsilon, repetitions, per_side, seed_base=0):
-    """(family failures, assumption-free failures, mean family ε̂) over repetitions of an exact simulation."""
+    """Failures of each 95 % bound over repetitions of an exact simulation, and the mean family ε̂.
+
+    Returns (family, assumption-free, two-run family failures, mean family ε̂); the two-run family bound chooses
+    its threshold on a second, independent simulation (seed + 1,000,000) and certifies on all of the first.
+    """
     z = _calibrated_z(epsilon)
     noise, rates = _ledger(z, 0.1, 100)
     truth = sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA)
-    family_fail = generic_fail = 0
+    ledger = {"noise_multipliers": noise, "sample_rates": rates, "delta": DELTA}
+    family_fail = generic_fail = two_run_fail = 0
     total = 0.0
     for rep in range(repetitions):
-        scores = simulate_scores(
-            members=per_side, nonmembers=per_side, noise_multipliers=noise, sample_rates=rates, seed=seed_base + rep
+        scores, other = (
+            simulate_scores(
+                members=per_side, nonmembers=per_side, noise_multipliers=noise, sample_rates=rates, seed=seed
+            )
+            for seed in (seed_base + rep, seed_base + rep + 1_000_000)
         )
-        family = family_lower_bound(
-            scores.member_lr, scores.nonmember_lr, noise_multipliers=noise, sample_rates=rates, delta=DELTA, seed=rep
-        )
+        family = family_lower_bound(scores.member_lr, scores.nonmember_lr, **ledger, seed=rep)
         generic = epsilon_lower_bound(scores.member_lr, scores.nonmember_lr, delta=DELTA, selection="split", seed=rep)
+        two_run = family_lower_bound(
+            scores.member_lr, scores.nonmember_lr, **ledger, selection=(other.member_lr, other.nonmember_lr)
+        )
         family_fail += family.epsilon > truth
         generic_fail += generic.epsilon > truth
+        two_run_fail += two_run.epsilon > truth
         total += family.epsilon
-    return family_fail, generic_fail, total / repetitions
+    return family_fail, generic_fail, two_run_fail, total / repetitions
 
 
 def test_coverage_of_the_bounds_fast():
@@ -275,9 +285,10 @@ def test_coverage_of_the_bounds_fast():
     # procedure exceeds with probability 7e-4 < 1e-3.
     allowed = _max_failures(40)
     assert allowed == 7
-    family_fail, generic_fail, mean = _coverage(2.0, 40, 2000)
+    family_fail, generic_fail, two_run_fail, mean = _coverage(2.0, 40, 2000)
     assert family_fail <= allowed
     assert generic_fail <= allowed
+    assert two_run_fail <= allowed
     assert mean > 0.5  # and the bound is not trivially 0 (its ceiling here is ≈ 0.6·ε)
 
 
@@ -285,9 +296,26 @@ def test_coverage_of_the_bounds_fast():
 @pytest.mark.parametrize("epsilon", [1.0, 2.0, 4.0, 8.0])
 def test_coverage_of_the_bounds_slow(epsilon):
     allowed = _max_failures(200)  # 21: a correct procedure exceeds it with probability < 1e-3
-    family_fail, generic_fail, _ = _coverage(epsilon, 200, 2000, seed_base=10_000)
-    assert family_fail <= allowed
-    assert generic_fail <= allowed
+    failures = _coverage(epsilon, 200, 2000, seed_base=10_000)[:3]
+    assert max(failures) <= allowed
+
+
+def test_two_run_family_bound_certifies_on_every_score_and_checks_its_selection():
+    noise, rates = _ledger(_calibrated_z(2.0), 0.1, 100)
+    ledger = {"noise_multipliers": noise, "sample_rates": rates, "delta": DELTA}
+    runs = [
+        simulate_scores(members=3000, nonmembers=2000, noise_multipliers=noise, sample_rates=rates, seed=seed)
+        for seed in (1, 2)
+    ]
+    bound = family_lower_bound(
+        runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=(runs[1].member_lr, runs[1].nonmember_lr)
+    )
+    assert (bound.n_members, bound.n_nonmembers) == (3000, 2000)  # nothing held out
+    assert bound.epsilon > 0
+    with pytest.raises(DPAuditError, match="selection must be a pair"):
+        family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=runs[1].member_lr)
+    with pytest.raises(DPAuditError, match="selection nonmember_scores"):
+        family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=([1.0, 2.0], [np.nan, 0.0]))
 
 
 def test_family_bound_detects_under_stated_noise():

@@ -47,7 +47,7 @@ SMOKE_TARGETS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built at most once per xdist worker
 def smoke_part(tmp_path_factory):
     """``SMOKE_TARGETS`` run once, clean, in a scratch workflow copy: shared by the tests that each check another
     property of such a run (reproduced bit for bit; an edit reruns exactly its jobs). Tests must not change it: one

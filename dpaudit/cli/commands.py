@@ -433,8 +433,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_scores(args: argparse.Namespace, attack: str):
-    """(members, non-members, epoch, theory dict) of one attack, pooled over the given runs (trials).
+def _run_scores(args: argparse.Namespace, attack: str, runs=None):
+    """(members, non-members, epoch, theory dict) of one attack, pooled over the runs (trials; default ``--run``).
 
     The theory dict holds what the runs claim against the attack: the last run's ε (``epsilon_run``) and, for
     a whole-run attack, the largest ε of the mechanism its trials face.
@@ -445,7 +445,7 @@ def _run_scores(args: argparse.Namespace, attack: str):
 
     spec = ATTACKS[attack]
     members, nonmembers, theory, epoch = [], [], {}, None
-    for run in args.run:
+    for run in args.run if runs is None else runs:
         config = load_run_config(run)
         epoch = None if spec.whole_run else args.epoch or max(config.eval_epochs)
         found = spec.scores(run, epoch=epoch, delta=args.delta)
@@ -469,6 +469,8 @@ def _run_scores(args: argparse.Namespace, attack: str):
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_confidence, check_delta
 
+    if getattr(args, "selection_run", None) is not None and args.run is None:
+        raise DPAuditError("--selection-run goes with --run (the runs it audits), not --scores or --canary-record")
     if getattr(args, "canary_record", None) is not None:
         if args.scores is not None or args.run is not None:
             raise DPAuditError("give exactly one of --scores FILE.csv, --run RUN and --canary-record FILE.npz")
@@ -486,8 +488,24 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         return 0
     if args.out is not None and len(args.attack) > 1:
         raise DPAuditError("--out names one file: give one --attack, or --out-dir for several")
+    if args.selection_run is not None:
+        plain = [attack for attack in args.attack if not ATTACKS[attack].whole_run or attack == "canary-spread"]
+        if plain:
+            raise DPAuditError(
+                "--selection-run chooses the family bound's threshold of canary-run and canary-final only, "
+                f"not {plain[0]}"
+            )
+        if set(map(Path.resolve, args.selection_run)) & set(map(Path.resolve, args.run)):
+            raise DPAuditError("--selection-run must name runs other than --run (independent trials)")
     for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
         members, nonmembers, epoch, theory = _run_scores(args, attack)
+        if args.selection_run is not None:
+            import numpy as np
+
+            *selection, _, other = _run_scores(args, attack, runs=args.selection_run)
+            if not all(np.array_equal(other["ledger"][key], value) for key, value in theory["ledger"].items()):
+                raise DPAuditError("--selection-run needs runs of the same ledger (z_t, q_t) as --run")
+            theory["selection_scores"] = tuple(selection)
         out = args.out or (args.out_dir or args.run[0]) / f"audit_{attack}.json"
         _audit_one(
             args,
@@ -541,9 +559,12 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
         members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
     )
     ledger = theory.pop("ledger", None)
+    selection_scores = theory.pop("selection_scores", None)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
     if ledger is not None:
-        payload["whole_run"] = _whole_run_claims(members, nonmembers, ledger=ledger, args=args, attack=attack)
+        payload["whole_run"] = _whole_run_claims(
+            members, nonmembers, ledger=ledger, args=args, attack=attack, selection=selection_scores
+        )
     write_json(out, payload)
     label = payload["attack"]
     if not args.no_plot:
@@ -564,10 +585,11 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
 
 
-def _whole_run_claims(members, nonmembers, *, ledger, args, attack) -> dict:
+def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=None) -> dict:
     """What a whole-run canary audit adds to its JSON: the family bound on the same scores (the composed
-    Poisson-subsampled Gaussian of the observations' σ_t and q_t), the ε the ledger's z_t and q_t claim (PLD and
-    RDP) and, for the final model, the last-iterate heuristic ε, each labelled."""
+    Poisson-subsampled Gaussian of the observations' σ_t and q_t; its threshold chosen on ``selection``, the
+    scores of ``--selection-run``, when given), the ε the ledger's z_t and q_t claim (PLD and RDP) and, for the
+    final model, the last-iterate heuristic ε, each labelled."""
     from dataclasses import asdict
 
     import numpy as np
@@ -588,10 +610,12 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack) -> dict:
             delta=args.delta,
             confidence=args.confidence,
             seed=args.seed,
+            selection=selection,
         )
     )
     return {
         "family": None if family is None else asdict(family),
+        "family_selection": "held-out share of these canaries" if selection is None else "the --selection-run runs",
         "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
         **ledger_claims(noise_multipliers=z, sample_rates=q, delta=args.delta, last_iterate=attack == "canary-final"),
         "claim_label": "the ε the run's ledger (z_t, q_t) claims: PLD (tightest accountant) and RDP",
@@ -684,6 +708,14 @@ def add_audit(commands: argparse._SubParsersAction) -> None:
         help="how the lower bound picks its threshold: empirically on a held-out half (split) or by "
         "normal fits to a held-out fifth (gaussian); default: gaussian for Dirac and aligned canaries, "
         "whose scores are Gaussian by construction, split otherwise",
+    )
+    audit.add_argument(
+        "--selection-run",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="canary-run/canary-final: independent run(s) of the same configuration (another seed) on which the "
+        "family bound chooses its threshold, so that every canary of --run certifies it (default: a held-out share)",
     )
     audit.add_argument(
         "--out",
