@@ -307,6 +307,12 @@ def test_without_noise_the_final_statistic_counts_the_presences_and_zero_noise_h
     np.testing.assert_array_equal(silent.scores("final")[0], members)
 
 
+def _family_of(found, **options):
+    """The family bound the audit command computes on an attack's scores, against the observations' ledger."""
+    ledger = {"noise_multipliers": found.ledger["noise_std"], "sample_rates": found.ledger["sample_rates"]}
+    return family_lower_bound(found.members, found.nonmembers, **ledger, delta=1e-5, **options)
+
+
 def test_the_registered_attacks_audit_the_run(digits_run, capsys):
     run = digits_run / "canaries"
     planned = json.loads((run / "config.json").read_text())["derived"]["planned_epsilon"]
@@ -325,14 +331,7 @@ def test_the_registered_attacks_audit_the_run(digits_run, capsys):
         assert report["attack"] == name and report["epoch"] is None and report["epsilon_run"] == planned
         assert report["report"]["n_members"] + report["report"]["n_nonmembers"] == 2000
         # beside the assumption-free bound: the family bound on the same scores and halves, and the ledger's claims
-        found = ATTACKS[name].scores(run, epoch=None, delta=1e-5)
-        family = family_lower_bound(
-            found.members,
-            found.nonmembers,
-            noise_multipliers=found.ledger["noise_std"],
-            sample_rates=found.ledger["sample_rates"],
-            delta=1e-5,
-        )
+        family = _family_of(ATTACKS[name].scores(run, epoch=None, delta=1e-5))
         assert report["whole_run"]["family"]["epsilon"] == family.epsilon
         assert report["whole_run"]["family"]["threshold"] == family.threshold
         claims = report["whole_run"]
@@ -349,14 +348,7 @@ def test_a_second_run_chooses_the_family_threshold_and_every_canary_certifies(di
     family = json.loads(out.read_text())["whole_run"]["family"]
     certified, chosen = (ATTACKS["canary-run"].scores(path, epoch=None, delta=1e-5) for path in (run, other))
     assert (family["n_members"], family["n_nonmembers"]) == (certified.members.size, certified.nonmembers.size)
-    expected = family_lower_bound(
-        certified.members,
-        certified.nonmembers,
-        noise_multipliers=certified.ledger["noise_std"],
-        sample_rates=certified.ledger["sample_rates"],
-        delta=1e-5,
-        selection=(chosen.members, chosen.nonmembers),
-    )
+    expected = _family_of(certified, selection=(chosen.members, chosen.nonmembers))
     assert family["epsilon"] == expected.epsilon and family["threshold"] == expected.threshold
     capsys.readouterr()
     assert main(["audit", "--run", str(run), "--attack", "loss", "--selection-run", str(other)]) == 2

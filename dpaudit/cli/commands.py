@@ -433,6 +433,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _same_ledger(first: dict, second: dict) -> bool:
+    """Whether two whole-run ledgers (arrays by name: z_t, σ_t, q_t) are equal, entry by entry."""
+    import numpy as np
+
+    return first.keys() == second.keys() and all(np.array_equal(first[key], second[key]) for key in first)
+
+
 def _run_scores(args: argparse.Namespace, attack: str, runs=None):
     """(members, non-members, epoch, theory dict) of one attack, pooled over the runs (trials; default ``--run``).
 
@@ -456,9 +463,7 @@ def _run_scores(args: argparse.Namespace, attack: str, runs=None):
         if found.selection is not None:
             theory["selection"] = found.selection
         if found.ledger is not None:  # whole-run canaries: trials pooled over runs of one ledger only
-            if "ledger" in theory and not all(
-                np.array_equal(theory["ledger"][key], value) for key, value in found.ledger.items()
-            ):
+            if "ledger" in theory and not _same_ledger(theory["ledger"], found.ledger):
                 raise DPAuditError(f"the {attack} audit pools runs of one ledger (z_t, q_t); {run} has another")
             theory["ledger"] = found.ledger
         members.append(found.members)
@@ -500,10 +505,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
         members, nonmembers, epoch, theory = _run_scores(args, attack)
         if args.selection_run is not None:
-            import numpy as np
-
             *selection, _, other = _run_scores(args, attack, runs=args.selection_run)
-            if not all(np.array_equal(other["ledger"][key], value) for key, value in theory["ledger"].items()):
+            if not _same_ledger(other["ledger"], theory["ledger"]):
                 raise DPAuditError("--selection-run needs runs of the same ledger (z_t, q_t) as --run")
             theory["selection_scores"] = tuple(selection)
         out = args.out or (args.out_dir or args.run[0]) / f"audit_{attack}.json"
