@@ -11,6 +11,9 @@ tightest accountant. Training seconds are those of the run with canaries and of 
 Two runs per (ε, canary count): the second (seed + 1, its own canary draws and noise) chooses the family bound's
 threshold and every canary of the first certifies it (``*_family_two_runs``; ``family_lower_bound(selection=…)``,
 ``dpaudit audit --selection-run``); the one-run bounds hold a share of the first run's canaries out instead.
+The ledger-chosen family bounds (``*_family_ledger``; ``selection="ledger"``, ``dpaudit audit --family-selection
+ledger``) choose the threshold before any score is read, on a simulation of the mechanism the ledger claims, and
+certify it on every canary of the first run, or of both runs pooled (``*_family_ledger_two_runs``: 2M per side).
 
 Usage: python benchmarks/whole_run_audit.py [--per-side 10000 100000] [--epsilons 1 2 4 8] [--seed 0]
 """
@@ -42,6 +45,8 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 4.0, 8.0])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+
+    import numpy as np
 
     import dpaudit
     from dpaudit.attacks.canary_run import load_run_canaries
@@ -89,16 +94,28 @@ def main() -> None:
                 audit_seconds = time.perf_counter() - started
                 _train(replace(config, seed=args.seed + 1), out.with_name(out.name + "_selection"))
                 chooser = load_run_canaries(out.with_name(out.name + "_selection"))
-                two_runs = {
-                    f"{name}_family_two_runs": family_lower_bound(
-                        *observed.scores(statistic),
-                        noise_multipliers=observed.noise_std,
-                        sample_rates=observed.sample_rates,
-                        delta=DELTA,
-                        selection=chooser.scores(statistic),
-                    ).epsilon
-                    for name, statistic in (("all_iterates", "all"), ("final_model", "final"))
+                if not (
+                    np.array_equal(chooser.noise_std, observed.noise_std)
+                    and np.array_equal(chooser.sample_rates, observed.sample_rates)
+                ):
+                    raise RuntimeError("the two runs of one configuration have different ledgers")
+                ledger = {
+                    "noise_multipliers": observed.noise_std,
+                    "sample_rates": observed.sample_rates,
+                    "delta": DELTA,
                 }
+                other_rules = {}
+                for name, statistic in (("all_iterates", "all"), ("final_model", "final")):
+                    first, second = observed.scores(statistic), chooser.scores(statistic)
+                    by_ledger = {"selection": "ledger", "statistic": name.replace("_", "-")}
+                    pooled = (np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]]))
+                    other_rules[f"{name}_family_two_runs"] = family_lower_bound(
+                        *first, **ledger, selection=second
+                    ).epsilon
+                    other_rules[f"{name}_family_ledger"] = family_lower_bound(*first, **ledger, **by_ledger).epsilon
+                    other_rules[f"{name}_family_ledger_two_runs"] = family_lower_bound(
+                        *pooled, **ledger, **by_ledger
+                    ).epsilon
                 z, q = observed.noise_multipliers, observed.sample_rates
                 prv = theory_epsilon(noise_multiplier=z.tolist(), sample_rate=q.tolist(), delta=DELTA, accountant="prv")
                 pld = report.epsilon_pld
@@ -108,7 +125,7 @@ def main() -> None:
                     "all_iterates_assumption_free_bonferroni": report.all_iterates.epsilon_lower_bonferroni,
                     "final_model_family": report.final_model_family.epsilon,
                     "final_model_assumption_free": report.final_model.epsilon_lower,
-                    **two_runs,
+                    **other_rules,
                 }
                 rows.append(
                     {

@@ -398,6 +398,7 @@ def audit_whole_run(
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
+    family_selection: str = "split",
 ) -> WholeRunReport:
     """Audit a whole training run from its Dirac canaries' released updates, under two threat models.
 
@@ -428,13 +429,16 @@ def audit_whole_run(
         delta: δ of every ε, in (0, 1).
         confidence: 1 − α of every bound, in (0, 1).
         seed: the seed of the bounds' random halves.
+        family_selection: how the family bounds choose their threshold: ``"split"`` (on a held-out share of these
+            canaries) or ``"ledger"`` (before any score is read, on a simulation of the mechanism the ledger
+            claims; every canary certifies): ``selection`` of :func:`dpaudit.whole_run.family_lower_bound`.
 
     Returns:
         A :class:`WholeRunReport`.
 
     Raises:
         DPAuditError: both or neither of ``observations`` and ``statistics``, a bad shape, non-finite statistics,
-            fewer than 2 canaries in a class, a bad ledger, δ or confidence.
+            fewer than 2 canaries in a class, a bad ledger, δ or confidence, a bad ``family_selection``.
     """
     # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
     from dpaudit.theory.tradeoff import group_steps
@@ -443,6 +447,8 @@ def audit_whole_run(
     delta = check_delta(delta, allow_zero=False)
     check_confidence(confidence)
     seed = check_seed(seed)
+    if family_selection not in ("split", "ledger"):
+        raise DPAuditError(f"family_selection must be 'split' or 'ledger', got {family_selection!r}")
     if (observations is None) == (statistics is None):
         raise DPAuditError("give exactly one of observations [M, T] and statistics (all-iterates, final-model scores)")
     if members is None:
@@ -495,7 +501,12 @@ def audit_whole_run(
         member_scores, nonmember_scores = statistic[flags], statistic[~flags]
         reports[name] = audit_scores(member_scores, nonmember_scores, **options)
         if name != "spread":  # the family bound tests within the subsampled-Gaussian family: Λ and Σ_t x_t only
-            reports[f"{name}_family"] = family_lower_bound(member_scores, nonmember_scores, **ledger, **options)
+            chooser = (
+                {} if family_selection == "split" else {"selection": "ledger", "statistic": name.replace("_", "-")}
+            )
+            reports[f"{name}_family"] = family_lower_bound(
+                member_scores, nonmember_scores, **ledger, **options, **chooser
+            )
     return WholeRunReport(
         **reports,
         **ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate=True),

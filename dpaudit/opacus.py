@@ -487,7 +487,9 @@ class CanaryAudit:
         --canary-record``; returns the path."""
         return self.record(accountant=accountant).save(path)
 
-    def report(self, *, accountant, delta: float, confidence: float = 0.95, seed: int = 0) -> OpacusAuditReport:
+    def report(
+        self, *, accountant, delta: float, confidence: float = 0.95, seed: int = 0, family_selection: str = "split"
+    ) -> OpacusAuditReport:
         """Audit the run against the user's accountant: both bounds of both threat models, its ε beside them.
 
         Args:
@@ -495,12 +497,16 @@ class CanaryAudit:
             delta: δ in (0, 1) of every ε.
             confidence: 1 − α of every bound.
             seed: seed of the bounds' random halves.
+            family_selection: where the family bounds choose their threshold: ``"split"`` (a held-out share) or
+                ``"ledger"`` (a simulation of the mechanism the accountant recorded; every canary certifies), as in
+                :func:`dpaudit.audit_whole_run`.
 
         Returns:
             An :class:`OpacusAuditReport`.
 
         Raises:
-            DPAuditError: no step yet, a history of another length, fewer than 2 canaries per side, bad δ.
+            DPAuditError: no step yet, a history of another length, fewer than 2 canaries per side, bad δ, a bad
+                ``family_selection``.
         """
         record = self.record(accountant=accountant)
         whole_run = audit_whole_run(
@@ -512,6 +518,7 @@ class CanaryAudit:
             delta=delta,
             confidence=confidence,
             seed=seed,
+            family_selection=family_selection,
         )
         claimed = float(accountant.get_epsilon(delta=delta))
         mechanism = str(accountant.mechanism()) if hasattr(accountant, "mechanism") else type(accountant).__name__

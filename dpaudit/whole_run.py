@@ -59,6 +59,16 @@ from dpaudit.theory.tradeoff import TradeoffLowerBound, group_steps, sgm_epsilon
 SELECTION_SHARE = 0.3
 SELECTION_ALPHA = 1e-3
 
+#: ``selection="ledger"``: canaries per side of the simulation of the ledger's own mechanism on which the
+#: threshold is chosen (its scores' rates estimate each candidate's to ≈ 1/√(4·10⁵) ≈ 0.002 or better), the
+#: simulation's seed (fixed: the threshold is a function of the ledger alone), and the number of candidate
+#: thresholds (quantiles of the simulation's pooled scores).
+LEDGER_REFERENCE_SIZE = 400_000
+LEDGER_REFERENCE_SEED = 0
+LEDGER_CANDIDATES = 2047
+#: The statistics whose simulation ``selection="ledger"`` can draw: Λ and Σ_t x_t.
+STATISTICS = ("all-iterates", "final-model")
+
 #: PLD discretisation (nats) of the hypotheses' privacy profiles: an upper estimate of δ(ε), so coarser
 #: only makes the test more conservative (it costs ≈ 0.3 % of ε at T = 100–200).
 HYPOTHESIS_DISCRETIZATION = 1e-2
@@ -554,6 +564,49 @@ def _split(scores: np.ndarray, share: float, rng: np.random.Generator) -> tuple[
     return scores[order[:size]], scores[order[size:]]
 
 
+def _best_candidate(hypotheses: _Hypotheses, fp, n_nonmembers, fn, n_members, youden, level: float) -> int:
+    """The candidate threshold whose Clopper–Pearson upper bounds (at ``level`` each) on FPR and FNR reject the
+    smallest noise scale; ties (or nothing rejected) go to the largest TPR − FPR, then the last candidate."""
+    fpr_u = np.asarray(clopper_pearson_upper(fp, n_nonmembers, alpha=level), dtype=float)
+    fnr_u = np.asarray(clopper_pearson_upper(fn, n_members, alpha=level), dtype=float)
+    smallest, rejecting = _first_rejected(hypotheses, fpr_u, fnr_u)
+    candidates = np.flatnonzero(rejecting) if smallest < hypotheses.scales.size else np.arange(youden.size)
+    return int(candidates[np.lexsort((youden[candidates],))[-1]])
+
+
+@lru_cache(maxsize=16)
+def _ledger_reference(groups: tuple, statistic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate thresholds and their (FPR, FNR) on a simulation of the ledger's own mechanism: the quantiles of
+    ``LEDGER_REFERENCE_SIZE`` simulated canaries per side (seed ``LEDGER_REFERENCE_SEED``), cached per ledger."""
+    z, q = _scaled(groups, 1.0)
+    reference = simulate_scores(
+        members=LEDGER_REFERENCE_SIZE,
+        nonmembers=LEDGER_REFERENCE_SIZE,
+        noise_multipliers=z,
+        sample_rates=q,
+        seed=LEDGER_REFERENCE_SEED,
+    )
+    if statistic == "all-iterates":
+        members, nonmembers = np.sort(reference.member_lr), np.sort(reference.nonmember_lr)
+    else:
+        members, nonmembers = np.sort(reference.member_sum), np.sort(reference.nonmember_sum)
+    levels = np.linspace(0.0, 1.0, LEDGER_CANDIDATES + 2)[1:-1]
+    cuts = np.unique(np.quantile(np.concatenate([members, nonmembers]), levels))
+    fpr = 1.0 - np.searchsorted(nonmembers, cuts, side="left") / nonmembers.size  # score ≥ cut predicts member
+    fnr = np.searchsorted(members, cuts, side="left") / members.size
+    return cuts, fpr, fnr
+
+
+def _ledger_threshold(groups, statistic, hypotheses, n_members: int, n_nonmembers: int, level: float) -> float:
+    """The threshold chosen on the ledger's simulation: each candidate judged by the counts its simulated rates
+    predict on ``n_members`` and ``n_nonmembers`` certifying canaries, at Clopper–Pearson ``level``."""
+    cuts, fpr, fnr = _ledger_reference(groups, statistic)
+    false_pos = np.rint(fpr * n_nonmembers).astype(np.int64)
+    false_neg = np.rint(fnr * n_members).astype(np.int64)
+    best = _best_candidate(hypotheses, false_pos, n_nonmembers, false_neg, n_members, 1.0 - fnr - fpr, level)
+    return float(cuts[best])
+
+
 def family_lower_bound(
     member_scores,
     nonmember_scores,
@@ -567,6 +620,7 @@ def family_lower_bound(
     selection_share: float = SELECTION_SHARE,
     selection_alpha: float = SELECTION_ALPHA,
     selection=None,
+    statistic: str | None = None,
 ) -> FamilyBound:
     """Lower bound on ε: the largest ε whose composed-SGM hypothesis the scores reject, at confidence 1 − α.
 
@@ -588,6 +642,12 @@ def family_lower_bound(
     at α/2 each, and the smallest rejected s on the grid gives ε. If no hypothesis is rejected, ε = 0.
     With ``selection`` (scores from an independent source, e.g. a second run of the same configuration), the
     threshold is chosen on those instead and every given score certifies it: nothing is held out.
+    With ``selection="ledger"`` it is chosen before any score is read, on a simulation of the mechanism the
+    ledger claims (``LEDGER_REFERENCE_SIZE`` canaries per side of the given ``statistic``, a fixed seed): each
+    candidate is judged by the counts its simulated FPR and FNR predict on the certifying canaries, and again
+    every given score certifies. It needs no second run and holds nothing out; it is the most powerful rule when
+    the run is the mechanism it claims (on exact simulations, benchmarks/family_selection.py), but it does not
+    adapt to a run that departs from its claim, as the data-driven rules do.
 
     Why it is valid. The threshold is fixed before the certifying half is looked at, so with probability
     ≥ 1 − α (union bound) its true FPR and FNR are at most the two upper bounds. Suppose the mechanism is
@@ -615,14 +675,17 @@ def family_lower_bound(
             any value keeps the bound valid (only the certifying part's α/2 per side enters the guarantee).
         selection: optional ``(member_scores, nonmember_scores)`` (≥ 2 each, same statistic) on which to choose
             the threshold, independent of the scores certified: another run of the same configuration and
-            canary design (its own seed). Then ``selection_share`` and ``seed`` are unused.
+            canary design (its own seed); or ``"ledger"``: a simulation of the ledger's own mechanism. Then
+            ``selection_share`` and ``seed`` are unused.
+        statistic: with ``selection="ledger"``, which statistic the scores are: ``"all-iterates"`` (Λ of
+            :func:`likelihood_ratio_scores` with these noise multipliers and q_t) or ``"final-model"`` (Σ_t x_t).
 
     Returns:
         A :class:`FamilyBound`; ``float(bound)`` is ε̂ in nats. Never present a ``capped`` bound as a measurement.
 
     Raises:
         DPAuditError: scores that are not finite 1-D arrays of ≥ 2 values, a bad ledger, δ or confidence
-            outside (0, 1), a bad seed or grid.
+            outside (0, 1), a bad seed or grid, a bad ``selection``, ``selection="ledger"`` without a statistic.
     """
     members = check_scores("member_scores", member_scores)
     nonmembers = check_scores("nonmember_scores", nonmember_scores)
@@ -636,29 +699,41 @@ def family_lower_bound(
         raise DPAuditError(f"grid must be an integer ≥ 8, got {grid!r}")
     selection_share = check_probability("selection_share", selection_share)
     selection_alpha = check_probability("selection_alpha", selection_alpha)
+    ledger_selection = isinstance(selection, str) and selection == "ledger"
+    if ledger_selection and statistic not in STATISTICS:
+        raise DPAuditError(f"selection='ledger' needs statistic in {STATISTICS}, got {statistic!r}")
     hypotheses = _hypotheses(groups, delta, grid)
 
     if selection is None:
         rng = np.random.default_rng(seed)  # the selection and certifying parts: members first, then non-members
         select_m, certify_m = _split(members, selection_share, rng)
         select_n, certify_n = _split(nonmembers, selection_share, rng)
+    elif ledger_selection:
+        certify_m, certify_n = members, nonmembers
     else:
         if not isinstance(selection, (tuple, list)) or len(selection) != 2:
-            raise DPAuditError("selection must be a pair (member_scores, nonmember_scores) from an independent run")
+            raise DPAuditError(
+                "selection must be a pair (member_scores, nonmember_scores) from an independent run, or 'ledger'"
+            )
         select_m = check_scores("selection member_scores", selection[0])
         select_n = check_scores("selection nonmember_scores", selection[1])
         check_split_sizes(select_m, select_n)
         certify_m, certify_n = members, nonmembers
 
-    chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
-    fpr_u = np.asarray(clopper_pearson_upper(chosen.fp, chosen.n_nonmembers, alpha=selection_alpha), dtype=float)
-    fnr_u = np.asarray(clopper_pearson_upper(chosen.fn, chosen.n_members, alpha=selection_alpha), dtype=float)
-    smallest, rejecting = _first_rejected(hypotheses, fpr_u, fnr_u)
-    youden = chosen.tpr - chosen.fpr
-    # the smallest rejected s; ties (or nothing rejected) → the largest TPR − FPR, then the last threshold
-    candidates = np.flatnonzero(rejecting) if smallest < hypotheses.scales.size else np.arange(youden.size)
-    best = int(candidates[np.lexsort((youden[candidates],))[-1]])
-    cut = chosen.gap_threshold(best)
+    if ledger_selection:
+        cut = _ledger_threshold(groups, statistic, hypotheses, members.size, nonmembers.size, selection_alpha)
+    else:
+        chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
+        best = _best_candidate(
+            hypotheses,
+            chosen.fp,
+            chosen.n_nonmembers,
+            chosen.fn,
+            chosen.n_members,
+            chosen.tpr - chosen.fpr,
+            selection_alpha,
+        )
+        cut = chosen.gap_threshold(best)
 
     false_pos = int(np.count_nonzero(certify_n >= cut))
     false_neg = int(np.count_nonzero(certify_m < cut))

@@ -360,6 +360,46 @@ def test_a_second_run_chooses_the_family_threshold_and_every_canary_certifies(di
     assert "--selection-run goes with --run" in capsys.readouterr().err
 
 
+def test_the_ledger_chooses_the_family_threshold_and_every_canary_certifies(digits_run, capsys):
+    run, other, out = digits_run / "canaries", digits_run / "canaries_seed1", digits_run / "ledger.json"
+    command = ["audit", "--run", str(run), "--attack", "canary-final", "--no-plot", "--out", str(out)]
+    assert main([*command, "--family-selection", "ledger"]) == 0
+    claims = json.loads(out.read_text())["whole_run"]
+    certified = ATTACKS["canary-final"].scores(run, epoch=None, delta=1e-5)
+    expected = _family_of(certified, selection="ledger", statistic="final-model")
+    assert claims["family"]["epsilon"] == expected.epsilon and claims["family"]["threshold"] == expected.threshold
+    assert claims["family"]["n_members"] == certified.members.size and "ledger claims" in claims["family_selection"]
+    capsys.readouterr()
+    for extra, message in (
+        (["--selection-run", str(other)], "--selection-run or --family-selection ledger, not both"),
+        (["--attack", "loss"], "canary-run and canary-final only, not loss"),
+    ):
+        assert main([*command, "--family-selection", "ledger", *extra]) == 2
+        assert message in capsys.readouterr().err
+    record = run / "target" / "canaries_run.npz"
+    assert (
+        main(["audit", "--canary-record", str(record), "--family-selection", "ledger", "--no-plot", "--out", str(out)])
+        == 0
+    )
+    family = json.loads(out.read_text())["whole_run"]["final_model_family"]
+    assert family["epsilon"] == expected.epsilon and family["n_members"] == certified.members.size
+    # two runs of one configuration: both runs' canaries certify the threshold the ledger chose
+    assert main(["audit", "--run", str(run), str(other), *command[3:], "--family-selection", "ledger"]) == 0
+    pooled = json.loads(out.read_text())["whole_run"]["family"]
+    second = ATTACKS["canary-final"].scores(other, epoch=None, delta=1e-5)
+    both = _family_of(
+        replace(
+            certified,
+            members=np.concatenate([certified.members, second.members]),
+            nonmembers=np.concatenate([certified.nonmembers, second.nonmembers]),
+        ),
+        selection="ledger",
+        statistic="final-model",
+    )
+    assert pooled["n_members"] == certified.members.size + second.members.size
+    assert pooled["epsilon"] == both.epsilon and pooled["threshold"] == both.threshold
+
+
 @pytest.mark.parametrize(("sampling", "keep"), [("poisson", True), ("shuffle", True), ("poisson", False)])
 def test_whole_run_canaries_resume_bit_identically(sampling, keep, tmp_path, monkeypatch):
     if not keep:  # the statistics alone, summed online: in the training state

@@ -251,14 +251,15 @@ def test_family_bound_of_identical_distributions_is_zero():
 def _coverage(epsilon, repetitions, per_side, seed_base=0):
     """Failures of each 95 % bound over repetitions of an exact simulation, and the mean family ε̂.
 
-    Returns (family, assumption-free, two-run family failures, mean family ε̂); the two-run family bound chooses
-    its threshold on a second, independent simulation (seed + 1,000,000) and certifies on all of the first.
+    Returns (family, assumption-free, two-run family, ledger-chosen family failures, mean family ε̂); the two-run
+    family bound chooses its threshold on a second, independent simulation (seed + 1,000,000) and certifies on all
+    of the first; the ledger-chosen one chooses it on the ledger's own simulation and certifies on all of the first.
     """
     z = _calibrated_z(epsilon)
     noise, rates = _ledger(z, 0.1, 100)
     truth = sgm_epsilon(noise_multipliers=noise, sample_rates=rates, delta=DELTA)
     ledger = {"noise_multipliers": noise, "sample_rates": rates, "delta": DELTA}
-    family_fail = generic_fail = two_run_fail = 0
+    family_fail = generic_fail = two_run_fail = ledger_fail = 0
     total = 0.0
     for rep in range(repetitions):
         scores, other = (
@@ -272,11 +273,15 @@ def _coverage(epsilon, repetitions, per_side, seed_base=0):
         two_run = family_lower_bound(
             scores.member_lr, scores.nonmember_lr, **ledger, selection=(other.member_lr, other.nonmember_lr)
         )
+        by_ledger = family_lower_bound(
+            scores.member_lr, scores.nonmember_lr, **ledger, selection="ledger", statistic="all-iterates"
+        )
         family_fail += family.epsilon > truth
         generic_fail += generic.epsilon > truth
         two_run_fail += two_run.epsilon > truth
+        ledger_fail += by_ledger.epsilon > truth
         total += family.epsilon
-    return family_fail, generic_fail, two_run_fail, total / repetitions
+    return family_fail, generic_fail, two_run_fail, ledger_fail, total / repetitions
 
 
 def test_coverage_of_the_bounds_fast():
@@ -285,10 +290,8 @@ def test_coverage_of_the_bounds_fast():
     # procedure exceeds with probability 7e-4 < 1e-3.
     allowed = _max_failures(40)
     assert allowed == 7
-    family_fail, generic_fail, two_run_fail, mean = _coverage(2.0, 40, 2000)
-    assert family_fail <= allowed
-    assert generic_fail <= allowed
-    assert two_run_fail <= allowed
+    *failures, mean = _coverage(2.0, 40, 2000)
+    assert max(failures) <= allowed  # each of the four bounds
     assert mean > 0.5  # and the bound is not trivially 0 (its ceiling here is ≈ 0.6·ε)
 
 
@@ -296,7 +299,7 @@ def test_coverage_of_the_bounds_fast():
 @pytest.mark.parametrize("epsilon", [1.0, 2.0, 4.0, 8.0])
 def test_coverage_of_the_bounds_slow(epsilon):
     allowed = _max_failures(200)  # 21: a correct procedure exceeds it with probability < 1e-3
-    failures = _coverage(epsilon, 200, 2000, seed_base=10_000)[:3]
+    failures = _coverage(epsilon, 200, 2000, seed_base=10_000)[:4]
     assert max(failures) <= allowed
 
 
@@ -316,6 +319,35 @@ def test_two_run_family_bound_certifies_on_every_score_and_checks_its_selection(
         family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=runs[1].member_lr)
     with pytest.raises(DPAuditError, match="selection nonmember_scores"):
         family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=([1.0, 2.0], [np.nan, 0.0]))
+
+
+def test_the_ledger_chooses_the_threshold_before_any_score_is_read():
+    noise, rates = _ledger(_calibrated_z(2.0), 0.1, 100)
+    ledger = {"noise_multipliers": noise, "sample_rates": rates, "delta": DELTA}
+    runs = [
+        simulate_scores(members=3000, nonmembers=2000, noise_multipliers=noise, sample_rates=rates, seed=seed)
+        for seed in (1, 2)
+    ]
+    chosen = [
+        family_lower_bound(run.member_lr, run.nonmember_lr, **ledger, selection="ledger", statistic="all-iterates")
+        for run in runs
+    ]
+    # one threshold for every score set of this ledger (it depends on the ledger alone), and nothing held out
+    assert chosen[0].threshold == chosen[1].threshold
+    assert all((bound.n_members, bound.n_nonmembers) == (3000, 2000) for bound in chosen)
+    assert all(bound.epsilon > 0 for bound in chosen)
+    # the certificate is the one-run bound's, at this threshold: a pure function of the counts it states
+    assert chosen[0].false_positives == np.count_nonzero(runs[0].nonmember_lr >= chosen[0].threshold)
+    final = family_lower_bound(
+        runs[0].member_sum, runs[0].nonmember_sum, **ledger, selection="ledger", statistic="final-model"
+    )
+    # Σ_t x_t: a member's mean exceeds a non-member's by Σ_t q_t = 10, the non-members' std is √Σ z_t² ≈ 22;
+    # the chosen threshold lies between the two means
+    assert 0 < final.threshold < 10 and final.epsilon > 0
+    with pytest.raises(DPAuditError, match="selection='ledger' needs statistic"):
+        family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection="ledger")
+    with pytest.raises(DPAuditError, match="or 'ledger'"):
+        family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection="split")
 
 
 def test_family_bound_detects_under_stated_noise():
@@ -508,6 +540,33 @@ def test_audit_whole_run_reports_both_threat_models_beside_the_theory():
     )
     assert two.spread is None and two.to_dict() == {**report.to_dict(), "spread": None}
     assert "Spread" not in two.summary()
+    # the family bounds' thresholds chosen on the ledger's simulation: every canary certifies, the rest unchanged
+    ledger_chosen = dpaudit.audit_whole_run(
+        members=flags,
+        statistics=statistics[:2],
+        noise_multipliers=z,
+        sample_rates=q,
+        delta=DELTA,
+        family_selection="ledger",
+    )
+    for name, statistic in (("all_iterates", "all-iterates"), ("final_model", "final-model")):
+        bound = getattr(ledger_chosen, f"{name}_family")
+        assert (bound.n_members, bound.n_nonmembers) == (len(members), len(nonmembers))
+        expected_bound = family_lower_bound(
+            statistics[("all_iterates", "final_model").index(name)][flags],
+            statistics[("all_iterates", "final_model").index(name)][~flags],
+            noise_multipliers=z,
+            sample_rates=q,
+            delta=DELTA,
+            selection="ledger",
+            statistic=statistic,
+        )
+        assert bound == expected_bound
+    assert ledger_chosen.all_iterates.to_dict() == two.all_iterates.to_dict()  # the assumption-free bound: unchanged
+    with pytest.raises(DPAuditError, match="family_selection must be 'split' or 'ledger'"):
+        dpaudit.audit_whole_run(
+            members=flags, statistics=statistics[:2], noise_multipliers=z, sample_rates=q, family_selection="run"
+        )
 
 
 def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():

@@ -476,6 +476,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     if getattr(args, "selection_run", None) is not None and args.run is None:
         raise DPAuditError("--selection-run goes with --run (the runs it audits), not --scores or --canary-record")
+    if args.family_selection == "ledger" and args.selection_run is not None:
+        raise DPAuditError(
+            "the family bound's threshold comes from --selection-run or --family-selection ledger, not both"
+        )
+    if args.family_selection == "ledger" and args.scores is not None:
+        raise DPAuditError("--family-selection goes with whole-run canaries (--run or --canary-record), not --scores")
     if getattr(args, "canary_record", None) is not None:
         if args.scores is not None or args.run is not None:
             raise DPAuditError("give exactly one of --scores FILE.csv, --run RUN and --canary-record FILE.npz")
@@ -493,13 +499,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         return 0
     if args.out is not None and len(args.attack) > 1:
         raise DPAuditError("--out names one file: give one --attack, or --out-dir for several")
-    if args.selection_run is not None:
+    chooser = "--selection-run" if args.selection_run is not None else "--family-selection ledger"
+    if args.selection_run is not None or args.family_selection == "ledger":
         plain = [attack for attack in args.attack if not ATTACKS[attack].whole_run or attack == "canary-spread"]
         if plain:
             raise DPAuditError(
-                "--selection-run chooses the family bound's threshold of canary-run and canary-final only, "
-                f"not {plain[0]}"
+                f"{chooser} chooses the family bound's threshold of canary-run and canary-final only, not {plain[0]}"
             )
+    if args.selection_run is not None:
         if set(map(Path.resolve, args.selection_run)) & set(map(Path.resolve, args.run)):
             raise DPAuditError("--selection-run must name runs other than --run (independent trials)")
     for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
@@ -540,6 +547,7 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
         delta=args.delta,
         confidence=args.confidence,
         seed=args.seed,
+        family_selection=args.family_selection,
     )
     out = args.out or args.canary_record.with_name(args.canary_record.stem + "_audit.json")
     write_json(out, {"source": str(args.canary_record), "attack": "canary-record", "whole_run": report.to_dict()})
@@ -562,7 +570,7 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
         members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
     )
     ledger = theory.pop("ledger", None)
-    selection_scores = theory.pop("selection_scores", None)
+    selection_scores = theory.pop("selection_scores", "ledger" if args.family_selection == "ledger" else None)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
     if ledger is not None:
         payload["whole_run"] = _whole_run_claims(
@@ -591,8 +599,8 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
 def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=None) -> dict:
     """What a whole-run canary audit adds to its JSON: the family bound on the same scores (the composed
     Poisson-subsampled Gaussian of the observations' σ_t and q_t; its threshold chosen on ``selection``, the
-    scores of ``--selection-run``, when given), the ε the ledger's z_t and q_t claim (PLD and RDP) and, for the
-    final model, the last-iterate heuristic ε, each labelled."""
+    scores of ``--selection-run``, or on the ledger's simulation with ``"ledger"``, when given), the ε the ledger's
+    z_t and q_t claim (PLD and RDP) and, for the final model, the last-iterate heuristic ε, each labelled."""
     from dataclasses import asdict
 
     import numpy as np
@@ -614,11 +622,18 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=No
             confidence=args.confidence,
             seed=args.seed,
             selection=selection,
+            statistic="final-model" if attack == "canary-final" else "all-iterates",
         )
     )
+    if selection is None:
+        chosen_on = "held-out share of these canaries"
+    elif isinstance(selection, str):
+        chosen_on = "a simulation of the mechanism the ledger claims, before any score was read"
+    else:
+        chosen_on = "the --selection-run runs"
     return {
         "family": None if family is None else asdict(family),
-        "family_selection": "held-out share of these canaries" if selection is None else "the --selection-run runs",
+        "family_selection": chosen_on,
         "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
         **ledger_claims(noise_multipliers=z, sample_rates=q, delta=args.delta, last_iterate=attack == "canary-final"),
         "claim_label": "the ε the run's ledger (z_t, q_t) claims: PLD (tightest accountant) and RDP",
@@ -719,6 +734,14 @@ def add_audit(commands: argparse._SubParsersAction) -> None:
         metavar="RUN",
         help="canary-run/canary-final: independent run(s) of the same configuration (another seed) on which the "
         "family bound chooses its threshold, so that every canary of --run certifies it (default: a held-out share)",
+    )
+    audit.add_argument(
+        "--family-selection",
+        choices=("split", "ledger"),
+        default="split",
+        help="canary-run/canary-final/--canary-record: where the family bound chooses its threshold: on a held-out "
+        "share of the canaries (split, default) or, before any score is read, on a simulation of the mechanism the "
+        "ledger claims (ledger: every canary certifies; no second run needed)",
     )
     audit.add_argument(
         "--out",
