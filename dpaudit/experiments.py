@@ -27,7 +27,7 @@ from dpaudit.rundir import RunDir
 SUMMARY_FILE = "summary.json"
 
 #: The attacks a run summary can hold (what the paper figures draw), in the order it holds them.
-SUMMARY_ATTACKS = ("loss", "canary")
+SUMMARY_ATTACKS = ("loss", "canary", "canary-run")
 
 
 def run_id(settings: Mapping[str, Any]) -> str:
@@ -108,17 +108,20 @@ def summarize_run(
         delta: δ of every ε and ε̂.
         accountant: accountant replaying the ledger for the theoretical ε per epoch.
         confidence: confidence of the ε̂ lower bounds.
-        attacks: some of :data:`SUMMARY_ATTACKS`: "loss" (black-box, at every eval epoch) and/or "canary"
-            (white-box, whole run; needs ``canaries`` at training), scored through :data:`dpaudit.attacks.ATTACKS`.
+        attacks: some of :data:`SUMMARY_ATTACKS`: "loss" (black-box, at every eval epoch), "canary" (white-box
+            per-step canaries; needs ``canaries`` at training) and/or "canary-run" (whole-run canaries, all iterates;
+            needs ``canary_design="whole-run"``), scored through :data:`dpaudit.attacks.ATTACKS`.
 
     Returns:
         ``{"config", "epochs", "steps", "train_loss", "test_accuracy", "train_accuracy",
         "elapsed_seconds", "epsilon" (per epoch), "sampling", "noise_multiplier", "loss": {epoch: report}, "canary":
-        report with "epsilon_mechanism"}``; ε̂ reports hold point, lower, ceiling, AUC, TPR at low FPR, and
-        "epsilon_point_null", the point estimate's 95 % null level (labels permuted; from the
-        :class:`~dpaudit.audit.AuditReport`, see :func:`dpaudit.estimate.epsilon_point_null`), with its method. A
-        shuffled run also has "epsilon_shuffled_upper" (per epoch, a valid upper bound; "epsilon" is then the Poisson
-        figure, not a guarantee) with both labels.
+        report with "epsilon_mechanism", "canary-run": report with the family bound ("family_epsilon",
+        "family_capped", "family_label") and the ε the ledger claims ("epsilon_pld", "epsilon_rdp")}``; ε̂ reports
+        hold point, lower, ceiling, AUC, TPR at low FPR, and "epsilon_point_null", the point estimate's 95 % null
+        level (labels permuted; from the :class:`~dpaudit.audit.AuditReport`, see
+        :func:`dpaudit.estimate.epsilon_point_null`), with its method. A shuffled run also has
+        "epsilon_shuffled_upper" (per epoch, a valid upper bound; "epsilon" is then the Poisson figure, not a
+        guarantee) with both labels.
     """
     from dpaudit._io import read_json, write_json
     from dpaudit.audit import audit_scores
@@ -186,11 +189,18 @@ def summarize_run(
             if name == "canary" and not RunDir(run).target.canaries.is_file():
                 raise DPAuditError(f"{run} has no canaries (train with --canaries M for the canary audit)")
             found = attack.scores(run, epoch=None, delta=delta)
-            summary[name] = {
-                **report(found),
-                "epsilon_mechanism": found.epsilon_mechanism,
-                "audited_steps": found.audited_steps,
-            }
+            if found.ledger is None:  # per-step canaries: one step's mechanism
+                summary[name] = {
+                    **report(found),
+                    "epsilon_mechanism": found.epsilon_mechanism,
+                    "audited_steps": found.audited_steps,
+                }
+            else:  # whole-run canaries: the family bound beside the assumption-free one, against the run's claim
+                summary[name] = {
+                    **report(found),
+                    "audited_steps": found.audited_steps,
+                    **_whole_run_summary(found, delta=delta, confidence=confidence),
+                }
         else:
             summary[name] = {
                 str(epoch): report(attack.scores(run, epoch=epoch, delta=delta)) for epoch in config.eval_epochs
@@ -211,3 +221,23 @@ def load_summaries(paths) -> list[dict[str, Any]]:
             raise DPAuditError(f"no {SUMMARY_FILE} in {file.parent}: run `dpaudit summarize-run --run {file.parent}`")
         out.append({**read_json(file), "path": str(file.parent)})
     return out
+
+
+def _whole_run_summary(found, *, delta: float, confidence: float) -> dict[str, Any]:
+    """The family bound on a run's whole-run canary scores (all iterates; threshold on a held-out share, as the
+    pipeline's whole-run audits) and the ε the run's ledger claims (PLD and RDP), each labelled."""
+    from dpaudit.audit import ledger_claims
+    from dpaudit.whole_run import family_lower_bound
+
+    sigma, z, q = (found.ledger[key] for key in ("noise_std", "noise_multipliers", "sample_rates"))
+    family = family_lower_bound(
+        found.members, found.nonmembers, noise_multipliers=sigma, sample_rates=q, delta=delta, confidence=confidence
+    )
+    claims = ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate=False)
+    return {
+        "family_epsilon": family.epsilon,
+        "family_capped": family.capped,
+        "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
+        "epsilon_pld": claims["epsilon_pld"],
+        "epsilon_rdp": claims["epsilon_rdp"],
+    }

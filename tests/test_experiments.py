@@ -173,6 +173,23 @@ def test_summarize_run_refuses_canary_audit_without_canaries(tmp_path, capsys):
     assert summary["epsilon"] == [None] and summary["dp_claim"] is False  # non-private: no finite ε
 
 
+def test_a_whole_run_design_is_summarised_with_its_family_bound_against_the_ledgers_claim(tmp_path):
+    flags = ["--optimizer", "dp-psac", "--r", "0.1", "--dataset", "digits", "--model", "cnn-digits"]
+    flags += ["--batch-size", "20", "--epochs", "2", "--clip-norm", "1", "--lr", "0.2", "--target-epsilon", "4"]
+    flags += ["--target-size", "60", "--num-shadows", "0", "--no-diagnostics"]
+    whole_run = ["--canaries", "2000", "--canary-design", "whole-run"]
+    assert main(["train", "--quiet", "--summarize", "--out", str(tmp_path), *flags, *whole_run]) == 0
+    summary = json.loads((tmp_path / SUMMARY_FILE).read_text())
+    audit = summary["canary-run"]
+    assert "canary" not in summary and audit["n_members"] + audit["n_nonmembers"] == 2000
+    # a lower bound under the family assumption: positive here (ε = 4, 1000 canaries per side), at most the PLD ε the
+    # ledger claims, which is at most its RDP ε (the run's planned ε)
+    assert 0 < audit["family_epsilon"] <= audit["epsilon_pld"] <= audit["epsilon_rdp"]
+    assert audit["epsilon_rdp"] == pytest.approx(summary["planned_epsilon"], rel=1e-6)
+    assert 0 <= audit["epsilon_lower"] <= audit["family_epsilon"] and not audit["family_capped"]
+    assert "composed Poisson-subsampled Gaussian" in audit["family_label"]
+
+
 def test_gradient_alignment_with_unit_weights_is_exactly_the_batch_gradient(trained_run):
     from dpaudit.diagnostics import gradient_alignment
 
@@ -454,6 +471,24 @@ def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp
     runs = [run(o, lr=lr, r=v, clip_norm=1.0) for o in ("dp-psac", "auto-s") for lr in (0.1, 1.0) for v in (0.01, 0.1)]
     runs += [run("dpsgd-gc", lr=lr, clip_norm=c) for lr in (0.1, 1.0) for c in (0.1, 1.0)]
     _check_claims(_draw("dp_psac/figure4", tmp_path / "p4", runs))
+    for family, verdict in ((2.5, "holds"), (3.5, "contradicted")):  # whole-run canaries: family bound vs PLD ε = 3
+        whole_run = []
+        for summary in runs:
+            folder = summary.with_name(summary.name + f"_whole_{family}")
+            payload = json.loads((summary / SUMMARY_FILE).read_text())
+            payload["canary-run"] = {
+                "family_epsilon": family,
+                "epsilon_lower": 1.0,
+                "epsilon_pld": 3.0,
+                "epsilon_rdp": 3.3,
+            }
+            folder.mkdir()
+            (folder / SUMMARY_FILE).write_text(json.dumps(payload))
+            whole_run.append(folder)
+        entry = _draw("dp_psac/figure4", tmp_path / f"p4_{family}", whole_run)
+        _check_claims(entry)
+        assert "whole-run canary" in entry["title"] and "PLD 3.00" in entry["title"]
+        assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
     runs = [run(o, epsilon=(eps / 2, eps), target=eps) for o in ("tp-topk", "dpsgd-gc") for eps in (1.0, 4.0)]
     _check_claims(_draw("tp_topk/figure2", tmp_path / "t2", runs))
 

@@ -121,7 +121,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.out,
             delta=config.delta,
             accountant=config.accountant,
-            attacks=("loss", "canary") if config.canaries and config.canary_design != "whole-run" else ("loss",),
+            attacks=("loss",)
+            + ((("canary-run",) if config.canary_design == "whole-run" else ("canary",)) if config.canaries else ()),
         )
     return 0
 

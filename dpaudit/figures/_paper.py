@@ -325,6 +325,18 @@ def canary_audit(runs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def whole_run_audit(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Whole-run canary audit of all iterates (``summary["canary-run"]``), mean over trials: the family bound
+    (``family``), the assumption-free lower bound (``lower``) and the ε the ledger claims (``pld``, ``rdp``); NaN
+    where the runs trained no whole-run canaries."""
+    reports = [run["canary-run"] for run in runs if run.get("canary-run")]
+    keys = {"family": "family_epsilon", "lower": "epsilon_lower", "pld": "epsilon_pld", "rdp": "epsilon_rdp"}
+    return {
+        name: float(np.mean([float(r[key]) for r in reports])) if reports else float("nan")
+        for name, key in keys.items()
+    }
+
+
 NULL_LABEL = "null 95 % of the ε̂ point (labels permuted)"
 NULL_STYLE = {"color": "0.55", "marker": "_", "markersize": 12, "markeredgewidth": 2, "linestyle": "none"}
 
