@@ -227,7 +227,7 @@ def _whole_run_summary(found, *, delta: float, confidence: float) -> dict[str, A
     """The family bound on a run's whole-run canary scores (all iterates; threshold on a held-out share, as the
     pipeline's whole-run audits) and the ε the run's ledger claims (PLD and RDP), each labelled."""
     from dpaudit.audit import ledger_claims
-    from dpaudit.whole_run import family_lower_bound
+    from dpaudit.whole_run import FAMILY_LABEL, family_lower_bound
 
     sigma, z, q = (found.ledger[key] for key in ("noise_std", "noise_multipliers", "sample_rates"))
     family = family_lower_bound(
@@ -237,7 +237,7 @@ def _whole_run_summary(found, *, delta: float, confidence: float) -> dict[str, A
     return {
         "family_epsilon": family.epsilon,
         "family_capped": family.capped,
-        "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
+        "family_label": FAMILY_LABEL,
         "epsilon_pld": claims["epsilon_pld"],
         "epsilon_rdp": claims["epsilon_rdp"],
     }

@@ -68,6 +68,8 @@ LEDGER_REFERENCE_SEED = 0
 LEDGER_CANDIDATES = 2047
 #: The statistics whose simulation ``selection="ledger"`` can draw: Λ and Σ_t x_t.
 STATISTICS = ("all-iterates", "final-model")
+#: What a family bound is, as reports label it.
+FAMILY_LABEL = "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T"
 
 #: PLD discretisation (nats) of the hypotheses' privacy profiles: an upper estimate of δ(ε), so coarser
 #: only makes the test more conservative (it costs ≈ 0.3 % of ε at T = 100–200).

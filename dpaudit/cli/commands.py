@@ -607,7 +607,7 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=No
     import numpy as np
 
     from dpaudit.audit import ledger_claims
-    from dpaudit.whole_run import family_lower_bound
+    from dpaudit.whole_run import FAMILY_LABEL, family_lower_bound
 
     z, sigma, q = (np.asarray(ledger[key], dtype=float) for key in ("noise_multipliers", "noise_std", "sample_rates"))
     # the spread over the steps tests the noise's independence, not a mechanism within the family: no family bound
@@ -635,7 +635,7 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=No
     return {
         "family": None if family is None else asdict(family),
         "family_selection": chosen_on,
-        "family_label": "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T",
+        "family_label": FAMILY_LABEL,
         **ledger_claims(noise_multipliers=z, sample_rates=q, delta=args.delta, last_iterate=attack == "canary-final"),
         "claim_label": "the ε the run's ledger (z_t, q_t) claims: PLD (tightest accountant) and RDP",
         "last_iterate_label": "last-iterate heuristic (Steinke et al. 2025), not a guarantee",
