@@ -706,25 +706,23 @@ def family_lower_bound(
         raise DPAuditError(f"selection='ledger' needs statistic in {STATISTICS}, got {statistic!r}")
     hypotheses = _hypotheses(groups, delta, grid)
 
-    if selection is None:
-        rng = np.random.default_rng(seed)  # the selection and certifying parts: members first, then non-members
-        select_m, certify_m = _split(members, selection_share, rng)
-        select_n, certify_n = _split(nonmembers, selection_share, rng)
-    elif ledger_selection:
+    if ledger_selection:  # chosen before any score is read: every score certifies
         certify_m, certify_n = members, nonmembers
-    else:
-        if not isinstance(selection, (tuple, list)) or len(selection) != 2:
-            raise DPAuditError(
-                "selection must be a pair (member_scores, nonmember_scores) from an independent run, or 'ledger'"
-            )
-        select_m = check_scores("selection member_scores", selection[0])
-        select_n = check_scores("selection nonmember_scores", selection[1])
-        check_split_sizes(select_m, select_n)
-        certify_m, certify_n = members, nonmembers
-
-    if ledger_selection:
         cut = _ledger_threshold(groups, statistic, hypotheses, members.size, nonmembers.size, selection_alpha)
     else:
+        if selection is None:  # the selection and certifying parts: members first, then non-members
+            rng = np.random.default_rng(seed)
+            select_m, certify_m = _split(members, selection_share, rng)
+            select_n, certify_n = _split(nonmembers, selection_share, rng)
+        else:
+            if not isinstance(selection, (tuple, list)) or len(selection) != 2:
+                raise DPAuditError(
+                    "selection must be a pair (member_scores, nonmember_scores) from an independent run, or 'ledger'"
+                )
+            select_m = check_scores("selection member_scores", selection[0])
+            select_n = check_scores("selection nonmember_scores", selection[1])
+            check_split_sizes(select_m, select_n)
+            certify_m, certify_n = members, nonmembers
         chosen = ScoreCounts.from_scores(member_scores=select_m, nonmember_scores=select_n)
         best = _best_candidate(
             hypotheses,

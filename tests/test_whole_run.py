@@ -303,13 +303,20 @@ def test_coverage_of_the_bounds_slow(epsilon):
     assert max(failures) <= allowed
 
 
-def test_two_run_family_bound_certifies_on_every_score_and_checks_its_selection():
+def _two_runs():
+    """The ledger (q = 0.1, T = 100, ε_PLD = 2) and two independent simulated runs of it (3000 members, 2000
+    non-members each)."""
     noise, rates = _ledger(_calibrated_z(2.0), 0.1, 100)
     ledger = {"noise_multipliers": noise, "sample_rates": rates, "delta": DELTA}
     runs = [
         simulate_scores(members=3000, nonmembers=2000, noise_multipliers=noise, sample_rates=rates, seed=seed)
         for seed in (1, 2)
     ]
+    return ledger, runs
+
+
+def test_two_run_family_bound_certifies_on_every_score_and_checks_its_selection():
+    ledger, runs = _two_runs()
     bound = family_lower_bound(
         runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=(runs[1].member_lr, runs[1].nonmember_lr)
     )
@@ -322,12 +329,7 @@ def test_two_run_family_bound_certifies_on_every_score_and_checks_its_selection(
 
 
 def test_the_ledger_chooses_the_threshold_before_any_score_is_read():
-    noise, rates = _ledger(_calibrated_z(2.0), 0.1, 100)
-    ledger = {"noise_multipliers": noise, "sample_rates": rates, "delta": DELTA}
-    runs = [
-        simulate_scores(members=3000, nonmembers=2000, noise_multipliers=noise, sample_rates=rates, seed=seed)
-        for seed in (1, 2)
-    ]
+    ledger, runs = _two_runs()
     chosen = [
         family_lower_bound(run.member_lr, run.nonmember_lr, **ledger, selection="ledger", statistic="all-iterates")
         for run in runs
