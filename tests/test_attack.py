@@ -113,3 +113,37 @@ def test_attack_run_on_trained_models(trained_run, tmp_path):
 def test_attack_run_rejects_missing_epoch(trained_run):
     with pytest.raises(DPAuditError, match="no checkpoint"):
         attack_run(trained_run, epochs=[3], progress=False)
+
+
+def test_batched_attack_models_follow_each_lone_fit():
+    """Known answer: each model of the batched fit ends where ``torch.optim.SGD`` (momentum, weight decay) takes the
+    same network trained alone on its data, even with different numbers of batches per epoch (37, 150 and 260
+    records at batch size 100: 1, 2 and 3 steps per epoch)."""
+    import torch
+    from torch import nn
+
+    from dpaudit.attacks.shadow import ShadowAttackConfig, _fit_mlps
+
+    config = ShadowAttackConfig(epochs=4)
+    rng = np.random.default_rng(3)
+    datasets = [(rng.normal(size=(n, 10)), rng.random(n) < 0.5, seed) for n, seed in ((37, 5), (150, 6), (260, 7))]
+
+    def lone(features, targets, seed):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(10, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
+        generator = torch.Generator().manual_seed(seed)
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+        inputs, labels = torch.tensor(features, dtype=torch.float32), torch.tensor(targets, dtype=torch.int64)
+        for _ in range(config.epochs):
+            for batch in torch.randperm(len(inputs), generator=generator).split(config.batch_size):
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(inputs[batch]), labels[batch]).backward()
+                optimizer.step()
+        return model
+
+    for batched, data in zip(_fit_mlps(datasets, config), datasets):
+        reference = lone(*data)
+        for got, want in zip(batched.parameters(), reference.parameters()):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -13,9 +13,11 @@ from dpaudit.results import load_run, mean_and_band
 EPOCHS = [10, 20, 30]
 
 
-def _fake_run(root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=None, n=120, epochs=30):
+def _fake_run(root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=None, n=120, epochs=30, trial=0):
     run = root / name
     config = {
+        "seed": 0,
+        "trial": trial,
         "dataset": "digits",
         "model": "cnn-digits",
         "batch_size": batch_size,
@@ -39,9 +41,9 @@ def _gc_runs(root, *, ordered):
     for trial in range(2):
         jitter = 0.01 * trial
         small = [0.3 + jitter, 0.6, 0.9]
-        large = [0.1 + jitter, 0.2, 0.3] if ordered else [0.5, 0.1, 0.4]
-        runs.append(_fake_run(root, f"b10_t{trial}", batch_size=10, epsilon_hat=small, loss_scale=1.0))
-        runs.append(_fake_run(root, f"b40_t{trial}", batch_size=40, epsilon_hat=large, loss_scale=1.5))
+        large = [0.1 + jitter, 0.2, 0.3] if ordered else [0.5, 0.8, 1.0]
+        runs.append(_fake_run(root, f"b10_t{trial}", batch_size=10, epsilon_hat=small, loss_scale=1.0, trial=trial))
+        runs.append(_fake_run(root, f"b40_t{trial}", batch_size=40, epsilon_hat=large, loss_scale=1.5, trial=trial))
     return runs
 
 
@@ -50,11 +52,40 @@ def test_figure2_claims_hold_and_fail_with_the_data(tmp_path):
     assert [c["verdict"] for c in good["claims"][:3]] == ["holds", "holds", "holds"]
     assert good["claims"][0]["numbers"]["mean_epsilon_hat"][0] == pytest.approx([0.305, 0.105])
     bad = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "bad", runs=_gc_runs(tmp_path / "b", ordered=False))
-    assert bad["claims"][0]["verdict"] == "contradicted" and bad["claims"][0]["numbers"]["epochs_where_ordered"] == 2
+    assert bad["claims"][0]["verdict"] == "contradicted" and bad["claims"][0]["numbers"]["epochs_where_ordered"] == 0
     # theory: Theorem 3.3 per epoch ∝ 1/b², so the normalised b = 40 curve ends at (10/40)² = 1/16
     normalised = good["claims"][2]["numbers"]["normalised_at_last_epoch"]
     assert normalised == pytest.approx({"10": 1.0, "40": 1 / 16})
     assert (tmp_path / "good" / "figure2.png").stat().st_size > 1000
+
+
+def test_figure2_pairs_the_trials_that_share_members_and_seeds(tmp_path):
+    """Each trial shifts both batch sizes alike (its members and seeds), b = 10 lies 0.10 ± 0.02 above b = 40: paired
+    by trial the difference is decided (t_2 interval 0.10 ± 4.30 · 0.0115); compared as independent samples
+    (another set of trials for b = 40) the shared shift of ±0.4 swamps it."""
+
+    def runs(root, large_trials):
+        made = []
+        for trial, base, gap in zip(range(3), (0.1, 0.5, 0.9), (0.10, 0.12, 0.08)):
+            made.append(
+                _fake_run(
+                    root, f"b10_t{trial}", batch_size=10, epsilon_hat=[base + gap] * 3, loss_scale=1.0, trial=trial
+                )
+            )
+        for trial, base in zip(large_trials, (0.1, 0.5, 0.9)):
+            made.append(
+                _fake_run(root, f"b40_t{trial}", batch_size=40, epsilon_hat=[base] * 3, loss_scale=1.5, trial=trial)
+            )
+        return made
+
+    paired = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "p", runs=runs(tmp_path / "p", [0, 1, 2]))["claims"][0]
+    assert paired["verdict"] == "holds"
+    numbers = paired["numbers"]["comparisons"]["b=10 vs b=40"]
+    assert numbers["paired"] and numbers["difference"] == pytest.approx(0.10)
+    assert numbers["standard_error"] == pytest.approx(0.02 / math.sqrt(3))
+    unpaired = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "u", runs=runs(tmp_path / "u", [3, 4, 5]))["claims"][0]
+    assert unpaired["verdict"] == "inconclusive"
+    assert not unpaired["numbers"]["comparisons"]["b=10 vs b=40"]["paired"]
 
 
 def test_figure4_loss_ordering(tmp_path):
@@ -76,6 +107,7 @@ def test_figure3_claims(tmp_path):
                         epsilon_hat=values,
                         loss_scale=1.0,
                         domain_radius=d,
+                        trial=trial,
                     )
                 )
     entry = FIGURES["dpsgd_dc/figure3"](out_dir=tmp_path / "fig", runs=runs)

@@ -91,23 +91,70 @@ class AttackResult:
         }
 
 
-def _fit_mlp(features: np.ndarray, targets: np.ndarray, config: ShadowAttackConfig, seed: int) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = nn.Sequential(nn.Linear(features.shape[1], config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
-        generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
-    )
-    inputs = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
-    labels = torch.from_numpy(targets.astype(np.int64))
-    loss_fn = nn.CrossEntropyLoss()
+def _fit_mlps(datasets: list[tuple[np.ndarray, np.ndarray, int]], config: ShadowAttackConfig) -> list[nn.Module]:
+    """Train one attack MLP per ``(features, targets, seed)`` at once, each exactly as if trained alone.
+
+    Each model starts from the weights ``torch.manual_seed(seed)`` gives a fresh ``Linear → ReLU → Linear`` and
+    draws its own batch order from a generator seeded with ``seed``, as a lone fit would; the models are then
+    stacked and trained together with batched matrix products. Each model's loss is the mean over its own batch
+    (padding rows are masked out), its parameters get only its own gradient, and the SGD update (momentum, weight
+    decay, the first step's buffer) is applied only to the models that have a batch at that step, so every model
+    follows the same trajectory as ``torch.optim.SGD`` on it alone (up to floating-point summation order).
+    """
+    models, generators = [], []
+    for _, _, seed in datasets:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            models.append(
+                nn.Sequential(nn.Linear(datasets[0][0].shape[1], config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
+            )
+        generators.append(torch.Generator().manual_seed(seed))
+    # stacked parameters [K, …], in the (in, out) layout bmm needs
+    params = [
+        torch.stack([m[0].weight.detach().T for m in models]),
+        torch.stack([m[0].bias.detach() for m in models]),
+        torch.stack([m[2].weight.detach().T for m in models]),
+        torch.stack([m[2].bias.detach() for m in models]),
+    ]
+    params = [p.clone().requires_grad_(True) for p in params]
+    buffers = [torch.zeros_like(p) for p in params]
+    sizes = [len(features) for features, _, _ in datasets]
+    width = max(sizes)
+    inputs = torch.zeros(len(datasets), width, datasets[0][0].shape[1])
+    labels = torch.zeros(len(datasets), width, dtype=torch.int64)
+    for k, (features, targets, _) in enumerate(datasets):
+        inputs[k, : sizes[k]] = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+        labels[k, : sizes[k]] = torch.from_numpy(targets.astype(np.int64))
+    rows = torch.arange(len(datasets))[:, None]
     for _ in range(config.epochs):
-        for batch in torch.randperm(len(inputs), generator=generator).split(config.batch_size):
-            optimizer.zero_grad()
-            loss_fn(model(inputs[batch]), labels[batch]).backward()
-            optimizer.step()
-    return model
+        batches = [torch.randperm(n, generator=g).split(config.batch_size) for n, g in zip(sizes, generators)]
+        for step in range(max(len(b) for b in batches)):
+            index = torch.zeros(len(datasets), config.batch_size, dtype=torch.int64)
+            mask = torch.zeros(len(datasets), config.batch_size)
+            for k, model_batches in enumerate(batches):
+                if step < len(model_batches):
+                    index[k, : len(model_batches[step])] = model_batches[step]
+                    mask[k, : len(model_batches[step])] = 1.0
+            counts = mask.sum(dim=1)
+            active = counts > 0
+            hidden = torch.relu(torch.bmm(inputs[rows, index], params[0]) + params[1][:, None, :])
+            logits = torch.bmm(hidden, params[2]) + params[3][:, None, :]
+            losses = nn.functional.cross_entropy(logits.transpose(1, 2), labels[rows, index], reduction="none")
+            per_model = (losses * mask).sum(dim=1) / counts.clamp(min=1)
+            gradients = torch.autograd.grad(per_model.sum(), params)
+            with torch.no_grad():
+                for p, g, buffer in zip(params, gradients, buffers):
+                    on = active.reshape(-1, *([1] * (p.dim() - 1)))
+                    direction = g + config.weight_decay * p
+                    buffer.copy_(torch.where(on, config.momentum * buffer + direction, buffer))
+                    p.sub_(torch.where(on, config.lr * buffer, torch.zeros_like(p)))
+    with torch.no_grad():
+        for k, model in enumerate(models):
+            model[0].weight.copy_(params[0][k].T)
+            model[0].bias.copy_(params[1][k])
+            model[2].weight.copy_(params[2][k].T)
+            model[2].bias.copy_(params[3][k])
+    return models
 
 
 @torch.no_grad()
@@ -156,19 +203,22 @@ def shadow_attack(
     if len(set(shadow_membership.tolist())) < 2:
         raise DPAuditError("shadow data need both members and non-members to train an attack")
     scores = np.empty(len(target_features), dtype=np.float64)
-    fallback: list[int] = []
-    pooled_model = None
-    for cls in np.unique(target_classes):
-        rows = shadow_classes == cls
+    classes = np.unique(target_classes)
+    own = [c for c in classes if config.per_class and len(set(shadow_membership[shadow_classes == c].tolist())) == 2]
+    fallback = [int(c) for c in classes if c not in own] if config.per_class else []
+    # every class's own model in one batched fit; a model on all classes for the others
+    models = _fit_mlps(
+        [
+            (shadow_features[shadow_classes == c], shadow_membership[shadow_classes == c], config.seed * 1000 + int(c))
+            for c in own
+        ],
+        config,
+    )
+    if len(own) < len(classes):
+        models += _fit_mlps([(shadow_features, shadow_membership, config.seed * 1000 - 1)], config)
+    for cls in classes:
+        model = models[own.index(cls)] if cls in own else models[-1]
         into = target_classes == cls
-        if config.per_class and len(set(shadow_membership[rows].tolist())) == 2:
-            model = _fit_mlp(shadow_features[rows], shadow_membership[rows], config, seed=config.seed * 1000 + int(cls))
-        else:
-            if config.per_class:
-                fallback.append(int(cls))
-            if pooled_model is None:
-                pooled_model = _fit_mlp(shadow_features, shadow_membership, config, seed=config.seed * 1000 - 1)
-            model = pooled_model
         scores[into] = _member_probability(model, target_features[into])
     # argmax over the two logits: "member" only when its probability is strictly larger.
     fpr, fnr = error_rates(scores > 0.5, target_membership)

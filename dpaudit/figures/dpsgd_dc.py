@@ -6,6 +6,7 @@ returns a manifest entry whose claims are evaluated on the numbers just computed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -354,14 +355,19 @@ def _ordered(means: list[float], *, decreasing: bool) -> bool:
 
 
 TRIAL_TEST = (
-    "95 % t interval from the trial-to-trial spread (Welch, dof = fewest trials − 1; each trial's ε̂ or loss already "
-    "carries its attack's or batch's sampling error); inconclusive with < 2 finite trials"
+    "95 % t interval from the trial-to-trial spread (dof = trials − 1; each trial's ε̂ or loss already carries its "
+    "attack's or batch's sampling error); inconclusive with < 2 finite trials"
+)
+PAIRED_TEST = (
+    "paired by trial (every configuration's trial k has the same members, shadows and seed), Welch when the "
+    f"configurations ran different trials; {TRIAL_TEST}"
 )
 
 
 def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[str, dict[str, Any]]:
-    """Verdict on "mean of ``more`` > mean of ``less``" from per-trial values (non-finite left out); with ``less``
-    None, ``more`` holds paired per-trial differences and the claim is that their mean is > 0."""
+    """Verdict on "mean of ``more`` > mean of ``less``" from per-trial values (non-finite left out; Welch, dof = the
+    fewest trials − 1); with ``less`` None, ``more`` holds paired per-trial differences and the claim is that their
+    mean is > 0."""
     samples = [np.asarray(x, dtype=float) for x in ((more,) if less is None else (more, less))]
     samples = [x[np.isfinite(x)] for x in samples]
     numbers: dict[str, Any] = {"means": [float(x.mean()) if len(x) else None for x in samples]}
@@ -375,6 +381,37 @@ def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[s
         "difference": difference,
         "standard_error": se,
     }
+
+
+def _trial(run: RunRecord) -> tuple[Any, Any]:
+    return run.config.get("seed"), run.config.get("trial")
+
+
+def _paired_verdict(
+    more: list[RunRecord], less: list[RunRecord], statistic: Callable[[RunRecord], float]
+) -> tuple[str, dict[str, Any]]:
+    """Verdict on "``statistic`` is larger for the runs ``more`` than for ``less``", per trial.
+
+    When both configurations ran the same trials (the same seed and trial index: the same members, shadows,
+    initialisation and noise seed), the per-trial differences are tested (paired), which removes the trials' shared
+    variation; otherwise the two sets of trials are compared with Welch's interval.
+    """
+    values = [{_trial(run): float(statistic(run)) for run in runs} for runs in (more, less)]
+    trials = sorted(values[0], key=str)
+    if values[0].keys() != values[1].keys() or any(len(v) != len(r) for v, r in zip(values, (more, less))):
+        verdict, numbers = _trials_verdict(
+            np.array([statistic(run) for run in more]), np.array([statistic(run) for run in less])
+        )
+        return verdict, {**numbers, "paired": False}
+    verdict, numbers = _trials_verdict(np.array([values[0][t] - values[1][t] for t in trials]))
+    means = [float(np.mean([v[t] for t in trials])) for v in values]
+    return verdict, {**numbers, "means": means, "paired": True}
+
+
+def _mean_epsilon_hat(run: RunRecord) -> float:
+    """The run's ε̂ averaged over its evaluated epochs (NaN when none is finite)."""
+    finite = run.epsilon_hat[np.isfinite(run.epsilon_hat)]
+    return float(finite.mean()) if finite.size else float("nan")
 
 
 def _run_theory_parameters(run: RunRecord, *, alpha: float, L: float | None = None) -> dict[str, float]:
@@ -544,16 +581,17 @@ def figure2(
     ordered = [_ordered(row, decreasing=True) for row in per_epoch]
     trials = {b: stack_trials(group, "epsilon_hat") for b, group in groups.items()}
     batch_order = {
-        f"E={e}: b={small} vs b={large}": _trials_verdict(trials[small][:, i], trials[large][:, i])
-        for i, e in enumerate(epochs)
+        f"b={small} vs b={large}": _paired_verdict(groups[small], groups[large], _mean_epsilon_hat)
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
     increases = {f"b={b}": _trials_verdict(trials[b][:, -1] - trials[b][:, 0]) for b in batch_sizes}
     claims = [
         _claim(
-            "Larger batch size gives smaller ε̂ at every epoch (means over trials)",
+            'Larger batch size gives smaller ε̂ ("larger batch sizes provide stronger privacy protection"; ε̂ '
+            "averaged over the evaluated epochs)",
             combine(v for v, _ in batch_order.values()),
-            test=f"smaller minus next larger b's mean ε̂, each epoch; {TRIAL_TEST}; every comparison must hold",
+            test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs; {PAIRED_TEST}; every adjacent "
+            "pair must hold",
             comparisons={k: n for k, (_, n) in batch_order.items()},
             batch_sizes=batch_sizes,
             epochs=epochs,
@@ -621,7 +659,9 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     checkpoints = sorted({0, len(ordered) // 4, len(ordered) // 2, len(ordered)})
     losses = {b: stack_trials(group, "train_loss") for b, group in groups.items()}
     loss_order = {
-        f"E={e + 1}: b={large} vs b={small}": _trials_verdict(losses[large][:, e], losses[small][:, e])
+        f"E={e + 1}: b={large} vs b={small}": _paired_verdict(
+            groups[large], groups[small], lambda run, e=e: run.train_loss[e]
+        )
         for e in range(1, losses[batch_sizes[0]].shape[1])
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
@@ -630,7 +670,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         _claim(
             "Training loss is higher for larger batch sizes at every epoch after the first",
             combine(v for v, _ in loss_order.values()),
-            test=f"larger minus next smaller b's mean training loss, each epoch after the first; {TRIAL_TEST}; every "
+            test=f"larger minus next smaller b's training loss, each epoch after the first; {PAIRED_TEST}; every "
             "comparison must hold",
             comparisons_failing={k: n for k, (v, n) in loss_order.items() if v != "holds"},
             batch_sizes=batch_sizes,
@@ -770,14 +810,12 @@ def figure3(
     }
     trials = {key: stack_trials(group, "epsilon_hat") for key, group in groups.items()}
     d_order = {
-        f"E={e}, b={b}: D={large:g} vs D={small:g}": _trials_verdict(trials[(b, large)][:, i], trials[(b, small)][:, i])
-        for i, e in enumerate(epochs)
+        f"b={b}: D={large:g} vs D={small:g}": _paired_verdict(groups[(b, large)], groups[(b, small)], _mean_epsilon_hat)
         for b in batch_sizes
         for small, large in zip(radii, radii[1:])
     }
     b_order = {
-        f"E={e}, D={d:g}: b={small} vs b={large}": _trials_verdict(trials[(small, d)][:, i], trials[(large, d)][:, i])
-        for i, e in enumerate(epochs)
+        f"D={d:g}: b={small} vs b={large}": _paired_verdict(groups[(small, d)], groups[(large, d)], _mean_epsilon_hat)
         for d in radii
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
@@ -801,9 +839,11 @@ def figure3(
     }
     claims = [
         _claim(
-            "Smaller D gives smaller ε̂ at every epoch, for each batch size",
+            'Smaller D gives smaller ε̂ ("stronger privacy guarantees with a smaller D"; ε̂ averaged over the '
+            "evaluated epochs), for each batch size",
             combine(v for v, _ in d_order.values()),
-            test=f"larger minus next smaller D's mean ε̂, each epoch and b; {TRIAL_TEST}; every comparison must hold",
+            test=f"larger minus next smaller D's ε̂, averaged over the evaluated epochs, each b; {PAIRED_TEST}; every "
+            "comparison must hold",
             comparisons={k: n for k, (_, n) in d_order.items()},
             domain_sizes=radii,
             epochs=epochs,
@@ -811,9 +851,10 @@ def figure3(
             mean_epsilon_hat={f"b={b}, D={d:g}": [float(x) for x in means[(b, d)]] for (b, d) in groups},
         ),
         _claim(
-            "The smaller batch size lies above the larger one at every epoch, for each D",
+            "The smaller batch size lies above the larger one (ε̂ averaged over the evaluated epochs), for each D",
             combine(v for v, _ in b_order.values()),
-            test=f"smaller minus next larger b's mean ε̂, each epoch and D; {TRIAL_TEST}; every comparison must hold",
+            test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs, each D; {PAIRED_TEST}; every "
+            "comparison must hold",
             comparisons={k: n for k, (_, n) in b_order.items()},
             epochs_where_ordered={f"D={d:g}": int(sum(v)) for d, v in b_ordered.items()},
         ),
