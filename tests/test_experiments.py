@@ -447,13 +447,17 @@ def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp
         for b in (0.1, 0.3, 0.5)
     ]
     _check_claims(_draw("tp_topk/table4", tmp_path / "t4", runs))
-    runs = [
+    sigma = [
         run(o, z=z, epsilon=(4 / z, 8 / z + (1.0 if DYNAMIC_NOISE[o] else 0.0)))
         for o in DYNAMIC_NOISE
         for z in (1.0, 3.0, 8.0)
     ]
+
+    def sigma_by(optimizers):
+        return [r for r, o in zip(sigma, [o for o in DYNAMIC_NOISE for _ in range(3)]) if o in optimizers]
+
     for name in ("d2p2_sgd/figure4", "d2p2_sgd/figure5"):
-        _check_claims(_draw(name, tmp_path / name, runs))
+        _check_claims(_draw(name, tmp_path / name, sigma))
     seeds = [run(o, z=3.0) for o in DYNAMIC_NOISE for _ in range(2)] + [run("sgd", z=None, target=None)] * 2
     _check_claims(_draw("d2p2_sgd/figure2", tmp_path / "d2", seeds))
     runs = [
@@ -472,28 +476,37 @@ def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp
     runs += [run("dpsgd-gc", lr=lr, clip_norm=c) for lr in (0.1, 1.0) for c in (0.1, 1.0)]
     _check_claims(_draw("dp_psac/figure4", tmp_path / "p4", runs))
     for family, verdict in ((2.5, "holds"), (3.5, "contradicted")):  # whole-run canaries: family bound vs PLD ε = 3
-        whole_run = []
-        for summary in runs:
-            folder = summary.with_name(summary.name + f"_whole_{family}")
-            payload = json.loads((summary / SUMMARY_FILE).read_text())
-            payload["canary-run"] = {
-                "family_epsilon": family,
-                "epsilon_lower": 1.0,
-                "epsilon_pld": 3.0,
-                "epsilon_rdp": 3.3,
-            }
-            folder.mkdir()
-            (folder / SUMMARY_FILE).write_text(json.dumps(payload))
-            whole_run.append(folder)
-        entry = _draw("dp_psac/figure4", tmp_path / f"p4_{family}", whole_run)
+        entry = _draw("dp_psac/figure4", tmp_path / f"p4_{family}", _with_whole_run(runs, family))
         _check_claims(entry)
         assert "whole-run canary" in entry["title"] and "PLD 3.00" in entry["title"]
         assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
+    unprojected = ("dpsgd-auto", "d2p-sgd")  # D2P2-SGD: only these train whole-run canaries
+    for family, verdict in ((2.5, "holds"), (3.5, "contradicted")):
+        whole = _with_whole_run(sigma_by(unprojected), family) + sigma_by(("dp2-sgd", "d2p2-sgd"))
+        entry = _draw("d2p2_sgd/figure5", tmp_path / f"d5_{family}", whole)
+        _check_claims(entry)
+        assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
+        assert sorted(entry["claims"][-1]["numbers"]) == sorted(f"{o} z={z:g}" for o in unprojected for z in (1, 3, 8))
+    whole = _with_whole_run(seeds[0:2] + seeds[4:6], 1.0) + seeds[2:4] + seeds[6:]  # dpsgd-auto, d2p-sgd
+    _check_claims(_draw("d2p2_sgd/figure2", tmp_path / "d2w", whole))
     runs = [run(o, epsilon=(eps / 2, eps), target=eps) for o in ("tp-topk", "dpsgd-gc") for eps in (1.0, 4.0)]
     _check_claims(_draw("tp_topk/figure2", tmp_path / "t2", runs))
 
 
 DYNAMIC_NOISE = {"dpsgd-auto": False, "dp2-sgd": False, "d2p-sgd": True, "d2p2-sgd": True}
+
+
+def _with_whole_run(runs, family):
+    """Copies of the run summaries ``runs`` with a whole-run canary audit: family bound ``family``, PLD ε = 3."""
+    copies = []
+    for summary in runs:
+        folder = summary.with_name(summary.name + f"_whole_{family}")
+        payload = json.loads((summary / SUMMARY_FILE).read_text())
+        payload["canary-run"] = {"family_epsilon": family, "epsilon_lower": 1.0, "epsilon_pld": 3.0, "epsilon_rdp": 3.3}
+        folder.mkdir()
+        (folder / SUMMARY_FILE).write_text(json.dumps(payload))
+        copies.append(folder)
+    return copies
 
 
 def test_psac_lazy_region_tie_at_theta_zero_is_not_a_contradiction(tmp_path):

@@ -83,6 +83,10 @@ def test_figure2_pairs_the_trials_that_share_members_and_seeds(tmp_path):
     numbers = paired["numbers"]["comparisons"]["b=10 vs b=40"]
     assert numbers["paired"] and numbers["difference"] == pytest.approx(0.10)
     assert numbers["standard_error"] == pytest.approx(0.02 / math.sqrt(3))
+    # t_2's 97.5 % quantile is 4.303: the interval the verdict rests on
+    assert numbers["interval_95"] == pytest.approx(
+        [0.10 - 4.3027 * 0.02 / math.sqrt(3), 0.10 + 4.3027 * 0.02 / math.sqrt(3)], rel=1e-4
+    )
     unpaired = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "u", runs=runs(tmp_path / "u", [3, 4, 5]))["claims"][0]
     assert unpaired["verdict"] == "inconclusive"
     assert not unpaired["numbers"]["comparisons"]["b=10 vs b=40"]["paired"]

@@ -337,6 +337,18 @@ def whole_run_audit(runs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def whole_run_check(audits: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The toolkit's check that no whole-run family bound (95 %) exceeds the ε (PLD) its run's ledger claims;
+    ``audits``: label → :func:`whole_run_audit` of the runs behind it."""
+    return claim(
+        "No whole-run ε̂ lower bound exceeds the ε its run's ledger claims",
+        lower_bound_verdict([a["family"] for a in audits.values()], [a["pld"] for a in audits.values()]),
+        test=LOWER_BOUND_TEST + " (whole-run canaries, all iterates, family bound, against the ledger's PLD ε)",
+        kind="check",
+        **audits,
+    )
+
+
 NULL_LABEL = "null 95 % of the ε̂ point (labels permuted)"
 NULL_STYLE = {"color": "0.55", "marker": "_", "markersize": 12, "markeredgewidth": 2, "linestyle": "none"}
 

@@ -15,6 +15,8 @@ from dpaudit.figures.style import figure_style, save_figure, series_style
 PAPER = "d2p2_sgd"
 METHODS = ("sgd", "dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd")
 DYNAMIC = {"dpsgd-auto": "static", "dp2-sgd": "static", "d2p-sgd": "dynamic", "d2p2-sgd": "dynamic"}
+#: The whole-run canary audit's bound, as the figures' legends name it.
+WHOLE_RUN_LABEL = "whole-run canaries, 95 % lower (family bound, all iterates)"
 TUNED_REDUCTION = 0.3  # the paper's and optimizers.runs' reduction rate
 # The paper's reported privacy loss at its own parameters (z = 3, B = 1024, 40 epochs, δ = 1e-5, PRV accountant,
 # ε logged after the first step of epoch 40): (dataset, n) → (static, dynamic). Reproduced from the privacy ledger
@@ -53,7 +55,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     title = (
         f"Figs 2/3/7–13: methods at z = {z:g} ({P.describe(found, preset)}; {len(next(iter(groups.values())))} seeds)"
     )
-    audited = []
+    audited, whole_run = [], False
     with figure_style():
         fig, axes = plt.subplots(1, 3, figsize=(13.0, 3.8))
         for name in [m for m in METHODS if m in groups]:
@@ -72,6 +74,12 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                     checkpoints, [r["point"] for r in loss], "o", color=_style(name)["color"], markerfacecolor="none"
                 )
                 audited += [(e, r) for e, r in zip(checkpoints, loss)]
+                whole = P.whole_run_audit(group)
+                if np.isfinite(whole["family"]):
+                    axes[2].plot(epochs[-1], whole["family"], "^", color=_style(name)["color"], markeredgecolor="black")
+                    whole_run = True
+        if whole_run:
+            axes[2].plot([], [], "k^", label=WHOLE_RUN_LABEL + ", whole run")
         axes[2].plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower)")
         axes[2].plot([], [], "ko", markerfacecolor="none", label=f"{P.LOSS_EPSILON_LABEL} (point)")
         P.draw_null(axes[2], [e for e, _ in audited], [r for _, r in audited])
@@ -197,7 +205,7 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     """Fig 5: final privacy loss against z, static vs dynamic, with each method's loss-attack ε̂."""
     found = P.summaries(runs)
     title = f"Fig 5: privacy loss vs noise multiplier ({P.describe(found, preset)})"
-    theory, audited = {}, []
+    theory, audited, whole_run = {}, [], {}
     with figure_style():
         fig, ax = plt.subplots(figsize=(5.6, 3.8))
         for index, name in enumerate(DYNAMIC):
@@ -230,6 +238,17 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 label=f"{name}: point",
             )
             audited += list(zip(np.array(z) * shift, losses))
+            whole = {s: P.whole_run_audit(g) for s, g in groups.items()}
+            if any(np.isfinite(w["family"]) for w in whole.values()):
+                ax.plot(
+                    np.array(z) * shift,
+                    [w["family"] for w in whole.values()],
+                    "^",
+                    color=_style(name)["color"],
+                    markeredgecolor="black",
+                    label=f"{name}: {WHOLE_RUN_LABEL}",
+                )
+                whole_run.update({f"{name} z={s:g}": w for s, w in whole.items() if np.isfinite(w["family"])})
         P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])
         for (dataset, n), (static, dynamic) in PAPER_PRIVACY.items():
             marker = "*" if dataset == "SVHN" else "P"
@@ -276,6 +295,8 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             lower_vs_epsilon=bounds,
         ),
     ]
+    if whole_run:
+        claims.append(P.whole_run_check(whole_run))
     return P.entry(PAPER, "Fig 5", title, files, claims, dataset=P.describe(found, preset))
 
 

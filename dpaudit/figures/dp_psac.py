@@ -302,17 +302,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         ),
     ]
     if whole_run:
-        pairs = list(bounds.values())
-        claims.append(
-            P.claim(
-                "No whole-run ε̂ lower bound exceeds the ε its run's ledger claims",
-                P.lower_bound_verdict([b["family"] for b in pairs], [b["pld"] for b in pairs]),
-                test=P.LOWER_BOUND_TEST
-                + " (whole-run canaries, all iterates, family bound, against the ledger's PLD ε)",
-                kind="check",
-                **bounds,
-            )
-        )
+        claims.append(P.whole_run_check(bounds))
     return P.entry(PAPER, "Fig 4", title, files, claims, dataset=P.describe(found, preset))
 
 

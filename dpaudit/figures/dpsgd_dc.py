@@ -376,10 +376,14 @@ def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[s
     difference = float(samples[0].mean() - (samples[1].mean() if len(samples) > 1 else 0.0))
     se = float(np.sqrt(sum(x.var(ddof=1) / len(x) for x in samples)))
     dof = min(len(x) for x in samples) - 1
+    from scipy import stats
+
+    half_width = float(stats.t.ppf(0.975, dof)) * se
     return decide(difference=difference, standard_error=se, dof=dof), {
         **numbers,
         "difference": difference,
         "standard_error": se,
+        "interval_95": [difference - half_width, difference + half_width],
     }
 
 
