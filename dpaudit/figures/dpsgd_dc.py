@@ -754,7 +754,7 @@ def figure3(
                 markersize=3.5,
                 capsize=2,
                 linewidth=1.3,
-                label=f"D = {d:g}",
+                label=f"R = {d:g}",
             )
             bounds[(b, d)] = _pooled_bounds(group)
             _draw_bounds(ax, x, bounds[(b, d)], colour(b, d))
@@ -779,7 +779,7 @@ def figure3(
             ax.set(
                 xlabel="Number of epochs E",
                 ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-                title=f"(a) empirical, b = {b}\nε̂ (eq. 20, mean over trials) by domain size D",
+                title=f"(a) empirical, b = {b}\nε̂ (eq. 20, mean over trials) by the ball's radius R (the paper's D)",
             )
             ax.axhline(0, color="0.6", linewidth=0.8)
             ax.legend(fontsize=6.5, title=f"bars: {BAND_NOTE}", title_fontsize=6, loc="upper center", ncol=3)
@@ -814,29 +814,29 @@ def figure3(
     }
     trials = {key: stack_trials(group, "epsilon_hat") for key, group in groups.items()}
     d_order = {
-        f"b={b}: D={large:g} vs D={small:g}": _paired_verdict(groups[(b, large)], groups[(b, small)], _mean_epsilon_hat)
+        f"b={b}: R={large:g} vs R={small:g}": _paired_verdict(groups[(b, large)], groups[(b, small)], _mean_epsilon_hat)
         for b in batch_sizes
         for small, large in zip(radii, radii[1:])
     }
     b_order = {
-        f"D={d:g}: b={small} vs b={large}": _paired_verdict(groups[(small, d)], groups[(large, d)], _mean_epsilon_hat)
+        f"R={d:g}: b={small} vs b={large}": _paired_verdict(groups[(small, d)], groups[(large, d)], _mean_epsilon_hat)
         for d in radii
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
     half = len(epochs) // 2
     stabilises = {
-        f"b={b}, D={d:g}": _trials_verdict(2 * trials[(b, d)][:, half] - trials[(b, d)][:, 0] - trials[(b, d)][:, -1])
+        f"b={b}, R={d:g}": _trials_verdict(2 * trials[(b, d)][:, half] - trials[(b, d)][:, 0] - trials[(b, d)][:, -1])
         for (b, d) in groups
     }
     growth = {
-        f"b={b}, D={d:g}": (
+        f"b={b}, R={d:g}": (
             float(means[(b, d)][half] - means[(b, d)][0]),
             float(means[(b, d)][-1] - means[(b, d)][half]),
         )
         for (b, d) in groups
     }
     saturation = {
-        f"b={b}, D={d:g}": float(
+        f"b={b}, R={d:g}": float(
             theory.dc_cap(**_bound_inputs("dpsgd-dc", _run_theory_parameters(group[0], alpha=alpha, L=L))).t_sat
         )
         for (b, d), group in groups.items()
@@ -849,10 +849,10 @@ def figure3(
             test=f"larger minus next smaller D's ε̂, averaged over the evaluated epochs, each b; {PAIRED_TEST}; every "
             "comparison must hold",
             comparisons={k: n for k, (_, n) in d_order.items()},
-            domain_sizes=radii,
+            domain_radii=radii,
             epochs=epochs,
             epochs_where_ordered={str(b): int(sum(v)) for b, v in d_ordered.items()},
-            mean_epsilon_hat={f"b={b}, D={d:g}": [float(x) for x in means[(b, d)]] for (b, d) in groups},
+            mean_epsilon_hat={f"b={b}, R={d:g}": [float(x) for x in means[(b, d)]] for (b, d) in groups},
         ),
         _claim(
             "The smaller batch size lies above the larger one (ε̂ averaged over the evaluated epochs), for each D",
@@ -860,7 +860,7 @@ def figure3(
             test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs, each D; {PAIRED_TEST}; every "
             "comparison must hold",
             comparisons={k: n for k, (_, n) in b_order.items()},
-            epochs_where_ordered={f"D={d:g}": int(sum(v)) for d, v in b_ordered.items()},
+            epochs_where_ordered={f"R={d:g}": int(sum(v)) for d, v in b_ordered.items()},
         ),
         _claim(
             "ε̂ stabilises under DC: it grows less over the second half of the epochs than over the first",
@@ -893,8 +893,8 @@ def figure3(
         theory=f"Theorem 3.4 / eq. 55 (RDP, α = {alpha}, L = {L}, D = 2 × domain_radius, the ball's diameter); "
         "schematic panel = the paper's recipe",
         attack_power=_attack_power(
-            {f"b={b}, D={d:g}": bounds[(b, d)] for (b, d) in groups},
-            {f"b={b}, D={d:g}": means[(b, d)] for (b, d) in groups},
+            {f"b={b}, R={d:g}": bounds[(b, d)] for (b, d) in groups},
+            {f"b={b}, R={d:g}": means[(b, d)] for (b, d) in groups},
         ),
         caveat=CAVEAT,
     )
