@@ -79,7 +79,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                     axes[2].plot(epochs[-1], whole["family"], "^", color=_style(name)["color"], markeredgecolor="black")
                     whole_run = True
         if whole_run:
-            axes[2].plot([], [], "k^", label=WHOLE_RUN_LABEL + ", whole run")
+            axes[2].plot([], [], "k^", label=WHOLE_RUN_LABEL + ", at the last epoch")
         axes[2].plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower)")
         axes[2].plot([], [], "ko", markerfacecolor="none", label=f"{P.LOSS_EPSILON_LABEL} (point)")
         P.draw_null(axes[2], [e for e, _ in audited], [r for _, r in audited])

@@ -779,7 +779,7 @@ def figure3(
             ax.set(
                 xlabel="Number of epochs E",
                 ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
-                title=f"(a) empirical, b = {b}\nε̂ (eq. 20, mean over trials) by the ball's radius R (the paper's D)",
+                title=f"(a) empirical, b = {b}: ε̂ (eq. 20, trial mean)\nper ball radius R (the paper's D)",
             )
             ax.axhline(0, color="0.6", linewidth=0.8)
             ax.legend(fontsize=6.5, title=f"bars: {BAND_NOTE}", title_fontsize=6, loc="upper center", ncol=3)
