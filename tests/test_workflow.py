@@ -80,7 +80,7 @@ def _job_count(output: str, rule: str) -> int:
         # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
         # audit settings (support or noise-scale canaries); whole-run canaries: one job per
         # optimizer they fit (all its ε), and one per bug run and per twin run the ladder does not train
-        (None, 4 * 3 + 6 * 3, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (6, 3 * 2 + 1)),
+        (None, 4 * 6 + 6 * 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (6, 3 * 2 + 1)),
         ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 1, (3, 1)),
         ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (5, 3 * 2 + 1)),
     ],

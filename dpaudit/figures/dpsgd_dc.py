@@ -401,12 +401,10 @@ def _paired_verdict(
     variation; otherwise the two sets of trials are compared with Welch's interval.
     """
     values = [{_trial(run): float(statistic(run)) for run in runs} for runs in (more, less)]
-    trials = sorted(values[0], key=str)
     if values[0].keys() != values[1].keys() or any(len(v) != len(r) for v, r in zip(values, (more, less))):
-        verdict, numbers = _trials_verdict(
-            np.array([statistic(run) for run in more]), np.array([statistic(run) for run in less])
-        )
+        verdict, numbers = _trials_verdict(*(np.array([statistic(run) for run in runs]) for runs in (more, less)))
         return verdict, {**numbers, "paired": False}
+    trials = sorted(values[0], key=str)
     verdict, numbers = _trials_verdict(np.array([values[0][t] - values[1][t] for t in trials]))
     means = [float(np.mean([v[t] for t in trials])) for v in values]
     return verdict, {**numbers, "means": means, "paired": True}
