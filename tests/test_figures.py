@@ -129,6 +129,12 @@ def test_decide_known_answers():
     assert P.decide(difference=0.2, standard_error=0.03, dof=2) == "holds"  # 0.2 − 0.1291 > 0
     assert P.decide(difference=0.01, standard_error=0.0) == "holds"  # no uncertainty: an exact comparison
     assert P.decide(difference=float("nan"), standard_error=0.01) == "inconclusive"
+    # the interval the verdicts rest on, as reported in the manifest (`interval_95`)
+    assert P.interval(difference=0.05, standard_error=0.02) == pytest.approx((0.0108007, 0.0891993), abs=1e-7)
+    assert P.interval(difference=0.1, standard_error=0.03, dof=2) == pytest.approx((-0.0290796, 0.2290796), abs=1e-7)
+    assert all(v != v for v in P.interval(difference=0.1, standard_error=-1.0))  # NaN
+    with pytest.raises(DPAuditError, match="level"):
+        P.interval(difference=0.1, standard_error=0.03, level=1.0)
     assert P.combine(["holds", "holds"]) == "holds"
     assert P.combine(["holds", "inconclusive"]) == "inconclusive"
     assert P.combine(["inconclusive", "contradicted", "holds"]) == "contradicted"

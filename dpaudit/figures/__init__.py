@@ -29,6 +29,9 @@ class FigureSpec:
         diagnostics: Runs of ``optimizers.runs`` whose training diagnostics it draws: their run at the first
             target ε, trial 0.
         grids: Grids of the DPSGD-GC/DC section (``gc``, ``dc``) whose runs it draws, every trial.
+        whole_run: Whether it also draws the twin of each ``cross`` run in the whole-run ladder
+            (``audit.whole_run``): the same optimizer at the same target ε, trained with whole-run canaries, where
+            they fit the optimizer.
     """
 
     draw: Callable[..., dict[str, Any]]
@@ -36,6 +39,7 @@ class FigureSpec:
     cross: tuple[str, ...] = ()
     diagnostics: tuple[str, ...] = ()
     grids: tuple[str, ...] = ()
+    whole_run: bool = False
 
     @property
     def draws_runs(self) -> bool:
@@ -58,11 +62,15 @@ FIGURE_SPECS: dict[str, FigureSpec] = {
     "adadpigu/figure7": FigureSpec(adadpigu.figure7, experiments=("adadpigu_pruning",)),
     "adadpigu/figure8": FigureSpec(adadpigu.figure8, experiments=("adadpigu_tradeoff",)),
     "adadpigu/table3": FigureSpec(adadpigu.table3, cross=("adadpigu",)),
-    "adadpigu/table4": FigureSpec(adadpigu.table4, cross=("adadpigu", "dpsgd-gc"), experiments=("nonprivate",)),
+    "adadpigu/table4": FigureSpec(
+        adadpigu.table4, cross=("adadpigu", "dpsgd-gc"), experiments=("nonprivate",), whole_run=True
+    ),
     # TP-TopK
     "tp_topk/figure1": FigureSpec(tp_topk.figure1, diagnostics=("tp-topk",)),
     "tp_topk/figure2": FigureSpec(tp_topk.figure2, cross=("tp-topk", "dpsgd-gc")),
-    "tp_topk/table2": FigureSpec(tp_topk.table2, cross=("dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk")),
+    "tp_topk/table2": FigureSpec(
+        tp_topk.table2, cross=("dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk"), whole_run=True
+    ),
     "tp_topk/table3": FigureSpec(tp_topk.table3, experiments=("tp_active_ratio",)),
     "tp_topk/table4": FigureSpec(tp_topk.table4, experiments=("tp_split",)),
     # DP-PSAC
@@ -71,13 +79,15 @@ FIGURE_SPECS: dict[str, FigureSpec] = {
     "dp_psac/figure3": FigureSpec(dp_psac.figure3, experiments=("psac_grid",)),
     "dp_psac/figure4": FigureSpec(dp_psac.figure4, experiments=("psac_grid",)),
     "dp_psac/figure5": FigureSpec(dp_psac.figure5),
-    "dp_psac/table2": FigureSpec(dp_psac.table2, cross=("dpsgd-gc", "auto-s", "dp-psac")),
+    "dp_psac/table2": FigureSpec(dp_psac.table2, cross=("dpsgd-gc", "auto-s", "dp-psac"), whole_run=True),
     # D2P2-SGD
     "d2p2_sgd/figure2": FigureSpec(d2p2_sgd.figure2, experiments=("d2p2_methods", "nonprivate")),
     "d2p2_sgd/figure4": FigureSpec(d2p2_sgd.figure4, experiments=("d2p2_sigma",)),
     "d2p2_sgd/figure5": FigureSpec(d2p2_sgd.figure5, experiments=("d2p2_sigma",)),
     "d2p2_sgd/figure6": FigureSpec(d2p2_sgd.figure6, experiments=("d2p2_sigma", "d2p2_batch", "d2p2_reduction")),
-    "d2p2_sgd/table2": FigureSpec(d2p2_sgd.table2, cross=("dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd")),
+    "d2p2_sgd/table2": FigureSpec(
+        d2p2_sgd.table2, cross=("dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd"), whole_run=True
+    ),
 }
 # name → drawing function, for the `dpaudit figure` and `dpaudit list figures` commands
 FIGURES: dict[str, Callable[..., dict[str, Any]]] = {name: spec.draw for name, spec in FIGURE_SPECS.items()}

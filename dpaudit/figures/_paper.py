@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +93,34 @@ def combine(verdicts: Iterable[str]) -> str:
     return "holds" if verdicts and all(v == "holds" for v in verdicts) else "inconclusive"
 
 
+def interval(
+    *, difference: float, standard_error: float, level: float = 0.95, dof: int | None = None
+) -> tuple[float, float]:
+    """Two-sided confidence interval ``difference ± q·standard_error``, q the (1 + level)/2 quantile of the
+    standard normal (or of Student's t with ``dof`` degrees of freedom when given); NaN bounds when the difference
+    or its standard error is not finite, or the standard error is negative.
+
+    Args:
+        difference: the estimate (any unit).
+        standard_error: its standard error (same unit, ≥ 0; 0 gives the point itself).
+        level: confidence level (0 < level < 1).
+        dof: degrees of freedom of a t interval; None for a normal interval.
+    """
+    from scipy import stats
+
+    if not 0 < level < 1:
+        raise DPAuditError(f"level must be in (0, 1), got {level}")
+    if not (np.isfinite(difference) and np.isfinite(standard_error)) or standard_error < 0:
+        return float("nan"), float("nan")
+    tail = (1 + level) / 2
+    quantile = float(stats.norm.ppf(tail) if dof is None else stats.t.ppf(tail, dof))
+    return difference - quantile * standard_error, difference + quantile * standard_error
+
+
 def decide(
     *, difference: float, standard_error: float, level: float = 0.95, margin: float = 0.0, dof: int | None = None
 ) -> str:
-    """Three-valued verdict on the claim "``difference`` > ``margin``" from a two-sided confidence interval.
-
-    The interval is ``difference ± q·standard_error`` with q the (1 + level)/2 quantile of the standard
-    normal (or of Student's t with ``dof`` degrees of freedom when given).
+    """Three-valued verdict on the claim "``difference`` > ``margin``" from the two-sided :func:`interval`.
 
     Args:
         difference: estimate of the claimed difference, signed so that the claim says it is positive (e.g.
@@ -112,15 +134,7 @@ def decide(
         "holds" when the interval lies entirely above ``margin``, "contradicted" when entirely below,
         "inconclusive" otherwise (also when the difference or its standard error is not finite).
     """
-    from scipy import stats
-
-    if not 0 < level < 1:
-        raise DPAuditError(f"level must be in (0, 1), got {level}")
-    if not (np.isfinite(difference) and np.isfinite(standard_error)) or standard_error < 0:
-        return "inconclusive"
-    tail = (1 + level) / 2
-    quantile = float(stats.norm.ppf(tail) if dof is None else stats.t.ppf(tail, dof))
-    low, high = difference - quantile * standard_error, difference + quantile * standard_error
+    low, high = interval(difference=difference, standard_error=standard_error, level=level, dof=dof)
     if low > margin:
         return "holds"
     if high < margin:
@@ -370,12 +384,15 @@ TABLE_NOTE = (
 )
 
 
-def audit_cells(runs: list[dict[str, Any]]) -> list[str]:
-    """Table cells: theoretical ε, loss ε̂ 95 % lower bound, loss ε̂ point with its null level, canary ε̂ lower
-    bound / the ε of one step it is compared with."""
+def audit_cells(runs: list[dict[str, Any]], *, twins: list[dict[str, Any]] | None = None) -> list[str]:
+    """Table cells: theoretical ε, (with ``twins``, a list: the whole-run twins' :func:`whole_run_cell`, "–" when
+    empty), loss ε̂ 95 % lower bound, loss ε̂ point with its null level, canary ε̂ lower bound / the ε of one step it
+    is compared with."""
     loss, canary = loss_audit(runs), canary_audit(runs)
+    whole = [] if twins is None else [whole_run_cell(twins)]
     return [
         f"{final_epsilon(runs):.2f}",
+        *whole,
         f"{loss['lower']:.2f}",
         point_with_null(loss),
         f"{canary['lower']:.2f} / {canary['mechanism']:.2f}",
@@ -390,25 +407,82 @@ AUDIT_HEADER = [
 ]
 
 
-def matched_epsilon_table(out_dir: str | Path, runs: Iterable[str | Path], *, preset: str, caption: str):
-    """Table 2 of the TP-TopK, DP-PSAC and D2P2-SGD papers: test accuracy per (target ε, method) with the
-    theoretical ε and ε̂.
+#: Table column and caption text: the whole-run canary audit of each row's twin in the audit ladder.
+WHOLE_RUN_COLUMN = "ε̂ whole run, 95 % family bound / ε (PLD)"
+WHOLE_RUN_NOTE = (
+    "Whole run, the strongest audit that fits the optimizer: the all-iterates family bound (95 %) from the whole-run "
+    "canaries of the audit ladder's run of the same optimizer at the same target ε (a twin run: its canaries change "
+    "its trajectory, so its accuracy is not the one shown), against the ε (PLD) of that run's ledger; – where "
+    "whole-run canaries do not fit the optimizer (metrics/audit_ladder.md says why)"
+)
 
-    Returns:
-        (summaries, runs grouped by (target ε, optimizer), final test accuracy per group, sorted target ε,
-        the files written: ``table2.md`` and ``table2.tex``).
+
+def whole_run_twins(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[Hashable, list[dict[str, Any]]]]:
+    """A table's runs apart from their whole-run twins (the runs that carry whole-run canaries: the audit ladder's
+    runs of the same optimizer and target ε), the twins grouped by (target ε, optimizer)."""
+    twins = [run for run in found if run.get("canary-run")]
+    return [run for run in found if not run.get("canary-run")], group(twins, "target_epsilon", "optimizer")
+
+
+def whole_run_cell(twins: list[dict[str, Any]]) -> str:
+    """Table cell of :data:`WHOLE_RUN_COLUMN`: "family bound / ε (PLD)", or "–" without a twin."""
+    if not twins:
+        return "–"
+    audit = whole_run_audit(twins)
+    return f"{audit['family']:.2f} / {audit['pld']:.2f}"
+
+
+def whole_run_checks(twins: dict[Hashable, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """:func:`whole_run_check` of a table's twins (target ε, optimizer) → runs; none without twins."""
+    audits = {f"{name}, target ε = {eps:g}": whole_run_audit(runs) for (eps, name), runs in twins.items()}
+    return [whole_run_check(audits)] if audits else []
+
+
+@dataclass(frozen=True)
+class MatchedTable:
+    """Table 2 of the TP-TopK, DP-PSAC and D2P2-SGD papers, as :func:`matched_epsilon_table` wrote it.
+
+    Attributes:
+        found: The summarised runs of the table's rows (without the whole-run twins).
+        groups: Those runs grouped by (target ε, optimizer).
+        accuracy: Final test accuracy (a fraction) per group.
+        epsilons: The target ε, sorted.
+        files: The files written: ``table2.md`` and ``table2.tex``.
+        checks: The toolkit's check on the whole-run twins' family bounds (empty without twins).
     """
-    found = summaries(runs)
+
+    found: list[dict[str, Any]]
+    groups: dict[Hashable, list[dict[str, Any]]]
+    accuracy: dict[Hashable, float]
+    epsilons: list[float]
+    files: list[Path]
+    checks: list[dict[str, Any]]
+
+
+def matched_epsilon_table(
+    out_dir: str | Path, runs: Iterable[str | Path], *, preset: str, caption: str
+) -> MatchedTable:
+    """Table 2 of the TP-TopK, DP-PSAC and D2P2-SGD papers: test accuracy per (target ε, method) with the
+    theoretical ε, the whole-run audit of the method's twin run where it fits, and the other audits' ε̂."""
+    found, twins = whole_run_twins(summaries(runs))
     groups = group(found, "target_epsilon", "optimizer")
-    rows = [[f"{eps:g}", name, percent(final(runs_)), *audit_cells(runs_)] for (eps, name), runs_ in groups.items()]
+    rows = [
+        [f"{eps:g}", name, percent(final(runs_)), *audit_cells(runs_, twins=twins.get((eps, name), []))]
+        for (eps, name), runs_ in groups.items()
+    ]
     files = write_table(
         Path(out_dir) / "table2",
-        ["target ε", "method", "test accuracy (%)", *AUDIT_HEADER],
+        ["target ε", "method", "test accuracy (%)", *AUDIT_HEADER_WHOLE_RUN],
         rows,
-        caption=f"{caption} ({describe(found, preset)}). {TABLE_NOTE}",
+        caption=f"{caption} ({describe(found, preset)}). {WHOLE_RUN_NOTE}. {TABLE_NOTE}",
     )
     accuracy = {key: final(runs_) for key, runs_ in groups.items()}
-    return found, groups, accuracy, sorted({eps for eps, _ in accuracy}), files
+    epsilons = sorted({eps for eps, _ in accuracy})
+    return MatchedTable(found, groups, accuracy, epsilons, files, whole_run_checks(twins))
+
+
+#: :data:`AUDIT_HEADER` with the whole-run column second, for :func:`audit_cells` with ``twins``.
+AUDIT_HEADER_WHOLE_RUN = [AUDIT_HEADER[0], WHOLE_RUN_COLUMN, *AUDIT_HEADER[1:]]
 
 
 def write_table(stem: str | Path, header: list[str], rows: list[list[str]], *, caption: str) -> list[Path]:

@@ -471,21 +471,22 @@ def table3(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
 def table4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 4: test accuracy of AdaDPIGU and DP-SGD at matched ε (every ε of the cross-optimizer audit),
     non-private SGD beside them, each with the theoretical ε and ε̂."""
-    found = P.summaries(runs)
+    found, twins = P.whole_run_twins(P.summaries(runs))
     private = P.group(found, "optimizer", "target_epsilon", where=lambda r: r["dp_claim"])
     nonprivate = [r for r in found if not r["dp_claim"]]
     rows = [
-        [optimizer, f"{eps:g}", P.percent(P.final(group)), *P.audit_cells(group)]
+        [optimizer, f"{eps:g}", P.percent(P.final(group)), *P.audit_cells(group, twins=twins.get((eps, optimizer), []))]
         for (optimizer, eps), group in private.items()
     ]
     if nonprivate:
-        rows.append(["sgd (non-private)", "∞", P.percent(P.final(nonprivate)), "∞", "–", "–", "–"])
-    header = ["method", "target ε", "test accuracy (%)", *P.AUDIT_HEADER]
+        rows.append(["sgd (non-private)", "∞", P.percent(P.final(nonprivate)), "∞", "–", "–", "–", "–"])
+    header = ["method", "target ε", "test accuracy (%)", *P.AUDIT_HEADER_WHOLE_RUN]
     files = P.write_table(
         Path(out_dir) / "table4",
         header,
         rows,
-        caption=f"Table 4: accuracy at matched ε with ε̂ ({P.describe(found, preset)}). {P.TABLE_NOTE}",
+        caption=f"Table 4: accuracy at matched ε with ε̂ ({P.describe(found, preset)}). {P.WHOLE_RUN_NOTE}. "
+        f"{P.TABLE_NOTE}",
     )
     accuracy = {key: P.final(group) for key, group in private.items()}
     epsilons = sorted({eps for _, eps in accuracy})
@@ -517,4 +518,5 @@ def table4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
                 **numbers,
             )
         )
+    claims += P.whole_run_checks(twins)
     return P.entry(PAPER, "Table 4", "accuracy at matched ε", files, claims, dataset=P.describe(found, preset))

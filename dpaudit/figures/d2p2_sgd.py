@@ -430,9 +430,10 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: test accuracy of the four DP methods at matched ε, with the theoretical ε and ε̂."""
-    found, groups, accuracy, epsilons, files = P.matched_epsilon_table(
+    table = P.matched_epsilon_table(
         out_dir, runs, preset=preset, caption="Table 2: test accuracy at matched (ε, 1e-5) with ε̂"
     )
+    groups, accuracy, epsilons = table.groups, table.accuracy, table.epsilons
     best = {
         f"eps{e:g}_vs_{m}": P.accuracy_verdict(groups[(e, "d2p2-sgd")], groups[(e, m)])
         for e in epsilons
@@ -447,6 +448,9 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
             + "; every comparison must hold",
             **{f"eps{e:g}": {m: accuracy.get((e, m)) for m in DYNAMIC} for e in epsilons},
             **{k: n for k, (_, n) in best.items()},
-        )
+        ),
+        *table.checks,
     ]
-    return P.entry(PAPER, "Table 2", "accuracy at matched ε", files, claims, dataset=P.describe(found, preset))
+    return P.entry(
+        PAPER, "Table 2", "accuracy at matched ε", table.files, claims, dataset=P.describe(table.found, preset)
+    )

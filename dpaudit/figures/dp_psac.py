@@ -374,9 +374,10 @@ def figure5(*, out_dir: str | Path, preset: str = "default", **_: Any) -> dict[s
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: DP-SGD, Auto-S and DP-PSAC at matched ε, with the theoretical ε and ε̂."""
-    found, groups, accuracy, epsilons, files = P.matched_epsilon_table(
+    table = P.matched_epsilon_table(
         out_dir, runs, preset=preset, caption="Table 2: test accuracy at matched (ε, 1e-5) with ε̂"
     )
+    groups, accuracy, epsilons = table.groups, table.accuracy, table.epsilons
     best = {
         f"eps{e:g}_vs_{m}": P.accuracy_verdict(groups[(e, "dp-psac")], groups[(e, m)])
         for e in epsilons
@@ -399,5 +400,8 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
             kind="check",
             **{f"{m}_eps{e:g}": P.final_epsilon(g) for (e, m), g in groups.items()},
         ),
+        *table.checks,
     ]
-    return P.entry(PAPER, "Table 2", "accuracy at matched ε", files, claims, dataset=P.describe(found, preset))
+    return P.entry(
+        PAPER, "Table 2", "accuracy at matched ε", table.files, claims, dataset=P.describe(table.found, preset)
+    )

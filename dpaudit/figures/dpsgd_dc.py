@@ -18,7 +18,7 @@ from dpaudit._io import atomic_write_bytes, read_json
 from dpaudit.attacks import read_scores_csv
 from dpaudit.estimate import empirical_epsilon, epsilon_ceiling, epsilon_lower_bound, error_rates
 from dpaudit.figures._paper import claim as _claim
-from dpaudit.figures._paper import combine, decide, exact, latex_escape
+from dpaudit.figures._paper import combine, decide, exact, interval, latex_escape
 from dpaudit.figures.style import figure_style, save_figure, series_style
 from dpaudit.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
 from dpaudit.rundir import RunDir
@@ -376,14 +376,11 @@ def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[s
     difference = float(samples[0].mean() - (samples[1].mean() if len(samples) > 1 else 0.0))
     se = float(np.sqrt(sum(x.var(ddof=1) / len(x) for x in samples)))
     dof = min(len(x) for x in samples) - 1
-    from scipy import stats
-
-    half_width = float(stats.t.ppf(0.975, dof)) * se
     return decide(difference=difference, standard_error=se, dof=dof), {
         **numbers,
         "difference": difference,
         "standard_error": se,
-        "interval_95": [difference - half_width, difference + half_width],
+        "interval_95": list(interval(difference=difference, standard_error=se, dof=dof)),
     }
 
 

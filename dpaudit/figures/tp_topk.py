@@ -138,9 +138,10 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
 
 def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Table 2: test accuracy of the five variants at matched ε, with the theoretical ε and ε̂."""
-    found, groups, accuracy, epsilons, files = P.matched_epsilon_table(
+    table = P.matched_epsilon_table(
         out_dir, runs, preset=preset, caption="Table 2: five DP methods at matched (ε, 1e-5) with ε̂"
     )
+    groups, accuracy, epsilons = table.groups, table.accuracy, table.epsilons
 
     def acc(optimizer, eps):
         return accuracy.get((eps, optimizer), float("nan"))
@@ -183,8 +184,11 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
             loss_lower_vs_epsilon=loss,
             canary_lower_vs_step_epsilon=canary,
         ),
+        *table.checks,
     ]
-    return P.entry(PAPER, "Table 2", "five variants at matched ε", files, claims, dataset=P.describe(found, preset))
+    return P.entry(
+        PAPER, "Table 2", "five variants at matched ε", table.files, claims, dataset=P.describe(table.found, preset)
+    )
 
 
 def table3(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
