@@ -9,8 +9,10 @@ same estimate on the same scores with permuted membership labels
 (:func:`dpaudit.estimate.epsilon_point_null`), i.e. what chance alone gives. Eq. 20 maximised over all
 thresholds is about 1.1 on average at 360 + 360 scores with no leakage at all, so a point at or below its null
 level says nothing, even above the theoretical ε. Summaries written before the null level existed show
-"null n/a". Tables also give the white-box canary audit's ε̂ lower bound, the strongest audit the runs carry,
-which is comparable to the theoretical ε of one step (the mechanism each canary faces), not to the run's ε.
+"null n/a". Tables also give the white-box canary audit's ε̂ lower bound, which is comparable to the theoretical
+ε of one step (the mechanism each canary faces), not to the run's ε. The matched-ε tables put first, where
+whole-run canaries fit the optimizer, the strongest audit: the family bound of the method's twin run in the audit
+ladder (the same optimizer at the same target ε with whole-run canaries), comparable to the run's ε.
 """
 
 from __future__ import annotations
@@ -411,9 +413,11 @@ AUDIT_HEADER = [
 WHOLE_RUN_COLUMN = "ε̂ whole run, 95 % family bound / ε (PLD)"
 WHOLE_RUN_NOTE = (
     "Whole run, the strongest audit that fits the optimizer: the all-iterates family bound (95 %) from the whole-run "
-    "canaries of the audit ladder's run of the same optimizer at the same target ε (a twin run: its canaries change "
-    "its trajectory, so its accuracy is not the one shown), against the ε (PLD) of that run's ledger; – where "
-    "whole-run canaries do not fit the optimizer (metrics/audit_ladder.md says why)"
+    "canaries of the audit ladder's run of the same optimizer at the same target ε, against the ε (PLD) of that "
+    "run's ledger (checked in the ladder, metrics/audit_ladder.md); – where whole-run canaries do not fit the "
+    "optimizer (the ladder says why). That twin run is another noise draw than the row's: its canaries draw noise "
+    "from a stream of their own, so its model trains as without canaries, while the row's per-step canaries share "
+    "the model's stream"
 )
 
 
@@ -432,12 +436,6 @@ def whole_run_cell(twins: list[dict[str, Any]]) -> str:
     return f"{audit['family']:.2f} / {audit['pld']:.2f}"
 
 
-def whole_run_checks(twins: dict[Hashable, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """:func:`whole_run_check` of a table's twins (target ε, optimizer) → runs; none without twins."""
-    audits = {f"{name}, target ε = {eps:g}": whole_run_audit(runs) for (eps, name), runs in twins.items()}
-    return [whole_run_check(audits)] if audits else []
-
-
 @dataclass(frozen=True)
 class MatchedTable:
     """Table 2 of the TP-TopK, DP-PSAC and D2P2-SGD papers, as :func:`matched_epsilon_table` wrote it.
@@ -448,7 +446,6 @@ class MatchedTable:
         accuracy: Final test accuracy (a fraction) per group.
         epsilons: The target ε, sorted.
         files: The files written: ``table2.md`` and ``table2.tex``.
-        checks: The toolkit's check on the whole-run twins' family bounds (empty without twins).
     """
 
     found: list[dict[str, Any]]
@@ -456,7 +453,6 @@ class MatchedTable:
     accuracy: dict[Hashable, float]
     epsilons: list[float]
     files: list[Path]
-    checks: list[dict[str, Any]]
 
 
 def matched_epsilon_table(
@@ -478,7 +474,7 @@ def matched_epsilon_table(
     )
     accuracy = {key: final(runs_) for key, runs_ in groups.items()}
     epsilons = sorted({eps for eps, _ in accuracy})
-    return MatchedTable(found, groups, accuracy, epsilons, files, whole_run_checks(twins))
+    return MatchedTable(found, groups, accuracy, epsilons, files)
 
 
 #: :data:`AUDIT_HEADER` with the whole-run column second, for :func:`audit_cells` with ``twins``.

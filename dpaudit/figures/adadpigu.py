@@ -518,5 +518,4 @@ def table4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
                 **numbers,
             )
         )
-    claims += P.whole_run_checks(twins)
     return P.entry(PAPER, "Table 4", "accuracy at matched ε", files, claims, dataset=P.describe(found, preset))

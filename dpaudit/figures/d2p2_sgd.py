@@ -449,7 +449,6 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
             **{f"eps{e:g}": {m: accuracy.get((e, m)) for m in DYNAMIC} for e in epsilons},
             **{k: n for k, (_, n) in best.items()},
         ),
-        *table.checks,
     ]
     return P.entry(
         PAPER, "Table 2", "accuracy at matched ε", table.files, claims, dataset=P.describe(table.found, preset)

@@ -400,7 +400,6 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
             kind="check",
             **{f"{m}_eps{e:g}": P.final_epsilon(g) for (e, m), g in groups.items()},
         ),
-        *table.checks,
     ]
     return P.entry(
         PAPER, "Table 2", "accuracy at matched ε", table.files, claims, dataset=P.describe(table.found, preset)

@@ -184,7 +184,6 @@ def table2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
             loss_lower_vs_epsilon=loss,
             canary_lower_vs_step_epsilon=canary,
         ),
-        *table.checks,
     ]
     return P.entry(
         PAPER, "Table 2", "five variants at matched ε", table.files, claims, dataset=P.describe(table.found, preset)
