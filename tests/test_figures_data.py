@@ -57,6 +57,17 @@ def test_figure2_claims_hold_and_fail_with_the_data(tmp_path):
     normalised = good["claims"][2]["numbers"]["normalised_at_last_epoch"]
     assert normalised == pytest.approx({"10": 1.0, "40": 1 / 16})
     assert (tmp_path / "good" / "figure2.png").stat().st_size > 1000
+    # beside it, the exact accountant (both adjacency directions, additive over identical steps) at each run's T:
+    # b = 10 on n = 120 takes 12 steps an epoch, 360 in 30 epochs; b = 40 takes 3, 90 in all
+    from dpaudit import theory
+
+    def one_step(b):
+        return theory.one_step_check(alpha=1.1, C=20.0, sigma=0.002, n=120, b=b).exact
+
+    assert good["exact_accountant_at_last_epoch"] == pytest.approx(
+        {"b=10": 360 * one_step(10), "b=40": 90 * one_step(40)}
+    )
+    assert "both adjacency directions" in good["exact_accountant"]
 
 
 def test_figure2_pairs_the_trials_that_share_members_and_seeds(tmp_path):
@@ -118,6 +129,7 @@ def test_figure3_claims(tmp_path):
     verdicts = [c["verdict"] for c in entry["claims"]]
     assert verdicts[:3] == ["holds", "holds", "holds"]
     assert [c["kind"] for c in entry["claims"][:4]] == ["paper", "paper", "paper", "check"]
+    assert set(entry["exact_accountant_at_last_epoch"]) == {"b=10", "b=40"}  # one curve per b: it ignores D
     assert (tmp_path / "fig" / "figure3.pdf").is_file()
 
 

@@ -149,8 +149,7 @@ def figure1(*, out_dir: str | Path, max_steps: int = 200, params: dict[str, floa
         validity_conditions_violated={k: v for k, v in violations.items() if v},
         caveat=CAVEAT,
         exact_accountant_at_T=float(exact_curve[-1]),
-        exact_accountant="RDP at α of T Poisson-subsampled Gaussian steps (z = σb/C, q = b/n; both adjacency "
-        "directions; valid for DPSGD-DC too, ignoring its projection)",
+        exact_accountant=EXACT_ACCOUNTANT,
     )
 
 
@@ -161,6 +160,45 @@ EXACT_STYLE = {
     "label": "Exact accountant (both adjacency directions)",
 }
 """How the exact accountant's RDP curve is drawn beside the paper's one-sided bound."""
+
+EXACT_ACCOUNTANT = (
+    "RDP at α of T Poisson-subsampled Gaussian steps (z = σb/C, q = b/n; both adjacency directions; valid for "
+    "DPSGD-DC too, ignoring its projection)"
+)
+"""The manifests' description of the exact accountant's curve."""
+
+
+def _times_ten(value: float) -> str:
+    """``value`` as axis text with one decimal: "6.6·10⁷"."""
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa}·10{str(int(exponent)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
+
+
+def _draw_exact_accountant(ax, runs: dict[Any, RunRecord], *, alpha: float, peak: float, colours: dict) -> dict:
+    """Draw each run's exact accountant curve (epochs 0..E, T from its ledger; :func:`_exact_accountant_curve` at its
+    parameters) on the normalised theory panel ``ax``, dotted in its series' colour, divided by ``peak``, the
+    largest value of the theorem's curves there, so that both share the panel's scale (the exact curve can exceed
+    1: the paper's bound misses the other adjacency direction). Poisson sampling, as the theorems assume.
+
+    Returns:
+        The exact accountant's RDP ε at the last epoch (not normalised) per ``str(key)``.
+    """
+    at_last_epoch = {}
+    for index, (key, run) in enumerate(runs.items()):
+        curve = _exact_accountant_curve(
+            np.concatenate([[0], run.steps_at_epoch]), _run_theory_parameters(run, alpha=alpha)
+        )
+        label = "exact accountant, both directions (dotted)" if index == 0 else None
+        ax.plot(
+            np.arange(len(curve)),
+            curve / peak,
+            color=colours[key],
+            linestyle=EXACT_STYLE["linestyle"],
+            linewidth=EXACT_STYLE["linewidth"],
+            label=label,
+        )
+        at_last_epoch[str(key)] = float(curve[-1])
+    return at_last_epoch
 
 
 def _exact_accountant_curve(steps: np.ndarray, params: dict[str, float]) -> np.ndarray:
@@ -556,9 +594,17 @@ def figure2(
         _draw_ceiling(ax_a, bounds, top=top)
         ax_a.set_ylim(min(-0.05 * top, ax_a.get_ylim()[0]), top)
         normalised = theory.normalize_global(theory_curves)
-        for index, b in enumerate(groups):
-            style = series_style(f"b:{b}", index)
-            ax_b.plot(np.arange(len(normalised[b])), normalised[b], color=style["color"], label=f"b = {b}")
+        peak = max(float(np.max(curve)) for curve in theory_curves.values())  # what normalize_global divides by
+        colours = {b: series_style(f"b:{b}", index)["color"] for index, b in enumerate(groups)}
+        for b in groups:
+            ax_b.plot(np.arange(len(normalised[b])), normalised[b], color=colours[b], label=f"b = {b}")
+        exact_at_T = _draw_exact_accountant(
+            ax_b,
+            {b: group[0] for b, group in groups.items()},
+            alpha=alpha,
+            peak=peak,
+            colours=colours,
+        )
         ax_a.set(
             xlabel="Number of epochs E",
             ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
@@ -566,12 +612,12 @@ def figure2(
         )
         ax_b.set(
             xlabel="Number of epochs E",
-            ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
+            ylabel=f"Theoretical ε (RDP, α = {alpha}) ÷ {_times_ten(peak)}",
             title=f"(b) theory: Theorem 3.3, T from each run's ledger\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
         ax_a.axhline(0, color="0.6", linewidth=0.8)
         ax_a.legend(fontsize=7, title=f"mean and {BAND_NOTE}", title_fontsize=6)
-        ax_b.legend()
+        ax_b.legend(fontsize=6.5, loc="upper left")
         _suptitle(fig, "Fig 2: DPSGD-GC across batch sizes", records, preset)
         files = save_figure(fig, Path(out_dir) / "figure2")
     batch_sizes = list(groups)
@@ -628,6 +674,8 @@ def figure2(
         theory="Theorem 3.3 (RDP, α = %g), normalised by the global maximum" % alpha,
         attack_power=_attack_power(bounds, means),
         caveat=CAVEAT,
+        exact_accountant=EXACT_ACCOUNTANT + ", normalised by Theorem 3.3's global maximum",
+        exact_accountant_at_last_epoch={f"b={b}": value for b, value in exact_at_T.items()},
     )
 
 
@@ -766,10 +814,18 @@ def figure3(
             hue = palettes[(0 if b == 100 else 1)](0.9 - 0.5 * [20, 60, 100].index(label) / 2)
             ax_s.plot(np.arange(len(curve)), curve, color=hue, label=f"b = {b}, D = {label}")
         normalised = theory.normalize_global({f"{k}": v for k, v in faithful.items()})
+        peak = max(float(np.max(curve)) for curve in faithful.values())  # what normalize_global divides by
         for key, curve in faithful.items():
             ax_f.plot(
                 np.arange(len(curve)), normalised[f"{key}"], color=colour(*key), label=f"b = {key[0]}, R = {key[1]:g}"
             )
+        exact_at_T = _draw_exact_accountant(  # the same for every R: it ignores the projection
+            ax_f,
+            {b: groups[(b, radii[0])][0] for b in batch_sizes},
+            alpha=alpha,
+            peak=peak,
+            colours={b: colour(b, radii[0]) for b in batch_sizes},
+        )
         for b, ax in zip(batch_sizes, empirical):
             ax.set(
                 xlabel="Number of epochs E",
@@ -785,7 +841,7 @@ def figure3(
         )
         ax_f.set(
             xlabel="Number of epochs E",
-            ylabel=f"Normalised theoretical ε (RDP, α = {alpha})",
+            ylabel=f"Theoretical ε (RDP, α = {alpha}) ÷ {_times_ten(peak)}",
             title=f"(b') faithful eq. 55 for these runs (L = {L}, D = 2R)\n({ONE_SIDED_NOTE}: not an RDP guarantee)",
         )
         ax_s.legend(fontsize=6)
@@ -795,7 +851,9 @@ def figure3(
             for other in faithful
             if key[0] == other[0]
         )
-        ax_f.legend(fontsize=6, title="the radii of one b coincide" if coincide else None, title_fontsize=6)
+        ax_f.legend(
+            fontsize=6, title="the radii of one b coincide" if coincide else None, title_fontsize=6, loc="upper left"
+        )
         _suptitle(fig, "Fig 3: DPSGD-DC across domain sizes", records, preset, y=0.95)
         files = save_figure(fig, Path(out_dir) / "figure3")
     epochs = list(groups[(batch_sizes[0], radii[0])][0].attack_epochs)
@@ -887,6 +945,8 @@ def figure3(
         runs=[str(r.path) for r in records],
         theory=f"Theorem 3.4 / eq. 55 (RDP, α = {alpha}, L = {L}, D = 2 × domain_radius, the ball's diameter); "
         "schematic panel = the paper's recipe",
+        exact_accountant=EXACT_ACCOUNTANT + ", normalised by the faithful eq. 55's global maximum (one curve per b)",
+        exact_accountant_at_last_epoch={f"b={b}": value for b, value in exact_at_T.items()},
         attack_power=_attack_power(
             {f"b={b}, R={d:g}": bounds[(b, d)] for (b, d) in groups},
             {f"b={b}, R={d:g}": means[(b, d)] for (b, d) in groups},
