@@ -126,12 +126,7 @@ def summarize_run(
     from dpaudit._io import read_json, write_json
     from dpaudit.audit import audit_scores
     from dpaudit.run import load_run_config
-    from dpaudit.theory import (
-        POISSON_ON_SHUFFLED_LABEL,
-        SHUFFLED_UPPER_LABEL,
-        ledger_epsilons,
-        ledger_shuffled_epsilons,
-    )
+    from dpaudit.theory import epsilon_labels, ledger_epsilons, ledger_shuffled_epsilons
 
     run = Path(run_dir)
     config = load_run_config(run)
@@ -156,12 +151,13 @@ def summarize_run(
         ],
         "sampling": ledger["sampling"],
     }
+    labels = epsilon_labels(dp_claim=bool(ledger["dp_claim"]), sampling=ledger["sampling"])
+    summary["epsilon_label"] = labels["epsilon"]
     if ledger["sampling"] == "shuffle":  # the Poisson ε above is not a guarantee here; a valid upper bound beside it
-        summary["epsilon_label"] = POISSON_ON_SHUFFLED_LABEL
         summary["epsilon_shuffled_upper"] = [
             value if math.isfinite(value) else None for value in ledger_shuffled_epsilons(ledger, delta=delta)
         ]
-        summary["epsilon_shuffled_upper_label"] = SHUFFLED_UPPER_LABEL
+        summary["epsilon_shuffled_upper_label"] = labels["shuffled_upper"]
 
     def report(found):
         full = audit_scores(

@@ -295,15 +295,16 @@ def gallery_markdown(entries: Iterable[dict[str, Any]], *, root: str | Path = ".
                 else f"{entry['figure']}: no claims"
             )
             files = [Path(path) for path in entry["files"]]
-            image = next((path for path in files if path.suffix == ".png"), None)
-            target = image or next((path for path in files if path.suffix == ".md"), files[0])
-            link = Path(os.path.relpath(target, root)).as_posix()
+            images = [path for path in files if path.suffix == ".png"]  # every one (the audit has several)
             title = entry.get("title", entry["name"]).replace('"', "'")
-            cells.append(
-                f'<a href="{link}"><img src="{link}" width="{width}" title="{title}"></a><br>{caption}'
-                if image
-                else f'<a href="{link}">{entry["figure"]} (table)</a><br>{caption}'
-            )
+            for index, image in enumerate(images):
+                link = Path(os.path.relpath(image, root)).as_posix()
+                text = caption if index == 0 else f"{entry['figure']}: {image.stem}"
+                cells.append(f'<a href="{link}"><img src="{link}" width="{width}" title="{title}"></a><br>{text}')
+            if not images:
+                target = next((path for path in files if path.suffix == ".md"), files[0])
+                link = Path(os.path.relpath(target, root)).as_posix()
+                cells.append(f'<a href="{link}">{entry["figure"]} (table)</a><br>{caption}')
         for start in range(0, len(cells), 3):
             row = cells[start : start + 3]
             if start == 0:

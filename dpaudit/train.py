@@ -690,6 +690,7 @@ def train_configuration(
         if config.sigma_dp is not None and config.clip_norm
         else None
     )
+    labels = theory.epsilon_labels(dp_claim=optim.get_spec(config.optimizer).dp_claim, sampling=config.sampling)
     summary = {
         "config": config.to_dict(),
         "derived": {
@@ -701,6 +702,8 @@ def train_configuration(
             "target_epsilon": target_epsilon,
             "planned_epsilon": planned_epsilon(config),
             "planned_epsilon_shuffled_upper": planned_shuffled_epsilon(config),
+            "planned_epsilon_label": labels["epsilon"],
+            "planned_epsilon_shuffled_upper_label": labels.get("shuffled_upper"),
             "delta": config.delta,
             "accountant": config.accountant,
         },

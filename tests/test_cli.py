@@ -274,6 +274,21 @@ def test_epsilon_of_a_shuffled_run_gives_a_valid_upper_bound_beside_the_poisson_
     assert "epsilon_shuffled_upper" not in json.loads((poisson / "target" / "epsilon.json").read_text())
 
 
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_epsilon_of_a_run_without_a_dp_claim_is_labelled_claimed(tmp_path, capsys, sampling):
+    """The saved ε of an optimizer with no DP claim names itself "claimed … (no DP guarantee)", the shuffled
+    upper bound too; a DP-claiming Poisson run's is the "theoretical ε"."""
+    run = _ledger_run(tmp_path / "run", sampling=sampling, dp_claim=False)
+    assert main(["epsilon", "--run", str(run), "--delta", "1e-5"]) == 0
+    assert "no DP claim" in capsys.readouterr().out
+    saved = json.loads((run / "target" / "epsilon.json").read_text())
+    labels = [saved["epsilon_label"]] + ([saved["epsilon_shuffled_upper_label"]] if sampling == "shuffle" else [])
+    assert all(label.startswith("claimed ") and label.endswith("(no DP guarantee)") for label in labels)
+    run = _ledger_run(tmp_path / "claiming", sampling="poisson", dp_claim=True)
+    assert main(["epsilon", "--run", str(run), "--delta", "1e-5"]) == 0
+    assert json.loads((run / "target" / "epsilon.json").read_text())["epsilon_label"] == "theoretical ε"
+
+
 @pytest.mark.parametrize(
     "dp_claim, sampling, expected",
     [

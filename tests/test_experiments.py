@@ -616,3 +616,4 @@ def test_summary_of_a_shuffled_run_gives_a_valid_upper_bound_beside_the_poisson_
     assert norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) == pytest.approx(1e-5, rel=1e-4)
     config = json.loads((out / "config.json").read_text())
     assert config["derived"]["planned_epsilon_shuffled_upper"] == pytest.approx(eps, rel=1e-9)
+    assert config["derived"]["planned_epsilon_shuffled_upper_label"] == summary["epsilon_shuffled_upper_label"]

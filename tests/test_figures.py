@@ -97,6 +97,18 @@ def test_claims_table_lists_paper_claims_and_checks_apart(tmp_path):
     assert "0/2 paper claims hold, 1 contradicted; 1 checks of the toolkit" in gallery
 
 
+def test_gallery_shows_every_image_of_an_entry():
+    """An entry with several PNGs (the audit's lower bounds and both ROC curves) gets a thumbnail for each; a table
+    gets a link."""
+    entries = [
+        {"name": "audit/audit", "figure": "audit", "files": ["a/lower_bounds.png", "a/roc_canary.png"], "claims": []},
+        {"name": "x/table2", "figure": "Table 2", "files": ["x/table2.md", "x/table2.tex"], "claims": []},
+    ]
+    gallery = gallery_markdown(entries)
+    assert '<img src="a/lower_bounds.png"' in gallery and '<img src="a/roc_canary.png"' in gallery
+    assert "audit: roc_canary" in gallery and '<a href="x/table2.md">Table 2 (table)</a>' in gallery
+
+
 @pytest.mark.parametrize(
     "bad, match",
     [

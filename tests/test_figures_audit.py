@@ -186,6 +186,10 @@ def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, caps
     assert report["false_alarms"]["rate_upper_95"] == pytest.approx(1 - 0.05 ** (1 / 16))  # Clopper–Pearson, k = 0
     claims = read_json(out / "validation.manifest.json")["claims"]
     assert [claim["verdict"] for claim in claims] == ["holds"] * 3 and {c["kind"] for c in claims} == {"check"}
+    margin = claims[0]["numbers"]["largest_margin"]["dpsgd-no-noise"]  # how far the best bound clears its claim
+    best = max((row for row in broken if row["pair"] == "dpsgd-no-noise"), key=lambda r: r["lower"] - r["claimed"])
+    assert margin == {"target_epsilon": best["target_epsilon"], "lower_minus_claimed": best["lower"] - best["claimed"]}
+    assert margin["lower_minus_claimed"] > 0 and claims[0]["numbers"]["audits"]["dpsgd-no-noise"] == 2
     table = capsys.readouterr().out
     assert "| dpsgd-no-noise | dpsgd-no-noise | broken | dirac | 1 |" in table
     assert "| dp2-sgd-as-published | dp2-sgd | correct twin | projection-aligned | 4 |" in table

@@ -335,14 +335,17 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
     notes = (
         [] if ledger["dp_claim"] else ["the optimizer makes no DP claim: these are the ε it claims, not a guarantee"]
     )
-    if ledger["sampling"] == "shuffle":
-        from dpaudit.theory import POISSON_ON_SHUFFLED_LABEL, SHUFFLED_UPPER_LABEL, ledger_shuffled_epsilons
+    from dpaudit.theory import POISSON_ON_SHUFFLED_LABEL, SHUFFLED_UPPER_LABEL, epsilon_labels
 
-        result["epsilon_label"] = POISSON_ON_SHUFFLED_LABEL
+    labels = epsilon_labels(dp_claim=bool(ledger["dp_claim"]), sampling=ledger["sampling"])
+    result["epsilon_label"] = labels["epsilon"]
+    if ledger["sampling"] == "shuffle":
+        from dpaudit.theory import ledger_shuffled_epsilons
+
         result["epsilon_shuffled_upper"] = columns["ε (shuffled)"] = ledger_shuffled_epsilons(
             ledger, delta=args.delta, epochs=epochs
         )
-        result["epsilon_shuffled_upper_label"] = SHUFFLED_UPPER_LABEL
+        result["epsilon_shuffled_upper_label"] = labels["shuffled_upper"]
         notes.append(
             f"shuffled batches: the accountants assume Poisson sampling; their ε is a {POISSON_ON_SHUFFLED_LABEL}"
         )

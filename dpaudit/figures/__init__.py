@@ -67,7 +67,7 @@ FIGURE_SPECS: dict[str, FigureSpec] = {
     ),
     # TP-TopK
     "tp_topk/figure1": FigureSpec(tp_topk.figure1, diagnostics=("tp-topk",)),
-    "tp_topk/figure2": FigureSpec(tp_topk.figure2, cross=("tp-topk", "dpsgd-gc")),
+    "tp_topk/figure2": FigureSpec(tp_topk.figure2, cross=("tp-topk", "dpsgd-gc"), whole_run=True),
     "tp_topk/table2": FigureSpec(
         tp_topk.table2, cross=("dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk"), whole_run=True
     ),

@@ -42,6 +42,27 @@ def _plain_log_ticks(ax, values) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+EPSILON_FLOOR = 0.05
+"""Figs 5 and 6a draw ε on a log axis from this floor (nats), so that ε̂ near 1 stays readable beside a theoretical
+ε of 40; a value below it, such as a lower bound of 0 (nothing certified), is drawn on the floor."""
+
+
+def _floored(values) -> np.ndarray:
+    """``values`` with everything below :data:`EPSILON_FLOOR` raised to it (NaN stays NaN: not drawn)."""
+    values = np.asarray(values, dtype=float)
+    return np.where(values < EPSILON_FLOOR, EPSILON_FLOOR, values)
+
+
+def _log_epsilon_axis(ax, label: str) -> None:
+    """A log ε axis from :data:`EPSILON_FLOOR`, plain tick labels, the floor named in its label."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=EPSILON_FLOOR)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.set_ylabel(f"{label}\nlog axis; ≤ {EPSILON_FLOOR:g} (e.g. 0) drawn at {EPSILON_FLOOR:g}", fontsize=8)
+
+
 def _style(name: str) -> dict:
     return series_style(name, METHODS.index(name) if name in METHODS else 0)
 
@@ -224,14 +245,14 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             losses = [P.loss_audit(g) for g in groups.values()]
             ax.plot(
                 np.array(z) * shift,
-                [loss["lower"] for loss in losses],
+                _floored([loss["lower"] for loss in losses]),
                 "v",
                 color=_style(name)["color"],
                 label=f"{name}: {P.LOSS_EPSILON_LABEL} 95 % lower",
             )
             ax.plot(
                 np.array(z) * shift,
-                [loss["point"] for loss in losses],
+                _floored([loss["point"] for loss in losses]),
                 "o",
                 markerfacecolor="none",
                 color=_style(name)["color"],
@@ -242,7 +263,7 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             if any(np.isfinite(w["family"]) for w in whole.values()):
                 ax.plot(
                     np.array(z) * shift,
-                    [w["family"] for w in whole.values()],
+                    _floored([w["family"] for w in whole.values()]),
                     "^",
                     color=_style(name)["color"],
                     markeredgecolor="black",
@@ -250,11 +271,11 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 )
                 whole_run.update({f"{name} z={s:g}": w for s, w in whole.items() if np.isfinite(w["family"])})
         P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])
-        for (dataset, n), (static, dynamic) in PAPER_PRIVACY.items():
+        for index, ((dataset, n), (static, dynamic)) in enumerate(PAPER_PRIVACY.items()):
             marker = "*" if dataset == "SVHN" else "P"
             for value, kind in ((static, "static"), (dynamic, "dynamic")):
                 ax.plot(
-                    [PAPER_Z],
+                    [PAPER_Z * (1.1 + 0.08 * index)],  # beside z = 3's audits, one column per dataset
                     [value],
                     marker,
                     color="0.3" if kind == "static" else "black",
@@ -264,9 +285,8 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 )
         ax.set_xscale("log")
         _plain_log_ticks(ax, list({z for name in DYNAMIC for z in _by_sigma(found, name)}) + [PAPER_Z])
-        ax.set_ylim(bottom=0)  # ε ≥ 0; a lower bound of 0 sits on the axis
         ax.set_xlabel("noise multiplier z (σ_ε)")
-        ax.set_ylabel(f"privacy loss ε (δ = 1e-5, {accountant_name(found)} accountant)")
+        _log_epsilon_axis(ax, f"privacy loss ε (δ = 1e-5, {accountant_name(found)} accountant)")
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
         ax.set_title(title, fontsize=8)
         files = save_figure(fig, Path(out_dir) / "figure5")
@@ -322,23 +342,27 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             by_z = P.group(group, "noise_multiplier")
             eps_by_batch[b] = {z: P.final_epsilon(g) for z, g in by_z.items()}
             colour = plt.get_cmap("tab10")(index)
+            x = np.array(list(by_z)) * (1 + 0.07 * (index - (len(batches) - 1) / 2))  # the batch sizes side by side
             left.plot(  # markers only: a line between z = 1 and z = 8 would stand for ε at z never trained
-                list(by_z), list(eps_by_batch[b].values()), "s", color=colour, label=f"b = {b}: theoretical ε"
+                x, list(eps_by_batch[b].values()), "s", color=colour, label=f"b = {b}: theoretical ε"
             )
-            left.plot(list(by_z), [P.loss_audit(g)["lower"] for g in by_z.values()], "v", color=colour)
+            left.plot(x, _floored([P.loss_audit(g)["lower"] for g in by_z.values()]), "v", color=colour)
             left.plot(
-                list(by_z), [P.loss_audit(g)["point"] for g in by_z.values()], "o", color=colour, markerfacecolor="none"
+                x,
+                _floored([P.loss_audit(g)["point"] for g in by_z.values()]),
+                "o",
+                color=colour,
+                markerfacecolor="none",
             )
-            audited += [(z, P.loss_audit(g)) for z, g in by_z.items()]
+            audited += [(at, P.loss_audit(g)) for at, g in zip(x, by_z.values())]
         left.plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower)")
         left.plot([], [], "ko", markerfacecolor="none", label=f"{P.LOSS_EPSILON_LABEL} (point)")
         P.draw_null(left, [z for z, _ in audited], [loss for _, loss in audited])
         left.set_xlabel("noise multiplier z")
-        left.set_ylabel(f"privacy loss ε (δ = 1e-5, {accountant_name(found)} accountant)")
+        _log_epsilon_axis(left, f"privacy loss ε (δ = 1e-5, {accountant_name(found)} accountant)")
         left.set_xscale("log")
-        _plain_log_ticks(left, [z for z, _ in audited])
-        left.set_ylim(bottom=0)  # a lower bound of 0 (nothing certified) sits on the axis
-        left.legend(fontsize=6, loc="upper right")
+        _plain_log_ticks(left, [z for group in batches.values() for z in P.group(group, "noise_multiplier")])
+        left.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, frameon=False)
         left.set_title("(a) batch size vs privacy loss", fontsize=9)
         rates = list(reduction)
         accuracy = [P.final(g) for g in reduction.values()]

@@ -60,7 +60,16 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
             for target, tpr_value in report["tpr_at_fpr"].items():
                 if not resolved(float(target), n_nonmembers=report["n_nonmembers"]):
                     continue  # no dot where the sample cannot measure that FPR
-                ax.plot([float(target)], [max(float(tpr_value), 1e-12)], marker="o", color=style["color"], markersize=3)
+                ax.plot(  # on top of every curve, edged so that it shows on its own curve's colour
+                    [float(target)],
+                    [max(float(tpr_value), 1e-12)],
+                    marker="o",
+                    color=style["color"],
+                    markersize=6,
+                    markeredgecolor="black",
+                    markeredgewidth=0.8,
+                    zorder=5,
+                )
         ax.plot([smallest, 1], [smallest, 1], color="grey", linestyle=":", linewidth=1, label="chance")
         ax.set_xscale("log")
         ax.set_yscale("log")

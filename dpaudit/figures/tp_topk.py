@@ -89,25 +89,29 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
 def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Fig 2 (data version): composed ε per epoch of TP-TopK (warm-up, then phase 2) and DP-SGD calibrated to
     the same ε, with the loss attack's ε̂ at the last checkpoint."""
-    found = P.summaries(runs)
+    found, twins = P.whole_run_twins(P.summaries(runs))
     groups = P.group(found, "optimizer", "target_epsilon")
+    epsilons = sorted({e for _, e in groups})
     title = f"Fig 2: composed ε of TP-TopK vs DP-SGD at matched ε ({P.describe(found, preset)})"
-    finals, audited = {}, []
+    finals, audited, whole_run = {}, [], False
     with figure_style():
         fig, ax = plt.subplots(figsize=(6.0, 4.0))
-        for index, eps in enumerate(sorted({e for _, e in groups})):
+        for index, eps in enumerate(epsilons):
             colour = plt.get_cmap("tab10")(index)
-            for optimizer, style in (("tp-topk", "-"), ("dpsgd-gc", "--")):
+            for column, (optimizer, style) in enumerate((("dpsgd-gc", "--"), ("tp-topk", "-"))):
                 group = groups.get((optimizer, eps))
                 if not group:
                     continue
                 run = group[0]
                 ax.plot(run["epoch"], run["epsilon"], color=colour, linestyle=style)
                 loss = P.loss_audit(group)
-                offset = 0.015 * run["epoch"][-1]  # the two methods' markers side by side at the last epoch
-                x = run["epoch"][-1] + (offset if optimizer == "tp-topk" else -offset)
+                # after the last epoch, one column per (target ε, method): no two lower bounds of 0 hide each other
+                x = run["epoch"][-1] + 0.012 * run["epoch"][-1] * (2 * index + column - len(epsilons) + 0.5)
                 ax.plot(x, loss["point"], "o" if optimizer == "tp-topk" else "s", color=colour, markerfacecolor="none")
                 ax.plot(x, loss["lower"], "v", color=colour)
+                if twins.get((eps, optimizer)):  # DP-SGD's run in the whole-run ladder at the same ε
+                    ax.plot(x, P.whole_run_audit(twins[(eps, optimizer)])["family"], "^", color=colour, mec="black")
+                    whole_run = True
                 finals[(optimizer, eps)] = run["epsilon"][-1]
                 audited.append((x, loss))
             ax.plot([], [], color=colour, linewidth=4, label=f"target ε = {eps:g}")  # colour: the target ε
@@ -117,11 +121,26 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         ax.plot([], [], "ko", markerfacecolor="none", label=f"TP-TopK: {P.LOSS_EPSILON_LABEL} (point)")
         ax.plot([], [], "ks", markerfacecolor="none", label=f"DP-SGD: {P.LOSS_EPSILON_LABEL} (point)")
         ax.plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower), both methods")
+        if whole_run:
+            ax.plot(
+                [],
+                [],
+                "w^",
+                mec="black",
+                label="DP-SGD: whole-run canaries, 95 % lower (family bound; its run in the ladder)",
+            )
         P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("composed ε (RDP, δ = 1e-5)")
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+        ax.legend(
+            fontsize=6,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            frameon=False,
+            title="markers: the last epoch's, side by side\n(one column per target ε and method)",
+            title_fontsize=6,
+        )
         ax.set_title(title, fontsize=8)
         files = save_figure(fig, Path(out_dir) / "figure2")
     claims = [

@@ -109,6 +109,17 @@ def validation_report(files: list[str | Path], *, pairs: dict[str, str], attack:
                 if r["pair"] == variant and r["role"] == "broken" and r["flagged"]
             ],
             "audits": sum(r["pair"] == variant and r["role"] == "broken" for r in pair_rows),
+            # how far the bound clears the claim at its best ε (< 0: nowhere): a flag resting on one ε by a hair
+            # is a weaker finding than one at every ε
+            "largest_margin": max(
+                (
+                    {"target_epsilon": r["target_epsilon"], "lower_minus_claimed": r["lower"] - r["claimed"]}
+                    for r in pair_rows
+                    if r["pair"] == variant and r["role"] == "broken" and r["claimed"] is not None
+                ),
+                key=lambda margin: margin["lower_minus_claimed"],
+                default=None,
+            ),
         }
         for variant in pairs
     }
@@ -255,6 +266,8 @@ def write_validation(
                 "one claimed ε or more (exact)",
                 kind="check",
                 flagged_at={v: found["flagged_at"] for v, found in report["variants"].items()},
+                audits={v: found["audits"] for v, found in report["variants"].items()},
+                largest_margin={v: found["largest_margin"] for v, found in report["variants"].items()},
                 not_flagged=missed,
             ),
             claim(

@@ -693,6 +693,27 @@ POISSON_ON_SHUFFLED_LABEL = "Poisson-sampling ε, not a guarantee for shuffled b
 """How the Poisson accountants' ε of a shuffled-batch run is named: it may understate the true ε."""
 
 
+def epsilon_labels(*, dp_claim: bool, sampling: str) -> dict[str, str]:
+    """What a run's accounted ε is, as the labels saved beside it.
+
+    Args:
+        dp_claim: whether the run's optimizer makes a DP claim; without one every ε is only what it claims.
+        sampling: the run's batch sampling ("poisson" or "shuffle").
+
+    Returns:
+        ``{"epsilon": ...}`` naming the accountants' ε ("theoretical ε"; the Poisson figure of a shuffled run; or
+        "claimed … (no DP guarantee)"), and for shuffled batches ``"shuffled_upper"`` naming the valid upper bound.
+    """
+    if sampling != "shuffle":
+        return {"epsilon": "theoretical ε" if dp_claim else "claimed ε (no DP guarantee)"}
+    if dp_claim:
+        return {"epsilon": POISSON_ON_SHUFFLED_LABEL, "shuffled_upper": SHUFFLED_UPPER_LABEL}
+    return {
+        "epsilon": f"claimed {POISSON_ON_SHUFFLED_LABEL} (no DP guarantee)",
+        "shuffled_upper": f"claimed {SHUFFLED_UPPER_LABEL} (no DP guarantee)",
+    }
+
+
 def shuffled_upper_epsilon(*, noise_multipliers, epoch_ends: Sequence[int], delta: float) -> float:
     """A valid upper bound on ε at δ for shuffled fixed-size batches, where the Poisson accountants are not.
 
