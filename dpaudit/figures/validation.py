@@ -21,6 +21,12 @@ from dpaudit.figures._paper import claim
 from dpaudit.figures.style import figure_style, save_figure
 from dpaudit.rundir import RunDir
 
+INDEPENDENCE_NOTE = (
+    "which treats the audits as independent, though runs sharing a seed and trial share their sampling, noise "
+    "and canary streams across ε and optimizers"
+)
+"""What the false-alarm rate's Clopper–Pearson bound assumes (privacy review, D6: common random numbers)."""
+
 
 def audit_row(path: str | Path) -> dict[str, Any]:
     """One ``dpaudit audit --run`` result with its run's settings and whether it flags the run.
@@ -241,8 +247,8 @@ def write_validation(
     caption = (
         f"Auditor validation, {attack} attack: flagged = ε̂ lower bound ({100 * report['confidence']:g} %) > "
         f"claimed ε. False alarms on correct optimizers: {alarms['flagged']} of {alarms['audits']} audits "
-        f"(every attack; rate {alarms['rate']:.3f}, {100 * report['confidence']:g} % upper bound {upper:.3f}). "
-        f"{title}"
+        f"(every attack; rate {alarms['rate']:.3f}, {100 * report['confidence']:g} % upper bound {upper:.3f}, "
+        f"{INDEPENDENCE_NOTE}). {title}"
     )
     written += write_table(out / "validation", header, table, caption=caption)
     write_json(out / "validation.json", report)
@@ -283,7 +289,8 @@ def write_validation(
                 "(by construction of the bound)",
                 "holds" if alarms["rate"] <= 1 - report["confidence"] else "contradicted",
                 test=f"observed false-alarm rate over {alarms['audits']} audits against {1 - report['confidence']:.2g} "
-                f"(exact; its Clopper–Pearson {100 * report['confidence']:g} % upper bound is in the numbers)",
+                f"(exact; its Clopper–Pearson {100 * report['confidence']:g} % upper bound is in the numbers, "
+                f"{INDEPENDENCE_NOTE})",
                 kind="check",
                 **{key: value for key, value in alarms.items() if key != "which"},
             ),
