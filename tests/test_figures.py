@@ -184,6 +184,8 @@ def test_theorem_3_3_3_4_are_flagged_one_sided(tmp_path):
     numbers = finding["numbers"]
     assert numbers["paper_per_step_rdp"]["paper experiments"] == pytest.approx(220.0)
     assert numbers["other_direction_exact_rdp"]["paper experiments"] == pytest.approx(5449.343, abs=1e-3)
+    exact_row = next(line for line in (tmp_path / "table1.md").read_text().splitlines() if "Exact accountant" in line)
+    assert "ε₁ = 5449 against A = 220" in exact_row  # the table gives the exact accountant beside the bounds
 
 
 def test_latex_escape_writes_unicode_as_plain_latex():
