@@ -327,7 +327,7 @@ def test_matched_epsilon_table_flags_an_epsilon_hat_above_theory(tmp_path):
     assert claims[-1]["claim"].startswith("No ε̂ lower bound") and claims[-1]["verdict"] == "contradicted"
     assert claims[-1]["kind"] == "check"
     assert (
-        "| 1 | tp-rand | 50.0 | 1.00 | – | 5.00 | 0.50 (null n/a) | 0.50 / 2.00 |"
+        "| 1 | tp-rand | 50.0 | 1.00 | – | – | 5.00 | 0.50 (null n/a) | 0.50 / 2.00 |"
         in (tmp_path / "table2.md").read_text()
     )
 
@@ -342,7 +342,7 @@ def test_tables_give_the_lower_bound_first_and_the_point_only_with_its_null_leve
     ]
     _draw("tp_topk/table2", tmp_path, runs)
     text = (tmp_path / "table2.md").read_text()
-    assert "| 1 | tp-rand | 50.0 | 1.00 | – | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |" in text
+    assert "| 1 | tp-rand | 50.0 | 1.00 | – | – | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |" in text
     header = next(line for line in text.splitlines() if line.startswith("| target ε"))
     assert header.index("family bound") < header.index("95 % lower bound") < header.index("point (null 95 %)")
     assert header.index("point (null 95 %)") < header.index("ε of one step")
@@ -354,14 +354,15 @@ def test_tables_give_the_lower_bound_first_and_the_point_only_with_its_null_leve
     ]
     _draw("adadpigu/table4", tmp_path / "a4", runs)
     assert (
-        "| adadpigu | 2 | 50.0 | 2.00 | – | 0.00 | 0.50 (null 95 %: 1.50) | 0.50 / 2.00 |"
+        "| adadpigu | 2 | 50.0 | 2.00 | – | – | 0.00 | 0.50 (null 95 %: 1.50) | 0.50 / 2.00 |"
         in (tmp_path / "a4" / "table4.md").read_text()
     )
 
 
 def test_matched_epsilon_tables_give_each_methods_whole_run_twin_first(tmp_path):
     """A table's whole-run twins (the audit ladder's runs with whole-run canaries) are no rows of their own: each
-    fills its method's whole-run column (family bound / PLD ε) at its target ε, "–" where a method has none."""
+    fills its method's whole-run columns (family bound / PLD ε, and its own accuracy) at its target ε, "–" where a
+    method has none."""
     runs = [
         _summary(tmp_path / f"{name}{eps}", name, accuracy=0.5, epsilon=(eps / 2, eps), target=eps, null=1.95)
         for name in ("dpsgd-gc", "auto-s", "dp-psac")
@@ -374,11 +375,11 @@ def test_matched_epsilon_tables_give_each_methods_whole_run_twin_first(tmp_path)
     text = (tmp_path / "t" / "table2.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| 8 |")]
     assert rows == [
-        "| 8 | auto-s | 50.0 | 8.00 | – | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |",
-        "| 8 | dp-psac | 50.0 | 8.00 | 2.50 / 3.00 | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |",
-        "| 8 | dpsgd-gc | 50.0 | 8.00 | 2.50 / 3.00 | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |",
-    ]  # the twin's 10 % accuracy is not the row's: another run
-    assert "| 1 | dp-psac | 50.0 | 1.00 | – |" in text and "twin run" in text.splitlines()[0]
+        "| 8 | auto-s | 50.0 | 8.00 | – | – | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |",
+        "| 8 | dp-psac | 50.0 | 8.00 | 2.50 / 3.00 | 10.0 | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |",
+        "| 8 | dpsgd-gc | 50.0 | 8.00 | 2.50 / 3.00 | 50.0 | 0.00 | 0.50 (null 95 %: 1.95) | 0.50 / 2.00 |",
+    ]  # the twin's 10 % accuracy is its own column, not the row's: another noise draw
+    assert "| 1 | dp-psac | 50.0 | 1.00 | – | – |" in text and "another noise draw" in text.splitlines()[0]
 
 
 def test_figures_draw_the_null_level_beside_every_point_estimate(tmp_path, monkeypatch):

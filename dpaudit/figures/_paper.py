@@ -387,11 +387,11 @@ TABLE_NOTE = (
 
 
 def audit_cells(runs: list[dict[str, Any]], *, twins: list[dict[str, Any]] | None = None) -> list[str]:
-    """Table cells: theoretical ε, (with ``twins``, a list: the whole-run twins' :func:`whole_run_cell`, "–" when
+    """Table cells: theoretical ε, (with ``twins``, a list: the whole-run twins' :func:`whole_run_cells`, "–" when
     empty), loss ε̂ 95 % lower bound, loss ε̂ point with its null level, canary ε̂ lower bound / the ε of one step it
     is compared with."""
     loss, canary = loss_audit(runs), canary_audit(runs)
-    whole = [] if twins is None else [whole_run_cell(twins)]
+    whole = [] if twins is None else whole_run_cells(twins)
     return [
         f"{final_epsilon(runs):.2f}",
         *whole,
@@ -409,15 +409,17 @@ AUDIT_HEADER = [
 ]
 
 
-#: Table column and caption text: the whole-run canary audit of each row's twin in the audit ladder.
-WHOLE_RUN_COLUMN = "ε̂ whole run, 95 % family bound / ε (PLD)"
+#: Table columns and caption text: the whole-run canary audit of each row's twin in the audit ladder, and that
+#: run's accuracy.
+WHOLE_RUN_COLUMNS = ["ε̂ whole run, 95 % family bound / ε (PLD)", "its run's test accuracy (%)"]
 WHOLE_RUN_NOTE = (
     "Whole run, the strongest audit that fits the optimizer: the all-iterates family bound (95 %) from the whole-run "
     "canaries of the audit ladder's run of the same optimizer at the same target ε, against the ε (PLD) of that "
     "run's ledger (checked in the ladder, metrics/audit_ladder.md); – where whole-run canaries do not fit the "
-    "optimizer (the ladder says why). That twin run is another noise draw than the row's: its canaries draw noise "
-    "from a stream of their own, so its model trains as without canaries, while the row's per-step canaries share "
-    "the model's stream"
+    "optimizer (the ladder says why). That run is another noise draw than the row's (its canaries draw noise from "
+    "a stream of their own, so its model trains as without canaries, while the row's per-step canaries share the "
+    "model's stream; initialisation and batches are the same): its test accuracy beside the row's shows how far one "
+    "noise draw moves accuracy, which the accuracy verdicts, on the row's run alone, leave out"
 )
 
 
@@ -428,12 +430,13 @@ def whole_run_twins(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     return [run for run in found if not run.get("canary-run")], group(twins, "target_epsilon", "optimizer")
 
 
-def whole_run_cell(twins: list[dict[str, Any]]) -> str:
-    """Table cell of :data:`WHOLE_RUN_COLUMN`: "family bound / ε (PLD)", or "–" without a twin."""
+def whole_run_cells(twins: list[dict[str, Any]]) -> list[str]:
+    """Table cells of :data:`WHOLE_RUN_COLUMNS`: "family bound / ε (PLD)" and the twins' test accuracy (%), or
+    "–" without a twin."""
     if not twins:
-        return "–"
+        return ["–", "–"]
     audit = whole_run_audit(twins)
-    return f"{audit['family']:.2f} / {audit['pld']:.2f}"
+    return [f"{audit['family']:.2f} / {audit['pld']:.2f}", percent(final(twins))]
 
 
 @dataclass(frozen=True)
@@ -477,8 +480,8 @@ def matched_epsilon_table(
     return MatchedTable(found, groups, accuracy, epsilons, files)
 
 
-#: :data:`AUDIT_HEADER` with the whole-run column second, for :func:`audit_cells` with ``twins``.
-AUDIT_HEADER_WHOLE_RUN = [AUDIT_HEADER[0], WHOLE_RUN_COLUMN, *AUDIT_HEADER[1:]]
+#: :data:`AUDIT_HEADER` with the whole-run columns second, for :func:`audit_cells` with ``twins``.
+AUDIT_HEADER_WHOLE_RUN = [AUDIT_HEADER[0], *WHOLE_RUN_COLUMNS, *AUDIT_HEADER[1:]]
 
 
 def write_table(stem: str | Path, header: list[str], rows: list[list[str]], *, caption: str) -> list[Path]:
