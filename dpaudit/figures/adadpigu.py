@@ -479,7 +479,9 @@ def table4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defaul
         for (optimizer, eps), group in private.items()
     ]
     if nonprivate:
-        rows.append(["sgd (non-private)", "∞", P.percent(P.final(nonprivate)), "∞", "–", "–", "–", "–", "–"])
+        rows.append(
+            ["sgd (non-private)", "∞", P.percent(P.final(nonprivate)), "∞", *["–"] * len(P.AUDIT_HEADER_WHOLE_RUN[1:])]
+        )
     header = ["method", "target ε", "test accuracy (%)", *P.AUDIT_HEADER_WHOLE_RUN]
     files = P.write_table(
         Path(out_dir) / "table4",

@@ -17,8 +17,9 @@ for _name, _ids in PAPER_EXPERIMENTS.items():
 CROSS_EPSILONS = AUD["target_epsilons"]
 
 # figure → what it draws (declared once, in dpaudit.figures.FIGURE_SPECS): paper experiments, cross-audit runs
-# (every ε) and their whole-run twins (results/audit_run), optimizers runs with diagnostics. A preset lacking an experiment or an optimizer (optimizers.runs) a
-# figure needs draws the other figures only; the DPSGD-GC/DC figures have rules of their own (dpsgd_dc.smk).
+# (every ε) and their whole-run twins (results/audit_run), optimizers runs with diagnostics. A preset lacking an
+# experiment or an optimizer (optimizers.runs) a figure needs draws the other figures only; the DPSGD-GC/DC figures
+# have rules of their own (dpsgd_dc.smk).
 PAPER_FIGURES = {name: figure for name, figure in FIGURE_SPECS.items()
                  if not name.startswith("dpsgd_dc/")
                  and set(figure.cross + figure.diagnostics) <= set(OPT_SETTINGS)
@@ -35,7 +36,8 @@ def paper_figure_inputs(name):
     files += [f"results/optimizers/{optimizer}_eps{OPT['target_epsilons'][0]:g}/trial_0/config.json"
               for optimizer in figure.diagnostics]
     files += [f"{trial_folder('audit_run', f'{optimizer}_eps{eps:g}', 0)}/summary.json"  # whole-run twins
-              for optimizer in figure.cross if figure.whole_run and optimizer in WHOLE_SETTINGS for eps in CROSS_EPSILONS]
+              for optimizer in figure.cross if figure.whole_run and optimizer in WHOLE_SETTINGS
+              for eps in CROSS_EPSILONS]
     return list(dict.fromkeys(files))
 
 
