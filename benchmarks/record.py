@@ -61,9 +61,8 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the benchmark's command after --")
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # its progress lines go to stderr as they come
     if done.returncode:
-        sys.stderr.write(done.stderr[-4000:])
         raise SystemExit(f"record.py: {' '.join(command)} exited with {done.returncode}")
     record = {
         "name": args.name,

@@ -298,19 +298,19 @@ def test_epsilon_of_a_run_without_a_dp_claim_is_labelled_claimed(tmp_path, capsy
             False,
             "shuffle",
             [
-                "claimed Poisson-sampling ε (no DP guarantee) = 2 at δ = 1e-05 (rdp accountant; not a guarantee for "
-                "shuffled batches)",
-                "claimed ε (no DP guarantee) = 30 at δ = 1e-05 (upper bound for shuffled batches: each epoch one "
-                "unsubsampled Gaussian step per record)",
+                "claimed Poisson-sampling ε, not a guarantee for shuffled batches (no DP guarantee) = 2 at δ = 1e-05 "
+                "(rdp accountant)",
+                "claimed upper bound for shuffled batches: each epoch one unsubsampled Gaussian step per record (no DP "
+                "guarantee): ε = 30 at δ = 1e-05",
             ],
         ),
         (
             True,
             "shuffle",
             [
-                "Poisson-sampling ε = 2 at δ = 1e-05 (rdp accountant; not a guarantee for shuffled batches)",
-                "theoretical ε = 30 at δ = 1e-05 (upper bound for shuffled batches: each epoch one unsubsampled "
-                "Gaussian step per record)",
+                "Poisson-sampling ε, not a guarantee for shuffled batches = 2 at δ = 1e-05 (rdp accountant)",
+                "upper bound for shuffled batches: each epoch one unsubsampled Gaussian step per record: ε = 30 at "
+                "δ = 1e-05",
             ],
         ),
     ],

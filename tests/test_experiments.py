@@ -609,7 +609,8 @@ def test_summary_of_a_shuffled_run_gives_a_valid_upper_bound_beside_the_poisson_
     argv += ["--target-size", "60", "--num-shadows", "0", "--sampling", "shuffle", "--no-diagnostics", "--quiet"]
     assert main(argv + ["--out", str(out), "--summarize"]) == 0
     printed = capsys.readouterr().out
-    assert "Poisson-sampling ε =" in printed and "upper bound for shuffled batches" in printed
+    assert "Poisson-sampling ε, not a guarantee for shuffled batches =" in printed
+    assert "upper bound for shuffled batches: each epoch one unsubsampled Gaussian step per record: ε =" in printed
     summary = json.loads((out / SUMMARY_FILE).read_text())
     assert summary["sampling"] == "shuffle" and "not a guarantee" in summary["epsilon_label"]
     # z = σ_DP·b/C = 1: two epochs are two Gaussian steps of sensitivity 1, μ = √2 (Balle & Wang 2018)

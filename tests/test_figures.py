@@ -173,6 +173,48 @@ def test_accuracy_verdict_adds_the_test_sets_binomial_error():
     assert P.lower_bound_verdict([1.5, 0.0], [1.0, 2.0]) == "contradicted"
 
 
+def test_single_run_verdicts_say_how_much_training_spread_they_survive():
+    """Two single runs, 0.85 against 0.80 on 3600 test records: SE² = v = 0.85·0.15/3600 + 0.8·0.2/3600. A seed-to-
+    seed SD s per run adds 2s², so the interval touches 0 where 0.05 = 1.96·√(v + 2s²): s = √(((0.05/1.96)² − v)/2)."""
+
+    def runs(*accuracies, n=3600):
+        return [{"config": {"target_size": n}, "test_accuracy": [a]} for a in accuracies]
+
+    verdict, numbers = P.accuracy_verdict(runs(0.85), runs(0.80))
+    v = 0.85 * 0.15 / 3600 + 0.8 * 0.2 / 3600
+    q = 1.959963984540054
+    s = ((0.05 / q) ** 2 - v) ** 0.5 / 2**0.5  # 0.0107
+    assert verdict == numbers["verdict"] == "holds"
+    assert numbers["stands_up_to_training_sd"] == pytest.approx(s)
+    for scale, expected in ((0.99, "holds"), (1.01, "inconclusive")):  # just below and above s
+        se = (v + 2 * (scale * s) ** 2) ** 0.5
+        assert P.decide(difference=0.05, standard_error=se) == expected
+    contradicted = P.accuracy_verdict(runs(0.80), runs(0.85), margin=0.0)[1]
+    assert contradicted["stands_up_to_training_sd"] == pytest.approx(s)  # symmetric about the margin
+    assert "stands_up_to_training_sd" not in P.accuracy_verdict(runs(0.84, 0.86), runs(0.80, 0.80))[1]  # modelled
+    assert "stands_up_to_training_sd" not in P.accuracy_verdict(runs(0.85, n=360), runs(0.80, n=360))[1]  # undecided
+
+    def comparison(verdict, tolerated=None):
+        return {"verdict": verdict, **({"stands_up_to_training_sd": tolerated} if tolerated is not None else {})}
+
+    holds = P.claim("A beats B, C", "holds", test="t", b=comparison("holds", 0.03), c=comparison("holds", 0.01))
+    assert P.claim_training_sd_tolerated(holds) == 0.01  # the least robust comparison
+    against = P.claim(
+        "A beats B, C", "contradicted", test="t", b=comparison("contradicted", 0.02), c=comparison("holds", 0.05)
+    )
+    assert P.claim_training_sd_tolerated(against) == 0.02  # only the contradicting comparisons count
+    assert P.claim_training_sd_tolerated(P.claim("x", "holds", test="t", b=comparison("holds"))) is None
+    assert P.claim_training_sd_tolerated(P.claim("x", "inconclusive", test="t", b=comparison("inconclusive"))) is None
+    text = claims_markdown([_claim_entry("x/figure9", holds)], skipped=[])
+    assert "stands while one run's seed-to-seed SD is below 1.0 points" in text and "For scale" not in text
+    # trials 0.84, 0.86 (s = 0.01414) and 0.79, 0.81, 0.80 (s = 0.01): their SDs, for scale
+    numbers = P.accuracy_verdict(runs(0.84, 0.86), runs(0.79, 0.81, 0.80))[1]
+    assert numbers["trial_sd"] == pytest.approx([0.02**0.5 / 10, 0.01])
+    modelled = P.claim("A beats B", numbers["verdict"], test="t", b=numbers)
+    text = claims_markdown([_claim_entry("x/figure9", holds, modelled)], skipped=[])
+    assert "that standard deviation is 1.2 points (median of 2 settings, 1.0–1.4)" in text
+
+
 def test_theorem_3_3_3_4_are_flagged_one_sided(tmp_path):
     for name in ("dpsgd_dc/figure1", "dpsgd_dc/figure5", "dpsgd_dc/table1"):
         assert "one direction of add/remove adjacency only" in FIGURES[name](out_dir=tmp_path)["caveat"]

@@ -128,26 +128,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _planned_epsilon_lines(derived: dict, config: TrainConfig) -> list[str]:
-    """The planned ε of ``dpaudit train``, each labelled for what it is: a guarantee ("theoretical ε"), what an
-    optimizer with no DP claim claims, and for shuffled batches the Poisson figure (not a guarantee there) beside a
-    valid upper bound."""
-    from dpaudit.theory import SHUFFLED_UPPER_LABEL
+    """The planned ε of ``dpaudit train``, each under the label saved with the run (``theory.epsilon_labels``): a
+    guarantee ("theoretical ε"), what an optimizer with no DP claim claims, and for shuffled batches the Poisson
+    figure (not a guarantee there) beside a valid upper bound."""
+    from dpaudit.theory import epsilon_labels
 
     if derived["planned_epsilon"] is None:
         return []
-    claimed = not derived.get("dp_claim", True)
-    name = "claimed ε (no DP guarantee)" if claimed else "theoretical ε"
+    labels = epsilon_labels(dp_claim=derived.get("dp_claim", True), sampling=config.sampling)
     at = f"at δ = {config.delta:g}"
-    if config.sampling != "shuffle":
-        return [f"{name} = {derived['planned_epsilon']:.4g} {at} ({config.accountant} accountant)"]
-    poisson = "claimed Poisson-sampling ε (no DP guarantee)" if claimed else "Poisson-sampling ε"
-    lines = [
-        f"{poisson} = {derived['planned_epsilon']:.4g} {at} ({config.accountant} accountant; not a guarantee for "
-        "shuffled batches)"
-    ]
+    lines = [f"{labels['epsilon']} = {derived['planned_epsilon']:.4g} {at} ({config.accountant} accountant)"]
     upper = derived.get("planned_epsilon_shuffled_upper")
-    if upper is not None:
-        lines.append(f"{name} = {upper:.4g} {at} ({SHUFFLED_UPPER_LABEL})")
+    if "shuffled_upper" in labels and upper is not None:
+        lines.append(f"{labels['shuffled_upper']}: ε = {upper:.4g} {at}")
     return lines
 
 

@@ -80,6 +80,9 @@ def _counts_text(counts: dict[str, int]) -> str:
 def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
     """``figures/claims.md``: the paper's claims (figure | claim | verdict | test), counted per verdict, then the
     checks of the toolkit listed and counted apart, then the items not regenerated."""
+    import numpy as np
+
+    from dpaudit.figures._paper import claim_training_sd_tolerated, measured_training_sds
 
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -91,8 +94,17 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
         "trials and seeds the pipeline ran; its numbers are in the figure's `*.manifest.json`. An empirical claim "
         "holds when the confidence interval of the claimed difference lies entirely on the claimed side, is "
         "contradicted when it lies entirely on the other side, and is inconclusive otherwise; a claim over several "
-        "settings holds when every comparison holds and is contradicted when one is.",
+        "settings holds when every comparison holds and is contradicted when one is. A single run's accuracy "
+        "models no training spread (one seed); where such a verdict is decided, its test says how large one run's "
+        "seed-to-seed standard deviation may be before the verdict changes.",
     ]
+    measured = measured_training_sds(entries)
+    if measured:
+        lines[-1] += (
+            f" For scale: where this run has two trials or more of a setting, that standard deviation is "
+            f"{100 * float(np.median(measured)):.1f} points (median of {len(measured)} settings, "
+            f"{100 * measured[0]:.1f}–{100 * measured[-1]:.1f})."
+        )
     for kind, heading in (("paper", "Claims of the papers"), ("check", "Checks of the toolkit")):
         counts = verdict_counts(entries, kind=kind)
         lines += ["", f"## {heading}", "", f"{_counts_text(counts)}.", ""]
@@ -103,9 +115,12 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
             for claim in (c for c in entry["claims"] if c["kind"] == kind):
                 verdict = claim["verdict"] if claim["verdict"] == "holds" else f"**{claim['verdict']}**"
                 text = claim["claim"] + (f" — finding: {claim['finding']}" if claim.get("finding") else "")
+                test = claim["test"]
+                tolerated = claim_training_sd_tolerated(claim)
+                if tolerated is not None:
+                    test += f"; stands while one run's seed-to-seed SD is below {100 * tolerated:.1f} points"
                 lines.append(
-                    f"| {cell(entry['name'])} ({cell(entry['figure'])}) | {cell(text)} | {verdict} | "
-                    f"{cell(claim['test'])} |"
+                    f"| {cell(entry['name'])} ({cell(entry['figure'])}) | {cell(text)} | {verdict} | {cell(test)} |"
                 )
     lines += ["", "Not regenerated:", ""] + [
         f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in skipped

@@ -65,9 +65,10 @@ VERDICTS = ("holds", "contradicted", "inconclusive")
 KINDS = ("paper", "check")
 
 
-def claim(text: str, verdict: str, *, test: str, kind: str = "paper", **numbers: Any) -> dict[str, Any]:
+def claim(text: str, verdict: str, /, *, test: str, kind: str = "paper", **numbers: Any) -> dict[str, Any]:
     """A manifest claim: its text, verdict (one of :data:`VERDICTS`), the test that decided it (one line:
-    statistic, interval or tolerance, level, trials/records), its kind (:data:`KINDS`) and its numbers.
+    statistic, interval or tolerance, level, trials/records), its kind (:data:`KINDS`) and its numbers (which may
+    hold a comparison's own ``verdict``, as :func:`accuracy_verdict` gives it).
 
     Raises:
         DPAuditError: On an unknown verdict or kind, an empty test, or no numbers.
@@ -155,12 +156,17 @@ def test_records(run: dict[str, Any]) -> int:
     return min(int(config["target_size"]), dataset_info(config["dataset"]).test_size)
 
 
+def run_accuracies(runs: list[dict[str, Any]], *, last: int = 1, at: int | None = None) -> np.ndarray:
+    """Each run's test accuracy (fraction): the mean of its ``last`` epochs, or its epoch index ``at``."""
+    table = series(runs, "test_accuracy")
+    return np.nanmean(table[:, -last:] if at is None else table[:, at : at + 1], axis=1)
+
+
 def accuracy_estimate(runs: list[dict[str, Any]], *, last: int = 1, at: int | None = None) -> tuple[float, float]:
     """Mean test accuracy of a group of runs (trials/seeds; per run: mean of its ``last`` epochs, or its
     epoch index ``at``) and its variance: the test set's binomial p(1 − p)/n_test plus, with ≥ 2 runs, the
     trial-to-trial s²/m (the trials share one test set, so its binomial error does not average out)."""
-    table = series(runs, "test_accuracy")
-    values = np.nanmean(table[:, -last:] if at is None else table[:, at : at + 1], axis=1)
+    values = run_accuracies(runs, last=last, at=at)
     p = float(np.mean(values))
     n_test = min(test_records(run) for run in runs)
     variance = p * (1 - p) / n_test + (float(np.var(values, ddof=1)) / len(values) if len(values) > 1 else 0.0)
@@ -222,7 +228,9 @@ def accuracy_verdict(
         level: confidence level.
 
     Returns:
-        (verdict, numbers: difference, its standard error and the CI's ends).
+        (verdict, numbers: the verdict, difference, its standard error and the CI's ends; ``trial_sd``, the
+        seed-to-seed SD of one run's accuracy of each side with two runs or more; when each side is one run and
+        the verdict is decided, ``stands_up_to_training_sd``, see :func:`training_sd_tolerated`).
     """
     (pa, va), (pb, vb) = (x if isinstance(x, tuple) else accuracy_estimate(x, last=last) for x in (better, worse))
     difference, se = pa - pb, float(np.sqrt(va + vb))
@@ -230,7 +238,68 @@ def accuracy_verdict(
 
     q = float(stats.norm.ppf((1 + level) / 2))
     verdict = decide(difference=difference, standard_error=se, level=level, margin=margin)
-    return verdict, {"difference": difference, "standard_error": se, "ci": [difference - q * se, difference + q * se]}
+    numbers = {"verdict": verdict, "difference": difference, "standard_error": se}
+    numbers["ci"] = [difference - q * se, difference + q * se]
+    groups = [x for x in (better, worse) if isinstance(x, list) and len(x) > 1]
+    if groups:  # each side's seed-to-seed SD of one run's accuracy, where it has two runs or more
+        numbers["trial_sd"] = [float(np.std(run_accuracies(x, last=last), ddof=1)) for x in groups]
+    single_runs = all(isinstance(x, list) and len(x) == 1 for x in (better, worse))
+    if single_runs and verdict != "inconclusive":
+        numbers["stands_up_to_training_sd"] = training_sd_tolerated(
+            gap=difference - margin, variance=se**2, quantile=q, runs=(1, 1)
+        )
+    return verdict, numbers
+
+
+def training_sd_tolerated(*, gap: float, variance: float, quantile: float, runs: tuple[int, int]) -> float:
+    """The seed-to-seed standard deviation s of one run's test accuracy (fraction) up to which a decided
+    comparison keeps its verdict: adding s²/m per side to its variance leaves its interval on the same side of the
+    margin, i.e. |gap| = quantile·√(variance + s²·Σ 1/m). A single run's accuracy comparison models no training
+    spread (one seed), so this says how large that spread may be before the verdict changes.
+
+    Args:
+        gap: the difference minus the claim's margin (fraction).
+        variance: the variance the verdict was decided with (fraction²).
+        quantile: the interval's normal quantile (1.96 at 95 %).
+        runs: runs (trials/seeds) on each side.
+    """
+    excess = (abs(gap) / quantile) ** 2 - variance
+    return float(np.sqrt(max(excess, 0.0) / sum(1 / m for m in runs)))
+
+
+def measured_training_sds(entries: Iterable[dict[str, Any]]) -> list[float]:
+    """The distinct seed-to-seed SDs of one run's test accuracy (``trial_sd`` of :func:`accuracy_verdict`) over
+    the claims of manifest ``entries``: what the pipeline measured where a setting has two runs or more."""
+
+    def walk(value: Any) -> Iterable[float]:
+        if isinstance(value, dict):
+            yield from value.get("trial_sd", [])
+            for item in value.values():
+                yield from walk(item)
+
+    return sorted({sd for entry in entries for claim in entry["claims"] for sd in walk(claim["numbers"])})
+
+
+def claim_training_sd_tolerated(claim: dict[str, Any]) -> float | None:
+    """The training spread up to which a decided claim keeps its verdict, from its comparisons'
+    ``stands_up_to_training_sd`` (:func:`accuracy_verdict`): a claim that holds because every comparison holds
+    stands while the least robust one does; a contradicted claim stands while its most robust contradicting
+    comparison does. None when no comparison of the claim carries the number (inconclusive, or trials modelled)."""
+
+    def comparisons(value: Any) -> Iterable[dict[str, Any]]:
+        if isinstance(value, dict):
+            if value.get("verdict") in VERDICTS:
+                yield value
+            for item in value.values():
+                yield from comparisons(item)
+
+    deciding = [c for c in comparisons(claim["numbers"]) if c["verdict"] == claim["verdict"]]
+    if not deciding or claim["verdict"] == "inconclusive":
+        return None
+    if any("stands_up_to_training_sd" not in c for c in deciding):
+        return None  # some deciding comparison models its trials' spread or is not a run-to-run comparison
+    tolerated = [c["stands_up_to_training_sd"] for c in deciding]
+    return min(tolerated) if claim["verdict"] == "holds" else max(tolerated)
 
 
 def entry(

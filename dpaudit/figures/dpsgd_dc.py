@@ -188,7 +188,7 @@ def _draw_exact_accountant(ax, runs: dict[Any, RunRecord], *, alpha: float, peak
         curve = _exact_accountant_curve(
             np.concatenate([[0], run.steps_at_epoch]), _run_theory_parameters(run, alpha=alpha)
         )
-        label = "exact accountant, both directions (dotted)" if index == 0 else None
+        label = "exact accountant, both directions" if index == 0 else None
         ax.plot(
             np.arange(len(curve)),
             curve / peak,
@@ -864,6 +864,7 @@ def figure3(
             for other in faithful
             if key[0] == other[0]
         )
+        ax_f.set_ylim(top=1.3 * ax_f.get_ylim()[1])  # room for the legend above the steepest (exact) curve
         ax_f.legend(
             fontsize=6, title="the radii of one b coincide" if coincide else None, title_fontsize=6, loc="upper left"
         )
