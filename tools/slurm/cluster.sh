@@ -191,7 +191,8 @@ start() {
     die "another slurmctld runs on this machine (not started by this script): stop it first"
   fi
   local before
-  before=$(cat "$CONF" "$ETC/gres.conf" "$ETC/slurmdbd.conf" 2>/dev/null | md5sum)
+  # on a fresh machine the files do not exist yet: `|| true`, or pipefail and set -e end the script right here
+  before=$({ cat "$CONF" "$ETC/gres.conf" "$ETC/slurmdbd.conf" 2>/dev/null || true; } | md5sum)
   write_config
   if [ "$before" != "$(cat "$CONF" "$ETC/gres.conf" "$ETC/slurmdbd.conf" | md5sum)" ]; then
     # a changed configuration (another machine size, a new version of this script): restart what reads it
