@@ -1,5 +1,6 @@
 """DPSGD-GC/DC (Liang et al.) theory figures and Table 1: files, evaluated claims, determinism."""
 
+import functools
 import inspect
 import json
 
@@ -153,20 +154,22 @@ def test_decide_known_answers():
     assert P.combine([]) == "inconclusive"
 
 
+def _runs(*accuracies, n=360):
+    """Summarised single-epoch runs at the given test accuracies, each on n test records."""
+    return [{"config": {"target_size": n}, "test_accuracy": [a]} for a in accuracies]
+
+
 def test_accuracy_verdict_adds_the_test_sets_binomial_error():
     """Two single runs at 80 % and 85 % on n_test records: SE of the difference = √(0.8·0.2/n + 0.85·0.15/n); with
     two trials each, the trials' variance s²/m is added."""
 
-    def runs(*accuracies, n=360):
-        return [{"config": {"target_size": n}, "test_accuracy": [a]} for a in accuracies]
-
-    verdict, numbers = P.accuracy_verdict(runs(0.85), runs(0.80))
+    verdict, numbers = P.accuracy_verdict(_runs(0.85), _runs(0.80))
     se = (0.8 * 0.2 / 360 + 0.85 * 0.15 / 360) ** 0.5  # 0.02824
     assert numbers["standard_error"] == pytest.approx(se) and verdict == "inconclusive"  # 0.05 − 1.96·0.0282 < 0
-    assert P.accuracy_verdict(runs(0.85, n=3600), runs(0.80, n=3600))[0] == "holds"  # SE 0.00893
-    assert P.accuracy_verdict(runs(0.80, n=3600), runs(0.85, n=3600))[0] == "contradicted"
+    assert P.accuracy_verdict(_runs(0.85, n=3600), _runs(0.80, n=3600))[0] == "holds"  # SE 0.00893
+    assert P.accuracy_verdict(_runs(0.80, n=3600), _runs(0.85, n=3600))[0] == "contradicted"
     # trials 0.84 and 0.86 (mean 0.85, s² = 0.0002, s²/m = 0.0001) against 0.80 and 0.80 (s² = 0)
-    _, numbers = P.accuracy_verdict(runs(0.84, 0.86, n=3600), runs(0.80, 0.80, n=3600))
+    _, numbers = P.accuracy_verdict(_runs(0.84, 0.86, n=3600), _runs(0.80, 0.80, n=3600))
     assert numbers["standard_error"] ** 2 == pytest.approx(0.85 * 0.15 / 3600 + 0.0001 + 0.8 * 0.2 / 3600)
     assert P.lower_bound_verdict([0.0, 0.0], [1.0, 2.0]) == "inconclusive"  # no power: vacuous
     assert P.lower_bound_verdict([0.3, 0.0], [1.0, 2.0]) == "holds"
@@ -177,8 +180,7 @@ def test_single_run_verdicts_say_how_much_training_spread_they_survive():
     """Two single runs, 0.85 against 0.80 on 3600 test records: SE² = v = 0.85·0.15/3600 + 0.8·0.2/3600. A seed-to-
     seed SD s per run adds 2s², so the interval touches 0 where 0.05 = 1.96·√(v + 2s²): s = √(((0.05/1.96)² − v)/2)."""
 
-    def runs(*accuracies, n=3600):
-        return [{"config": {"target_size": n}, "test_accuracy": [a]} for a in accuracies]
+    runs = functools.partial(_runs, n=3600)
 
     verdict, numbers = P.accuracy_verdict(runs(0.85), runs(0.80))
     v = 0.85 * 0.15 / 3600 + 0.8 * 0.2 / 3600

@@ -267,17 +267,19 @@ def training_sd_tolerated(*, gap: float, variance: float, quantile: float, runs:
     return float(np.sqrt(max(excess, 0.0) / sum(1 / m for m in runs)))
 
 
+def _nested_dicts(value: Any) -> Iterable[dict[str, Any]]:
+    """``value`` and every dict nested in it (through dict values), depth first: a claim's comparisons."""
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _nested_dicts(item)
+
+
 def measured_training_sds(entries: Iterable[dict[str, Any]]) -> list[float]:
     """The distinct seed-to-seed SDs of one run's test accuracy (``trial_sd`` of :func:`accuracy_verdict`) over
     the claims of manifest ``entries``: what the pipeline measured where a setting has two runs or more."""
-
-    def walk(value: Any) -> Iterable[float]:
-        if isinstance(value, dict):
-            yield from value.get("trial_sd", [])
-            for item in value.values():
-                yield from walk(item)
-
-    return sorted({sd for entry in entries for claim in entry["claims"] for sd in walk(claim["numbers"])})
+    found = (d.get("trial_sd", []) for entry in entries for c in entry["claims"] for d in _nested_dicts(c["numbers"]))
+    return sorted({sd for sds in found for sd in sds})
 
 
 def claim_training_sd_tolerated(claim: dict[str, Any]) -> float | None:
@@ -285,15 +287,7 @@ def claim_training_sd_tolerated(claim: dict[str, Any]) -> float | None:
     ``stands_up_to_training_sd`` (:func:`accuracy_verdict`): a claim that holds because every comparison holds
     stands while the least robust one does; a contradicted claim stands while its most robust contradicting
     comparison does. None when no comparison of the claim carries the number (inconclusive, or trials modelled)."""
-
-    def comparisons(value: Any) -> Iterable[dict[str, Any]]:
-        if isinstance(value, dict):
-            if value.get("verdict") in VERDICTS:
-                yield value
-            for item in value.values():
-                yield from comparisons(item)
-
-    deciding = [c for c in comparisons(claim["numbers"]) if c["verdict"] == claim["verdict"]]
+    deciding = [c for c in _nested_dicts(claim["numbers"]) if c.get("verdict") == claim["verdict"]]
     if not deciding or claim["verdict"] == "inconclusive":
         return None
     if any("stands_up_to_training_sd" not in c for c in deciding):
