@@ -217,6 +217,21 @@ def test_single_run_verdicts_say_how_much_training_spread_they_survive():
     assert "that standard deviation is 1.2 points (median of 2 settings, 1.0–1.4)" in text
 
 
+def test_an_inconclusive_claim_over_several_comparisons_counts_them():
+    """ "every pair must hold": two pairs hold and one is undecided, so the claim is inconclusive and the table says
+    how close it came; a decided claim, or one with a single comparison, gets no count."""
+    pairs = {"a vs b": {"verdict": "holds"}, "b vs c": {"verdict": "inconclusive"}, "c vs d": {"verdict": "holds"}}
+    near = P.claim("a > b > c > d", "inconclusive", test="t", comparisons=pairs)
+    assert P.comparison_verdicts(near) == {"holds": 2, "contradicted": 0, "inconclusive": 1}
+    single = P.claim("a > b", "inconclusive", test="u", comparisons={"a vs b": {"verdict": "inconclusive"}})
+    decided = P.claim(
+        "a > c", "holds", test="w", comparisons={"a vs c": {"verdict": "holds"}, "x": {"verdict": "holds"}}
+    )
+    text = claims_markdown([_claim_entry("x/figure9", near, single, decided)], skipped=[])
+    assert "| t; of its 3 comparisons: 2 hold, 0 contradicted, 1 inconclusive |" in text
+    assert "| u |" in text and "| w |" in text
+
+
 def test_theorem_3_3_3_4_are_flagged_one_sided(tmp_path):
     for name in ("dpsgd_dc/figure1", "dpsgd_dc/figure5", "dpsgd_dc/table1"):
         assert "one direction of add/remove adjacency only" in FIGURES[name](out_dir=tmp_path)["caveat"]

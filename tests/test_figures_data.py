@@ -13,7 +13,9 @@ from dpaudit.results import load_run, mean_and_band
 EPOCHS = [10, 20, 30]
 
 
-def _fake_run(root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=None, n=120, epochs=30, trial=0):
+def _fake_run(
+    root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=None, n=120, epochs=30, trial=0, at=EPOCHS
+):
     run = root / name
     config = {
         "seed": 0,
@@ -28,7 +30,7 @@ def _fake_run(root, name, *, batch_size, epsilon_hat, loss_scale, domain_radius=
         "domain_radius": domain_radius,
     }
     write_json(run / "config.json", {"config": config})
-    write_json(run / "attack.json", {"results": [{"epoch": e, "epsilon_hat": v} for e, v in zip(EPOCHS, epsilon_hat)]})
+    write_json(run / "attack.json", {"results": [{"epoch": e, "epsilon_hat": v} for e, v in zip(at, epsilon_hat)]})
     loss = list(loss_scale * 2.3 * np.exp(-np.arange(epochs) / 10) + 0.01)
     write_json(run / "target" / "metrics.json", {"train_loss": loss})
     steps = math.ceil(n / batch_size)
@@ -131,6 +133,36 @@ def test_figure3_claims(tmp_path):
     assert [c["kind"] for c in entry["claims"][:4]] == ["paper", "paper", "paper", "check"]
     assert set(entry["exact_accountant_at_last_epoch"]) == {"b=10", "b=40"}  # one curve per b: it ignores D
     assert (tmp_path / "fig" / "figure3.pdf").is_file()
+
+
+def test_figure3_stabilisation_splits_at_the_middle_epoch(tmp_path):
+    """On evaluated epochs even in log E, ε̂ growing in proportion to E does not stabilise: from epoch 1 to 46 (the
+    evaluated epoch nearest (1 + 120) / 2) it grows by 0.45, from 46 to 120 by 0.74. Split at the middle *index*
+    (epoch 18) the same data would compare 0.17 with 1.02."""
+    at = [1, 3, 7, 18, 46, 120]
+    runs = [
+        _fake_run(
+            tmp_path / "r",
+            f"b{b}_D{d}_t{trial}",
+            batch_size=b,
+            epsilon_hat=[0.01 * e + 0.01 * trial * (e == 46) for e in at],
+            loss_scale=1.0,
+            domain_radius=d,
+            epochs=120,
+            trial=trial,
+            at=at,
+        )
+        for trial in range(3)
+        for b in (10, 40)
+        for d in (1.0, 2.0)
+    ]
+    entry = FIGURES["dpsgd_dc/figure3"](out_dir=tmp_path / "fig", runs=runs)
+    stabilises = entry["claims"][2]
+    assert stabilises["verdict"] == "contradicted"
+    assert stabilises["numbers"]["halves_epochs"] == [1, 46, 120]
+    assert stabilises["numbers"]["growth_first_half_second_half"]["b=10, R=1"] == pytest.approx([0.46, 0.73])
+    assert "from epoch 1 to 46" in stabilises["test"]
+    assert (tmp_path / "fig" / "figure3.png").stat().st_size > 1000  # the log epoch axis and its dodged bars draw
 
 
 def test_incomplete_run_is_one_line_error(tmp_path):

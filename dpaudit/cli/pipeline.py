@@ -82,7 +82,7 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
     checks of the toolkit listed and counted apart, then the items not regenerated."""
     import numpy as np
 
-    from dpaudit.figures._paper import claim_training_sd_tolerated, measured_training_sds
+    from dpaudit.figures._paper import claim_training_sd_tolerated, comparison_verdicts, measured_training_sds
 
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -119,6 +119,11 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
                 tolerated = claim_training_sd_tolerated(claim)
                 if tolerated is not None:
                     test += f"; stands while one run's seed-to-seed SD is below {100 * tolerated:.1f} points"
+                tally = comparison_verdicts(claim)
+                if claim["verdict"] == "inconclusive" and sum(tally.values()) > 1:
+                    test += "; of its {} comparisons: {} hold, {} contradicted, {} inconclusive".format(
+                        sum(tally.values()), *tally.values()
+                    )
                 lines.append(
                     f"| {cell(entry['name'])} ({cell(entry['figure'])}) | {cell(text)} | {verdict} | {cell(test)} |"
                 )

@@ -282,6 +282,13 @@ def measured_training_sds(entries: Iterable[dict[str, Any]]) -> list[float]:
     return sorted({sd for sds in found for sd in sds})
 
 
+def comparison_verdicts(claim: dict[str, Any]) -> dict[str, int]:
+    """How many of a claim's comparisons (the dicts nested in its numbers that carry their own ``verdict``) hold,
+    are contradicted and are inconclusive."""
+    found = [d["verdict"] for d in _nested_dicts(claim["numbers"]) if "verdict" in d]
+    return {verdict: found.count(verdict) for verdict in VERDICTS}
+
+
 def claim_training_sd_tolerated(claim: dict[str, Any]) -> float | None:
     """The training spread up to which a decided claim keeps its verdict, from its comparisons'
     ``stands_up_to_training_sd`` (:func:`accuracy_verdict`): a claim that holds because every comparison holds

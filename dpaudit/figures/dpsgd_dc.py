@@ -435,6 +435,11 @@ def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[s
     }
 
 
+def _comparisons(results: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """A claim's comparisons for the manifest: each one's numbers with its own verdict."""
+    return {key: {"verdict": verdict, **numbers} for key, (verdict, numbers) in results.items()}
+
+
 def _trial(run: RunRecord) -> tuple[Any, Any]:
     return run.config.get("seed"), run.config.get("trial")
 
@@ -504,6 +509,27 @@ def _plot_band(ax, x, values, style, *, label):
     if values.shape[0] > 1:
         ax.fill_between(x, low, high, color=style["color"], alpha=0.15, linewidth=0)
     return mean, dropped
+
+
+def _log_epochs(epochs) -> bool:
+    """Whether evaluated epochs spread over a decade or more, so an ε̂ panel reads them on a log axis."""
+    return len(epochs) > 1 and min(epochs) > 0 and max(epochs) >= 10 * min(epochs)
+
+
+def _epoch_axis(ax, epochs) -> None:
+    """The x axis of an ε̂ panel: the evaluated epochs as ticks, on a log scale when they span a decade or more."""
+    log = _log_epochs(epochs)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xticks(list(epochs), [f"{e:g}" for e in epochs])
+        ax.minorticks_off()
+    ax.set_xlabel("Number of epochs E" + (" (log scale)" if log else ""))
+
+
+def _middle_index(epochs) -> int:
+    """Index of the evaluated epoch nearest the middle of the evaluated range (first + last) / 2."""
+    middle = (epochs[0] + epochs[-1]) / 2
+    return int(np.argmin([abs(e - middle) for e in epochs]))
 
 
 LOWER_BOUND_CONFIDENCE = 0.95
@@ -618,8 +644,8 @@ def figure2(
             peak=peak,
             colours=colours,
         )
+        _epoch_axis(ax_a, list(epochs))
         ax_a.set(
-            xlabel="Number of epochs E",
             ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
             title=f"(a) empirical, {len(group)} trials",
         )
@@ -650,7 +676,7 @@ def figure2(
             combine(v for v, _ in batch_order.values()),
             test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs; {PAIRED_TEST}; every adjacent "
             "pair must hold",
-            comparisons={k: n for k, (_, n) in batch_order.items()},
+            comparisons=_comparisons(batch_order),
             batch_sizes=batch_sizes,
             epochs=epochs,
             mean_epsilon_hat=per_epoch,
@@ -661,7 +687,7 @@ def figure2(
             "ε̂ increases with epochs (last evaluated epoch above the first, for every batch size)",
             combine(v for v, _ in increases.values()),
             test=f"last minus first evaluated epoch's ε̂, paired by trial; {TRIAL_TEST}; every b must hold",
-            comparisons={k: n for k, (_, n) in increases.items()},
+            comparisons=_comparisons(increases),
             first_epoch={str(b): float(means[b][0]) for b in batch_sizes},
             last_epoch={str(b): float(means[b][-1]) for b in batch_sizes},
         ),
@@ -732,7 +758,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             combine(v for v, _ in loss_order.values()),
             test=f"larger minus next smaller b's training loss, each epoch after the first; {PAIRED_TEST}; every "
             "comparison must hold",
-            comparisons_failing={k: n for k, (v, n) in loss_order.items() if v != "holds"},
+            comparisons_failing={k: n for k, n in _comparisons(loss_order).items() if n["verdict"] != "holds"},
             batch_sizes=batch_sizes,
             epochs_where_ordered=int(sum(ordered)),
             epochs_compared=len(ordered),
@@ -742,7 +768,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             "Training loss decreases over training (last epoch below the first, every batch size)",
             combine(v for v, _ in loss_falls.values()),
             test=f"first minus last epoch's training loss, paired by trial; {TRIAL_TEST}; every b must hold",
-            comparisons={k: n for k, (_, n) in loss_falls.items()},
+            comparisons=_comparisons(loss_falls),
             first={str(b): float(means[b][0]) for b in batch_sizes},
             last={str(b): float(means[b][-1]) for b in batch_sizes},
         ),
@@ -796,15 +822,18 @@ def figure3(
         for (b, d), group in groups.items():
             ax = empirical[batch_sizes.index(b)]
             epochs = np.asarray(group[0].attack_epochs, dtype=float)
-            step = float(np.min(np.diff(epochs))) if epochs.size > 1 else 1.0
-            x = epochs + step * 0.12 * (radii.index(d) - (len(radii) - 1) / 2)  # dodged: the bars do not overlap
+            offset = radii.index(d) - (len(radii) - 1) / 2  # dodged: the bars do not overlap
+            if _log_epochs(epochs):
+                x = epochs * 1.08**offset
+            else:
+                x = epochs + (float(np.min(np.diff(epochs))) if epochs.size > 1 else 1.0) * 0.12 * offset
             values = stack_trials(group, "epsilon_hat")
             mean, low, high, _ = mean_and_band(values)
             means[(b, d)] = mean
             ax.errorbar(
                 x,
                 mean,
-                yerr=None if values.shape[0] < 2 else [mean - low, high - mean],
+                yerr=None if values.shape[0] < 2 else np.clip([mean - low, high - mean], 0, None),  # 0, not -1e-17
                 color=colour(b, d),
                 marker="o",
                 markersize=3.5,
@@ -840,8 +869,8 @@ def figure3(
             colours={b: colour(b, radii[0]) for b in batch_sizes},
         )
         for b, ax in zip(batch_sizes, empirical):
+            _epoch_axis(ax, epochs)
             ax.set(
-                xlabel="Number of epochs E",
                 ylabel="ε̂ (eq. 20) and 95 % lower bound on ε",
                 title=f"(a) empirical, b = {b}: ε̂ (eq. 20, trial mean)\nper ball radius R (the paper's D)",
             )
@@ -890,7 +919,7 @@ def figure3(
         for d in radii
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
-    half = len(epochs) // 2
+    half = _middle_index(epochs)  # growth over [first, middle] against [middle, last] evaluated epoch
     stabilises = {
         f"b={b}, R={d:g}": _trials_verdict(2 * trials[(b, d)][:, half] - trials[(b, d)][:, 0] - trials[(b, d)][:, -1])
         for (b, d) in groups
@@ -915,7 +944,7 @@ def figure3(
             combine(v for v, _ in d_order.values()),
             test=f"larger minus next smaller D's ε̂, averaged over the evaluated epochs, each b; {PAIRED_TEST}; every "
             "comparison must hold",
-            comparisons={k: n for k, (_, n) in d_order.items()},
+            comparisons=_comparisons(d_order),
             domain_radii=radii,
             epochs=epochs,
             epochs_where_ordered={str(b): int(sum(v)) for b, v in d_ordered.items()},
@@ -926,14 +955,17 @@ def figure3(
             combine(v for v, _ in b_order.values()),
             test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs, each D; {PAIRED_TEST}; every "
             "comparison must hold",
-            comparisons={k: n for k, (_, n) in b_order.items()},
+            comparisons=_comparisons(b_order),
             epochs_where_ordered={f"R={d:g}": int(sum(v)) for d, v in b_ordered.items()},
         ),
         _claim(
             "ε̂ stabilises under DC: it grows less over the second half of the epochs than over the first",
             combine(v for v, _ in stabilises.values()),
-            test=f"first-half minus second-half growth of ε̂, paired by trial; {TRIAL_TEST}; every (b, D) must hold",
-            comparisons={k: n for k, (_, n) in stabilises.items()},
+            test=f"growth of ε̂ from epoch {epochs[0]:g} to {epochs[half]:g} (the evaluated epoch nearest the middle) "
+            f"minus its growth from {epochs[half]:g} to {epochs[-1]:g}, paired by trial; {TRIAL_TEST}; every (b, D) "
+            "must hold",
+            comparisons=_comparisons(stabilises),
+            halves_epochs=[int(epochs[0]), int(epochs[half]), int(epochs[-1])],
             growth_first_half_second_half=growth,
         ),
         _claim(
