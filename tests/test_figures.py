@@ -217,6 +217,43 @@ def test_single_run_verdicts_say_how_much_training_spread_they_survive():
     assert "that standard deviation is 1.2 points (median of 2 settings, 1.0–1.4)" in text
 
 
+def test_a_single_run_verdict_below_the_smallest_measured_spread_is_inconclusive(tmp_path):
+    """The run measured seed-to-seed SDs of 1 and 2 points where it had two runs of a setting. A contradiction that
+    stands only below 0.5 points is decided by noise: inconclusive, its former verdict kept; one that stands up to
+    1.5 points, and a claim with no single-run comparison, keep theirs. With no spread measured nothing changes."""
+
+    def comparison(verdict, tolerated):
+        return {"verdict": verdict, "stands_up_to_training_sd": tolerated}
+
+    def entries():
+        fragile = P.claim("A beats B", "contradicted", test="t", b=comparison("contradicted", 0.005))
+        robust = P.claim("A beats C", "contradicted", test="u", c=comparison("contradicted", 0.015))
+        modelled = P.claim("A beats D", "holds", test="w", d={"verdict": "holds", "trial_sd": [0.01, 0.02]})
+        return [_claim_entry("x/figure9", fragile, robust, modelled)]
+
+    settled = entries()
+    assert P.settle_by_measured_spread(settled) == 0.01
+    fragile, robust, modelled = settled[0]["claims"]
+    assert fragile["verdict"] == "inconclusive" and fragile["numbers"]["verdict_without_training_spread"] == (
+        "contradicted"
+    )
+    assert "below 0.5 points, less than the smallest this pipeline run measured (1.0)" in fragile["test"]
+    assert (robust["verdict"], modelled["verdict"]) == ("contradicted", "holds")
+    unmeasured = entries()
+    del unmeasured[0]["claims"][2]
+    assert P.settle_by_measured_spread(unmeasured) is None
+    assert unmeasured[0]["claims"][0]["verdict"] == "contradicted"
+    # the pipeline's manifest step settles them before writing the manifest and the table
+    paths = []
+    for index, claim in enumerate(entries()[0]["claims"]):
+        paths.append(tmp_path / f"figure{index}.manifest.json")
+        paths[-1].write_text(json.dumps(_claim_entry(f"x/figure{index}", claim)))
+    table = tmp_path / "claims.md"
+    assert main(["manifest", *map(str, paths), "--out", str(tmp_path / "m.json"), "--table", str(table)]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["figures"][0]["claims"][0]["verdict"] == "inconclusive"
+    assert "is decided by noise, and is inconclusive" in table.read_text()
+
+
 def test_an_inconclusive_claim_over_several_comparisons_counts_them():
     """ "every pair must hold": two pairs hold and one is undecided, so the claim is inconclusive and the table says
     how close it came; a decided claim, or one with a single comparison, gets no count."""

@@ -42,9 +42,10 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from dpaudit._io import atomic_write_bytes, read_json, write_json
-    from dpaudit.figures._paper import SKIPPED
+    from dpaudit.figures._paper import SKIPPED, settle_by_measured_spread
 
     entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
+    settle_by_measured_spread(entries)  # the spread is measured across figures: settled here, once all are read
     write_json(args.out, {"figures": entries, "skipped": SKIPPED})
     if args.table:
         atomic_write_bytes(args.table, claims_markdown(entries, skipped=SKIPPED).encode())
@@ -103,7 +104,8 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
         lines[-1] += (
             f" For scale: where this run has two trials or more of a setting, that standard deviation is "
             f"{100 * float(np.median(measured)):.1f} points (median of {len(measured)} settings, "
-            f"{100 * measured[0]:.1f}–{100 * measured[-1]:.1f})."
+            f"{100 * measured[0]:.1f}–{100 * measured[-1]:.1f}); a single-run verdict that would change below the "
+            "smallest of them is decided by noise, and is inconclusive."
         )
     for kind, heading in (("paper", "Claims of the papers"), ("check", "Checks of the toolkit")):
         counts = verdict_counts(entries, kind=kind)

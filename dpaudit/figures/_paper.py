@@ -282,6 +282,34 @@ def measured_training_sds(entries: Iterable[dict[str, Any]]) -> list[float]:
     return sorted({sd for sds in found for sd in sds})
 
 
+def settle_by_measured_spread(entries: Iterable[dict[str, Any]]) -> float | None:
+    """Make *inconclusive* every decided claim of manifest ``entries`` that stands only while one run's
+    seed-to-seed SD is below the smallest SD the same pipeline run measured (:func:`measured_training_sds`): a
+    verdict that even the least spread seen between seeds would overturn is decided by noise. The claim keeps its
+    former verdict as ``numbers["verdict_without_training_spread"]`` and its test says why. Changes ``entries``
+    in place.
+
+    Returns:
+        The smallest measured SD (fraction), or None when no setting had two runs or more (nothing changes).
+    """
+    entries = list(entries)
+    measured = measured_training_sds(entries)
+    if not measured:
+        return None
+    floor = measured[0]
+    for claim in (c for entry in entries for c in entry["claims"]):
+        tolerated = claim_training_sd_tolerated(claim)
+        if tolerated is not None and tolerated < floor:
+            claim["numbers"]["verdict_without_training_spread"] = claim["verdict"]
+            claim["verdict"] = "inconclusive"
+            claim["test"] += (
+                f"; inconclusive: {claim['numbers']['verdict_without_training_spread']} only while one run's "
+                f"seed-to-seed SD is below {100 * tolerated:.1f} points, less than the smallest this pipeline run "
+                f"measured ({100 * floor:.1f})"
+            )
+    return floor
+
+
 def comparison_verdicts(claim: dict[str, Any]) -> dict[str, int]:
     """How many of a claim's comparisons (the dicts nested in its numbers that carry their own ``verdict``) hold,
     are contradicted and are inconclusive."""
