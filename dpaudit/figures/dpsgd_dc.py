@@ -418,26 +418,23 @@ PAIRED_TEST = (
 def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[str, dict[str, Any]]:
     """Verdict on "mean of ``more`` > mean of ``less``" from per-trial values (non-finite left out; Welch, dof = the
     fewest trials − 1); with ``less`` None, ``more`` holds paired per-trial differences and the claim is that their
-    mean is > 0."""
+    mean is > 0. The numbers carry the verdict too, as each comparison of a claim in the manifest does."""
     samples = [np.asarray(x, dtype=float) for x in ((more,) if less is None else (more, less))]
     samples = [x[np.isfinite(x)] for x in samples]
-    numbers: dict[str, Any] = {"means": [float(x.mean()) if len(x) else None for x in samples]}
+    means = [float(x.mean()) if len(x) else None for x in samples]
     if min(len(x) for x in samples) < 2:
-        return "inconclusive", {**numbers, "trials": [len(x) for x in samples]}
+        return "inconclusive", {"verdict": "inconclusive", "means": means, "trials": [len(x) for x in samples]}
     difference = float(samples[0].mean() - (samples[1].mean() if len(samples) > 1 else 0.0))
     se = float(np.sqrt(sum(x.var(ddof=1) / len(x) for x in samples)))
     dof = min(len(x) for x in samples) - 1
-    return decide(difference=difference, standard_error=se, dof=dof), {
-        **numbers,
+    verdict = decide(difference=difference, standard_error=se, dof=dof)
+    return verdict, {
+        "verdict": verdict,
+        "means": means,
         "difference": difference,
         "standard_error": se,
         "interval_95": list(interval(difference=difference, standard_error=se, dof=dof)),
     }
-
-
-def _comparisons(results: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """A claim's comparisons for the manifest: each one's numbers with its own verdict."""
-    return {key: {"verdict": verdict, **numbers} for key, (verdict, numbers) in results.items()}
 
 
 def _trial(run: RunRecord) -> tuple[Any, Any]:
@@ -676,7 +673,7 @@ def figure2(
             combine(v for v, _ in batch_order.values()),
             test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs; {PAIRED_TEST}; every adjacent "
             "pair must hold",
-            comparisons=_comparisons(batch_order),
+            comparisons={k: n for k, (_, n) in batch_order.items()},
             batch_sizes=batch_sizes,
             epochs=epochs,
             mean_epsilon_hat=per_epoch,
@@ -687,7 +684,7 @@ def figure2(
             "ε̂ increases with epochs (last evaluated epoch above the first, for every batch size)",
             combine(v for v, _ in increases.values()),
             test=f"last minus first evaluated epoch's ε̂, paired by trial; {TRIAL_TEST}; every b must hold",
-            comparisons=_comparisons(increases),
+            comparisons={k: n for k, (_, n) in increases.items()},
             first_epoch={str(b): float(means[b][0]) for b in batch_sizes},
             last_epoch={str(b): float(means[b][-1]) for b in batch_sizes},
         ),
@@ -758,7 +755,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             combine(v for v, _ in loss_order.values()),
             test=f"larger minus next smaller b's training loss, each epoch after the first; {PAIRED_TEST}; every "
             "comparison must hold",
-            comparisons_failing={k: n for k, n in _comparisons(loss_order).items() if n["verdict"] != "holds"},
+            comparisons_failing={k: n for k, (v, n) in loss_order.items() if v != "holds"},
             batch_sizes=batch_sizes,
             epochs_where_ordered=int(sum(ordered)),
             epochs_compared=len(ordered),
@@ -768,7 +765,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             "Training loss decreases over training (last epoch below the first, every batch size)",
             combine(v for v, _ in loss_falls.values()),
             test=f"first minus last epoch's training loss, paired by trial; {TRIAL_TEST}; every b must hold",
-            comparisons=_comparisons(loss_falls),
+            comparisons={k: n for k, (_, n) in loss_falls.items()},
             first={str(b): float(means[b][0]) for b in batch_sizes},
             last={str(b): float(means[b][-1]) for b in batch_sizes},
         ),
@@ -944,7 +941,7 @@ def figure3(
             combine(v for v, _ in d_order.values()),
             test=f"larger minus next smaller D's ε̂, averaged over the evaluated epochs, each b; {PAIRED_TEST}; every "
             "comparison must hold",
-            comparisons=_comparisons(d_order),
+            comparisons={k: n for k, (_, n) in d_order.items()},
             domain_radii=radii,
             epochs=epochs,
             epochs_where_ordered={str(b): int(sum(v)) for b, v in d_ordered.items()},
@@ -955,7 +952,7 @@ def figure3(
             combine(v for v, _ in b_order.values()),
             test=f"smaller minus next larger b's ε̂, averaged over the evaluated epochs, each D; {PAIRED_TEST}; every "
             "comparison must hold",
-            comparisons=_comparisons(b_order),
+            comparisons={k: n for k, (_, n) in b_order.items()},
             epochs_where_ordered={f"R={d:g}": int(sum(v)) for d, v in b_ordered.items()},
         ),
         _claim(
@@ -964,7 +961,7 @@ def figure3(
             test=f"growth of ε̂ from epoch {epochs[0]:g} to {epochs[half]:g} (the evaluated epoch nearest the middle) "
             f"minus its growth from {epochs[half]:g} to {epochs[-1]:g}, paired by trial; {TRIAL_TEST}; every (b, D) "
             "must hold",
-            comparisons=_comparisons(stabilises),
+            comparisons={k: n for k, (_, n) in stabilises.items()},
             halves_epochs=[int(epochs[0]), int(epochs[half]), int(epochs[-1])],
             growth_first_half_second_half=growth,
         ),
