@@ -128,7 +128,9 @@ def _cancel_a_running_job(run_id: str, folder: Path, process: subprocess.Popen, 
             subprocess.run(["scancel", found[0]], check=True)
             return found
         time.sleep(0.5)
-    raise AssertionError(f"no {CANCELLED_RULE} job trained within 20 minutes")
+    queue = subprocess.run(["squeue", "-o", "%i %T %r %k"], capture_output=True, text=True).stdout
+    node = subprocess.run(["sinfo", "-o", "%N %T %C %G %E"], capture_output=True, text=True).stdout
+    raise AssertionError(f"no {CANCELLED_RULE} job trained within 20 minutes; the queue:\n{queue}the node:\n{node}")
 
 
 def _accounting(run_id: str) -> list[dict]:

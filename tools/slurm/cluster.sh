@@ -16,7 +16,8 @@
 # bound (task/none), memory is scheduled but not enforced. The node advertises two pretend GPUs, generic resources
 # bound to /dev/null and /dev/zero (gres/gpu), so that GPU requests are scheduled and accounted; such jobs run on
 # the CPU.
-# Idempotent: `start` on a running cluster only checks it, `stop` on a stopped one does nothing.
+# Idempotent: `start` on a running cluster only checks it, `stop` on a stopped one does nothing. A controller that
+# `start` starts begins with an empty queue (`slurmctld -c`): jobs left by a cluster that was killed are dropped.
 set -euo pipefail
 
 DIR=${DPAUDIT_SLURM_DIR:-/tmp/dpaudit-slurm}
@@ -205,7 +206,9 @@ start() {
   start_daemon slurmdbd "$DIR/run/slurmdbd.pid" "$DIR/log/slurmdbd.log" slurmdbd
   wait_for 30 slurmdbd "$DIR/log/slurmdbd.log" sacctmgr -n list cluster
   accounting
-  start_daemon slurmctld "$DIR/run/slurmctld.pid" "$DIR/log/slurmctld.log" slurmctld
+  # -c: forget the jobs and node states saved by a controller that did not stop cleanly (a killed test run): left
+  # in place, its jobs come back as running or requeued and hold the node's CPUs and GPUs while new jobs wait
+  start_daemon slurmctld "$DIR/run/slurmctld.pid" "$DIR/log/slurmctld.log" slurmctld -c
   wait_for 30 slurmctld "$DIR/log/slurmctld.log" scontrol ping
   start_daemon slurmd "$DIR/run/slurmd.pid" "$DIR/log/slurmd.log" slurmd
   for _ in $(seq 60); do
