@@ -106,15 +106,16 @@ def _run_id(log: Path, process: subprocess.Popen) -> str:
 
 
 def _training_job(run_id: str, folder: Path) -> tuple[str, str] | None:
-    """A running DPSGD-GC/DC training job whose `dpaudit train` has begun (it wrote the split): id and comment."""
+    """A running DPSGD-GC/DC training job whose `dpaudit train` has begun (it wrote a split): id and comment. The
+    smoke preset has one such job per configuration (``dpsgd_dc.one_job_per``), its comment naming the run."""
     jobs = subprocess.run(
         ["squeue", "-h", "-t", "RUNNING", "--name", run_id, "-o", "%i|%k"], capture_output=True, text=True, check=True
     ).stdout.split()
     for job in jobs:
         job_id, comment = job.split("|")
         if comment.startswith(f"rule_{CANCELLED_RULE}_wildcards_"):
-            run, trial = comment.split("_wildcards_")[1].rsplit("_", 1)
-            if (folder / "results" / "dpsgd_dc" / run / f"trial_{trial}" / "split.json").is_file():
+            run = comment.split("_wildcards_")[1]
+            if any((folder / "results" / "dpsgd_dc" / run).glob("trial_*/split.json")):
                 return job_id, comment
     return None
 

@@ -76,12 +76,13 @@ def _job_count(output: str, rule: str) -> int:
 @pytest.mark.parametrize(
     "preset, trainings, optimizer_runs, audit_runs, trials_per_run, cross_optimizers, validation_runs, whole_run",
     [
-        # optimizers × target ε × trials; audit: ε × trials; cross-optimizer audit and the auditor's validation:
-        # one job per optimizer (all its ε); validation: the variants, and the twins of pairs with their own
-        # audit settings (support or noise-scale canaries); whole-run canaries: one job per
-        # optimizer they fit (all its ε), and one per bug run and per twin run the ladder does not train
-        (None, 4 * 6 + 6 * 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (6, 3 * 2 + 1)),
-        ("configs/smoke.yaml", 2 * 2 + 4 * 2, 6 * 1 * 1, 1, 1, 6, 4 + 1, (3, 1)),
+        # DPSGD-GC/DC configurations (paper: × trials); optimizers × target ε × trials; audit: ε × trials;
+        # cross-optimizer audit and the auditor's validation: one job per optimizer (all its ε); validation: the
+        # variants, and the twins of pairs with their own audit settings (support or noise-scale canaries);
+        # whole-run canaries: one job per optimizer they fit (all its ε), and one per bug run and per twin run the
+        # ladder does not train
+        (None, 4 + 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (6, 3 * 2 + 1)),
+        ("configs/smoke.yaml", 2 + 4, 6 * 1 * 1, 1, 1, 6, 4 + 1, (3, 1)),
         ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (5, 3 * 2 + 1)),
     ],
 )
@@ -98,7 +99,8 @@ def test_presets_build_the_same_dag(
 ):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
-    # each job trains one run-trial and attacks it in one process (`dpaudit batch`)
+    # DPSGD-GC/DC: one job per configuration trains and attacks all its trials in one process (`dpaudit batch`);
+    # the paper preset's GPU runs have one job per trial
     assert _job_count(output, "dpsgd_dc_run") == trainings
     assert _job_count(output, "dpsgd_dc_data_figure") == 3
     assert _job_count(output, "optimizers_run") == optimizer_runs
@@ -344,12 +346,13 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
     again resumes the run and writes the same files as an uninterrupted pipeline."""
     from test_resume import assert_same_results, wait_for_saved_epoch
 
+    # one trial: the job trains every trial of its configuration
     (workflow_copy / "longer.yaml").write_text(
-        "dpsgd_dc:\n  gc: {batch_sizes: [20, 30], epochs: 40, eval_epochs: [20, 40]}\n"
+        "dpsgd_dc:\n  common: {trials: 1}\n  gc: {batch_sizes: [20, 30], epochs: 40, eval_epochs: [20, 40]}\n"
     )
     interrupted = tmp_path / "interrupted"
     shutil.copytree(workflow_copy, interrupted)
-    run = "results/dpsgd_dc/gc_b20/trial_1"
+    run = "results/dpsgd_dc/gc_b20/trial_0"
     command = [
         *SNAKEMAKE,
         "--cores",
@@ -381,19 +384,20 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
     assert not (interrupted / run / "attack.json").exists()
     resumed = subprocess.run(command, cwd=interrupted, env=environment, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    job_log = (interrupted / "logs/dpsgd_dc_run/gc_b20/trial_1.log").read_text()  # the rule's log: what the job said
+    job_log = (interrupted / "logs/dpsgd_dc_run/gc_b20.log").read_text()  # the rule's log: what the job said
     assert re.search(r"resuming target\+shadow_00 after epoch ([3-9]|\d\d) of 40", job_log)
     assert_same_results(workflow_copy / "results", interrupted / "results")
 
 
 def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(smoke_part, tmp_path):
-    """Two clean runs of part of the smoke DAG (a DPSGD-GC/DC run attacked, a cross-audit optimizer trained, summarised
-    and scored, each through `dpaudit batch`) write identical files; only wall-clock times differ."""
+    """Two clean runs of part of the smoke DAG (a DPSGD-GC/DC configuration's trials attacked, a cross-audit
+    optimizer trained, summarised and scored, each through `dpaudit batch`) write identical files; only wall-clock
+    times differ."""
     workflow_copy = smoke_part  # the first run, shared (it has run more targets: only these folders are compared)
     second = _copy_workflow(tmp_path)
     targets = SMOKE_TARGETS[:2]
     _snakemake(second, *targets, "--cores", "2", "--configfile", "configs/smoke.yaml")
-    folders = ("results/dpsgd_dc/gc_b20/trial_1", "results/audit_cross/dpsgd-gc_eps4")
+    folders = ("results/dpsgd_dc/gc_b20", "results/audit_cross/dpsgd-gc_eps4")  # every trial of the configuration
     files = sorted(
         path.relative_to(workflow_copy)
         for folder in folders

@@ -12,6 +12,9 @@ RUN_SETTINGS = {
     **{f"dc_b{b}_D{d:g}": {"kind": "dc", "batch_size": int(b), "optimizer": "dpsgd-dc", "domain_radius": float(d)}
        for b in S4["dc"]["batch_sizes"] for d in S4["dc"]["domain_radii"]},
 }
+# one job per configuration (all its trials in one process: ≈ 3 s of start-up each instead of per trial, for the
+# short CPU runs) or per trial (the paper preset: GPU runs of hours, in parallel on a cluster)
+PER_TRIAL = S4.get("one_job_per", "trial") == "trial"
 GC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "gc"]
 DC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "dc"]
 # the paper's figures, each declared once with the grids it draws (dpaudit.figures.FIGURE_SPECS): figures drawn from
@@ -59,19 +62,26 @@ rule dpsgd_dc_metrics:
         "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot} > {log} 2>&1"
 
 
+def job_trials(wildcards):
+    """The trials one dpsgd_dc_run job trains and attacks."""
+    return [wildcards.trial] if PER_TRIAL else TRIALS
+
+
 rule dpsgd_dc_run:  # train target + shadows, then attack every checkpoint, in one process
     output:
-        "results/dpsgd_dc/{run}/trial_{trial}/config.json",
-        "results/dpsgd_dc/{run}/trial_{trial}/attack.json",
+        expand("results/dpsgd_dc/{{run}}/trial_{trial}/{file}", trial=["{trial}"] if PER_TRIAL else TRIALS,
+               file=["config.json", "attack.json"]),
     params:
-        commands=lambda wildcards: batch_command(
-            train_command(trial_folder("dpsgd_dc", wildcards.run, wildcards.trial), wildcards.trial,
-                          run_config(wildcards.run)),
-            f"attack --quiet --run {trial_folder('dpsgd_dc', wildcards.run, wildcards.trial)}"),
+        commands=lambda wildcards: batch_command(*[
+            command
+            for trial in job_trials(wildcards)
+            for command in (train_command(trial_folder("dpsgd_dc", wildcards.run, trial), trial,
+                                          run_config(wildcards.run)),
+                            f"attack --quiet --run {trial_folder('dpsgd_dc', wildcards.run, trial)}")]),
     resources:
         **RESOURCES,
     log:
-        "logs/dpsgd_dc_run/{run}/trial_{trial}.log",
+        "logs/dpsgd_dc_run/{run}/trial_{trial}.log" if PER_TRIAL else "logs/dpsgd_dc_run/{run}.log",
     shell:
         "{params.commands} > {log} 2>&1"
 
