@@ -166,14 +166,15 @@ def test_projected_dimension_conventions():
     assert optim.projected_dimension(5, rate=1.0, convention="paper") == 1
 
 
+@pytest.mark.parametrize("zeroed", [False, True])  # a tensor of zero gradients (the model's, beside canaries)
 @pytest.mark.parametrize("name, clip_first", [("d2p2-sgd", False), ("d2p2-sgd-as-published", True)])
-def test_projected_step_matches_hand_computation(name, clip_first):
+def test_projected_step_matches_hand_computation(name, clip_first, zeroed):
     params = [torch.zeros(10), torch.zeros(4)]
     hyper = _hyper(reduction_rate=0.5, expected_batch_size=2)
     opt = optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(3))
     opt.begin_epoch(1)
     torch.manual_seed(0)
-    grads = [torch.randn(2, 10), torch.randn(2, 4)]
+    grads = [torch.randn(2, 10) * (not zeroed), torch.randn(2, 4)]
     opt.accumulate(grads)
     opt.step(realized_batch_size=2)
     reference = torch.Generator().manual_seed(opt._projection_seed)

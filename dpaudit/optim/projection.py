@@ -123,7 +123,12 @@ class ProjectedNoise(AutomaticClipping):
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
         if not self.clip_after_projection:
             return super().accumulate(grads)
-        projected = [g.flatten(1) @ a / math.sqrt(p) for g, a, p in zip(grads, self.matrices(), self.kept)]
+        # a tensor of zero gradients (the model's, beside canaries fed as extra records) projects to zeros: skipping
+        # its d × p product is exact and was most of a canary-audited run's time
+        projected = [
+            g.flatten(1) @ a / math.sqrt(p) if g.any() else g.new_zeros(len(g), p)
+            for g, a, p in zip(grads, self.matrices(), self.kept)
+        ]
         factors = self.factors(_flat_norms(projected))
         for total, values in zip(self._sum, projected):
             total.add_(factors @ values)
