@@ -47,4 +47,5 @@ rule manifest:
     log:
         "logs/manifest.log",
     shell:
-        "dpaudit manifest {input} --out {output.manifest} --table {output.table} --gallery {output.gallery} > {log} 2>&1"
+        "dpaudit manifest {input:q} --out {output.manifest:q} --table {output.table:q} --gallery {output.gallery:q}"
+        " > {log:q} 2>&1"

@@ -4,41 +4,29 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dpaudit._atomic import replace_file
+from dpaudit.integrity import record_write, verify_file
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename
+    (:func:`atomic_write_stream`)."""
     return atomic_write_stream(path, lambda stream: stream.write(data))
 
 
 def atomic_write_stream(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> Path:
     """Have ``write(stream)`` write ``path``'s contents into a temporary file in the same folder, then rename it
-    (for large outputs that need not be held in memory as bytes first, e.g. ``np.savez(stream, ...)``)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            write(stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    return target
+    (for large outputs that need not be held in memory as bytes first, e.g. ``np.savez(stream, ...)``).
 
-
-def remove_partial_writes(folder: str | os.PathLike) -> int:
-    """Delete the temporary files of writes a killed process left under ``folder``; returns how many."""
-    leftovers = [path for path in Path(folder).rglob(".*.tmp") if path.is_file()] if Path(folder).is_dir() else []
-    for path in leftovers:
-        path.unlink(missing_ok=True)
-    return len(leftovers)
+    The file gets the permissions of a file the user creates (0666 less the umask), and, inside a run folder, its
+    SHA-256 goes into the run's manifest before the rename (:func:`dpaudit.integrity.record_write`): a killed write
+    leaves no file that its run's manifest does not vouch for.
+    """
+    return replace_file(path, write, before_rename=lambda target, temp: record_write(target, contents=temp))
 
 
 def write_json(path: str | os.PathLike, payload: Any) -> Path:
@@ -48,9 +36,11 @@ def write_json(path: str | os.PathLike, payload: Any) -> Path:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Parse a JSON file (a missing one raises FileNotFoundError); a garbled one is a one-line ``DPAuditError``."""
+    """Parse a JSON file (a missing one raises FileNotFoundError); a garbled one, or a run's file that is not the
+    one dpaudit wrote (:func:`dpaudit.integrity.verify_file`), is a one-line ``DPAuditError``."""
     from dpaudit._validation import DPAuditError
 
+    verify_file(path)
     with open(path, encoding="utf-8") as stream:
         try:
             return json.load(stream)

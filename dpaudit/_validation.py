@@ -9,6 +9,7 @@ that names the argument; the messages are part of the interface (tests and docs 
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Iterable
 
 import numpy as np
@@ -18,15 +19,35 @@ class DPAuditError(ValueError):
     """A bad argument or input, reported as one line naming the cause."""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def brief(value) -> str:
+    """``repr(value)`` shortened to one line of at most about 60 characters, for error messages."""
+    return " ".join(_REPR.repr(value).split())
+
+
+def check_number(name: str, value) -> float:
+    """Return ``value`` as a float (NaN and ±inf included), refusing booleans, strings and anything that is
+    not one real number."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or (isinstance(value, np.ndarray) and value.ndim):
+        raise DPAuditError(f"{name} must be a number, got {brief(value)}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise DPAuditError(f"{name} must be a number, got {brief(value)}") from None
+
+
 def check_positive(name: str, value: float, *, allow_zero: bool = False) -> float:
     """Return ``value`` as float if it is finite and > 0 (or ≥ 0 with ``allow_zero``)."""
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise DPAuditError(f"{name} must be a number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise DPAuditError(f"{name} must be a number, got {brief(value)}") from None
     if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
         bound = "≥ 0" if allow_zero else "> 0"
-        raise DPAuditError(f"{name} must be finite and {bound}, got {value!r}")
+        raise DPAuditError(f"{name} must be finite and {bound}, got {brief(value)}")
     return number
 
 
@@ -37,11 +58,11 @@ def check_positive_int(name: str, value: int, *, allow_zero: bool = False) -> in
         or not isinstance(value, (int,))
         and not (isinstance(value, float) and value.is_integer())
     ):
-        raise DPAuditError(f"{name} must be an integer, got {value!r}")
+        raise DPAuditError(f"{name} must be an integer, got {brief(value)}")
     number = int(value)
     if number < 0 or (number == 0 and not allow_zero):
         bound = "≥ 0" if allow_zero else "> 0"
-        raise DPAuditError(f"{name} must be an integer {bound}, got {value!r}")
+        raise DPAuditError(f"{name} must be an integer {bound}, got {brief(value)}")
     return number
 
 
@@ -50,22 +71,24 @@ def check_probability(name: str, value: float, *, open_interval: bool = True) ->
     number = check_positive(name, value, allow_zero=True)
     if (open_interval and not 0 < number < 1) or number > 1:
         interval = "(0, 1)" if open_interval else "[0, 1]"
-        raise DPAuditError(f"{name} must lie in {interval}, got {value!r}")
+        raise DPAuditError(f"{name} must lie in {interval}, got {brief(value)}")
     return number
 
 
 def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     """Return ``value`` if it is one of ``choices``."""
     options = sorted(choices)
-    if value not in options:
-        raise DPAuditError(f"unknown {name} {value!r}; choose from: {', '.join(options)}")
+    if not isinstance(value, str) or value not in options:
+        raise DPAuditError(f"unknown {name} {brief(value)}; choose from: {', '.join(options)}")
     return value
 
 
 def check_ratio(name: str, value: float) -> float:
-    """Return ``value`` if it lies in (0, 1]."""
-    if not (isinstance(value, (int, float)) and 0 < value <= 1):
-        raise DPAuditError(f"{name} must be in (0, 1]; got {value!r}")
+    """Return ``value`` if it is a number in (0, 1] (booleans refused)."""
+    if isinstance(value, (bool, np.bool_)) or not (
+        isinstance(value, (int, float, np.integer, np.floating)) and 0 < value <= 1
+    ):
+        raise DPAuditError(f"{name} must be in (0, 1]; got {brief(value)}")
     return value
 
 
@@ -74,12 +97,36 @@ def check_ratio(name: str, value: float) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
+def _tensor_to_numpy(name: str, values):
+    """A torch tensor as a float64 numpy array (detached, on the CPU), without importing torch; anything else as
+    it is. Complex tensors are refused."""
+    if not (type(values).__module__ or "").startswith("torch") or not hasattr(values, "detach"):
+        return values
+    if values.is_complex():
+        raise DPAuditError(f"{name} must be real numbers, got a complex tensor")
+    return values.detach().cpu().double().numpy()
+
+
 def check_scores(name: str, values) -> np.ndarray:
-    """Return ``values`` as a non-empty 1-D float array of finite numbers (membership scores)."""
+    """Return ``values`` as a non-empty 1-D float array of finite numbers (membership scores).
+
+    Accepts sequences, numpy arrays and torch tensors (detached and copied to the CPU, whatever their device and
+    ``requires_grad``); refuses strings, complex numbers, dicts and anything not one-dimensional.
+    """
+    if isinstance(values, (str, bytes, dict)):
+        raise DPAuditError(f"{name} must be a 1-D array of numbers, got {type(values).__name__} {brief(values)}")
     try:
-        array = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise DPAuditError(f"{name} must be a 1-D array of numbers") from None
+        array = np.asarray(_tensor_to_numpy(name, values))
+        if array.dtype.kind not in "biufO":
+            kind = {"U": "text", "S": "bytes", "c": "complex numbers"}.get(array.dtype.kind, f"{array.dtype} values")
+            raise DPAuditError(f"{name} must be a 1-D array of numbers, got {kind}: {brief(values)}")
+        if array.dtype.kind == "O" and any(item is None for item in array.ravel()):
+            raise DPAuditError(f"{name} must be a 1-D array of numbers, got None among them: {brief(values)}")
+        array = array.astype(float, copy=False)
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+        if isinstance(error, DPAuditError):
+            raise
+        raise DPAuditError(f"{name} must be a 1-D array of numbers, got {brief(values)}") from None
     if array.ndim != 1:
         raise DPAuditError(f"{name} must be a 1-D array, got shape {array.shape}")
     if array.size == 0:
@@ -97,25 +144,25 @@ def check_delta(delta, *, allow_zero: bool = True) -> float:
     "delta must lie in [0, 1)" (or "(0, 1)"), a negative or non-finite one "delta must be finite and ≥ 0".
     """
     if isinstance(delta, bool):
-        raise DPAuditError(f"delta must be a number, got {delta!r}")
+        raise DPAuditError(f"delta must be a number, got {brief(delta)}")
     number = check_positive("delta", delta, allow_zero=True)
     if number >= 1 or (number == 0 and not allow_zero):
         interval = "[0, 1)" if allow_zero else "(0, 1)"
-        raise DPAuditError(f"delta must lie in {interval}, got {delta!r}")
+        raise DPAuditError(f"delta must lie in {interval}, got {brief(delta)}")
     return number
 
 
 def check_confidence(confidence) -> float:
     """Check a confidence level 1 − α in (0, 1) and return the significance α = 1 − confidence."""
     if isinstance(confidence, bool):
-        raise DPAuditError(f"confidence must be a number, got {confidence!r}")
+        raise DPAuditError(f"confidence must be a number, got {brief(confidence)}")
     return 1.0 - check_probability("confidence", confidence)
 
 
 def check_alpha(alpha) -> float:
     """Return a significance level α in (0, 1) as a float (booleans refused)."""
     if isinstance(alpha, bool):
-        raise DPAuditError(f"alpha must be a number, got {alpha!r}")
+        raise DPAuditError(f"alpha must be a number, got {brief(alpha)}")
     return check_probability("alpha", alpha)
 
 
@@ -144,11 +191,11 @@ def check_counts(k, n, *, k_name: str = "k", n_name: str = "n") -> tuple[np.ndar
         try:
             array = np.asarray(value)
         except Exception:  # pragma: no cover - np.asarray accepts nearly anything
-            raise DPAuditError(f"{name} must be an integer count, got {value!r}") from None
+            raise DPAuditError(f"{name} must be an integer count, got {brief(value)}") from None
         if array.dtype == bool or array.dtype.kind not in "iuf" or array.size == 0:
-            raise DPAuditError(f"{name} must be an integer count (or array of counts), got {value!r}")
+            raise DPAuditError(f"{name} must be an integer count (or array of counts), got {brief(value)}")
         if array.dtype.kind == "f" and (not np.all(np.isfinite(array)) or np.any(array != np.round(array))):
-            raise DPAuditError(f"{name} must be an integer count (or array of counts), got {value!r}")
+            raise DPAuditError(f"{name} must be an integer count (or array of counts), got {brief(value)}")
         arrays.append(array.astype(np.int64))
     k_arr, n_arr = arrays
     try:
@@ -156,9 +203,9 @@ def check_counts(k, n, *, k_name: str = "k", n_name: str = "n") -> tuple[np.ndar
     except ValueError:
         raise DPAuditError(f"{k_name} {k_arr.shape} and {n_name} {n_arr.shape} do not broadcast") from None
     if np.any(n_arr < 1):
-        raise DPAuditError(f"{n_name} must be ≥ 1, got {n!r}")
+        raise DPAuditError(f"{n_name} must be ≥ 1, got {brief(n)}")
     if np.any(k_arr < 0) or np.any(k_arr > n_arr):
-        raise DPAuditError(f"{k_name} must lie in [0, {n_name}], got {k_name}={k!r}, {n_name}={n!r}")
+        raise DPAuditError(f"{k_name} must lie in [0, {n_name}], got {k_name}={brief(k)}, {n_name}={brief(n)}")
     return k_arr, n_arr
 
 

@@ -125,13 +125,13 @@ def summarize_run(
     """
     from dpaudit._io import read_json, write_json
     from dpaudit.audit import audit_scores
-    from dpaudit.run import load_run_config
+    from dpaudit.run import load_ledger, load_run_config
     from dpaudit.theory import epsilon_labels, ledger_epsilons, ledger_shuffled_epsilons
 
     run = Path(run_dir)
     config = load_run_config(run)
     metrics = read_json(RunDir(run).target.metrics)
-    ledger = read_json(RunDir(run).target.ledger)
+    ledger = load_ledger(run)
     derived = read_json(RunDir(run).config)["derived"]
     summary: dict[str, Any] = {
         "config": config.to_dict(),

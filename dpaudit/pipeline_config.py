@@ -8,10 +8,18 @@ single job, so that a bad parameter fails in one line naming it instead of insid
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from dpaudit._validation import DPAuditError
+import jsonschema
+
+from dpaudit._validation import DPAuditError, brief
+
+# every string of the config, key or value, matches this: the rules paste names into paths, flags and figure titles
+# of shell commands (quoted there too), so a name with a space, quote or shell metacharacter is refused up front
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 # a canary design that fits only some optimizers → (the schema's enum of those optimizers, what they have)
 CANARY_DESIGN_NEEDS = {
@@ -24,28 +32,52 @@ CANARY_DESIGN_NEEDS = {
 WHOLE_RUN_CANARY_ATTACKS = ("canary-run", "canary-final", "canary-spread")
 
 
+def _is_integer(checker, value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(checker, value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# the schema's validator with stricter types: an integer is an int (jsonschema's own takes 36.0), a number is finite
+# (NaN passes every bound: `exclusiveMinimum: 0` lets `.nan` through), neither is a bool
+StrictValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_number}
+    ),
+)
+
+
 def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
     """Check the fields of a pipeline config that refer to one another.
 
     Call it after the config has passed the schema; it reads the schema's lists of optimizer names
     (``$defs``: ``optimizer_name``, ``projection_optimizer_name``, ``support_optimizer_name``,
-    ``whole_run_optimizer_name``).
+    ``whole_run_optimizer_name``). It first walks the whole config: every string, key or value, must be a safe name
+    (:data:`SAFE_NAME`) and every number finite, wherever it is, so that a gap in the schema cannot let a shell
+    metacharacter or a NaN through; then it validates the config against the schema again with stricter types
+    (:data:`StrictValidator`: an integer field refuses 36.0, a number field NaN and ±inf).
 
     Args:
         config: The pipeline parameters (params.yaml or a preset), already validated against ``schema``.
         schema: The parsed params schema.
 
     Raises:
-        DPAuditError: One line naming the offending parameter: two ``optimizers.runs`` sharing a name, a run whose
-            optimizer is not registered, an ``audit.validation`` pair whose twin is not a run of ``optimizers.runs``
-            or whose twin cannot carry the pair's canary design (projection-aligned canaries need a random
-            projection, support canaries a support learned from dense steps, noise-scale canaries one canary per
-            step, whole-run canaries per-record weights by the norm), a twin with its own audit settings in two
-            pairs, a validation attack that the cross-optimizer audit does not score, or an attack of whole-run
-            canaries (``canary-run``, ``canary-final``, ``canary-spread``), which the pipeline's runs do not train
-            (their canaries are Dirac canaries of one step; whole-run canaries in a validation pair are not scored by
-            ``canary``).
+        DPAuditError: One line naming the offending parameter: a string that is not a safe name, a number that is
+            not finite, a float or a bool where the schema expects an integer (or any other error of the schema), two
+            ``optimizers.runs`` sharing a name, a run whose optimizer is not registered, an ``audit.validation`` pair
+            whose twin is not a run of ``optimizers.runs`` or whose twin cannot carry the pair's canary design
+            (projection-aligned canaries need a random projection, support canaries a support learned from dense
+            steps, noise-scale canaries one canary per step, whole-run canaries per-record weights by the norm), a
+            twin with its own audit settings in two pairs, a validation attack that the cross-optimizer audit does not
+            score, or an attack of whole-run canaries (``canary-run``, ``canary-final``, ``canary-spread``), which the
+            pipeline's runs do not train (their canaries are Dirac canaries of one step; whole-run canaries in a
+            validation pair are not scored by ``canary``).
     """
+    _check_values(config)
+    _check_types(config, schema=schema)
     runs = _check_optimizer_runs(config["optimizers"]["runs"], known=schema["$defs"]["optimizer_name"]["enum"])
     for name, settings in runs.items():
         design = settings.get("canary_design")
@@ -67,6 +99,45 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
                 )
     _check_validation(config["audit"], runs=runs, schema=schema)
     _check_whole_run(config["audit"]["whole_run"], runs=runs, schema=schema)
+
+
+def _where(path: list[str | int]) -> str:
+    """A place in the config as the messages name it: ``audit.whole_run.validation[0].twin``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".") or "(top)"
+
+
+def _check_values(value: Any, path: list[str | int] | None = None) -> None:
+    """Every string of the config, key or value, a safe name; every float finite; anywhere in the config."""
+    path = path or []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str) or not SAFE_NAME.fullmatch(key):
+                raise DPAuditError(
+                    f"params {_where(path)}: key {brief(key)} is not a safe name "
+                    f"(a letter or digit, then letters, digits, '_', '.' or '-')"
+                )
+            _check_values(item, [*path, key])
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_values(item, [*path, index])
+    elif isinstance(value, str) and not SAFE_NAME.fullmatch(value):
+        raise DPAuditError(
+            f"params {_where(path)}: {brief(value)} is not a safe name "
+            f"(a letter or digit, then letters, digits, '_', '.' or '-')"
+        )
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise DPAuditError(f"params {_where(path)}: {value} is not a finite number")
+
+
+def _check_types(config: Mapping[str, Any], *, schema: Mapping[str, Any]) -> None:
+    """The schema again, with an integer an int and a number finite (:data:`StrictValidator`): the most relevant of
+    the errors that only the stricter types see. A config the schema itself refuses is the schema gate's to report
+    (the Snakefile validates before it calls :func:`check_pipeline_config`)."""
+    strict = StrictValidator(schema)
+    if strict.is_valid(config) or not jsonschema.Draft202012Validator(schema).is_valid(config):
+        return
+    error = jsonschema.exceptions.best_match(strict.iter_errors(config))
+    raise DPAuditError(f"params {_where(list(error.absolute_path))}: {' '.join(error.message.split())}")
 
 
 def _check_optimizer_runs(runs: list[Mapping[str, Any]], *, known: list[str]) -> dict[str, dict[str, Any]]:

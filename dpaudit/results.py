@@ -15,6 +15,7 @@ import numpy as np
 from dpaudit._io import read_json
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import get_attack
+from dpaudit.integrity import check_complete
 from dpaudit.rundir import RunDir
 
 
@@ -48,6 +49,7 @@ def load_run(path: str | Path) -> RunRecord:
     """Read one run folder; a missing file is a one-line error naming it."""
     run = Path(path)
     files = RunDir(run)
+    check_complete(run)
     try:
         config = read_json(files.config)["config"]
         attack = read_json(files.attack)["results"]

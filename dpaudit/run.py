@@ -6,6 +6,7 @@ Attacks, diagnostics and summaries read runs through this module, never through 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.data import dataset_info
+from dpaudit.integrity import MANIFEST, check_complete, verify_file
 from dpaudit.rundir import RunDir, shadow_name
 
-__all__ = ["RunDir", "load_checkpoint", "load_run_config", "open_run", "save_checkpoint", "shadow_name"]
+__all__ = ["RunDir", "load_checkpoint", "load_ledger", "load_run_config", "open_run", "save_checkpoint", "shadow_name"]
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, metadata: dict[str, Any]) -> Path:
@@ -38,6 +40,7 @@ def load_checkpoint(path: str | Path, model: nn.Module) -> nn.Module:
     path = Path(path)
     if not path.is_file():
         raise DPAuditError(f"checkpoint not found: {path}")
+    verify_file(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(state)
@@ -80,8 +83,68 @@ def open_run(run_dir: str | Path, *, epoch: int):
 
 
 def load_run_config(run_dir: str | Path) -> TrainConfig:
-    """The ``TrainConfig`` a run directory was trained with."""
+    """The ``TrainConfig`` a finished run was trained with.
+
+    Raises:
+        DPAuditError: no run there, a config.json that is not the one the run wrote, or a run whose training did not
+            finish (:func:`dpaudit.integrity.check_complete`).
+    """
     path = RunDir(run_dir).config
     if not path.is_file():
         raise DPAuditError(f"no training run at {run_dir} (missing config.json); run `dpaudit train` first")
-    return TrainConfig.from_dict(read_json(path)["config"])
+    payload = read_json(path)
+    if not (isinstance(payload, dict) and isinstance(payload.get("config"), dict) and "derived" in payload):
+        raise DPAuditError(f'{path} is not a dpaudit run\'s configuration (no "config" and "derived" keys)')
+    check_complete(run_dir)
+    return TrainConfig.from_dict(payload["config"])
+
+
+def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]:
+    """The privacy ledger of one model of a finished run (``PrivacyLedger.to_dict()``), checked against the run.
+
+    Besides the file's own check (:func:`dpaudit.integrity.verify_file`), the target's ledger must record the run's
+    planned steps: as many as its epochs take, each with the noise multiplier z the optimizer plans for it
+    (``planned_noise_multipliers``) and the sample rate q = b/n (a non-private optimizer's records none). A folder
+    holding a ledger alone (no config.json, no manifest: e.g. one a user wrote) has nothing to check it against and
+    is read as it is.
+
+    Raises:
+        DPAuditError: no ledger, an incomplete run, or a ledger that disagrees with the run's configuration.
+    """
+    import numpy as np
+
+    from dpaudit import optim
+    from dpaudit.ledger import PrivacyLedger
+
+    run = RunDir(run_dir)
+    path = run.model(model).ledger
+    alone = not run.config.is_file() and not (run.path / MANIFEST).is_file()  # nothing to check a ledger against
+    config = None if alone else load_run_config(run_dir)
+    if not path.is_file():
+        raise DPAuditError(f"no privacy ledger at {path}; run `dpaudit train` first")
+    if config is None:
+        return read_json(path)
+    payload = read_json(path)
+    ledger = PrivacyLedger.from_dict(payload)
+    if model != "target":
+        return payload
+    spec = optim.get_spec(config.optimizer)
+    if not issubclass(spec.cls, optim.PrivateOptimizer):  # a non-private optimizer records no steps
+        return payload
+    hyper = config.hyperparameters(config.target_size)
+    z, q = ledger.per_step()
+    planned = np.asarray(spec.cls.planned_noise_multipliers(hyper), dtype=float).reshape(-1)
+    steps = config.epochs * math.ceil(config.target_size / config.batch_size)
+    problem = None
+    if ledger.steps != steps or len(ledger.epoch_ends) != config.epochs:
+        problem = (
+            f"{ledger.steps} steps in {len(ledger.epoch_ends)} epochs where the run trained {steps} in {config.epochs}"
+        )
+    elif planned.size != z.size or not np.allclose(z, planned, rtol=1e-9, atol=0):
+        worst = int(np.argmax(np.abs(z - planned))) if planned.size == z.size else 0
+        problem = f"noise multiplier z = {z[worst]:g} at step {worst + 1} where the run planned {planned[worst]:g}"
+    elif not np.allclose(q, config.batch_size / config.target_size, rtol=1e-9, atol=0):
+        problem = f"sample rate q = {q[0]:g} where the run's b/n is {config.batch_size / config.target_size:g}"
+    if problem:
+        raise DPAuditError(f"{path} disagrees with the run's config.json: {problem}; the ledger cannot be trusted")
+    return payload

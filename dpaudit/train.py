@@ -45,10 +45,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from dpaudit import integrity, optim, theory
 from dpaudit import models as model_registry
-from dpaudit import optim, theory
 from dpaudit._device import host_to_device, resolve_device
-from dpaudit._io import atomic_write_bytes, remove_partial_writes, write_json
+from dpaudit._io import atomic_write_bytes, write_json
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError, check_positive
 from dpaudit.attacks.canary import GradientCanaries, canary_dimension
@@ -399,6 +399,7 @@ class _ModelRun:
 
     def load_state(self, path: Path) -> dict[str, Any] | None:
         """The state saved at ``path`` if it belongs to this run (None: another configuration's)."""
+        integrity.verify_file(path)
         try:
             state = torch.load(path, weights_only=True)
         except Exception as error:  # noqa: BLE001 - any failure here means an unusable file
@@ -422,9 +423,7 @@ class _ModelRun:
 
     def drop_states(self, *, keep: int | None = None) -> None:
         """Delete the saved training states, but for epoch ``keep``'s."""
-        for epoch, path in self.saved_states().items():
-            if epoch != keep:
-                path.unlink(missing_ok=True)
+        integrity.forget([path for epoch, path in self.saved_states().items() if epoch != keep])
 
 
 def _resume(runs: list[_ModelRun]) -> int:
@@ -662,24 +661,33 @@ def train_configuration(
     progress: bool = True,
     resume: bool = True,
     state_every: float = STATE_EVERY_SECONDS,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train the target and all shadow models of one configuration and trial; write ``out_dir``.
 
     Args:
         config: the configuration (validated here, before any data loads).
-        out_dir: the run's folder.
+        out_dir: the run's folder: new, empty, or holding a run of this same configuration
+            (:func:`dpaudit.integrity.claim_run_folder`).
         progress: show progress bars.
         resume: continue an interrupted run of the same configuration in ``out_dir`` from its last saved
             epoch (``train_models``); False: train from the start.
         state_every: seconds between saves of the training state (``train_models``).
+        overwrite: replace a run of another configuration in ``out_dir`` (its own files only) instead of refusing.
 
     Returns:
         A summary dict (also written as ``out_dir/config.json``).
+
+    Raises:
+        DPAuditError: a bad configuration, more memory than the machine has (:func:`check_memory`), or an
+            ``out_dir`` that is a file, cannot be written, or holds anything but a run of this configuration.
     """
     target_epsilon = config.target_epsilon
     config = config.validated()
     check_positive("state_every (seconds)", state_every, allow_zero=True)
+    check_memory(config)
     out = Path(out_dir)
+    integrity.claim_run_folder(out, identity=config.to_dict(), overwrite=overwrite)
     split = config.make_split()
     train_set = load_dataset(config.dataset, split="train", root=config.data_root, download=config.download)
     test_set = load_dataset(config.dataset, split="test", root=config.data_root, download=False)
@@ -710,7 +718,7 @@ def train_configuration(
         "models": ["target"] + [shadow_name(i) for i in range(config.num_shadows)],
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
     }
-    remove_partial_writes(out)
+    integrity.remove_partial_writes(out)
     write_json(out / "config.json", summary)
     split.save(out / "split.json")
     # Per-epoch test metrics: the target's non-members (as Liang et al.), or as many test records for "halves".
@@ -731,7 +739,78 @@ def train_configuration(
         train_models(
             config=config, members=group, test_data=held_out, progress=progress, resume=resume, state_every=state_every
         )
+    integrity.mark_complete(out)
     return summary
+
+
+#: float32 copies the engine holds of each canary coordinate, or of each model parameter, besides the per-record
+#: gradients: the parameter, its gradient, the optimizer's sum, noise and momentum, statistics and torch's temporaries
+COPIES = 12
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still take (MemAvailable of /proc/meminfo; None where the system does not say)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(config: TrainConfig, *, available: int | None = None) -> None:
+    """Refuse, before any data loads, settings whose memory alone exceeds what the machine has free.
+
+    Args:
+        config: a validated configuration.
+        available: bytes free (default: :func:`available_memory_bytes`; None: no check).
+
+    Raises:
+        DPAuditError: the canary block (``canaries``) or the models trained together (the target and
+            ``num_shadows`` shadows of ``model``) would need more memory than is available, naming the setting.
+            (``memory_budget_mb`` bounds one gradient call on the device, a GPU's memory on a GPU: not checked
+            against the host's.)
+    """
+    available = available_memory_bytes() if available is None else available
+    if available is None:
+        return
+    needs = []
+    if config.canaries:
+        dimension = canary_dimension(
+            count=config.canaries,
+            design=config.canary_design,
+            reduction_rate=config.reduction_rate,
+            reduction_convention=config.reduction_convention,
+        )
+        # per-step canaries take a per-record (zero) gradient of the canary block, and its clipped copy, for each
+        # record of a gradient call (a Poisson batch can be larger than b: up to 2b counted); whole-run ones do not
+        records = 0 if config.canary_design == "whole-run" else 2 * min(config.microbatch_size, 2 * config.batch_size)
+        values = records + COPIES
+        needs.append(
+            (4 * dimension * values, f"canaries = {config.canaries}", f"{values} for each of {dimension} coordinates")
+        )
+    info = dataset_info(config.dataset)
+    with torch.device("meta"):  # shapes only: no memory, and the global random stream untouched (seeded, forked)
+        network = model_registry.build_model(
+            config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=0
+        )
+    size = sum(parameter.numel() for parameter in network.parameters())
+    models = 1 + config.num_shadows
+    needs.append(
+        (
+            4 * size * models * COPIES,
+            f"num_shadows = {config.num_shadows}",
+            f"{COPIES} for each of {models}×{size} parameters",
+        )
+    )
+    for needed, setting, values in needs:
+        if needed > available:
+            raise DPAuditError(
+                f"{setting} needs about {needed / 2**30:.3g} GiB of float32 values ({values}), more than the "
+                f"{available / 2**30:.3g} GiB free here; lower it"
+            )
 
 
 def planned_epsilon(config: TrainConfig) -> float | None:

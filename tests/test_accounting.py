@@ -3,8 +3,10 @@ first principles, agreement with Opacus's own accountants, calibration round tri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import subprocess
 import sys
 import warnings
@@ -446,3 +448,163 @@ def test_d2p2_figure_paper_privacy_constants_match_the_reproduced_values():
     reproduced = {60000: (1.0681, 2.7554), 73257: (0.9573, 2.4562)}  # test_d2p2_reported_privacy_loss's first_step
     for (_, n), drawn in PAPER_PRIVACY.items():
         assert drawn == pytest.approx(reproduced[n], abs=0.01)
+
+
+# --- T identical steps cost what one step costs (issue: nothing lost, nothing mixed, nothing injected) ---
+
+
+@contextlib.contextmanager
+def finishes_within(seconds: int):
+    """Fail, rather than hang or swap, where the old per-step arrays come back (SIGALRM; no guard elsewhere)."""
+    if not hasattr(signal, "SIGALRM"):  # pragma: no cover - Windows
+        yield
+        return
+
+    def expire(*_):
+        raise TimeoutError(f"did not finish within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_billion_unsubsampled_steps_have_the_classic_epsilon_computed_by_hand():
+    # q = 1: each step is the Gaussian mechanism, RDP α/(2z²) exactly, so T = 10⁹ steps of z = 2·10⁵ have
+    # RDP(α) = 10⁹·α/(8·10¹⁰) = α/80 and the classic conversion gives ε = min_α α/80 + log(1/δ)/(α − 1): over the
+    # integer orders 2 … 63 the minimum is at α = 31 (0.3875 + log(10⁵)/30 = 0.771264; α = 32 gives 0.771385).
+    by_hand = 31 / 80 + math.log(1e5) / 30
+    assert by_hand == pytest.approx(0.771264, abs=1e-6)
+    assert by_hand == min(alpha / 80 + math.log(1e5) / (alpha - 1) for alpha in range(2, 64))
+    with finishes_within(30):
+        got = epsilon(
+            noise_multiplier=2e5, sample_rate=1.0, steps=10**9, delta=1e-5, conversion="classic", orders=range(2, 64)
+        )
+    assert got == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_per_step_lists_are_grouped_into_the_same_composition():
+    # 500 steps of z = 10 and 500 of z = 20 at q = 1: RDP(α) = 500α/200 + 500α/800 = 3.125·α; the classic ε over
+    # the integer orders is smallest at α = 3: 9.375 + log(10⁵)/2 = 15.1315 (α = 2: 17.76, α = 4: 16.34).
+    by_hand = 3.125 * 3 + math.log(1e5) / 2
+    run = {"delta": 1e-5, "conversion": "classic", "orders": range(2, 64)}
+    interleaved = [10.0, 20.0] * 500
+    assert epsilon(noise_multiplier=interleaved, sample_rate=1.0, **run) == pytest.approx(by_hand, rel=1e-12)
+    assert epsilon(noise_multiplier=interleaved, sample_rate=[1.0] * 1000, steps=1000, **run) == pytest.approx(by_hand)
+    assert epsilon(noise_multiplier=[10.0] * 3, sample_rate=[0.01, 0.02, 0.01], delta=1e-5) == epsilon(
+        noise_multiplier=[10.0, 10.0, 10.0], sample_rate=[0.01, 0.01, 0.02], delta=1e-5
+    )
+
+
+def test_a_trillion_subsampled_steps_are_accounted_in_no_time():
+    # Before: a per-step array of T entries (26 s at T = 10⁷, 3.4 GB at 10⁸); 10¹² steps could not be accounted.
+    # The RDP of T identical steps is T times one step's, per order (classic conversion, by linearity).
+    orders = np.array(DEFAULT_ORDERS)
+    one_step = rdp_subsampled_gaussian(noise_multiplier=100.0, sample_rate=1e-4, orders=orders)
+    linear = float(np.min(10**12 * one_step + math.log(1e5) / (orders - 1)))
+    with finishes_within(30):
+        got = epsilon(noise_multiplier=100.0, sample_rate=1e-4, steps=10**12, delta=1e-5, conversion="classic")
+        assert got == pytest.approx(linear, rel=1e-12) and got == pytest.approx(5.2987, abs=1e-4)
+        ledger = PrivacyLedger()
+        ledger.record(noise_multiplier=100.0, sample_rate=1e-4)
+        ledger.runs[0].steps = 10**12
+        ledger.end_epoch()
+        assert ledger_epsilons(ledger, delta=1e-5, conversion="classic") == [pytest.approx(linear, rel=1e-12)]
+        z = calibrate_noise(target_epsilon=got, delta=1e-5, sample_rate=1e-4, steps=10**12, conversion="classic")
+        assert z == pytest.approx(100.0, rel=1e-4)
+        # PRV: the grid still grows as √T; it is sized first and refused in one line, before anything is built
+        with pytest.raises(DPAuditError, match="PRV_MEMORY_BUDGET") as caught:
+            epsilon(noise_multiplier=100.0, sample_rate=1e-4, steps=10**12, delta=1e-5, accountant="prv")
+        assert "\n" not in str(caught.value) and "T = 1000000000000" in str(caught.value)
+        assert prv_grid(noise_multiplier=100.0, sample_rate=1e-4, steps=10**12, delta=1e-5)["points"] > 1e9
+
+
+BAD_NUMBERS = [math.nan, math.inf, -math.inf, -1.0, 0.0, True, False, "0.5", None, [0.5, 0.5], {"x": 1}, 10**400]
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS, ids=lambda value: repr(value)[:12])
+@pytest.mark.parametrize("argument", ["delta", "eps_error", "steps", "noise_multiplier", "sample_rate", "orders"])
+def test_every_bad_argument_of_epsilon_is_one_line(argument, value):
+    if argument == "steps" and type(value) is float and value == 0:
+        return  # zero steps (an integral float) are a valid count: ε = 0
+    run = {"noise_multiplier": 1.0, "sample_rate": 0.01, "steps": 10, "delta": 1e-5, argument: value}
+    if argument in ("noise_multiplier", "sample_rate") and isinstance(value, list):
+        run["steps"] = 2  # one value per step is allowed: give it a bad one instead
+        run[argument] = [0.5, value[0] * -1]
+    for call in (epsilon, prv_grid):
+        if call is prv_grid and argument == "orders":
+            continue
+        with pytest.raises(DPAuditError, match=argument.split("_")[0]) as caught:
+            call(**run)
+        assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("steps", [-3, 0, 2.5, True, "3", math.nan, 1e300, [10]], ids=lambda value: repr(value)[:12])
+def test_calibration_refuses_a_bad_step_count_in_one_line(steps):
+    with pytest.raises(DPAuditError, match="steps") as caught:
+        calibrate_noise(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=steps)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS, ids=lambda value: repr(value)[:12])
+@pytest.mark.parametrize("argument", ["target_epsilon", "delta", "tolerance", "grid", "eps_error", "sample_rate"])
+def test_every_bad_argument_of_calibrate_noise_is_one_line(argument, value):
+    run = {"target_epsilon": 1.0, "delta": 1e-5, "sample_rate": 0.01, "steps": 10, argument: value}
+    if argument == "sample_rate" and isinstance(value, list):
+        run[argument] = [0.5, -0.5] * 5
+    if argument == "grid" and value is None:
+        return  # grid=None is the default: no grid
+    with pytest.raises(DPAuditError, match=argument.split("_")[0]) as caught:
+        calibrate_noise(**run)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"noise_schedule": ["a", "b"]}, "noise_schedule"),
+        ({"noise_schedule": [1.0, 2.0], "steps": 3}, "steps=3 but 2"),
+        ({"sample_rate": [0.01, 0.02], "noise_schedule": [1.0, 1.0, 1.0]}, "differ in length"),
+        ({"preceding": 3.0}, "preceding must be a pair"),
+        ({"preceding": ([1.0, "x"], 0.01)}, "preceding noise multipliers"),
+        ({"grid": 1e-15}, "grid must be at least 1e-12"),
+        ({"accountant": ["rdp"]}, "accountant"),
+    ],
+)
+def test_calibration_refuses_bad_schedules_in_one_line(kwargs, message):
+    with pytest.raises(DPAuditError, match=message) as caught:
+        calibrate_noise(**{"target_epsilon": 1.0, "delta": 1e-5, "sample_rate": 0.01, "steps": 10, **kwargs})
+    assert "\n" not in str(caught.value)
+
+
+def test_an_empty_warm_up_is_no_warm_up():
+    run = {"target_epsilon": 2.0, "delta": 1e-5, "sample_rate": 0.01, "steps": 100}
+    assert calibrate_noise(**run, preceding=([], 0.01)) == calibrate_noise(**run)
+
+
+def test_a_fine_calibration_grid_is_searched_by_bisection():
+    # Before: from the search's z the grid was walked one multiple at a time, about 10⁶ evaluations at grid = 1e-11
+    # (and 10¹⁰ at 1e-15, now refused: z is returned to 12 decimals).
+    with finishes_within(60):
+        z = calibrate_noise(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=1000, grid=1e-11)
+    run = {"sample_rate": 0.01, "steps": 1000, "delta": 1e-5}
+    assert z == round(z, 11) and epsilon(noise_multiplier=z, **run) <= 1.0 < epsilon(noise_multiplier=z - 1e-11, **run)
+
+
+def test_rdp_at_the_edges_of_floating_point_is_a_bound_not_a_crash():
+    orders = [1.5, 2.0, 10.5, 64.0]
+    # q = 1 − 1e-16 at σ = 0.1: the fractional series cancels below the precision (its sum went negative, then NaN,
+    # and it ran to 10⁷ terms: 40 s and 9.8 GB before an error). The RDP is at most the unsubsampled α/(2σ²) = 50α,
+    # and at this q that is the answer.
+    with finishes_within(30):
+        rdp = rdp_subsampled_gaussian(noise_multiplier=0.1, sample_rate=1 - 1e-16, orders=orders)
+    assert rdp == pytest.approx(np.array(orders) * 50, rel=1e-9)
+    # σ = 1e200: σ² overflowed (OverflowError); the RDP is below 1e-390, 0 in floating point, never negative
+    assert np.all(rdp_subsampled_gaussian(noise_multiplier=1e200, sample_rate=0.5, orders=orders) == 0)
+    assert np.all(rdp_subsampled_gaussian(noise_multiplier=1e149, sample_rate=0.5, orders=orders) >= 0)
+    # q = 5e-324: 1/q overflowed in the split point of the series
+    rdp = rdp_subsampled_gaussian(noise_multiplier=1.0, sample_rate=5e-324, orders=orders)
+    assert np.all((rdp >= 0) & (rdp < 1e-300))

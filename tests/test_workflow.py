@@ -1,8 +1,8 @@
 """The Snakemake workflow: schema validation, presets, profiles, dispatch through an executor plugin."""
 
-import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_resume import comparable
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -206,6 +207,19 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
             "{canary_design: noise-scale}",
             "noise-scale canaries insert one canary per step",
         ),
+        # what passes the schema's own types and bounds (NaN passes exclusiveMinimum, 36.0 counts as an integer)
+        ("    lr: 0.1 ", "    lr: .nan ", "params dpsgd_dc.common.lr: nan is not a finite number"),
+        ("target_epsilons: [4] ", "target_epsilons: [.inf] ", "params optimizers.target_epsilons[0]: inf is not a"),
+        (
+            "    batch_size: 36         # expected",
+            "    batch_size: 36.0       # expected",
+            "params optimizers.common.batch_size: 36.0 is not of type 'integer'",
+        ),
+        # every string reaches shell commands: a preset, a twin, an experiment's name are safe names
+        ("preset: default ", 'preset: "x; touch pwned" ', "ValidationError: 'x; touch pwned' does not match"),
+        ("preset: default ", "preset: my laptop ", "ValidationError: 'my laptop' does not match"),
+        ("twin: dpsgd-gc,", "twin: dpsgd-gc`id`,", "Error validating config file"),
+        ("  nonprivate:  ", "  non private:  ", "Error validating config file"),
     ],
 )
 def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, new, message):
@@ -216,6 +230,48 @@ def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, 
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert "optimizers_run" not in result.stdout
+
+
+def test_every_value_reaches_the_shell_quoted_even_past_the_checks(workflow_copy):
+    """The second wall: with the schema and the checks switched off, a preset and a paper run's setting full of shell
+    metacharacters reach every job's command as one word each (Snakemake's `:q`, the rules' shlex quoting; `dpaudit
+    batch` splits each of its commands again)."""
+    snakefile = workflow_copy / "Snakefile"
+    text = snakefile.read_text()
+    for gate in ("validate(config, ", "check_pipeline_config(config="):
+        assert text.count("\n" + gate) == 1
+        text = text.replace("\n" + gate, "\nif False: " + gate)
+    snakefile.write_text(text)
+    preset, sampling = "my laptop; touch pwned", "it's $(touch pwned)"
+    params = workflow_copy / "params.yaml"
+    old_run = "runs: [{optimizer: sgd, lr: 0.2, canaries: 0}]"
+    assert "preset: default " in params.read_text() and old_run in params.read_text()
+    params.write_text(
+        params.read_text()
+        .replace("preset: default ", f'preset: "{preset}" ')
+        .replace(old_run, f'runs: [{{optimizer: sgd, lr: 0.2, canaries: 0, sampling: "{sampling}"}}]')
+    )
+    result = _snakemake(workflow_copy, "-n", "-p", "--cores", "1")
+    output = result.stdout + result.stderr
+    commands = [
+        shlex.split(line.split("Shell command: ", 1)[1]) for line in output.splitlines() if "Shell command: " in line
+    ]
+    assert len(commands) > 100
+    presets = [words[i + 1] for words in commands for i, word in enumerate(words) if word == "--preset"]
+    titles = [words[i + 1] for words in commands for i, word in enumerate(words) if word == "--title"]
+    assert len(presets) > 20 and set(presets) == {preset}
+    assert len(titles) == 4 and all(title.endswith(f", {preset} preset") for title in titles)
+    samplings = [
+        inner[i + 1]
+        for words in commands
+        if words[:2] == ["dpaudit", "batch"]
+        for command in words[3 : words.index(">")]
+        for inner in [shlex.split(command)]
+        for i, word in enumerate(inner)
+        if word == "--sampling"
+    ]
+    assert sampling in samplings and set(samplings) <= {sampling, "poisson", "shuffle"}
+    assert not (workflow_copy / "pwned").exists()
 
 
 def test_schema_knows_every_registered_optimizer():
@@ -406,10 +462,6 @@ def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(smoke_pa
     )
     assert len(files) > 20 and any(path.suffix == ".pt" for path in files)
     assert files == sorted(path.relative_to(second) for path in (second / "results").rglob("*") if path.is_file())
-    for path in files:
-        ours, theirs = (workflow_copy / path).read_bytes(), (second / path).read_bytes()
-        if path.name in ("metrics.json", "summary.json"):  # per-epoch wall-clock seconds (a summary copies them)
-            ours, theirs = (
-                {k: v for k, v in json.loads(text).items() if k != "elapsed_seconds"} for text in (ours, theirs)
-            )
+    for path in files:  # but for wall-clock seconds (test_resume.comparable)
+        ours, theirs = (comparable(path, (folder / path).read_bytes()) for folder in (workflow_copy, second))
         assert ours == theirs, path

@@ -3,14 +3,17 @@ registry's declared inputs that the rules read."""
 
 import copy
 import inspect
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 import yaml
+from jsonschema import Draft202012Validator
 
 from dpaudit import DPAuditError
 from dpaudit.figures import FIGURE_SPECS, FIGURES
-from dpaudit.pipeline_config import check_pipeline_config
+from dpaudit.pipeline_config import StrictValidator, check_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
@@ -239,3 +242,237 @@ def test_the_default_parameters_have_every_input_a_figure_declares():
         assert set(spec.experiments) <= set(PARAMS["papers"]["experiments"]), name
         assert set(spec.cross + spec.diagnostics) <= runs, name
         assert set(spec.grids) <= {"gc", "dc"} <= set(PARAMS["dpsgd_dc"]), name
+
+
+def _refused(config, message):
+    """``check_pipeline_config`` refuses ``config`` with one line starting with ``message``."""
+    with pytest.raises(DPAuditError) as error:
+        check_pipeline_config(config=config, schema=SCHEMA)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("preset", ["x; touch /tmp/pwned", "my laptop", "it's", '"quoted"', "$(id)", "-rf", ""])
+def test_a_preset_that_is_not_a_safe_name_is_refused_by_the_schema_and_the_checks(preset):
+    config = _params()
+    config["preset"] = preset
+    assert not Draft202012Validator(SCHEMA).is_valid(config)
+    _refused(config, "params preset: ")
+
+
+def _set(path, value):
+    """An edit setting the value at ``path`` (keys and list indices) of the config."""
+
+    def edit(config):
+        *parents, last = path
+        for part in parents:
+            config = config[part]
+        config[last] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        # the schema's own gaps: jsonschema's `$` also matches before a final newline, so these pass its patterns
+        (_set(["preset"], "default\n"), "params preset: 'default\\n' is not a safe name"),
+        (
+            _set(["audit", "whole_run", "validation", 0, "twin"], "dpsgd-gc\n"),
+            "params audit.whole_run.validation[0].twin: 'dpsgd-gc\\n' is not a safe name",
+        ),
+        # shell metacharacters in nested places: a twin, a pair's twin, an experiment's name, a paper run's setting
+        (
+            _set(["audit", "whole_run", "validation", 0, "twin"], "dpsgd-gc; rm -rf ~"),
+            "params audit.whole_run.validation[0].twin: 'dpsgd-gc; rm -rf ~' is not a safe name",
+        ),
+        (
+            _set(["audit", "validation", "pairs", 0, 1], "dpsgd-gc`id`"),
+            "params audit.validation.pairs[0][1]: 'dpsgd-gc`id`' is not a safe name",
+        ),
+        (
+            _set(["papers", "experiments", "my runs"], {"runs": [{"optimizer": "sgd"}]}),
+            "params papers.experiments: key 'my runs' is not a safe name",
+        ),
+        (
+            _set(["papers", "experiments", "nonprivate", "runs", 0, "sampling"], "$(id)"),
+            "params papers.experiments.nonprivate.runs[0].sampling: '$(id)' is not a safe name",
+        ),
+        (
+            _set(["papers", "experiments", "tp_split", "grid", "warmup_fraction"], ["0.2'"]),
+            'params papers.experiments.tp_split.grid.warmup_fraction[0]: "0.2\'" is not a safe name',
+        ),
+    ],
+)
+def test_a_string_that_is_not_a_safe_name_is_refused_wherever_it_is(edit, message):
+    config = _params()
+    edit(config)
+    _refused(config, message)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # what passes jsonschema's own types and bounds: NaN passes exclusiveMinimum, 36.0 counts as an integer
+        ("dpsgd_dc: {common: {lr: .nan}}", "params dpsgd_dc.common.lr: nan is not a finite number"),
+        (
+            "optimizers: {runs: [{name: dpsgd-gc, lr: .nan}]}",
+            "params optimizers.runs[0].lr: nan is not a finite number",
+        ),
+        ("audit: {target_epsilons: [.inf]}", "params audit.target_epsilons[0]: inf is not a finite number"),
+        ("dpsgd_dc: {theory: {alpha: -.inf}}", "params dpsgd_dc.theory.alpha: -inf is not a finite number"),
+        (
+            "optimizers: {common: {batch_size: 36.0}}",
+            "params optimizers.common.batch_size: 36.0 is not of type 'integer'",
+        ),
+        (
+            "dpsgd_dc: {gc: {batch_sizes: [20, 40.0]}}",
+            "params dpsgd_dc.gc.batch_sizes[1]: 40.0 is not of type 'integer'",
+        ),
+        ("papers: {common: {num_shadows: 0.0}}", "params papers.common.num_shadows: 0.0 is not of type 'integer'"),
+        (  # a paper grid's values are typed as the run's own settings
+            "papers: {experiments: {adadpigu_tradeoff: {grid: {batch_size: [36.0]}}}}",
+            "params papers.experiments.adadpigu_tradeoff.grid.batch_size[0]: 36.0 is not of type 'integer'",
+        ),
+    ],
+)
+def test_non_finite_numbers_and_floats_for_integers_are_refused_naming_the_field(text, message):
+    config = _merged(_params(), yaml.safe_load(text))
+    _refused(config, message)
+
+
+def test_the_strict_types_refuse_what_jsonschema_takes_and_keep_what_the_presets_use():
+    config = _params()
+    config["dpsgd_dc"]["common"]["lr"] = float("nan")
+    assert Draft202012Validator(SCHEMA).is_valid(config) and not StrictValidator(SCHEMA).is_valid(config)
+    config = _params()
+    config["optimizers"]["common"]["batch_size"] = 36.0
+    assert Draft202012Validator(SCHEMA).is_valid(config) and not StrictValidator(SCHEMA).is_valid(config)
+    config = _params()
+    config["optimizers"]["common"]["clip_norm"] = 1  # an int where a number is expected: fine, as 1.0 is
+    assert StrictValidator(SCHEMA).is_valid(config) and isinstance(PARAMS["optimizers"]["common"]["clip_norm"], float)
+
+
+def _workflow_helpers():
+    """The helpers of workflow/rules/common.smk (plain Python), as the rules see them."""
+    namespace = {"config": {}}
+    exec(compile((ROOT / "workflow/rules/common.smk").read_text(), "common.smk", "exec"), namespace)
+    return namespace
+
+
+def test_cli_flags_quote_each_value():
+    cli_flags = _workflow_helpers()["cli_flags"]
+    flags = cli_flags(
+        {
+            "dataset": "my data; id",
+            "eval_epochs": [1, 2],
+            "download": True,
+            "diagnostics": False,
+            "device": None,
+            "lr": 0.1,
+            "sampling": "it's",
+        }
+    )
+    assert flags == (
+        "--dataset 'my data; id' --eval-epochs 1,2 --download --no-diagnostics --lr 0.1 --sampling 'it'\"'\"'s'"
+    )
+    assert shlex.split(flags) == [
+        "--dataset",
+        "my data; id",
+        "--eval-epochs",
+        "1,2",
+        "--download",
+        "--no-diagnostics",
+        "--lr",
+        "0.1",
+        "--sampling",
+        "it's",
+    ]
+    # safe values read as they did before quoting (so a valid config's commands, and Snakemake's records, stay)
+    assert cli_flags({"optimizer": "dpsgd-gc", "delta": 1e-05, "eval_epochs": [10, 20]}) == (
+        "--optimizer dpsgd-gc --delta 1e-05 --eval-epochs 10,20"
+    )
+
+
+def test_batch_commands_keep_each_value_one_word_through_both_shell_splits():
+    helpers = _workflow_helpers()
+    train = helpers["train_command"]("results/a b/trial_0", 0, helpers["cli_flags"]({"dataset": "x;y"}), summarize=True)
+    attack = "attack --quiet --run " + helpers["shell_word"]("results/a b/trial_0")
+    command = helpers["batch_command"](train, attack)
+    outer = shlex.split(command)  # the job's shell, then `dpaudit batch` splitting each command (dpaudit.cli)
+    assert outer[:3] == ["dpaudit", "batch", "--quiet"] and len(outer) == 5
+    assert shlex.split(outer[3]) == [
+        "train",
+        "--quiet",
+        "--overwrite",
+        "--summarize",
+        "--out",
+        "results/a b/trial_0",
+        "--trial",
+        "0",
+        "--dataset",
+        "x;y",
+    ]
+    assert shlex.split(outer[4]) == ["attack", "--quiet", "--run", "results/a b/trial_0"]
+    assert shlex.split(helpers["run_folders"](["results/a b/trial_0/x.json", "results/c/trial_1/y.json"])) == [
+        "results/a b/trial_0",
+        "results/c/trial_1",
+    ]
+
+
+# `{...}` fields of a rule's shell command that hold words the rule's helpers quoted already (batch_command,
+# run_folders, shell_words); every other field must be quoted by Snakemake (`:q`)
+PRE_QUOTED = {"params.commands", "params.runs", "params.pairs"}
+
+
+def _shell_commands():
+    """(file, line, text) of every `shell:` block of the Snakefile and the rule files."""
+    for path in [ROOT / "Snakefile", *sorted((ROOT / "workflow/rules").glob("*.smk"))]:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if line.strip() != "shell:":
+                continue
+            indent = len(line) - len(line.lstrip())
+            block = []
+            for following in lines[number + 1 :]:
+                if following.strip() and len(following) - len(following.lstrip()) <= indent:
+                    break
+                block.append(following.strip())
+            yield path.name, number + 1, "\n".join(block)
+
+
+def test_every_value_in_a_shell_command_is_quoted():
+    commands = list(_shell_commands())
+    assert len(commands) >= 20
+    for name, number, block in commands:
+        assert "+" not in block, f"{name}:{number}: a value pasted into the command: {block}"
+        assert "'{" not in block and "}'" not in block, f"{name}:{number}: a field quoted by hand: {block}"
+        for field in re.findall(r"\{([^{}]*)\}", block):
+            assert field.endswith(":q") or field in PRE_QUOTED, f"{name}:{number}: {{{field}}} is not quoted"
+    # the pre-quoted fields are built by the quoting helpers (optimizer_run_commands returns a batch_command)
+    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        for line in path.read_text().splitlines():
+            if re.match(r"\s*(commands|runs|pairs)=", line):
+                helper = r"\b(batch_command|run_folders|shell_words|optimizer_run_commands)\("
+                assert re.search(helper, line), f"{path.name}: {line}"
+    assert "    return batch_command(" in (ROOT / "workflow/rules/optimizers.smk").read_text()
+
+
+def _lock_numbers(value):
+    """dvc.lock's values as params.yaml's: DVC writes 1.0e-5 as 1e-05, which YAML 1.1 reads as a string."""
+    if isinstance(value, dict):
+        return {key: _lock_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_lock_numbers(item) for item in value]
+    if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
+        return float(value)
+    return value
+
+
+def test_dvc_lock_records_the_values_of_params_yaml():
+    """`dvc status` in a fresh clone reports no changed parameter: the lock holds every section dvc.yaml lists, as
+    params.yaml has it (a params.yaml edit commits the lock of the run it made)."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["figures"]
+    recorded = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]["figures"]["params"]["params.yaml"]
+    assert sorted(recorded) == sorted(stage["params"])
+    for section in stage["params"]:
+        assert _lock_numbers(recorded[section]) == PARAMS[section], section

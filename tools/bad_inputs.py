@@ -75,6 +75,9 @@ def main() -> None:
         (work / "params.yaml").write_text(params)
 
     snakemake_with("params.yaml: negative learning rate", "lr: 0.1 ", "lr: -0.1 ")
+    snakemake_with("params.yaml: learning rate NaN", "lr: 0.1 ", "lr: .nan ")
+    snakemake_with("params.yaml: batch size 36.0", "batch_size: 36 ", "batch_size: 36.0 ")
+    snakemake_with("params.yaml: a preset name with a shell command", "preset: default ", 'preset: "x; touch pwned" ')
     snakemake_with(
         "params.yaml: unknown optimizer in optimizers.runs", "{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}"
     )
@@ -85,8 +88,8 @@ def main() -> None:
     )
     snakemake_with(
         "params.yaml: projection-aligned canaries for a twin without a projection",
-        "- [dp2-sgd-as-published, dp2-sgd,",
-        "- [dp2-sgd-as-published, dpsgd-gc,",
+        "- [dp2-sgd-as-published, dp2-sgd]",
+        "- [dp2-sgd-as-published, dpsgd-gc, {canary_design: projection-aligned}]",
     )
     cases.append(
         (
@@ -215,6 +218,40 @@ def main() -> None:
             *_run([*DPAUDIT, "batch", f"train {' '.join(TINY)} --out b", "train --epochs 2"], work),
         )
     )
+
+    def dpaudit(description, *argv):
+        cases.append((description, *_run([*DPAUDIT, *argv], work)))
+
+    # the run folder: owned, checked, never mixed
+    (work / "project").mkdir()
+    (work / "project" / "config.json").write_text('{"theme": "dark"}')
+    dpaudit("`train --out` a folder with a config.json that is not a run's", "train", *TINY, "--out", "project")
+    (work / "home" / "notes").mkdir(parents=True)
+    dpaudit("`train --out` a folder of other files", "train", *TINY, "--out", "home")
+    (work / "afile").write_text("x")
+    dpaudit("`train --out` a file", "train", *TINY, "--out", "afile")
+    subprocess.run([*DPAUDIT, "train", *TINY, "--out", "good"], cwd=work, check=True, capture_output=True)
+    dpaudit("`train` again into a run of another configuration", "train", *TINY, "--lr", "0.2", "--out", "good")
+    dpaudit("`train --canaries 1000000000`", "train", *TINY, "--canaries", "1000000000", "--out", "big")
+    dpaudit("`audit --run` naming one run twice", "audit", "--run", "good", "good", "--attack", "loss")
+    shutil.copytree(work / "good", work / "copy")
+    dpaudit(
+        "`audit --run` pooling two runs of one seed and trial", "audit", "--run", "good", "copy", "--attack", "loss"
+    )
+    ledger = work / "good" / "target" / "ledger.json"
+    original = ledger.read_text()
+    ledger.write_text(original.replace('"noise_multiplier": 1.0', '"noise_multiplier": 100.0'))
+    dpaudit("privacy ledger edited (z = 1 → 100), then `epsilon --run`", "epsilon", "--run", "good")
+    ledger.write_text(original)
+    dpaudit("the run whose loss became NaN (above), then `epsilon --run`", "epsilon", "--run", "nan")
+    dpaudit("`train --config` naming a missing file", "train", *TINY, "--config", "missing.yaml", "--out", "r")
+    (work / "bad.yaml").write_text("lr: [0.1\n")
+    dpaudit("`train --config` with malformed YAML", "train", *TINY, "--config", "bad.yaml", "--out", "r")
+    (work / "utf16.csv").write_text("score,is_member\n0.5,1\n", encoding="utf-16")
+    dpaudit("score CSV saved as UTF-16", "audit", "--scores", "utf16.csv")
+    (work / "short.csv").write_text("score,is_member\n0.5,1\n0.7\n")
+    dpaudit("score CSV with a short row", "audit", "--scores", "short.csv")
+    dpaudit("`calibrate --steps -3`", "calibrate", "--target-epsilon", "1", "--sample-rate", "0.01", "--steps", "-3")
     print("| bad input | exit status | message (last line) |")
     print("|---|---|---|")
     for description, code, message in cases:

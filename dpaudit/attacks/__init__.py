@@ -14,6 +14,8 @@ shadow-model attack's names load on first use.
 from __future__ import annotations
 
 import csv
+import io
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpaudit._io import read_json
-from dpaudit._validation import DPAuditError, check_choice
+from dpaudit._validation import DPAuditError, brief, check_choice
+from dpaudit.integrity import verify_file
 from dpaudit.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,29 +115,79 @@ class Attack:
         return replace(self.scorer(run, epoch=epoch, delta=delta), epsilon_run=planned)
 
 
+_MEMBER_VALUES = {"0": 0, "1": 1, "false": 0, "true": 1}
+
+
 def read_scores_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(member scores, non-member scores) from a CSV with columns ``score`` and ``is_member`` (1/0).
 
+    The file is UTF-8 text, with or without a byte-order mark; ``is_member`` is 0, 1, true or false (any case);
+    every score a finite number. Rows are counted as the file's lines, the header being row 1; blank lines are
+    skipped.
+
     Raises:
-        DPAuditError: a missing file, a missing column or a value that is not a number / not 0 or 1.
+        DPAuditError: one line naming the file (and the row, where one is at fault): a missing or unreadable
+            file, one not saved as UTF-8 (UTF-16, Latin-1, …), an empty or header-only file, a missing column, a
+            row with fewer or more fields than the header, a score that is not a finite number or an
+            ``is_member`` that is not 0 or 1.
     """
     path = Path(path)
     if not path.is_file():
         raise DPAuditError(f"score file not found: {path}")
-    with open(path, encoding="utf-8", newline="") as stream:
-        reader = csv.DictReader(stream)
-        missing = {"score", "is_member"} - set(reader.fieldnames or ())
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DPAuditError(f"cannot read the score file {path}: {error.strerror or error}") from None
+    text = _utf8_text(path, data)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next((row for row in reader if row), None)
+        if header is None:
+            raise DPAuditError(f"{path} is empty: it needs a header row (score, is_member) and one row per score")
+        header = [name.strip() for name in header]
+        missing = {"score", "is_member"} - set(header)
         if missing:
             raise DPAuditError(f"{path} lacks the column(s) {', '.join(sorted(missing))} (need score, is_member)")
-        try:
-            rows = [(float(row["score"]), int(row["is_member"])) for row in reader]
-        except ValueError as error:
-            raise DPAuditError(f"{path}: {error}") from None
-    scores = np.array([s for s, _ in rows], dtype=float)
-    member = np.array([m for _, m in rows])
-    if not set(member.tolist()) <= {0, 1}:
-        raise DPAuditError(f"{path}: is_member must be 0 or 1")
-    return scores[member == 1], scores[member == 0]
+        score_at, member_at = header.index("score"), header.index("is_member")
+        scores, members = [], []
+        for row in reader:
+            if not row:
+                continue
+            where = f"{path}, row {reader.line_num}"
+            if len(row) != len(header):
+                fewer = "fewer" if len(row) < len(header) else "more"
+                raise DPAuditError(f"{where} has {len(row)} field(s), {fewer} than the header's {len(header)}")
+            try:
+                score = float(row[score_at])
+            except ValueError:
+                raise DPAuditError(f"{where}: score must be a number, got {brief(row[score_at])}") from None
+            if not math.isfinite(score):
+                raise DPAuditError(f"{where}: score must be a finite number, got {brief(row[score_at])}")
+            member = _MEMBER_VALUES.get(row[member_at].strip().lower())
+            if member is None:
+                raise DPAuditError(f"{where}: is_member must be 0 or 1 (or true/false), got {brief(row[member_at])}")
+            scores.append(score)
+            members.append(member)
+    except csv.Error as error:
+        raise DPAuditError(f"{path}, row {reader.line_num}: not valid CSV ({error})") from None
+    if not scores:
+        raise DPAuditError(f"{path} has a header but no rows of scores")
+    values, member_flags = np.array(scores, dtype=float), np.array(members, dtype=bool)
+    return values[member_flags], values[~member_flags]
+
+
+def _utf8_text(path: Path, data: bytes) -> str:
+    """The text of a score file saved as UTF-8 (a byte-order mark dropped); any other encoding refused."""
+    refuse = f"{path} is not UTF-8 text ({{}}); save it as UTF-8"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DPAuditError(refuse.format("it starts with a UTF-16 byte-order mark"))
+    if b"\x00" in data:
+        raise DPAuditError(refuse.format("it holds NUL bytes, as UTF-16 text does"))
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DPAuditError(refuse.format(f"byte 0x{data[error.start]:02x} on line {line} is not UTF-8")) from None
 
 
 # The scorers import the attack modules when called: those load torch, which this package must not (speed).
@@ -162,6 +215,7 @@ def _shadow_scores(run: Path, *, epoch: int, delta: float) -> AttackScores:
     path = RunDir(run).scores(epoch)
     if not path.is_file():
         raise DPAuditError(f"no shadow-attack scores at {path}; run `dpaudit attack --run {run}` first")
+    verify_file(path)
     return AttackScores(*read_scores_csv(path))
 
 

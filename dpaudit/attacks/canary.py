@@ -82,6 +82,7 @@ from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import CANARY_DESIGNS
 from dpaudit.estimate import gdp_epsilon
+from dpaudit.integrity import verify_file
 from dpaudit.observers import TrainingObserver
 from dpaudit.optim import ProjectedNoise, StepCost, projected_dimension
 
@@ -170,6 +171,7 @@ class CanaryObservations:
         path = Path(path)
         if not path.is_file():
             raise DPAuditError(f"no canary observations at {path}; train with --canaries M")
+        verify_file(path)
         try:
             with np.load(path, allow_pickle=False) as data:
                 bits, observations, z = data["bits"], data["observations"], data["noise_multipliers"]

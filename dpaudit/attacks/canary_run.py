@@ -80,6 +80,7 @@ from dpaudit._device import host_to_device, one_cpu_thread
 from dpaudit._io import atomic_write_stream, read_json, write_json
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import SAMPLING_SCHEMES
+from dpaudit.integrity import verify_file
 from dpaudit.observers import TrainingObserver
 from dpaudit.optim import StepCost
 from dpaudit.rundir import RunDir
@@ -269,6 +270,7 @@ class RunCanaryObservations:
             raise DPAuditError(
                 f"no whole-run canary observations at {path}; train with --canaries M --canary-design whole-run"
             )
+        verify_file(path)
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {name: data[name] for name in ("members", "noise_multipliers", "sample_rates", "noise_std")}

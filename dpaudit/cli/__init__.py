@@ -9,13 +9,15 @@ torch loads only inside the commands that train or attack.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import traceback
 
 from dpaudit import __version__
 from dpaudit._validation import DPAuditError
 from dpaudit.cli import commands, pipeline
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "user_error"]
 
 #: ``dpaudit --help``'s headings and the commands under each, in the order it lists them.
 COMMAND_GROUPS = (
@@ -86,9 +88,40 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except DPAuditError as error:
-        print(f"dpaudit: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("dpaudit: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - every failure ends in one line; a bug's keeps its traceback
+        message = user_error(error)
+        if message is None:
+            traceback.print_exc()
+            print(
+                f"dpaudit: internal error ({type(error).__name__}): this is a bug in dpaudit {__version__}, not in "
+                "your input; please report it to the dpaudit developers with the traceback above and the command",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"dpaudit: error: {message}", file=sys.stderr)
+        return 2
+
+
+def user_error(error: BaseException) -> str | None:
+    """The one-line message of a failure the user can cause (bad input, a file, the disk), or None for a bug.
+
+    A ``DPAuditError`` is its message; an OS error names the file and the system's reason (missing, a folder, no
+    permission, a full disk); a decoding error says the file is not UTF-8 text; YAML and JSON errors say where the
+    text is malformed.
+    """
+    if isinstance(error, DPAuditError):
+        return str(error)
+    if isinstance(error, OSError):
+        where = " → ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+        reason = error.strerror or str(error) or type(error).__name__
+        return f"{where}: {reason}" if where else reason
+    if isinstance(error, UnicodeError):
+        return f"input is not UTF-8 text ({' '.join(str(error).split())}); save the file as UTF-8"
+    if isinstance(error, json.JSONDecodeError):
+        return f"malformed JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+    if type(error).__module__.split(".")[0] == "yaml":
+        return f"malformed YAML: {' '.join(str(error).split())}"
+    return None

@@ -19,6 +19,7 @@ from pathlib import Path
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import ATTACKS, read_scores_csv
 from dpaudit.config import TrainConfig
+from dpaudit.integrity import check_distinct_runs
 
 _TRAIN_EXAMPLE = """example (target + 3 shadows, the DPSGD-GC/DC paper's σ_DP and C, on digits):
   dpaudit train --dataset digits --model cnn-digits --optimizer dpsgd-gc --sigma-dp 0.002 \\
@@ -69,8 +70,13 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.config:
         import yaml
 
-        with open(args.config, encoding="utf-8") as stream:
-            loaded = yaml.safe_load(stream) or {}
+        try:
+            with open(args.config, encoding="utf-8") as stream:
+                loaded = yaml.safe_load(stream) or {}
+        except OSError as error:
+            raise DPAuditError(f"--config {args.config}: {error.strerror or error}") from None
+        except (UnicodeError, yaml.YAMLError) as error:
+            raise DPAuditError(f"--config {args.config} is not a YAML file: {' '.join(str(error).split())}") from None
         if not isinstance(loaded, dict):
             raise DPAuditError(f"{args.config} must hold a mapping of TrainConfig keys")
         values.update(loaded)
@@ -105,6 +111,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         resume=not args.restart,
         state_every=_state_every(args.state_every),
+        overwrite=args.overwrite,
     )
     derived = summary["derived"]
     print(
@@ -271,7 +278,7 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
 
 
 def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
-    from dpaudit._io import read_json, write_json
+    from dpaudit._io import write_json
     from dpaudit.theory import epsilon, ledger_epsilons
 
     direct = (args.noise_multiplier, args.sample_rate, args.steps)
@@ -304,10 +311,9 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
             )
         )
         return 0
-    ledger_path = args.run / args.model / "ledger.json"
-    if not ledger_path.is_file():
-        raise DPAuditError(f"no privacy ledger at {ledger_path}; run `dpaudit train` first")
-    ledger = read_json(ledger_path)
+    from dpaudit.run import load_ledger
+
+    ledger = load_ledger(args.run, model=args.model)
     epochs = list(args.epochs) if args.epochs else list(range(1, len(ledger["epoch_ends"]) + 1))
     curves = {
         name: ledger_epsilons(ledger, accountant=name, epochs=epochs, logging=args.logging, **_accounting_options(args))
@@ -449,8 +455,10 @@ def _run_scores(args: argparse.Namespace, attack: str, runs=None):
 
     spec = ATTACKS[attack]
     members, nonmembers, theory, epoch = [], [], {}, None
-    for run in args.run if runs is None else runs:
-        config = load_run_config(run)
+    runs = args.run if runs is None else runs
+    configs = [load_run_config(run) for run in runs]
+    check_distinct_runs(runs, configs=[config.to_dict() for config in configs])
+    for run, config in zip(runs, configs):
         epoch = None if spec.whole_run else args.epoch or max(config.eval_epochs)
         found = spec.scores(run, epoch=epoch, delta=args.delta)
         theory["epsilon_run"] = found.epsilon_run
@@ -506,6 +514,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if args.selection_run is not None:
         if set(map(Path.resolve, args.selection_run)) & set(map(Path.resolve, args.run)):
             raise DPAuditError("--selection-run must name runs other than --run (independent trials)")
+        from dpaudit.run import load_run_config
+
+        both = [*args.run, *args.selection_run]
+        check_distinct_runs(both, configs=[load_run_config(run).to_dict() for run in both])
     for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
         members, nonmembers, epoch, theory = _run_scores(args, attack)
         if args.selection_run is not None:
@@ -668,6 +680,12 @@ def add_train(commands: argparse._SubParsersAction) -> None:
         "--summarize",
         action="store_true",
         help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a run of another configuration found in --out (its own files only; by default such a "
+        "folder is refused)",
     )
     train.add_argument(
         "--restart",

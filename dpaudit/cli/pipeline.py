@@ -226,8 +226,13 @@ def _cmd_batch(args: argparse.Namespace, *, parse: Callable[[list[str]], argpars
         ):
             try:
                 code = sub_args.handler(sub_args)
-            except DPAuditError as error:
-                raise DPAuditError(f"batch command {number} of {len(parsed)} (dpaudit {command}): {error}") from None
+            except Exception as error:  # noqa: BLE001 - a user's error gains where it happened; a bug propagates
+                from dpaudit.cli import user_error
+
+                message = user_error(error)
+                if message is None:
+                    raise
+                raise DPAuditError(f"batch command {number} of {len(parsed)} (dpaudit {command}): {message}") from None
         if code:
             return code
     return 0

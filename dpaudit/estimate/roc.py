@@ -13,6 +13,7 @@ import numpy as np
 
 from dpaudit._validation import (
     DPAuditError,
+    brief,
     check_delta,
     check_positive_int,
     check_probability,
@@ -20,6 +21,23 @@ from dpaudit._validation import (
     check_seed,
 )
 from dpaudit.estimate.counts import ScoreCounts
+
+
+def _rates(name: str, values) -> np.ndarray:
+    """A rate or an array of rates as floats (the range is checked by the caller); booleans, text, None and
+    dicts refused."""
+    refused = f"{name} must be a rate in [0, 1] or an array of rates, got {brief(values)}"
+    if values is None or isinstance(values, (bool, np.bool_, str, bytes, dict)):
+        raise DPAuditError(refused)
+    try:
+        array = np.asarray(values)
+        if array.dtype.kind not in "iuf":
+            raise DPAuditError(refused)
+        return array.astype(float) + 0.0  # −0.0 → 0.0: a zero rate is +inf in the formula, never log(−inf) = NaN
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+        if isinstance(error, DPAuditError):
+            raise
+        raise DPAuditError(refused) from None
 
 
 def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
@@ -39,13 +57,17 @@ def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
     Returns:
         ε̂ as a float for scalar input, else a numpy array broadcast over ``fpr`` and ``fnr``.
     """
-    if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
-        raise DPAuditError(f"delta must lie in [0, 1), got {delta!r}")
-    fpr_arr = np.asarray(fpr, dtype=float)
-    fnr_arr = np.asarray(fnr, dtype=float)
+    if isinstance(delta, bool) or not (isinstance(delta, (int, float, np.integer, np.floating)) and 0 <= delta < 1):
+        raise DPAuditError(f"delta must lie in [0, 1), got {brief(delta)}")
+    fpr_arr = _rates("fpr", fpr)
+    fnr_arr = _rates("fnr", fnr)
     for name, values in (("fpr", fpr_arr), ("fnr", fnr_arr)):
         if values.size and (not np.all(np.isfinite(values)) or values.min() < 0 or values.max() > 1):
-            raise DPAuditError(f"{name} must lie in [0, 1], got {values if values.ndim else float(values)}")
+            raise DPAuditError(f"{name} must lie in [0, 1], got {brief(values if values.ndim else float(values))}")
+    try:
+        np.broadcast_shapes(fpr_arr.shape, fnr_arr.shape)
+    except ValueError:
+        raise DPAuditError(f"fpr {fpr_arr.shape} and fnr {fnr_arr.shape} do not broadcast together") from None
     with np.errstate(divide="ignore", invalid="ignore"):
         # a side whose 1 − δ − rate is ≤ 0 certifies nothing (its limit is −inf), not NaN
         first = np.where(1 - delta - fpr_arr > 0, np.log((1 - delta - fpr_arr) / fnr_arr), -np.inf)

@@ -20,6 +20,7 @@ from dpaudit.estimate import empirical_epsilon, epsilon_ceiling, epsilon_lower_b
 from dpaudit.figures._paper import claim as _claim
 from dpaudit.figures._paper import combine, decide, exact, interval, latex_escape
 from dpaudit.figures.style import figure_style, save_figure, series_style
+from dpaudit.integrity import check_distinct_runs
 from dpaudit.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
 from dpaudit.rundir import RunDir
 
@@ -538,6 +539,7 @@ def _pooled_bounds(group: list[RunRecord]) -> dict[str, Any] | None:
     (``scores_epoch_EEEE.csv``; split selection), the ceiling a perfect attack could reach at the pooled sample size,
     and the null level of the eq. 20 point (its 95 % quantile over permutations of the pooled membership labels, at
     the attack's own 0.5 threshold). None when a run has no score files (runs attacked by an older version)."""
+    check_distinct_runs([run.path for run in group], configs=[run.config for run in group])
     delta = float(read_json(RunDir(group[0].path).attack)["results"][0].get("delta", 1e-5))
     lower, null = [], []
     for epoch in group[0].attack_epochs:

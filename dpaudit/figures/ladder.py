@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit._io import read_json, write_json
+from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError
 from dpaudit.figures._paper import claim
 from dpaudit.figures.style import figure_style, save_figure
@@ -297,7 +297,7 @@ def write_ladder(
     ``out_dir``."""
     rows = ladder_rows(files, canaries=canaries, delta=delta)
     write_json(metrics, {"confidence": confidence, "delta": delta, "rows": rows})
-    Path(markdown).write_text(ladder_markdown(rows, confidence=confidence), encoding="utf-8")
+    atomic_write_bytes(markdown, ladder_markdown(rows, confidence=confidence).encode("utf-8"))
     out = Path(out_dir)
     written = plot_ladder(rows, stem=out / "ladder", title=title, confidence=confidence)
     from scipy import stats

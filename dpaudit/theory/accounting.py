@@ -31,9 +31,11 @@ from scipy import special
 
 from dpaudit._validation import (
     DPAuditError,
+    brief,
     check_choice,
+    check_count,
+    check_number,
     check_positive,
-    check_positive_int,
     check_probability,
     check_ratio,
 )
@@ -60,6 +62,11 @@ PRV_MEMORY_BUDGET = 1 << 30
 for each further one, measured with Opacus 1.6); a larger grid is refused before it is built."""
 _PRV_LARGEST_LOSS = 700.0  # e^t overflows float64 just above t = 709.78: PRV's domain must stay below
 _SERIES_TOLERANCE = math.log(1e-12)  # stop the fractional-order series once terms are 1e-12 of the total
+_SERIES_TERMS = 1 << 21  # at most this many terms a side per fractional order (q = 0.5, σ = 1e100 needs 2.6e5)
+_HUGE_SIGMA = 1e150  # above this z, σ² nears overflow and any RDP is below 1e-290: the unsubsampled α/(2σ²) is used
+_MAX_ORDER = 1e6  # the integer orders' sums hold α + 1 terms each: bounded so that no order list is a memory bomb
+_MAX_ORDER_TERMS = 1 << 22
+_MAX_STEPS = 2**63 - 1
 
 
 def _log_a_integers(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray:
@@ -86,8 +93,13 @@ def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray
     components are equal, and each side is expanded in a binomial series that converges there. Terms decay
     polynomially (alternating signs) for large q, so the series is summed in blocks of doubling size, for every
     order that has not converged yet at once, until a block's largest term is 1e-12 of the total.
+
+    Where the sum cannot be evaluated in floating point (its alternating terms cancel below the precision, e.g.
+    q = 1 − 1e-16 at σ = 0.1, or it has not converged after :data:`_SERIES_TERMS` terms), the order gets the
+    RDP of the Gaussian mechanism without subsampling, log A_α ≤ α(α−1)/(2σ²): a valid upper bound (Rényi
+    divergence is jointly quasi-convex), not an error and not a runaway series.
     """
-    z0 = sigma**2 * math.log(1 / q - 1) + 0.5
+    z0 = sigma**2 * (math.log1p(-q) - math.log(q)) + 0.5  # log(1/q − 1), without 1/q overflowing at tiny q
     log_q, log_1q = math.log(q), math.log1p(-q)
     result = np.full(len(alphas), np.nan)
     active = np.arange(len(alphas))
@@ -109,13 +121,13 @@ def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray
             signs = np.concatenate([signs, np.sign(coef), np.sign(coef)], axis=1)
             top = terms.max(axis=1)
             totals = top + np.log(np.einsum("ij,ij->i", signs, np.exp(terms - top[:, None])))
-        done = np.maximum(left.max(axis=1), right.max(axis=1)) < totals + _SERIES_TOLERANCE
-        result[active[done]] = totals[done]
+        converged = np.maximum(left.max(axis=1), right.max(axis=1)) < totals + _SERIES_TOLERANCE
+        failed = ~np.isfinite(totals) | (~converged & (start + block >= _SERIES_TERMS))
+        done = converged | failed
+        result[active[done]] = np.where(failed[done], a[done, 0] * (a[done, 0] - 1) / (2 * sigma**2), totals[done])
         active, terms, signs = active[~done], terms[~done], signs[~done]
         start += block
         block *= 2
-        if start > 10_000_000:
-            raise DPAuditError(f"RDP series did not converge (α={alphas[active[0]]}, q={q}, σ={sigma})")
     return result
 
 
@@ -133,14 +145,15 @@ def rdp_subsampled_gaussian(
         RDP(α) in nats, one entry per order (+inf at an order where σ is so small that the divergence
         overflows; :func:`rdp_to_epsilon` raises if every order is +inf).
     """
-    check_positive("noise_multiplier (σ)", noise_multiplier)
-    check_ratio("sample_rate (q)", sample_rate)
+    check_number("noise_multiplier (σ)", noise_multiplier)
+    z = check_positive("noise_multiplier (σ)", noise_multiplier)
+    q = float(check_ratio("sample_rate (q)", sample_rate))
     orders = _check_orders(orders)
-    if noise_multiplier**2 == 0:  # σ² underflows: no noise to speak of, the divergence is infinite at every order
+    if z * z == 0:  # σ² underflows: no noise to speak of, the divergence is infinite at every order
         return np.full(len(orders), np.inf)
-    if sample_rate == 1.0:
-        return orders / (2 * noise_multiplier**2)
-    return _rdp_cached(float(noise_multiplier), float(sample_rate), tuple(orders)).copy()
+    if q == 1.0 or z > _HUGE_SIGMA:  # without subsampling; above _HUGE_SIGMA a bound below 1e-290 (σ² overflows)
+        return orders / 2 / z / z
+    return _rdp_cached(z, q, tuple(orders)).copy()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -151,7 +164,7 @@ def _rdp_cached(noise_multiplier: float, sample_rate: float, orders: tuple[float
     log_a = np.empty(len(values))
     log_a[integer] = _log_a_integers(values[integer].astype(int), sample_rate, noise_multiplier)
     log_a[~integer] = _log_a_fractionals(values[~integer], sample_rate, noise_multiplier)
-    return log_a / (values - 1)
+    return np.maximum(log_a / (values - 1), 0.0)  # RDP ≥ 0: at large σ the sums round to ±1e-16
 
 
 def rdp_to_epsilon(
@@ -228,12 +241,56 @@ def linear_rdp_to_epsilon(*, slope: float, delta: float) -> tuple[float, float]:
     return c + 2.0 * math.sqrt(c * log_term), 1.0 + math.sqrt(log_term / c)
 
 
+def _positive(name: str, value) -> float:
+    """A finite number > 0 (booleans and strings refused)."""
+    check_number(name, value)  # booleans, text, sequences and None refused
+    return check_positive(name, value)
+
+
+def _probability(name: str, value) -> float:
+    """A number in (0, 1) (booleans and strings refused)."""
+    check_number(name, value)  # booleans, text, sequences and None refused
+    return check_probability(name, value)
+
+
+def _check_steps(steps, *, allow_zero: bool = True) -> int:
+    """T as an ``int`` ≥ 0 (> 0 unless ``allow_zero``); numpy integers and integral floats accepted, booleans,
+    strings, fractions and counts beyond 2⁶³ − 1 refused."""
+    count = check_count("steps", steps, allow_zero=allow_zero)
+    if count > _MAX_STEPS:
+        raise DPAuditError(f"steps must be at most 2⁶³ − 1, got {brief(steps)}")
+    return count
+
+
+def _per_step(name: str, value) -> np.ndarray:
+    """A number (a 0-D array) or a 1-D sequence of numbers (one per step) as floats; anything else refused."""
+    refused = f"{name} must be a number or a 1-D sequence of numbers (one per step), got {brief(value)}"
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes, dict)):
+        raise DPAuditError(refused)
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind not in "iuf":
+            raise DPAuditError(refused)
+        array = array.astype(float)
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+        if isinstance(error, DPAuditError):
+            raise
+        raise DPAuditError(refused) from None
+    if array.ndim > 1:
+        raise DPAuditError(f"{name} must be a number or a 1-D sequence (one per step), got shape {array.shape}")
+    return array
+
+
 def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, float, int]]:
-    """Group the steps into (z, q, count) triples; validates every value once."""
-    z = np.asarray(noise_multiplier, dtype=float)
-    q = np.asarray(sample_rate, dtype=float)
-    if z.ndim > 1 or q.ndim > 1:
-        raise DPAuditError("noise_multiplier and sample_rate must be a number or a 1-D sequence (one per step)")
+    """Group the steps into (z, q, count) triples, one per distinct (z, q), sorted; validates every value once.
+
+    A number for both z and q with ``steps = T`` is the one triple (z, q, T), built without any per-step array:
+    what the accountants cost grows with the number of distinct steps, not with T.
+    """
+    if steps is not None:
+        steps = _check_steps(steps)
+    z = _per_step("noise_multiplier (σ)", noise_multiplier)
+    q = _per_step("sample_rate (q)", sample_rate)
     lengths = {len(a) for a in (z, q) if a.ndim == 1}
     if len(lengths) > 1:
         raise DPAuditError(f"per-step noise_multiplier and sample_rate differ in length: {sorted(lengths)}")
@@ -244,7 +301,6 @@ def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, floa
     else:
         if steps is None:
             raise DPAuditError("give steps when noise_multiplier and sample_rate are single values")
-        check_positive_int("steps", steps, allow_zero=True)
         length = steps
     z, q = np.atleast_1d(z), np.atleast_1d(q)
     if not np.all(np.isfinite(z)) or np.any(z <= 0):
@@ -253,9 +309,47 @@ def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, floa
         raise DPAuditError(f"sample_rate (q) must be in (0, 1]; got {q[~((q > 0) & (q <= 1))][0]}")
     if length == 0:
         return []
+    if z.size == 1 and q.size == 1:
+        return [(float(z[0]), float(q[0]), length)]
     z, q = np.broadcast_to(z, (length,)), np.broadcast_to(q, (length,))
     pairs, counts = np.unique(np.stack([z, q], axis=1), axis=0, return_counts=True)
     return [(float(a), float(b), int(c)) for (a, b), c in zip(pairs, counts)]
+
+
+def _merged(*tables: list[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
+    """Several (z, q, count) tables as one: the counts of equal (z, q) summed, sorted."""
+    counts: dict[tuple[float, float], int] = {}
+    for table in tables:
+        for z, q, count in table:
+            counts[(z, q)] = counts.get((z, q), 0) + count
+    return [(z, q, count) for (z, q), count in sorted(counts.items())]
+
+
+def _check_options(*, delta, accountant, orders, conversion, eps_error) -> tuple[float, np.ndarray, float]:
+    """(δ, orders, eps_error) after the one-line checks of every accounting option, whichever accountant uses it."""
+    delta = _probability("delta (δ)", delta)
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    orders = _check_orders(orders)
+    check_choice("conversion", conversion, CONVERSIONS)
+    eps_error = _positive("eps_error", eps_error)
+    return delta, orders, eps_error
+
+
+def _table_epsilon(
+    table: list[tuple[float, float, int]],
+    *,
+    delta: float,
+    accountant: str,
+    orders: np.ndarray,
+    conversion: str,
+    eps_error: float,
+) -> float:
+    """ε of checked (z, q, count) steps (0 for none)."""
+    if not table:
+        return 0.0
+    if accountant == "prv":
+        return _prv_epsilon(table, delta=delta, eps_error=eps_error, orders=orders, conversion=conversion)
+    return _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
 
 
 def epsilon(
@@ -274,10 +368,12 @@ def epsilon(
     Args:
         noise_multiplier: z per step (a number for all steps, or one value per step), noise std / C.
         sample_rate: q per step (a number or one value per step), in (0, 1].
-        steps: number of steps T; required when both of the above are numbers.
+        steps: number of steps T (an integer ≥ 0, at most 2⁶³ − 1); required when both of the above are numbers.
+            T identical steps cost what one step costs: the RDP is T × one step's RDP, and the PRV accountant
+            composes them in one go (its grid, sized before it is built, still grows as √T).
         delta: δ ∈ (0, 1).
         accountant: "rdp" or "prv".
-        orders: Rényi orders α (rdp only).
+        orders: Rényi orders 1 < α ≤ 10⁶ (rdp only).
         conversion: "improved" or "classic" RDP→(ε, δ) conversion (rdp only).
         eps_error: the PRV accountant's ε discretisation error (prv only).
 
@@ -291,13 +387,12 @@ def epsilon(
             the settings whose PRV grid would exceed :data:`PRV_MEMORY_BUDGET`.
     """
     table = _steps_table(noise_multiplier, sample_rate, steps)
-    check_probability("delta (δ)", delta)
-    check_choice("accountant", accountant, ACCOUNTANTS)
-    if not table:
-        return 0.0
-    if accountant == "prv":
-        return _prv_epsilon(table, delta=delta, eps_error=eps_error, orders=orders, conversion=conversion)
-    return _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
+    delta, orders, eps_error = _check_options(
+        delta=delta, accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error
+    )
+    return _table_epsilon(
+        table, delta=delta, accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error
+    )
 
 
 class AccountingFallbackWarning(UserWarning):
@@ -325,9 +420,12 @@ def prv_grid(
         ``{"domain": L, "mesh": mesh, "points": grid points, "pairs": distinct (z, q), "bytes": estimated
         peak memory of the accountant in bytes}``.
     """
-    check_positive("eps_error", eps_error)
-    check_probability("delta (δ)", delta)
-    return _prv_grid(_steps_table(noise_multiplier, sample_rate, steps), delta=delta, eps_error=eps_error)
+    table = _steps_table(noise_multiplier, sample_rate, steps)
+    eps_error = _positive("eps_error", eps_error)
+    delta = _probability("delta (δ)", delta)
+    if not table:
+        raise DPAuditError("a PRV grid needs at least one step; zero steps have ε = 0 without one")
+    return _prv_grid(table, delta=delta, eps_error=eps_error)
 
 
 def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> dict:
@@ -357,7 +455,6 @@ def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error:
 def _prv_epsilon(
     table: list[tuple[float, float, int]], *, delta: float, eps_error: float, orders: Sequence[float], conversion: str
 ) -> float:
-    check_positive("eps_error", eps_error)
     grid = _prv_grid(table, delta=delta, eps_error=eps_error)
     z, q = min(z for z, _, _ in table), max(q for _, q, _ in table)
     steps = sum(count for *_, count in table)
@@ -396,12 +493,22 @@ def _prv_epsilon(
 
 
 def _rdp_epsilon(
-    table: list[tuple[float, float, int]], *, delta: float, orders: Sequence[float], conversion: str
+    table: list[tuple[float, float, int]],
+    *,
+    delta: float,
+    orders: Sequence[float],
+    conversion: str,
+    finite: bool = True,
 ) -> float:
+    """RDP ε of (z, q, count) steps: count × one step's RDP, summed per order, converted at δ. Where the RDP is
+    infinite at every order, a one-line error (``finite``) or +inf (without: the calibration's search)."""
     orders = _check_orders(orders)
-    total = sum(
-        count * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders) for z, q, count in table
-    )
+    total = np.zeros(len(orders))
+    for z, q, count in table:
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = total + float(count) * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
+    if not finite and not np.any(np.isfinite(total)):
+        return math.inf
     return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
 
 
@@ -444,11 +551,11 @@ def calibrate_noise(
         target_epsilon: ε to meet (> 0).
         delta: δ ∈ (0, 1).
         sample_rate: q (a number or one per step).
-        steps: T (required unless per-step values fix it).
+        steps: T, an integer > 0 (required unless per-step values fix it); T identical steps cost what one costs.
         accountant, orders, conversion, eps_error: as :func:`epsilon`.
         noise_schedule: optional per-step factors (> 0) multiplying z.
         tolerance: relative precision of z.
-        grid: if given, return the smallest multiple of ``grid`` meeting the target (papers that report
+        grid: if given (≥ 1e-12), return the smallest multiple of ``grid`` meeting the target (papers that report
             σ to two decimals searched a 0.01 grid, e.g. AdaDPIGU's Table 3).
         preceding: (noise multipliers, sample rates) of steps already taken (e.g. a warm-up phase with its
             own noise); they are composed with the calibrated steps, so the *total* meets the target.
@@ -456,43 +563,61 @@ def calibrate_noise(
     Returns:
         z such that ε(z) ≤ target_epsilon, within ``tolerance`` (relative) of the smallest such z.
     """
-    check_positive("target_epsilon (ε)", target_epsilon)
-    check_positive("tolerance", tolerance)
+    target_epsilon = _positive("target_epsilon (ε)", target_epsilon)
+    tolerance = _positive("tolerance", tolerance)
+    if grid is not None:
+        grid = _positive("grid", grid)
+        if grid < 1e-12:
+            raise DPAuditError(f"grid must be at least 1e-12 (z is returned to 12 decimals), got {brief(grid)}")
+    delta, orders, eps_error = _check_options(
+        delta=delta, accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error
+    )
+    if steps is not None:
+        steps = _check_steps(steps, allow_zero=False)
     factors = None
     if noise_schedule is not None:
-        factors = np.asarray(noise_schedule, dtype=float)
-        if factors.ndim != 1 or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+        try:
+            factors = _per_step("noise_schedule", noise_schedule)
+        except DPAuditError:
+            factors = np.zeros(0)
+        if factors.ndim != 1 or not factors.size or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
             raise DPAuditError("noise_schedule must be a 1-D sequence of positive factors, one per step")
-        steps = len(factors) if steps is None else steps
-    rates = np.asarray(sample_rate, dtype=float)
-    if rates.ndim == 0:
-        if steps is None:
-            raise DPAuditError("give steps when sample_rate is a single value")
-        rates = np.full(steps, float(rates))
-    prior_z, prior_q = (
-        (np.zeros(0), np.zeros(0))
-        if preceding is None
-        else (
-            np.atleast_1d(np.asarray(preceding[0], dtype=float)),
-            np.atleast_1d(np.asarray(preceding[1], dtype=float)),
-        )
-    )
-    if prior_q.size == 1 and prior_z.size > 1:
-        prior_q = np.full(prior_z.size, prior_q[0])
+    rates = _per_step("sample_rate (q)", sample_rate)
+    flat = np.atleast_1d(rates)
+    if not np.all((flat > 0) & (flat <= 1)):
+        raise DPAuditError(f"sample_rate (q) must be in (0, 1]; got {flat[~((flat > 0) & (flat <= 1))][0]}")
+    lengths = {a.size for a in (factors, rates) if a is not None and a.ndim == 1}
+    if len(lengths) > 1:
+        raise DPAuditError(f"per-step sample_rate and noise_schedule differ in length: {sorted(lengths)}")
+    if lengths:
+        length = lengths.pop()
+        if steps is not None and steps != length:
+            raise DPAuditError(f"steps={steps} but {length} per-step values were given")
+    elif steps is None:
+        raise DPAuditError("give steps when sample_rate is a single value")
+    else:
+        length = steps
+    if length == 0:
+        raise DPAuditError("calibrate_noise needs at least one step to calibrate; got none")
+    # the calibrated steps as (factor, q, count): T identical steps are one triple, however large T
+    if factors is None and rates.ndim == 0:
+        groups = [(1.0, float(rates), length)]
+    else:
+        groups = _steps_table(np.ones(length) if factors is None else factors, rates, None)
+    prior = [] if preceding is None else _preceding_table(preceding)
 
     def eps_at(z: float, name: str = accountant) -> float:
-        noise = np.full(len(rates), z) if factors is None else z * factors
-        return epsilon(
-            noise_multiplier=np.concatenate([prior_z, noise]),
-            sample_rate=np.concatenate([prior_q, rates]),
-            delta=delta,
-            accountant=name,
-            orders=orders,
-            conversion=conversion,
-            eps_error=eps_error,
+        scaled = [(z * factor, q, count) for factor, q, count in groups]
+        if any(noise == 0 for noise, _, _ in scaled):  # z·factor underflows: no noise, no finite ε
+            return math.inf
+        # z·factor overflowing is noise without limit: those steps spend nothing
+        table = _merged(prior, [step for step in scaled if math.isfinite(step[0])])
+        if name == "rdp":
+            return _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion, finite=False)
+        return _table_epsilon(
+            table, delta=delta, accountant=name, orders=orders, conversion=conversion, eps_error=eps_error
         )
 
-    check_choice("accountant", accountant, ACCOUNTANTS)
     _check_reachable(
         target_epsilon,
         delta=delta,
@@ -500,7 +625,7 @@ def calibrate_noise(
         orders=orders,
         conversion=conversion,
         eps_error=eps_error,
-        preceding=(prior_z, prior_q),
+        preceding=prior,
     )
     if accountant == "prv":
         # Bracket with the cheap RDP accountant: PRV's grid grows without bound as z falls (about 10⁸ points
@@ -509,11 +634,12 @@ def calibrate_noise(
             target_epsilon=target_epsilon,
             delta=delta,
             sample_rate=rates,
+            steps=length,
             orders=orders,
             conversion=conversion,
             noise_schedule=factors,
             tolerance=1e-3,
-            preceding=None if preceding is None else (prior_z, prior_q),
+            preceding=preceding,
         )
         while eps_at(high) > target_epsilon:  # PRV's upper estimate exceeds RDP's only by about eps_error
             high *= 1.25
@@ -524,6 +650,8 @@ def calibrate_noise(
         low = high / 1.25
         while eps_at(low) <= target_epsilon:
             high, low = low, low / 1.25
+            if low < 1e-4:
+                return high if grid is None else _smallest_multiple(eps_at, target_epsilon, grid, low=0.0, high=high)
     else:
         low, high = 0.05, 1.0
         while eps_at(high) > target_epsilon:
@@ -533,7 +661,7 @@ def calibrate_noise(
         while eps_at(low) <= target_epsilon:
             high, low = low, low / 2
             if low < 1e-4:
-                return high
+                return high if grid is None else _smallest_multiple(eps_at, target_epsilon, grid, low=0.0, high=high)
 
     # Illinois regula falsi on log ε against log z: the bracket [low (too little noise), high (enough)]
     # shrinks in a few evaluations where bisection needs ~17; `high` always meets the target.
@@ -553,15 +681,23 @@ def calibrate_noise(
         else:
             high, gap_high = middle, gap_middle
             gap_low, kept = (gap_low / 2 if kept == -1 else gap_low), -1
-    if grid is None:
-        return high
-    check_positive("grid", grid)
-    steps_up = math.ceil(round(high / grid, 9))
-    while steps_up > 1 and eps_at((steps_up - 1) * grid) <= target_epsilon:
-        steps_up -= 1
-    while eps_at(steps_up * grid) > target_epsilon:
-        steps_up += 1
-    return round(steps_up * grid, 12)
+    return high if grid is None else _smallest_multiple(eps_at, target_epsilon, grid, low=low, high=high)
+
+
+def _smallest_multiple(eps_at, target_epsilon: float, grid: float, *, low: float, high: float) -> float:
+    """The smallest multiple of ``grid`` whose ε meets the target, by bisection over the multiples between ``low``
+    (whose ε misses it, or 0) and ``high`` (whose ε meets it): about log₂((high − low)/grid) evaluations."""
+    below = math.floor(low / grid)  # a multiple at most low: misses the target (ε falls as z grows)
+    above = max(math.ceil(round(high / grid, 9)), below + 1)
+    while eps_at(above * grid) > target_epsilon:  # high/grid rounded down past high
+        below, above = above, above + 1
+    while above - below > 1:
+        middle = (below + above) // 2
+        if eps_at(middle * grid) <= target_epsilon:
+            above = middle
+        else:
+            below = middle
+    return round(above * grid, 12)
 
 
 def _check_reachable(
@@ -572,7 +708,7 @@ def _check_reachable(
     orders: Sequence[float],
     conversion: str,
     eps_error: float,
-    preceding: tuple[np.ndarray, np.ndarray],
+    preceding: list[tuple[float, float, int]],
 ) -> None:
     """One-line error, before any search, when no amount of noise can meet ``target_epsilon``."""
     if accountant == "rdp":
@@ -589,17 +725,8 @@ def _check_reachable(
             f"ε = {target_epsilon:g} is not above the PRV accountant's error eps_error = "
             f"{eps_error:g}, which its upper bound includes; pass a smaller eps_error"
         )
-    prior_z, prior_q = preceding
-    if accountant == "rdp" and prior_z.size:  # PRV calibration brackets with RDP, which checks this first
-        spent = epsilon(
-            noise_multiplier=prior_z,
-            sample_rate=prior_q,
-            steps=prior_z.size,
-            delta=delta,
-            accountant="rdp",
-            orders=orders,
-            conversion=conversion,
-        )
+    if accountant == "rdp" and preceding:  # PRV calibration brackets with RDP, which checks this first
+        spent = _rdp_epsilon(preceding, delta=delta, orders=orders, conversion=conversion)
         if spent > target_epsilon:
             raise DPAuditError(
                 f"the preceding steps alone spend ε = {spent:.4g} > {target_epsilon:g} at "
@@ -607,10 +734,48 @@ def _check_reachable(
             )
 
 
+def _preceding_table(preceding) -> list[tuple[float, float, int]]:
+    """The steps already taken, ``(noise multipliers, sample rates)``, as (z, q, count) triples; a single value on
+    either side stands for every step of the other (a pair of numbers is one step)."""
+    if not isinstance(preceding, (tuple, list)) or len(preceding) != 2:
+        raise DPAuditError(
+            "preceding must be a pair (noise multipliers, sample rates) of the steps already taken, got "
+            + brief(preceding)
+        )
+    z = np.atleast_1d(_per_step("preceding noise multipliers (σ)", preceding[0]))
+    q = np.atleast_1d(_per_step("preceding sample rates (q)", preceding[1]))
+    if q.size == 1 and z.size != 1:
+        q = np.full(z.size, q[0])
+    elif z.size == 1 and q.size != 1:
+        z = np.full(q.size, z[0])
+    return _steps_table(z, q, None)
+
+
 def _check_orders(orders: Sequence[float]) -> np.ndarray:
-    values = np.asarray(orders, dtype=float)
+    """The Rényi orders as a 1-D float array: non-empty, each in (1, 10⁶], their integer orders' series at most
+    :data:`_MAX_ORDER_TERMS` terms together (the sums at integer α hold α + 1 terms each)."""
+    refused = f"orders must be a non-empty sequence of Rényi orders 1 < α ≤ {_MAX_ORDER:g}"
+    try:
+        if orders is None or isinstance(orders, (str, bytes, dict)):
+            raise DPAuditError(refused)
+        values = np.asarray(orders)
+        if values.dtype.kind not in "iuf":
+            raise DPAuditError(refused)
+        values = values.astype(float)
+    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
+        if isinstance(error, DPAuditError):
+            raise
+        raise DPAuditError(refused) from None
     if values.ndim != 1 or len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1):
-        raise DPAuditError("orders must be a non-empty sequence of Rényi orders α > 1")
+        raise DPAuditError(refused)
+    if np.any(values > _MAX_ORDER):
+        raise DPAuditError(refused)
+    integer = values[values == np.round(values)]
+    if np.sum(integer + 1) > _MAX_ORDER_TERMS:
+        raise DPAuditError(
+            f"orders: the RDP at {integer.size} integer orders sums {int(np.sum(integer + 1))} terms, over "
+            f"{_MAX_ORDER_TERMS}; pass fewer or smaller orders"
+        )
     return values
 
 
@@ -640,48 +805,44 @@ def ledger_epsilons(
 
     Returns:
         ε per requested epoch; +inf throughout for a run that made no DP claim and recorded no steps
-        (non-private training).
+        (non-private training). Each costs what the ledger's runs of identical steps cost, not its step count.
     """
     check_choice("logging", logging, EPOCH_LOGGING)
     ledger, ends, epochs = _ledger_epochs(ledger, delta=delta, epochs=epochs)
+    delta, orders, eps_error = _check_options(
+        delta=delta, accountant=accountant, orders=orders, conversion=conversion, eps_error=eps_error
+    )
     if ledger.steps == 0 and not ledger.dp_claim:
         return [math.inf] * len(epochs)
-    z, q = ledger.per_step()
+    # the ledger's runs of identical steps, checked once: (z, q, count) each, never one entry per step
+    runs = [(run.noise_multiplier, run.sample_rate, _check_steps(run.steps)) for run in ledger.runs]
+    _steps_table([z for z, _, _ in runs], [q for _, q, _ in runs], None)
+    total = sum(count for *_, count in runs)
     prefixes = [
         ends[epoch - 1] if logging == "epoch-end" else min((ends[epoch - 2] if epoch > 1 else 0) + 1, ends[epoch - 1])
         for epoch in epochs
     ]
-    if accountant == "prv" or not len(z):
-        return [
-            epsilon(
-                noise_multiplier=z[:prefix],
-                sample_rate=q[:prefix],
-                steps=prefix,
-                delta=delta,
-                accountant=accountant,
-                orders=orders,
-                conversion=conversion,
-                eps_error=eps_error,
-            )
-            if prefix
-            else 0.0
-            for prefix in prefixes
-        ]
-    check_choice("accountant", accountant, ACCOUNTANTS)
-    _steps_table(z, q, None)  # validates every step
-    orders = _check_orders(orders)
-    pairs, step_pair = np.unique(np.stack([z, q], axis=1), axis=0, return_inverse=True)
-    curves = np.stack([rdp_subsampled_gaussian(noise_multiplier=a, sample_rate=b, orders=orders) for a, b in pairs])
-    step_pair = step_pair.reshape(-1)
+    if any(prefix > total for prefix in prefixes):
+        raise DPAuditError(f"malformed privacy ledger: an epoch ends after step {max(prefixes)} of its {total} steps")
+
+    def first_steps(prefix: int) -> list[tuple[float, float, int]]:
+        taken, left = [], prefix
+        for z, q, count in runs:
+            if left <= 0:
+                break
+            taken.append((float(z), float(q), min(count, left)))
+            left -= count
+        return _merged(taken)
+
     return [
-        rdp_to_epsilon(
-            rdp=np.bincount(step_pair[:prefix], minlength=len(pairs)) @ curves,
-            orders=orders,
+        _table_epsilon(
+            first_steps(prefix),
             delta=delta,
+            accountant=accountant,
+            orders=orders,
             conversion=conversion,
-        )[0]
-        if prefix
-        else 0.0
+            eps_error=eps_error,
+        )
         for prefix in prefixes
     ]
 

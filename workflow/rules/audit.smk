@@ -115,21 +115,23 @@ rule audit_run:  # one trial: train (canaries on the target), then the shadow at
         commands=lambda wildcards: batch_command(
             train_command(trial_folder("audit", wildcards.run, wildcards.trial), wildcards.trial,
                           audit_train_flags(wildcards.run, "audit")),
-            *([f"attack --quiet --run {trial_folder('audit', wildcards.run, wildcards.trial)}"] if AUD_SHADOW else [])),
+            *([f"attack --quiet --run {shell_word(trial_folder('audit', wildcards.run, wildcards.trial))}"]
+              if AUD_SHADOW else [])),
     resources:
         **AUD_RESOURCES,
     log:
         "logs/audit_run/{run}/trial_{trial}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 def score_command(section, run):
     """`dpaudit audit` of every attack of a section on one run, its trials pooled."""
     _, _, trials, attacks = AUD_SECTIONS[section]
-    folders = " ".join(trial_folder(section, run, trial) for trial in range(trials))
-    return (f"audit --run {folders} --attack {' '.join(attacks)} --delta {AUD_COMMON['delta']}"
-            f" --confidence {AUD['confidence']} --no-plot --out-dir results/{section}/{run}")
+    folders = shell_words(trial_folder(section, run, trial) for trial in range(trials))
+    return (f"audit --run {folders} --attack {shell_words(attacks)} --delta {shell_word(AUD_COMMON['delta'])}"
+            f" --confidence {shell_word(AUD['confidence'])} --no-plot"
+            f" --out-dir {shell_word(f'results/{section}/{run}')}")
 
 
 rule audit_score:  # every attack on one run in one process; the trials are pooled
@@ -143,7 +145,7 @@ rule audit_score:  # every attack on one run in one process; the trials are pool
     log:
         "logs/audit_score/{run}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each trial, then score each ε-run
@@ -165,7 +167,7 @@ rule audit_optimizer:  # one optimizer at every ε: train (and summarise) each t
     log:
         "logs/audit_optimizer/{section}/{name}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 rule audit_validation:  # the broken variants beside their twins; false alarms over every correct run's audits
@@ -176,13 +178,13 @@ rule audit_validation:  # the broken variants beside their twins; false alarms o
     output:
         multiext("figures/audit/validation", ".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"),
     params:
-        pairs=" ".join(f"{variant}={twin}" for variant, twin in VALIDATION_PAIRS.items()),
+        pairs=shell_words(f"{variant}={twin}" for variant, twin in VALIDATION_PAIRS.items()),
         title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
     log:
         "logs/audit_validation.log",
     shell:
-        "dpaudit validation {input} --pair {params.pairs} --attack " + VALIDATION["attack"] + " > {log} 2>&1"
-        + " --out figures/audit --title '{params.title}' > /dev/null"
+        "dpaudit validation {input:q} --pair {params.pairs} --attack {VALIDATION[attack]:q} > {log:q} 2>&1"
+        " --out figures/audit --title {params.title:q} > /dev/null"
 
 
 rule audit_table:
@@ -194,7 +196,7 @@ rule audit_table:
     log:
         "logs/audit_table.log",
     shell:
-        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table} > {log} 2>&1"
+        "dpaudit audit-table {input:q} --metrics {output.metrics:q} --markdown {output.table:q} > {log:q} 2>&1"
 
 
 rule audit_cross_table:
@@ -211,8 +213,8 @@ rule audit_cross_table:
     log:
         "logs/audit_cross_table.log",
     shell:
-        "dpaudit audit-table {input} --metrics {output.metrics} --markdown {output.table} > {log} 2>&1"
-        " --figures figures/audit --title '{params.title}' --roc-epsilon 4"
+        "dpaudit audit-table {input:q} --metrics {output.metrics:q} --markdown {output.table:q} > {log:q} 2>&1"
+        " --figures figures/audit --title {params.title:q} --roc-epsilon 4"
 
 
 rule audit_run_optimizer:  # whole-run canaries on one optimizer at every ε: train each ε-run, then score it
@@ -231,7 +233,7 @@ rule audit_run_optimizer:  # whole-run canaries on one optimizer at every ε: tr
     log:
         "logs/audit_run_optimizer/{name}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at one ε): train, then score it
@@ -249,7 +251,7 @@ rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at
     log:
         "logs/audit_run_bug/{run}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, final model), per step, black box
@@ -266,8 +268,8 @@ rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, 
     log:
         "logs/audit_ladder.log",
     shell:
-        "dpaudit ladder {input} --metrics {output.metrics} --markdown {output.table} --figures figures/audit"
-        " --title '{params.title}' --canaries {WHOLE[canaries]} > {log} 2>&1"
+        "dpaudit ladder {input:q} --metrics {output.metrics:q} --markdown {output.table:q} --figures figures/audit"
+        " --title {params.title:q} --canaries {WHOLE[canaries]:q} > {log:q} 2>&1"
 
 
 rule audit_run_validation:  # the bugs only a whole-run audit sees, beside their twins
@@ -276,10 +278,10 @@ rule audit_run_validation:  # the bugs only a whole-run audit sees, beside their
     output:
         multiext("figures/audit/validation_run", ".pdf", ".png", ".md", ".tex", ".json", ".manifest.json"),
     params:
-        pairs=" ".join(f"{bug}={twin}" for bug, twin in WHOLE_BUG_PAIRS),
+        pairs=shell_words(f"{bug}={twin}" for bug, twin in WHOLE_BUG_PAIRS),
         title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
     log:
         "logs/audit_run_validation.log",
     shell:
-        "dpaudit validation-run --pair {params.pairs} --delta {AUD_COMMON[delta]} --out figures/audit"
-        " --title '{params.title}' > {log} 2>&1"
+        "dpaudit validation-run --pair {params.pairs} --delta {AUD_COMMON[delta]:q} --out figures/audit"
+        " --title {params.title:q} > {log:q} 2>&1"

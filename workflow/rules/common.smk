@@ -1,22 +1,36 @@
-# Helpers shared by the rule files.
+# Helpers shared by the rule files. Every value that reaches a shell command is quoted: in a rule's `shell:` with
+# `{...:q}`, and in the commands these helpers build with `shell_word` (shlex.quote; a safe name stays as it is, so
+# the commands of valid parameters read as before). The parameters' strings are safe names anyway (the schema and
+# dpaudit.pipeline_config check every one): the quoting is the second wall, not the first.
+import shlex
 from pathlib import Path
 
 PRESET = config.get("preset", "default")  # named in every figure title
 
 
+def shell_word(value):
+    """One value as one shell word (quoted if it needs to be)."""
+    return shlex.quote(str(value))
+
+
+def shell_words(values):
+    """Values as shell words, each quoted if it needs to be, separated by spaces."""
+    return " ".join(shell_word(value) for value in values)
+
+
 def cli_flags(values):
-    """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated)."""
+    """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated), each value quoted."""
     parts = []
     for key, value in values.items():
         if value is None:
             continue
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
-            parts.append(flag if value else "--no-" + key.replace("_", "-"))
+            parts.append(shell_word(flag if value else "--no-" + key.replace("_", "-")))
         elif isinstance(value, (list, tuple)):
-            parts.append(f"{flag} {','.join(str(v) for v in value)}")
+            parts.append(f"{shell_word(flag)} {shell_word(','.join(str(v) for v in value))}")
         else:
-            parts.append(f"{flag} {value}")
+            parts.append(f"{shell_word(flag)} {shell_word(value)}")
     return " ".join(parts)
 
 
@@ -27,11 +41,11 @@ def epsilon_run_table(settings, epsilons):
 
 
 def run_folders(paths):
-    """The run folders (…/trial_<t>) holding a list of files, each once, in order."""
+    """The run folders (…/trial_<t>) holding a list of files, each once, in order, as shell words."""
     import re
 
     folders = [re.match(r"(.*/trial_\d+)/", str(path)).group(1) for path in paths]
-    return " ".join(dict.fromkeys(folders))
+    return shell_words(dict.fromkeys(folders))
 
 
 def trial_folder(section, run, trial):
@@ -42,16 +56,18 @@ def trial_folder(section, run, trial):
 
 
 def train_command(out, trial, flags, *, summarize=False):
-    """The `dpaudit train` command (for `batch_command`) of one run-trial folder."""
-    return f"train --quiet{' --summarize' if summarize else ''} --out {out} --trial {trial} {flags}"
+    """The `dpaudit train` command (for `batch_command`) of one run-trial folder; `flags` from `cli_flags`. The folder
+    is the pipeline's own: `--overwrite` replaces the run a parameter change left there (a run of the same
+    configuration resumes)."""
+    summary = " --summarize" if summarize else ""
+    return f"train --quiet --overwrite{summary} --out {shell_word(out)} --trial {shell_word(trial)} {flags}"
 
 
 def batch_command(*commands):
-    """One shell command running several `dpaudit` commands in one process (`dpaudit batch`): the pipeline's jobs
-    are small, and starting Python and torch (≈ 3 s) once per job instead of once per step is most of what they save."""
-    import shlex
-
-    return "dpaudit batch --quiet " + " ".join(shlex.quote(command) for command in commands)
+    """One shell command running several `dpaudit` commands in one process (`dpaudit batch`, which splits each with
+    shlex): the pipeline's jobs are small, and starting Python and torch (≈ 3 s) once per job instead of once per step
+    is most of what they save. Each command is one quoted word; its own values are quoted where it is built."""
+    return "dpaudit batch --quiet " + shell_words(commands)
 
 
 def section_resources(section):

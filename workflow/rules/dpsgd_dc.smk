@@ -59,7 +59,7 @@ rule dpsgd_dc_metrics:
     log:
         "logs/dpsgd_dc_metrics.log",
     shell:
-        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot} > {log} 2>&1"
+        "dpaudit summarize {params.runs} --metrics {output.metrics:q} --plot {output.plot:q} > {log:q} 2>&1"
 
 
 def job_trials(wildcards):
@@ -77,13 +77,13 @@ rule dpsgd_dc_run:  # train target + shadows, then attack every checkpoint, in o
             for trial in job_trials(wildcards)
             for command in (train_command(trial_folder("dpsgd_dc", wildcards.run, trial), trial,
                                           run_config(wildcards.run)),
-                            f"attack --quiet --run {trial_folder('dpsgd_dc', wildcards.run, trial)}")]),
+                            f"attack --quiet --run {shell_word(trial_folder('dpsgd_dc', wildcards.run, trial))}")]),
     resources:
         **RESOURCES,
     log:
         "logs/dpsgd_dc_run/{run}/trial_{trial}.log" if PER_TRIAL else "logs/dpsgd_dc_run/{run}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 rule dpsgd_dc_theory_figure:
@@ -94,7 +94,7 @@ rule dpsgd_dc_theory_figure:
     log:
         "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc > {log} 2>&1"
+        "dpaudit figure dpsgd_dc/{wildcards.name:q} --out figures/dpsgd_dc > {log:q} 2>&1"
 
 
 rule dpsgd_dc_data_figure:
@@ -111,8 +111,8 @@ rule dpsgd_dc_data_figure:
     log:
         "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name} --out figures/dpsgd_dc --preset {PRESET} --runs {params.runs} > {log} 2>&1"
-        " --alpha {params.theory[alpha]} --L {params.theory[L]}"
+        "dpaudit figure dpsgd_dc/{wildcards.name:q} --out figures/dpsgd_dc --preset {PRESET:q} --runs {params.runs}"
+        " > {log:q} 2>&1 --alpha {params.theory[alpha]:q} --L {params.theory[L]:q}"
 
 
 rule dpsgd_dc_table1:
@@ -121,7 +121,7 @@ rule dpsgd_dc_table1:
     log:
         "logs/dpsgd_dc_table1.log",
     shell:
-        "dpaudit figure dpsgd_dc/table1 --out figures/dpsgd_dc > {log} 2>&1"
+        "dpaudit figure dpsgd_dc/table1 --out figures/dpsgd_dc > {log:q} 2>&1"
 
 
 # the DPSGD-GC/DC paper's figures, Table 1 and metrics alone, as `paper_<name>` does for the other papers

@@ -21,9 +21,9 @@ def optimizer_run_commands(run, trial):
     folder = trial_folder("optimizers", run, trial)
     return batch_command(
         train_command(folder, trial, optimizer_run_flags(run)),
-        f"attack --quiet --run {folder}",
-        f"epsilon --run {folder} --epochs {','.join(str(e) for e in OPT_COMMON['eval_epochs'])}"
-        f" --accountants {','.join(OPT['accountants'])} --delta {OPT_COMMON['delta']}")
+        f"attack --quiet --run {shell_word(folder)}",
+        f"epsilon --run {shell_word(folder)} --epochs {shell_word(','.join(str(e) for e in OPT_COMMON['eval_epochs']))}"
+        f" --accountants {shell_word(','.join(OPT['accountants']))} --delta {shell_word(OPT_COMMON['delta'])}")
 
 
 rule optimizers_all:
@@ -45,7 +45,7 @@ rule optimizers_run:  # train target + shadows, attack every checkpoint, replay 
     log:
         "logs/optimizers_run/{run}/trial_{trial}.log",
     shell:
-        "{params.commands} > {log} 2>&1"
+        "{params.commands} > {log:q} 2>&1"
 
 
 rule optimizers_metrics:
@@ -60,4 +60,4 @@ rule optimizers_metrics:
     log:
         "logs/optimizers_metrics.log",
     shell:
-        "dpaudit summarize {params.runs} --metrics {output.metrics} --plot {output.plot} > {log} 2>&1"
+        "dpaudit summarize {params.runs} --metrics {output.metrics:q} --plot {output.plot:q} > {log:q} 2>&1"

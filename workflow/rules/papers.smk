@@ -81,7 +81,7 @@ for _optimizer, _runs in PAPER_GROUPS.items():
         log:
             f"logs/papers_{_optimizer}.log",
         shell:
-            "{params.commands} > {log} 2>&1"
+            "{params.commands} > {log:q} 2>&1"
 
 
 for _figure in PAPER_FIGURES:
@@ -96,12 +96,12 @@ for _figure in PAPER_FIGURES:
         params:
             name=_figure,
             folder=f"figures/{_figure.split('/')[0]}",
-            runs=lambda wildcards, input: (" --runs " + " ".join(sorted({str(Path(path).parent) for path in input})))
+            runs=lambda wildcards, input: (" --runs " + shell_words(sorted({str(Path(path).parent) for path in input})))
             if input else "",
         log:
             f"logs/figure_{_figure.replace('/', '_')}.log",
         shell:
-            "dpaudit figure {params.name} --out {params.folder} --preset {PRESET}{params.runs} > {log} 2>&1"
+            "dpaudit figure {params.name:q} --out {params.folder:q} --preset {PRESET:q}{params.runs} > {log:q} 2>&1"
 
 
 
