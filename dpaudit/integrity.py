@@ -5,7 +5,8 @@ or one that holds a run of the same configuration (which it resumes). A folder t
 configuration's run, files that are not a run's — is refused, never merged; ``overwrite=True`` first removes the
 files of a run there (:func:`remove_run_files`: the files the run names, never a recursive sweep).
 
-The claim writes ``RUN/manifest.json``::
+The claim writes ``RUN/dpaudit-run.json`` (a name no other tool uses: a folder holding a file of the run's
+layout must not be taken for a run because it holds some other ``manifest.json``)::
 
     {"format": "dpaudit-run/1", "identity": {the validated configuration}, "complete": false,
      "files": {"config.json": "<sha-256>", "target/ledger.json": "<sha-256>", ...}}
@@ -32,12 +33,12 @@ from typing import Any
 from dpaudit._atomic import replace_file
 from dpaudit._validation import DPAuditError
 
-MANIFEST = "manifest.json"
+MANIFEST = "dpaudit-run.json"
 FORMAT = "dpaudit-run/1"
-_LOCK = ".manifest.lock"
+_LOCK = ".dpaudit-run.lock"
 #: the names a run writes in its own folder and in each model folder (``dpaudit.rundir``'s layout)
 RUN_FILES = re.compile(
-    r"(config|split|attack|summary|manifest)\.json|scores_epoch_\d{4}\.csv|audit_[\w-]+\.(json|png|pdf)"
+    r"(config|split|attack|summary|dpaudit-run)\.json|scores_epoch_\d{4}\.csv|audit_[\w-]+\.(json|png|pdf)"
 )
 MODEL_FOLDERS = re.compile(r"target|shadow_\d{2}")
 MODEL_FILES = re.compile(

@@ -2,7 +2,7 @@
 
 Layout::
 
-    RUN/manifest.json             the configuration, whether training completed, the SHA-256 of every file written
+    RUN/dpaudit-run.json          the configuration, whether training completed, the SHA-256 of every file written
                                   (:mod:`dpaudit.integrity`)
     RUN/config.json               the validated configuration and derived values (z, σ_DP, q, T/epoch)
     RUN/split.json                member / non-member indices of the target and every shadow

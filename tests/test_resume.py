@@ -30,7 +30,7 @@ def comparable(path, data: bytes):
     summary.json, and the manifest's hashes of those files (the files it lists stay compared)."""
     if path.name in TIMED:
         return {k: v for k, v in json.loads(data).items() if k != "elapsed_seconds"}
-    if path.name == "manifest.json":
+    if path.name == "dpaudit-run.json":
         manifest = json.loads(data)
         manifest["files"] = {k: (None if k.endswith(TIMED) else v) for k, v in manifest["files"].items()}
         return manifest
@@ -38,7 +38,7 @@ def comparable(path, data: bytes):
 
 
 def assert_same_results(first, second):
-    """Every file under the two folders is the same (metrics.json and manifest.json: but for wall-clock seconds)."""
+    """Every file under the two folders is the same (metrics.json and dpaudit-run.json: but for wall-clock seconds)."""
     assert _files(first) == _files(second)
     for path in _files(first):
         assert comparable(path, (first / path).read_bytes()) == comparable(path, (second / path).read_bytes()), path

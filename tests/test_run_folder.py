@@ -126,6 +126,15 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_naming_it(run, capsys):
     assert f"{checkpoint} changed after dpaudit wrote it" in error_line(capsys)
 
 
+def test_files_beside_another_tools_manifest_are_not_taken_for_a_run(tmp_path):
+    from dpaudit._io import read_json, write_json
+
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "manifest.json").write_text('{"figures": []}')  # the figures' manifest, not a run's
+    write_json(tmp_path / "figures" / "tp_topk" / "figure1.manifest.json", {"claims": []})
+    assert read_json(tmp_path / "figures" / "tp_topk" / "figure1.manifest.json") == {"claims": []}
+
+
 def test_a_file_dpaudit_did_not_write_is_refused(run, capsys):
     (run / "target" / "epsilon.json").write_text("{}")
     assert main(["audit", "--run", str(run), "--attack", "canary", "--no-plot"]) == 0  # does not read it

@@ -227,7 +227,7 @@ def _differing_files(ours: Path, theirs: Path) -> list[str]:
         a, b = (ours / name).read_bytes(), (theirs / name).read_bytes()
         if a == b:
             continue
-        if name.startswith("results/") and name.endswith("/manifest.json"):  # a run's hashes of its files
+        if name.startswith("results/") and name.endswith("/dpaudit-run.json"):  # a run's hashes of its files
             if _same_manifest(json.loads(a), json.loads(b), ours / name, theirs / name):
                 continue
         elif name.endswith(".json"):
