@@ -39,6 +39,22 @@ def check_number(name: str, value) -> float:
         raise DPAuditError(f"{name} must be a number, got {brief(value)}") from None
 
 
+def real_array(value, *, refused: str) -> np.ndarray:
+    """``value`` (a number or an array-like of them) as a float array, or a ``DPAuditError`` saying ``refused``:
+    booleans, text, None, dicts and anything numpy does not read as integers or floats are refused."""
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes, dict)):
+        raise DPAuditError(refused)
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind not in "iuf":
+            raise DPAuditError(refused)
+        return array.astype(float)
+    except DPAuditError:
+        raise
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        raise DPAuditError(refused) from None
+
+
 def check_positive(name: str, value: float, *, allow_zero: bool = False) -> float:
     """Return ``value`` as float if it is finite and > 0 (or ≥ 0 with ``allow_zero``)."""
     try:

@@ -184,12 +184,7 @@ def _observers(
             )
         )
     elif config.canaries:
-        dimension = canary_dimension(
-            count=config.canaries,
-            design=config.canary_design,
-            reduction_rate=config.reduction_rate,
-            reduction_convention=config.reduction_convention,
-        )
+        dimension = _canary_dimension(config)
         observers.append(
             GradientCanaries(
                 count=config.canaries,
@@ -748,6 +743,16 @@ def train_configuration(
 COPIES = 12
 
 
+def _canary_dimension(config: TrainConfig) -> int:
+    """Size of the run's canary tensor (``canary_dimension`` of its canaries and design)."""
+    return canary_dimension(
+        count=config.canaries,
+        design=config.canary_design,
+        reduction_rate=config.reduction_rate,
+        reduction_convention=config.reduction_convention,
+    )
+
+
 def available_memory_bytes() -> int | None:
     """Memory this process can still take (MemAvailable of /proc/meminfo; None where the system does not say)."""
     try:
@@ -778,12 +783,7 @@ def check_memory(config: TrainConfig, *, available: int | None = None) -> None:
         return
     needs = []
     if config.canaries:
-        dimension = canary_dimension(
-            count=config.canaries,
-            design=config.canary_design,
-            reduction_rate=config.reduction_rate,
-            reduction_convention=config.reduction_convention,
-        )
+        dimension = _canary_dimension(config)
         # per-step canaries take a per-record (zero) gradient of the canary block, and its clipped copy, for each
         # record of a gradient call (a Poisson batch can be larger than b: up to 2b counted); whole-run ones do not
         records = 0 if config.canary_design == "whole-run" else 2 * min(config.microbatch_size, 2 * config.batch_size)

@@ -19,6 +19,7 @@ from dpaudit._validation import (
     check_probability,
     check_scores,
     check_seed,
+    real_array,
 )
 from dpaudit.estimate.counts import ScoreCounts
 
@@ -27,17 +28,7 @@ def _rates(name: str, values) -> np.ndarray:
     """A rate or an array of rates as floats (the range is checked by the caller); booleans, text, None and
     dicts refused."""
     refused = f"{name} must be a rate in [0, 1] or an array of rates, got {brief(values)}"
-    if values is None or isinstance(values, (bool, np.bool_, str, bytes, dict)):
-        raise DPAuditError(refused)
-    try:
-        array = np.asarray(values)
-        if array.dtype.kind not in "iuf":
-            raise DPAuditError(refused)
-        return array.astype(float) + 0.0  # −0.0 → 0.0: a zero rate is +inf in the formula, never log(−inf) = NaN
-    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
-        if isinstance(error, DPAuditError):
-            raise
-        raise DPAuditError(refused) from None
+    return real_array(values, refused=refused) + 0.0  # −0.0 → 0.0: a zero rate is +inf, never log(−inf) = NaN
 
 
 def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):

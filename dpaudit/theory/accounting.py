@@ -38,6 +38,7 @@ from dpaudit._validation import (
     check_positive,
     check_probability,
     check_ratio,
+    real_array,
 )
 
 if TYPE_CHECKING:
@@ -264,18 +265,9 @@ def _check_steps(steps, *, allow_zero: bool = True) -> int:
 
 def _per_step(name: str, value) -> np.ndarray:
     """A number (a 0-D array) or a 1-D sequence of numbers (one per step) as floats; anything else refused."""
-    refused = f"{name} must be a number or a 1-D sequence of numbers (one per step), got {brief(value)}"
-    if value is None or isinstance(value, (bool, np.bool_, str, bytes, dict)):
-        raise DPAuditError(refused)
-    try:
-        array = np.asarray(value)
-        if array.dtype.kind not in "iuf":
-            raise DPAuditError(refused)
-        array = array.astype(float)
-    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
-        if isinstance(error, DPAuditError):
-            raise
-        raise DPAuditError(refused) from None
+    array = real_array(
+        value, refused=f"{name} must be a number or a 1-D sequence of numbers (one per step), got {brief(value)}"
+    )
     if array.ndim > 1:
         raise DPAuditError(f"{name} must be a number or a 1-D sequence (one per step), got shape {array.shape}")
     return array
@@ -755,17 +747,7 @@ def _check_orders(orders: Sequence[float]) -> np.ndarray:
     """The Rényi orders as a 1-D float array: non-empty, each in (1, 10⁶], their integer orders' series at most
     :data:`_MAX_ORDER_TERMS` terms together (the sums at integer α hold α + 1 terms each)."""
     refused = f"orders must be a non-empty sequence of Rényi orders 1 < α ≤ {_MAX_ORDER:g}"
-    try:
-        if orders is None or isinstance(orders, (str, bytes, dict)):
-            raise DPAuditError(refused)
-        values = np.asarray(orders)
-        if values.dtype.kind not in "iuf":
-            raise DPAuditError(refused)
-        values = values.astype(float)
-    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
-        if isinstance(error, DPAuditError):
-            raise
-        raise DPAuditError(refused) from None
+    values = real_array(orders, refused=refused)
     if values.ndim != 1 or len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1):
         raise DPAuditError(refused)
     if np.any(values > _MAX_ORDER):
