@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
+
+#: the name of a temporary file of ``replace_file``: ``.NAME.XXXXXXXX.tmp`` beside NAME (a killed write leaves it)
+TEMPORARY = re.compile(r"\.(?P<name>.+)\.[^.]+\.tmp")
 
 
 def replace_file(

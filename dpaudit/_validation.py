@@ -139,9 +139,9 @@ def check_scores(name: str, values) -> np.ndarray:
         if array.dtype.kind == "O" and any(item is None for item in array.ravel()):
             raise DPAuditError(f"{name} must be a 1-D array of numbers, got None among them: {brief(values)}")
         array = array.astype(float, copy=False)
-    except (TypeError, ValueError, OverflowError, RuntimeError) as error:
-        if isinstance(error, DPAuditError):
-            raise
+    except DPAuditError:
+        raise
+    except (TypeError, ValueError, OverflowError, RuntimeError):
         raise DPAuditError(f"{name} must be a 1-D array of numbers, got {brief(values)}") from None
     if array.ndim != 1:
         raise DPAuditError(f"{name} must be a 1-D array, got shape {array.shape}")

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dpaudit._atomic import replace_file
+from dpaudit._atomic import TEMPORARY, replace_file
 from dpaudit._validation import DPAuditError
 
 MANIFEST = "dpaudit-run.json"
@@ -44,7 +44,6 @@ MODEL_FOLDERS = re.compile(r"target|shadow_\d{2}")
 MODEL_FILES = re.compile(
     r"(metrics|ledger|epsilon|diagnostics|canaries|canaries_run)\.json|canaries(_run)?\.npz|(epoch|state)_\d{4}\.(pt|json)"
 )
-_TEMP = re.compile(r"\.(?P<name>.+)\.[^.]+\.tmp")  # dpaudit._io's temporary files: .NAME.XXXXXXXX.tmp
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -221,7 +220,7 @@ def run_files(root: str | os.PathLike) -> list[Path]:
     folders = [root] + [path for path in root.iterdir() if path.is_dir() and MODEL_FOLDERS.fullmatch(path.name)]
     for folder in folders:
         for path in folder.iterdir():
-            temp = _TEMP.fullmatch(path.name)
+            temp = TEMPORARY.fullmatch(path.name)
             name = temp.group("name") if temp else path.name
             if path.is_file() and not path.is_symlink() and _owned_name((folder / name).relative_to(root)):
                 found.add(path)
@@ -246,7 +245,7 @@ def remove_run_files(root: str | os.PathLike) -> int:
 def remove_partial_writes(root: str | os.PathLike) -> int:
     """Delete the temporary files that killed writes of this run's own files left (never anything else)."""
     root = Path(root)
-    leftovers = [path for path in run_files(root) if _TEMP.fullmatch(path.name)]
+    leftovers = [path for path in run_files(root) if TEMPORARY.fullmatch(path.name)]
     for path in leftovers:
         path.unlink(missing_ok=True)
     return len(leftovers)
@@ -316,7 +315,7 @@ def claim_run_folder(out: str | os.PathLike, *, identity: Mapping[str, Any], ove
         files = {
             path.relative_to(root).as_posix(): sha256(path)
             for path in run_files(root)
-            if not _TEMP.fullmatch(path.name)
+            if not TEMPORARY.fullmatch(path.name)
         }
     _write_manifest(root, {"format": FORMAT, "identity": identity, "complete": False, "files": files})
     return status

@@ -20,6 +20,7 @@ from dpaudit._validation import DPAuditError, brief
 # every string of the config, key or value, matches this: the rules paste names into paths, flags and figure titles
 # of shell commands (quoted there too), so a name with a space, quote or shell metacharacter is refused up front
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NOT_SAFE = "is not a safe name (a letter or digit, then letters, digits, '_', '.' or '-')"
 
 # a canary design that fits only some optimizers → (the schema's enum of those optimizers, what they have)
 CANARY_DESIGN_NEEDS = {
@@ -112,19 +113,13 @@ def _check_values(value: Any, path: list[str | int] | None = None) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str) or not SAFE_NAME.fullmatch(key):
-                raise DPAuditError(
-                    f"params {_where(path)}: key {brief(key)} is not a safe name "
-                    f"(a letter or digit, then letters, digits, '_', '.' or '-')"
-                )
+                raise DPAuditError(f"params {_where(path)}: key {brief(key)} {_NOT_SAFE}")
             _check_values(item, [*path, key])
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _check_values(item, [*path, index])
     elif isinstance(value, str) and not SAFE_NAME.fullmatch(value):
-        raise DPAuditError(
-            f"params {_where(path)}: {brief(value)} is not a safe name "
-            f"(a letter or digit, then letters, digits, '_', '.' or '-')"
-        )
+        raise DPAuditError(f"params {_where(path)}: {brief(value)} {_NOT_SAFE}")
     elif isinstance(value, float) and not math.isfinite(value):
         raise DPAuditError(f"params {_where(path)}: {value} is not a finite number")
 

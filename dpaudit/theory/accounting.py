@@ -146,8 +146,7 @@ def rdp_subsampled_gaussian(
         RDP(α) in nats, one entry per order (+inf at an order where σ is so small that the divergence
         overflows; :func:`rdp_to_epsilon` raises if every order is +inf).
     """
-    check_number("noise_multiplier (σ)", noise_multiplier)
-    z = check_positive("noise_multiplier (σ)", noise_multiplier)
+    z = _positive("noise_multiplier (σ)", noise_multiplier)
     q = float(check_ratio("sample_rate (q)", sample_rate))
     orders = _check_orders(orders)
     if z * z == 0:  # σ² underflows: no noise to speak of, the divergence is infinite at every order
@@ -273,6 +272,22 @@ def _per_step(name: str, value) -> np.ndarray:
     return array
 
 
+def _common_length(named: dict[str, np.ndarray | None], steps: int | None, *, single: str) -> int:
+    """T: the length of the 1-D per-step arrays among ``named`` (each the same, and ``steps`` where given), or
+    ``steps`` where every value is a single number (without it: "give steps when ``single``")."""
+    lengths = {array.size for array in named.values() if array is not None and array.ndim == 1}
+    if len(lengths) > 1:
+        raise DPAuditError(f"per-step {' and '.join(named)} differ in length: {sorted(lengths)}")
+    if lengths:
+        length = lengths.pop()
+        if steps is not None and steps != length:
+            raise DPAuditError(f"steps={steps} but {length} per-step values were given")
+        return length
+    if steps is None:
+        raise DPAuditError(f"give steps when {single}")
+    return steps
+
+
 def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, float, int]]:
     """Group the steps into (z, q, count) triples, one per distinct (z, q), sorted; validates every value once.
 
@@ -283,17 +298,9 @@ def _steps_table(noise_multiplier, sample_rate, steps) -> list[tuple[float, floa
         steps = _check_steps(steps)
     z = _per_step("noise_multiplier (σ)", noise_multiplier)
     q = _per_step("sample_rate (q)", sample_rate)
-    lengths = {len(a) for a in (z, q) if a.ndim == 1}
-    if len(lengths) > 1:
-        raise DPAuditError(f"per-step noise_multiplier and sample_rate differ in length: {sorted(lengths)}")
-    if lengths:
-        length = lengths.pop()
-        if steps is not None and steps != length:
-            raise DPAuditError(f"steps={steps} but {length} per-step values were given")
-    else:
-        if steps is None:
-            raise DPAuditError("give steps when noise_multiplier and sample_rate are single values")
-        length = steps
+    length = _common_length(
+        {"noise_multiplier": z, "sample_rate": q}, steps, single="noise_multiplier and sample_rate are single values"
+    )
     z, q = np.atleast_1d(z), np.atleast_1d(q)
     if not np.all(np.isfinite(z)) or np.any(z <= 0):
         raise DPAuditError(f"noise_multiplier (σ) must be > 0 and finite; got {z[~(np.isfinite(z) & (z > 0))][0]}")
@@ -575,27 +582,13 @@ def calibrate_noise(
         if factors.ndim != 1 or not factors.size or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
             raise DPAuditError("noise_schedule must be a 1-D sequence of positive factors, one per step")
     rates = _per_step("sample_rate (q)", sample_rate)
-    flat = np.atleast_1d(rates)
-    if not np.all((flat > 0) & (flat <= 1)):
-        raise DPAuditError(f"sample_rate (q) must be in (0, 1]; got {flat[~((flat > 0) & (flat <= 1))][0]}")
-    lengths = {a.size for a in (factors, rates) if a is not None and a.ndim == 1}
-    if len(lengths) > 1:
-        raise DPAuditError(f"per-step sample_rate and noise_schedule differ in length: {sorted(lengths)}")
-    if lengths:
-        length = lengths.pop()
-        if steps is not None and steps != length:
-            raise DPAuditError(f"steps={steps} but {length} per-step values were given")
-    elif steps is None:
-        raise DPAuditError("give steps when sample_rate is a single value")
-    else:
-        length = steps
+    length = _common_length(
+        {"sample_rate": rates, "noise_schedule": factors}, steps, single="sample_rate is a single value"
+    )
     if length == 0:
         raise DPAuditError("calibrate_noise needs at least one step to calibrate; got none")
-    # the calibrated steps as (factor, q, count): T identical steps are one triple, however large T
-    if factors is None and rates.ndim == 0:
-        groups = [(1.0, float(rates), length)]
-    else:
-        groups = _steps_table(np.ones(length) if factors is None else factors, rates, None)
+    # the calibrated steps as (factor, q, count) (q checked there): T identical steps are one triple, however large T
+    groups = _steps_table(1.0 if factors is None else factors, rates, length)
     prior = [] if preceding is None else _preceding_table(preceding)
 
     def eps_at(z: float, name: str = accountant) -> float:
