@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import fields
 
 import numpy as np
 import torch
@@ -45,15 +46,18 @@ def optimizer_steps(batch: int = 36, repeats: int = 20) -> dict:
         if not issubclass(spec.cls, optim.PrivateOptimizer):
             continue
         model = models.build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10, seed=0)
+        family = {item.name for item in fields(spec.cls.settings_type)}
+        settings = {
+            key: value for key, value in {"warmup_sigma_dp": 0.05, "domain_radius": 5.0}.items() if key in family
+        }
         hyper = optim.Hyperparameters(
             lr=0.01,
             expected_batch_size=batch,
             dataset_size=360,
             clip_norm=1.0,
             sigma_dp=0.05,
-            warmup_sigma_dp=0.05,
-            domain_radius=5.0,
             epochs=10,
+            settings=spec.cls.settings_type(**settings),
         )
         opt = spec.cls(list(model.parameters()), hyper, generator=torch.Generator().manual_seed(0))
         per_sample = PerSampleGradients(model, "functorch")

@@ -29,7 +29,6 @@ import os
 import platform
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -57,7 +56,7 @@ def timed(config: TrainConfig, members: list[Member], *, together: bool) -> floa
     start = time.perf_counter()
     for group in groups:
         train_models(config=config, members=group, test_data=None, progress=False)
-    if config.device == "cuda":
+    if config.engine.device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
 
@@ -72,29 +71,29 @@ def opacus_privacy_engine(config: TrainConfig, members: list[Member]) -> float:
 
     from dpaudit.data import dataset_info
 
-    info = dataset_info(config.dataset)
+    info = dataset_info(config.data.dataset)
     start = time.perf_counter()
     for member in members:
         model = build_model(
-            config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=member.model_index
-        ).to(config.device)
+            config.model.name, input_shape=info.input_shape, num_classes=info.num_classes, seed=member.model_index
+        ).to(config.engine.device)
         data = TensorDataset(torch.from_numpy(member.train_data.images), torch.from_numpy(member.train_data.labels))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model, optimizer, loader = PrivacyEngine(accountant="rdp").make_private(
                 module=model,
-                optimizer=torch.optim.SGD(model.parameters(), lr=config.lr),
-                data_loader=DataLoader(data, batch_size=config.batch_size),
+                optimizer=torch.optim.SGD(model.parameters(), lr=config.optimizer.lr),
+                data_loader=DataLoader(data, batch_size=config.optimizer.batch_size),
                 noise_multiplier=1.0,
-                max_grad_norm=config.clip_norm,
+                max_grad_norm=config.privacy.clip_norm,
                 poisson_sampling=True,
             )
-            for _ in range(config.epochs):
+            for _ in range(config.optimizer.epochs):
                 for images, labels in loader:
                     optimizer.zero_grad()
-                    F.cross_entropy(model(images.to(config.device)), labels.to(config.device)).backward()
+                    F.cross_entropy(model(images.to(config.engine.device)), labels.to(config.engine.device)).backward()
                     optimizer.step()
-    if config.device == "cuda":
+    if config.engine.device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
 
@@ -131,40 +130,45 @@ def main() -> None:
         dataset = DATASETS[architecture]
         data = training_set(dataset, args.dataset_size)
         members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
-        private = TrainConfig(
-            dataset=dataset,
-            model=architecture,
-            optimizer="dpsgd-gc",
-            epochs=epochs,
-            batch_size=args.batch_size,
-            lr=0.1,
-            clip_norm=1.0,
-            noise_multiplier=1.0,
-            sampling="poisson",
-            target_size=args.dataset_size,
-            num_shadows=0,
-            diagnostics=False,
-            device=args.device,
-            memory_budget_mb=args.memory_budget_mb,
+        private = TrainConfig.from_dict(
+            dict(
+                dataset=dataset,
+                model=architecture,
+                optimizer="dpsgd-gc",
+                epochs=epochs,
+                batch_size=args.batch_size,
+                lr=0.1,
+                clip_norm=1.0,
+                noise_multiplier=1.0,
+                sampling="poisson",
+                target_size=args.dataset_size,
+                num_shadows=0,
+                diagnostics=False,
+                device=args.device,
+                memory_budget_mb=args.memory_budget_mb,
+            )
         ).validated()
         model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)
-        method = resolve_method(model, private.grad_sample)
+        method = resolve_method(model, private.engine.grad_sample)
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
-        opacus_privacy_engine(replace(private, epochs=1), members[:1])
+        opacus_privacy_engine(private.replaced(epochs=1), members[:1])
         # the three the speedups compare first, so that a run cut short has them in its progress lines
         runs = {
             "ensemble_dpsgd": functools.partial(timed, private, members, together=True),
             "opacus_sequential_dpsgd": functools.partial(opacus_privacy_engine, private, members),
             "nonprivate_sequential_sgd": functools.partial(
-                timed, replace(private, optimizer="sgd", engine="sequential"), members, together=False
+                timed,
+                private.replaced(optimizer="sgd", engine="sequential", clip_norm=None, sigma_dp=None),
+                members,
+                together=False,
             ),
             "engine_opacus_hooks_sequential_dpsgd": functools.partial(
-                timed, replace(private, engine="sequential", grad_sample="opacus"), members, together=False
+                timed, private.replaced(engine="sequential", grad_sample="opacus"), members, together=False
             ),
         }
         if method != "functorch":  # else the same as ensemble_dpsgd
             runs["ensemble_functorch_dpsgd"] = functools.partial(
-                timed, replace(private, grad_sample="functorch"), members, together=True
+                timed, private.replaced(grad_sample="functorch"), members, together=True
             )
         rounds, peak_mb = [], {}
         for round_index in range(args.repeats):

@@ -25,19 +25,21 @@ def main() -> None:
     from dpaudit.config import TrainConfig
     from dpaudit.train import _ModelRun, train_configuration
 
-    config = TrainConfig(
-        dataset="digits",
-        model="cnn-digits",
-        optimizer="dpsgd-gc",
-        sigma_dp=0.01,
-        clip_norm=1.0,
-        batch_size=50,
-        lr=0.1,
-        epochs=args.epochs,
-        target_size=300,
-        num_shadows=10,
-        canaries=50,
-        device="cpu",
+    config = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="cnn-digits",
+            optimizer="dpsgd-gc",
+            sigma_dp=0.01,
+            clip_norm=1.0,
+            batch_size=50,
+            lr=0.1,
+            epochs=args.epochs,
+            target_size=300,
+            num_shadows=10,
+            canaries=50,
+            device="cpu",
+        )
     )
     sizes: list[int] = []
     save = _ModelRun.save_state
@@ -59,8 +61,8 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "models": 1 + config.num_shadows,
-                "epochs": config.epochs,
+                "models": 1 + config.audit.num_shadows,
+                "epochs": config.optimizer.epochs,
                 "saves": len(sizes),
                 "seconds": seconds,
                 "best_seconds": best,

@@ -32,7 +32,6 @@ import json
 import platform
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 DELTA = 1e-5
@@ -45,25 +44,27 @@ def base_config(*, epsilon: float, per_side: int, epochs: int, seed: int, batch_
     """The correct twin: dpsgd-gc, Poisson batches, calibrated by PRV to ``epsilon``, with whole-run canaries."""
     from dpaudit.config import TrainConfig
 
-    return TrainConfig(
-        dataset="digits",
-        model="cnn-digits",
-        optimizer="dpsgd-gc",
-        lr=0.2,
-        sampling="poisson",
-        batch_size=batch_size,
-        epochs=epochs,
-        clip_norm=1.0,
-        target_epsilon=epsilon,
-        accountant="prv",
-        delta=DELTA,
-        target_size=360,
-        num_shadows=0,
-        diagnostics=False,
-        canaries=2 * per_side,
-        canary_design="whole-run",
-        seed=seed,
-        device="cpu",
+    return TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="cnn-digits",
+            optimizer="dpsgd-gc",
+            lr=0.2,
+            sampling="poisson",
+            batch_size=batch_size,
+            epochs=epochs,
+            clip_norm=1.0,
+            target_epsilon=epsilon,
+            accountant="prv",
+            delta=DELTA,
+            target_size=360,
+            num_shadows=0,
+            diagnostics=False,
+            canaries=2 * per_side,
+            canary_design="whole-run",
+            seed=seed,
+            device="cpu",
+        )
     )
 
 
@@ -75,17 +76,17 @@ def bug_config(bug: str, twin):
     from dpaudit.theory import calibrate_noise
 
     if bug == "shuffle-as-poisson":
-        return replace(twin, sampling="shuffle")
+        return twin.replaced(sampling="shuffle")
     if bug == "reused-noise":
-        return replace(twin, optimizer="dpsgd-gc-reused-noise")
+        return twin.replaced(optimizer="dpsgd-gc-reused-noise")
     if bug == "understated-q":
         # calibrated as the buggy code would: to the claimed ε with the q its ledger records
-        q = twin.batch_size / twin.target_size / optim.UNDERSTATED_SAMPLE_RATE_FACTOR
-        steps = math.ceil(twin.target_size / twin.batch_size) * twin.epochs
+        q = twin.optimizer.batch_size / twin.data.target_size / optim.UNDERSTATED_SAMPLE_RATE_FACTOR
+        steps = math.ceil(twin.data.target_size / twin.optimizer.batch_size) * twin.optimizer.epochs
         z = calibrate_noise(
-            target_epsilon=twin.target_epsilon, delta=DELTA, sample_rate=q, steps=steps, accountant="prv"
+            target_epsilon=twin.privacy.target_epsilon, delta=DELTA, sample_rate=q, steps=steps, accountant="prv"
         )
-        return replace(twin, optimizer="dpsgd-gc-understated-q", target_epsilon=None, noise_multiplier=z)
+        return twin.replaced(optimizer="dpsgd-gc-understated-q", target_epsilon=None, noise_multiplier=z)
     raise ValueError(f"unknown bug {bug!r}")
 
 
@@ -102,8 +103,8 @@ def audit_run(config, out: Path, *, seed: int = 0) -> dict:
     started = time.perf_counter()
     flag = validation_flag(canaries=observed, epsilon=None, delta=DELTA, false_alarm=FALSE_ALARM, seed=seed)
     return {
-        "optimizer": config.optimizer,
-        "sampling": config.sampling,
+        "optimizer": config.optimizer.name,
+        "sampling": config.optimizer.sampling,
         "noise_multiplier": float(observed.noise_multipliers[0]),
         "claimed_sample_rate": float(observed.sample_rates[0]),
         "epsilon_claimed": flag.epsilon_claimed,

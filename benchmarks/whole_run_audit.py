@@ -25,7 +25,6 @@ import json
 import platform
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 DELTA = 1e-5
@@ -57,27 +56,29 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for target in args.epsilons:
-            base = TrainConfig(
-                dataset="digits",
-                model="cnn-digits",
-                optimizer="dpsgd-gc",
-                lr=0.2,
-                sampling="poisson",
-                batch_size=36,
-                epochs=20,
-                clip_norm=1.0,
-                target_epsilon=target,
-                accountant="prv",
-                delta=DELTA,
-                target_size=360,
-                num_shadows=0,
-                diagnostics=False,
-                seed=args.seed,
-                device="cpu",
+            base = TrainConfig.from_dict(
+                dict(
+                    dataset="digits",
+                    model="cnn-digits",
+                    optimizer="dpsgd-gc",
+                    lr=0.2,
+                    sampling="poisson",
+                    batch_size=36,
+                    epochs=20,
+                    clip_norm=1.0,
+                    target_epsilon=target,
+                    accountant="prv",
+                    delta=DELTA,
+                    target_size=360,
+                    num_shadows=0,
+                    diagnostics=False,
+                    seed=args.seed,
+                    device="cpu",
+                )
             )
             plain_seconds = _train(base, Path(work) / f"plain_{target}")
             for per_side in args.per_side:
-                config = replace(base, canaries=2 * per_side, canary_design="whole-run")
+                config = base.replaced(canaries=2 * per_side, canary_design="whole-run")
                 out = Path(work) / f"eps{target}_m{per_side}"
                 seconds = _train(config, out)
                 started = time.perf_counter()
@@ -92,7 +93,7 @@ def main() -> None:
                     seed=args.seed,
                 )
                 audit_seconds = time.perf_counter() - started
-                _train(replace(config, seed=args.seed + 1), out.with_name(out.name + "_selection"))
+                _train(config.replaced(seed=args.seed + 1), out.with_name(out.name + "_selection"))
                 chooser = load_run_canaries(out.with_name(out.name + "_selection"))
                 if not (
                     np.array_equal(chooser.noise_std, observed.noise_std)

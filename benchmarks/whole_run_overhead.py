@@ -25,7 +25,6 @@ import platform
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 
@@ -82,26 +81,28 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    base = TrainConfig(
-        dataset="digits",
-        model="cnn-digits",
-        optimizer="dpsgd-gc",
-        lr=0.2,
-        sampling="poisson",
-        batch_size=36,
-        epochs=20,
-        clip_norm=1.0,
-        target_epsilon=args.epsilon,
-        accountant="prv",
-        delta=1e-5,
-        target_size=360,
-        num_shadows=0,
-        diagnostics=False,
-        seed=args.seed,
-        device="cpu",
+    base = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="cnn-digits",
+            optimizer="dpsgd-gc",
+            lr=0.2,
+            sampling="poisson",
+            batch_size=36,
+            epochs=20,
+            clip_norm=1.0,
+            target_epsilon=args.epsilon,
+            accountant="prv",
+            delta=1e-5,
+            target_size=360,
+            num_shadows=0,
+            diagnostics=False,
+            seed=args.seed,
+            device="cpu",
+        )
     )
     cases = [("none", base)] + [
-        (str(count), replace(base, canaries=count, canary_design="whole-run")) for count in args.canaries
+        (str(count), base.replaced(canaries=count, canary_design="whole-run")) for count in args.canaries
     ]
     times: dict[str, dict[str, list[float]]] = {name: {"loop": [], "wall": []} for name, _ in cases}
     with tempfile.TemporaryDirectory() as work:

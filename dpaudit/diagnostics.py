@@ -234,17 +234,19 @@ def gradient_alignment(
     """
     weights = weights or {}
     rng = np.random.default_rng(seed)
-    epochs = list(load_run_config(run_dir).eval_epochs)
+    epochs = list(load_run_config(run_dir).audit.eval_epochs)
     norms, cosines, weighted = [], [], {name: [] for name in weights}
     data = None
     for epoch in epochs:
         config, split, load, device = open_run(run_dir, epoch=epoch)
         model = load("target")
         if data is None:
-            data = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
-        per_sample = PerSampleGradients(model, config.grad_sample)
+            data = load_dataset(config.data.dataset, split="train", root=config.data.data_root).subset(
+                split.target_members
+            )
+        per_sample = PerSampleGradients(model, config.engine.grad_sample)
         for _ in range(batches):
-            index = rng.choice(len(data), size=min(config.batch_size, len(data)), replace=False)
+            index = rng.choice(len(data), size=min(config.optimizer.batch_size, len(data)), replace=False)
             images, labels = (
                 torch.from_numpy(data.images[index]).to(device),
                 torch.from_numpy(data.labels[index]).to(device),

@@ -199,7 +199,7 @@ def summarize_run(
                 }
         else:
             summary[name] = {
-                str(epoch): report(attack.scores(run, epoch=epoch, delta=delta)) for epoch in config.eval_epochs
+                str(epoch): report(attack.scores(run, epoch=epoch, delta=delta)) for epoch in config.audit.eval_epochs
             }
     write_json(run / SUMMARY_FILE, summary)
     return summary

@@ -69,12 +69,12 @@ def open_run(run_dir: str | Path, *, epoch: int):
 
     run = RunDir(run_dir)
     config = load_run_config(run.path)
-    if epoch not in config.eval_epochs:
-        raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.eval_epochs)}")
+    if epoch not in config.audit.eval_epochs:
+        raise DPAuditError(f"epoch {epoch} has no checkpoint; evaluation epochs are {list(config.audit.eval_epochs)}")
     split = load_split(run.split)
-    info = dataset_info(config.dataset)
-    device = resolve_device(config.device)
-    network = model_registry.build_model(config.model, input_shape=info.input_shape, num_classes=info.num_classes)
+    info = dataset_info(config.data.dataset)
+    device = resolve_device(config.engine.device)
+    network = model_registry.build_model(config.model.name, input_shape=info.input_shape, num_classes=info.num_classes)
 
     def load(name: str) -> nn.Module:
         return load_checkpoint(run.model(name).checkpoint(epoch), network).to(device)
@@ -128,23 +128,22 @@ def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]
     ledger = PrivacyLedger.from_dict(payload)
     if model != "target":
         return payload
-    spec = optim.get_spec(config.optimizer)
+    spec = optim.get_spec(config.optimizer.name)
     if not issubclass(spec.cls, optim.PrivateOptimizer):  # a non-private optimizer records no steps
         return payload
-    hyper = config.hyperparameters(config.target_size)
+    hyper = config.hyperparameters(config.data.target_size)
     z, q = ledger.per_step()
     planned = np.asarray(spec.cls.planned_noise_multipliers(hyper), dtype=float).reshape(-1)
-    steps = config.epochs * math.ceil(config.target_size / config.batch_size)
+    epochs, batch_size, target_size = config.optimizer.epochs, config.optimizer.batch_size, config.data.target_size
+    steps = epochs * math.ceil(target_size / batch_size)
     problem = None
-    if ledger.steps != steps or len(ledger.epoch_ends) != config.epochs:
-        problem = (
-            f"{ledger.steps} steps in {len(ledger.epoch_ends)} epochs where the run trained {steps} in {config.epochs}"
-        )
+    if ledger.steps != steps or len(ledger.epoch_ends) != epochs:
+        problem = f"{ledger.steps} steps in {len(ledger.epoch_ends)} epochs where the run trained {steps} in {epochs}"
     elif planned.size != z.size or not np.allclose(z, planned, rtol=1e-9, atol=0):
         worst = int(np.argmax(np.abs(z - planned))) if planned.size == z.size else 0
         problem = f"noise multiplier z = {z[worst]:g} at step {worst + 1} where the run planned {planned[worst]:g}"
-    elif not np.allclose(q, config.batch_size / config.target_size, rtol=1e-9, atol=0):
-        problem = f"sample rate q = {q[0]:g} where the run's b/n is {config.batch_size / config.target_size:g}"
+    elif not np.allclose(q, batch_size / target_size, rtol=1e-9, atol=0):
+        problem = f"sample rate q = {q[0]:g} where the run's b/n is {batch_size / target_size:g}"
     if problem:
         raise DPAuditError(f"{path} disagrees with the run's config.json: {problem}; the ledger cannot be trusted")
     return payload

@@ -71,6 +71,7 @@ from dpaudit.run import (  # noqa: F401 - the run-folder readers stay importable
     shadow_name,
 )
 from dpaudit.rundir import ModelDir
+from dpaudit.settings import ProjectionSettings
 
 STATE_FORMAT = 1
 STATE_EVERY_SECONDS = 60.0  # the default: a kill loses at most about this much training (plus one epoch)
@@ -166,46 +167,46 @@ def _observers(
     out: ModelDir | None,
 ) -> list[TrainingObserver]:
     """The observers of one model's training, in the order the loop calls them: the target's white-box canaries
-    (``config.canaries``; seeded by its noise seed), then its diagnostics (``config.diagnostics``; seeded by its
-    sampling seed), which also see the canaries' coordinates. Their files go to ``out`` (None: none written)."""
+    (``config.audit.canaries``; seeded by its noise seed), then its diagnostics (``config.audit.diagnostics``; seeded
+    by its sampling seed), which also see the canaries' coordinates. Their files go to ``out`` (None: none written)."""
     if member.model_index != 0:
         return []
     observers: list[TrainingObserver] = []
-    if config.canaries and config.canary_design == "whole-run":
+    if config.audit.canaries and config.audit.canary_design == "whole-run":
         observers.append(
             RunCanaries(
-                count=config.canaries,
-                clip_norm=config.clip_norm,
+                count=config.audit.canaries,
+                clip_norm=config.privacy.clip_norm,
                 seed=noise_seed,
-                sampling=config.sampling,
+                sampling=config.optimizer.sampling,
                 device=device,
                 dtype=dtype,
                 path=out.canaries_run if out is not None else None,
             )
         )
-    elif config.canaries:
+    elif config.audit.canaries:
         dimension = _canary_dimension(config)
         observers.append(
             GradientCanaries(
-                count=config.canaries,
-                clip_norm=config.clip_norm or 1.0,
+                count=config.audit.canaries,
+                clip_norm=config.privacy.clip_norm or 1.0,
                 seed=noise_seed,
                 device=device,
                 dtype=dtype,
-                design=config.canary_design,
+                design=config.audit.canary_design,
                 dimension=dimension,
                 path=out.canaries if out is not None else None,
             )
         )
-    if config.diagnostics:
+    if config.audit.diagnostics:
         observers.append(
             TrainingDiagnostics(
                 model=model,
                 train_data=member.train_data,
                 held_out=held_out,
-                batch_size=config.batch_size,
+                batch_size=config.optimizer.batch_size,
                 seed=sampling_seed,
-                histogram_epoch=config.histogram_epoch or min(5, config.epochs),
+                histogram_epoch=config.audit.histogram_epoch or min(5, config.optimizer.epochs),
                 path=out.diagnostics if out is not None else None,
             )
         )
@@ -225,11 +226,11 @@ class _ModelRun:
         init_seed, sampling_seed, noise_seed = model_seeds(
             seed=config.seed, trial=config.trial, model_index=member.model_index
         )
-        info = dataset_info(config.dataset)
+        info = dataset_info(config.data.dataset)
         self.model = model_registry.build_model(
-            config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=init_seed
+            config.model.name, input_shape=info.input_shape, num_classes=info.num_classes, seed=init_seed
         ).to(device)
-        spec = optim.get_spec(config.optimizer)
+        spec = optim.get_spec(config.optimizer.name)
         self.params = model_registry.trainable_parameters(self.model)
         self.out = ModelDir(Path(member.out_dir)) if member.out_dir is not None else None
         self.observers = _observers(
@@ -257,7 +258,7 @@ class _ModelRun:
         self.rng = np.random.default_rng(sampling_seed)
         self.images = torch.from_numpy(member.train_data.images).to(device)
         self.labels = torch.from_numpy(member.train_data.labels).to(device)
-        self.ledger = PrivacyLedger(sampling=config.sampling, dp_claim=spec.dp_claim)
+        self.ledger = PrivacyLedger(sampling=config.optimizer.sampling, dp_claim=spec.dp_claim)
         self.metrics = EpochMetrics()
         self.checkpoints: dict[int, Path] = {}
         # loss sums stay on the device (float64), read once per epoch: reading them every step would make the
@@ -268,8 +269,8 @@ class _ModelRun:
     def batches(self):
         return batch_indices(
             dataset_size=len(self.train_data),
-            batch_size=self.config.batch_size,
-            sampling=self.config.sampling,
+            batch_size=self.config.optimizer.batch_size,
+            sampling=self.config.optimizer.sampling,
             rng=self.rng,
         )
 
@@ -326,7 +327,7 @@ class _ModelRun:
         metrics.steps.append(
             self.ledger.steps
             if self.ledger.runs
-            else epoch * steps_per_epoch(dataset_size=len(self.train_data), batch_size=self.config.batch_size)
+            else epoch * steps_per_epoch(dataset_size=len(self.train_data), batch_size=self.config.optimizer.batch_size)
         )
         metrics.train_loss.append(train_loss)
         metrics.test_loss.append(test_loss)
@@ -341,9 +342,9 @@ class _ModelRun:
         if self.out is not None:
             # at each checkpoint, at the end and on divergence (and with each saved state, ``save_state``): rewriting
             # them after every epoch cost about a tenth of a short run
-            if epoch in self.config.eval_epochs or epoch == self.config.epochs or diverged:
+            if epoch in self.config.audit.eval_epochs or epoch == self.config.optimizer.epochs or diverged:
                 self.write_progress()
-            if epoch in self.config.eval_epochs and not diverged:
+            if epoch in self.config.audit.eval_epochs and not diverged:
                 self.checkpoints[epoch] = save_checkpoint(
                     self.out.checkpoint(epoch),
                     self.model,
@@ -452,9 +453,9 @@ def train_models(
     """Train several models of one configuration in lockstep: the target and shadows of one trial.
 
     Every model has its own records, initialisation, sampling and noise streams (fixed by seed, trial and
-    ``model_index``), so the result does not depend on which models train together. ``config.engine``
+    ``model_index``), so the result does not depend on which models train together. ``config.engine.name``
     picks how gradients are computed: "ensemble" (all models in one vmapped call; ``dpaudit.ensemble``)
-    or "sequential" (one model at a time with ``config.grad_sample``: torch.func or Opacus).
+    or "sequential" (one model at a time with ``config.engine.grad_sample``: torch.func or Opacus).
 
     Args:
         config: a validated ``TrainConfig``.
@@ -479,7 +480,7 @@ def train_models(
     sizes = {len(member.train_data) for member in members}
     if len(sizes) > 1:
         raise DPAuditError(f"models trained together need equal training-set sizes; got {sorted(sizes)}")
-    device = resolve_device(config.device)
+    device = resolve_device(config.engine.device)
     keep_freed_memory()
     runs = [_ModelRun(config, member, test_data, device) for member in members]
     keeps_state = all(run.out is not None for run in runs)
@@ -490,20 +491,26 @@ def train_models(
     name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
     if done:
         print(
-            f"dpaudit: resuming {name} after epoch {done} of {config.epochs} (saved in {runs[0].out.path.parent})",
+            f"dpaudit: resuming {name} after epoch {done} of {config.optimizer.epochs} "
+            f"(saved in {runs[0].out.path.parent})",
             file=sys.stderr,
             flush=True,
         )
     gradients = _gradient_engine(config, runs)
-    steps = steps_per_epoch(dataset_size=sizes.pop(), batch_size=config.batch_size)
+    steps = steps_per_epoch(dataset_size=sizes.pop(), batch_size=config.optimizer.batch_size)
     bar = tqdm(
-        total=steps * config.epochs, initial=steps * done, desc=name, disable=not progress, leave=False, unit="step"
+        total=steps * config.optimizer.epochs,
+        initial=steps * done,
+        desc=name,
+        disable=not progress,
+        leave=False,
+        unit="step",
     )
     for run in runs:
         run.model.train()
     started = time.perf_counter() - (runs[0].metrics.elapsed_seconds[-1] if done else 0.0)
     saved = time.perf_counter()
-    for epoch in range(done + 1, config.epochs + 1):
+    for epoch in range(done + 1, config.optimizer.epochs + 1):
         for run in runs:
             run.begin_epoch(epoch)
         for indices in zip(*(run.batches() for run in runs)):
@@ -533,7 +540,7 @@ def train_models(
             raise TrainingDivergedError(
                 f"training diverged at epoch {epoch}: {losses} (try a smaller lr or clip_norm){kept}"
             )
-        if keeps_state and epoch < config.epochs and time.perf_counter() - saved >= state_every:
+        if keeps_state and epoch < config.optimizer.epochs and time.perf_counter() - saved >= state_every:
             saved = time.perf_counter()
             for run in runs:
                 run.save_state(epoch)
@@ -548,14 +555,14 @@ def train_models(
 def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
     """A function feeding every run's optimizer the gradients of its batch (``indices[k]`` for run k)."""
     per_sample = runs[0].optimizer.per_sample
-    if config.engine == "ensemble":
+    if config.engine.name == "ensemble":
         ensemble = EnsembleGradients(
             [run.model for run in runs],
             per_sample=per_sample,
             example=runs[0].images[0],
-            max_samples=config.microbatch_size,
-            memory_budget_mb=config.memory_budget_mb,
-            method=config.grad_sample,
+            max_samples=config.engine.microbatch_size,
+            memory_budget_mb=config.engine.memory_budget_mb,
+            method=config.engine.grad_sample,
             factored=True,
         )
         optimizer_class = type(runs[0].optimizer)
@@ -592,11 +599,11 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
             ensemble.accumulate(pool, indices, sink)
 
         return feed
-    backends = [PerSampleGradients(run.model, config.grad_sample) if per_sample else None for run in runs]
+    backends = [PerSampleGradients(run.model, config.engine.grad_sample) if per_sample else None for run in runs]
 
     def feed_each(indices):
         for run, backend, index in zip(runs, backends, indices):
-            _accumulate_batch(run, backend, index, config.microbatch_size)
+            _accumulate_batch(run, backend, index, config.engine.microbatch_size)
 
     return feed_each
 
@@ -677,40 +684,46 @@ def train_configuration(
         DPAuditError: a bad configuration, more memory than the machine has (:func:`check_memory`), or an
             ``out_dir`` that is a file, cannot be written, or holds anything but a run of this configuration.
     """
-    target_epsilon = config.target_epsilon
+    target_epsilon = config.privacy.target_epsilon
     config = config.validated()
     check_positive("state_every (seconds)", state_every, allow_zero=True)
     check_memory(config)
     out = Path(out_dir)
     integrity.claim_run_folder(out, identity=config.to_dict(), overwrite=overwrite)
     split = config.make_split()
-    train_set = load_dataset(config.dataset, split="train", root=config.data_root, download=config.download)
-    test_set = load_dataset(config.dataset, split="test", root=config.data_root, download=False)
+    train_set = load_dataset(
+        config.data.dataset, split="train", root=config.data.data_root, download=config.data.download
+    )
+    test_set = load_dataset(config.data.dataset, split="test", root=config.data.data_root, download=False)
     z = (
         optim.sigma_dp_to_noise_multiplier(
-            sigma_dp=config.sigma_dp, batch_size=config.batch_size, clip_norm=config.clip_norm
+            sigma_dp=config.privacy.sigma_dp, batch_size=config.optimizer.batch_size, clip_norm=config.privacy.clip_norm
         )
-        if config.sigma_dp is not None and config.clip_norm
+        if config.privacy.sigma_dp is not None and config.privacy.clip_norm
         else None
     )
-    labels = theory.epsilon_labels(dp_claim=optim.get_spec(config.optimizer).dp_claim, sampling=config.sampling)
+    labels = theory.epsilon_labels(
+        dp_claim=optim.get_spec(config.optimizer.name).dp_claim, sampling=config.optimizer.sampling
+    )
     summary = {
         "config": config.to_dict(),
         "derived": {
-            "dataset_size_n": config.target_size,
-            "sample_rate_q": config.batch_size / config.target_size,
+            "dataset_size_n": config.data.target_size,
+            "sample_rate_q": config.optimizer.batch_size / config.data.target_size,
             "noise_multiplier_z": z,
-            "steps_per_epoch": steps_per_epoch(dataset_size=config.target_size, batch_size=config.batch_size),
-            "dp_claim": optim.get_spec(config.optimizer).dp_claim,
+            "steps_per_epoch": steps_per_epoch(
+                dataset_size=config.data.target_size, batch_size=config.optimizer.batch_size
+            ),
+            "dp_claim": optim.get_spec(config.optimizer.name).dp_claim,
             "target_epsilon": target_epsilon,
             "planned_epsilon": planned_epsilon(config),
             "planned_epsilon_shuffled_upper": planned_shuffled_epsilon(config),
             "planned_epsilon_label": labels["epsilon"],
             "planned_epsilon_shuffled_upper_label": labels.get("shuffled_upper"),
-            "delta": config.delta,
-            "accountant": config.accountant,
+            "delta": config.privacy.delta,
+            "accountant": config.privacy.accountant,
         },
-        "models": ["target"] + [shadow_name(i) for i in range(config.num_shadows)],
+        "models": ["target"] + [shadow_name(i) for i in range(config.audit.num_shadows)],
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
     }
     integrity.remove_partial_writes(out)
@@ -720,7 +733,7 @@ def train_configuration(
     held_out = test_set.subset(
         split.target_nonmembers
         if split.nonmember_source == "test"
-        else np.arange(min(config.target_size, len(test_set)))
+        else np.arange(min(config.data.target_size, len(test_set)))
     )
     members = [("target", split.target_members)] + [
         (shadow_name(i), shadow.members) for i, shadow in enumerate(split.shadows)
@@ -744,12 +757,16 @@ COPIES = 12
 
 
 def _canary_dimension(config: TrainConfig) -> int:
-    """Size of the run's canary tensor (``canary_dimension`` of its canaries and design)."""
+    """Size of the run's canary tensor (``canary_dimension`` of its canaries and design; projection-aligned canaries,
+    of an optimizer with a projection, also of its reduction rate and convention)."""
+    settings = config.optimizer.settings
+    if not isinstance(settings, ProjectionSettings):
+        return canary_dimension(count=config.audit.canaries, design=config.audit.canary_design)
     return canary_dimension(
-        count=config.canaries,
-        design=config.canary_design,
-        reduction_rate=config.reduction_rate,
-        reduction_convention=config.reduction_convention,
+        count=config.audit.canaries,
+        design=config.audit.canary_design,
+        reduction_rate=settings.reduction_rate,
+        reduction_convention=settings.reduction_convention,
     )
 
 
@@ -782,26 +799,34 @@ def check_memory(config: TrainConfig, *, available: int | None = None) -> None:
     if available is None:
         return
     needs = []
-    if config.canaries:
+    if config.audit.canaries:
         dimension = _canary_dimension(config)
         # per-step canaries take a per-record (zero) gradient of the canary block, and its clipped copy, for each
         # record of a gradient call (a Poisson batch can be larger than b: up to 2b counted); whole-run ones do not
-        records = 0 if config.canary_design == "whole-run" else 2 * min(config.microbatch_size, 2 * config.batch_size)
+        records = (
+            0
+            if config.audit.canary_design == "whole-run"
+            else 2 * min(config.engine.microbatch_size, 2 * config.optimizer.batch_size)
+        )
         values = records + COPIES
         needs.append(
-            (4 * dimension * values, f"canaries = {config.canaries}", f"{values} for each of {dimension} coordinates")
+            (
+                4 * dimension * values,
+                f"canaries = {config.audit.canaries}",
+                f"{values} for each of {dimension} coordinates",
+            )
         )
-    info = dataset_info(config.dataset)
+    info = dataset_info(config.data.dataset)
     with torch.device("meta"):  # shapes only: no memory, and the global random stream untouched (seeded, forked)
         network = model_registry.build_model(
-            config.model, input_shape=info.input_shape, num_classes=info.num_classes, seed=0
+            config.model.name, input_shape=info.input_shape, num_classes=info.num_classes, seed=0
         )
     size = sum(parameter.numel() for parameter in network.parameters())
-    models = 1 + config.num_shadows
+    models = 1 + config.audit.num_shadows
     needs.append(
         (
             4 * size * models * COPIES,
-            f"num_shadows = {config.num_shadows}",
+            f"num_shadows = {config.audit.num_shadows}",
             f"{COPIES} for each of {models}×{size} parameters",
         )
     )
@@ -814,32 +839,32 @@ def check_memory(config: TrainConfig, *, available: int | None = None) -> None:
 
 
 def planned_epsilon(config: TrainConfig) -> float | None:
-    """Theoretical ε at ``config.delta`` of the target's planned steps (None for non-private optimizers).
+    """Theoretical ε at ``config.privacy.delta`` of the target's planned steps (None for non-private optimizers).
 
     It is the Poisson-subsampled accountants' ε: a guarantee only for ``sampling: poisson`` and an optimizer with a
     DP claim (``derived.dp_claim``); for shuffled batches see :func:`planned_shuffled_epsilon`, for an optimizer
     with no DP claim it is what the optimizer claims."""
-    spec = optim.get_spec(config.optimizer)
+    spec = optim.get_spec(config.optimizer.name)
     if not issubclass(spec.cls, optim.PrivateOptimizer):
         return None
-    hyper = config.hyperparameters(config.target_size)
+    hyper = config.hyperparameters(config.data.target_size)
     return theory.epsilon(
         noise_multiplier=spec.cls.planned_noise_multipliers(hyper),
         sample_rate=hyper.sample_rate,
-        delta=config.delta,
-        accountant=config.accountant,
+        delta=config.privacy.delta,
+        accountant=config.privacy.accountant,
     )
 
 
 def planned_shuffled_epsilon(config: TrainConfig) -> float | None:
-    """For ``sampling: shuffle``, a valid upper bound on ε at ``config.delta`` of the target's planned steps: each
-    epoch one unsubsampled Gaussian step per record, composed over the epochs
+    """For ``sampling: shuffle``, a valid upper bound on ε at ``config.privacy.delta`` of the target's planned steps:
+    each epoch one unsubsampled Gaussian step per record, composed over the epochs
     (:func:`dpaudit.theory.shuffled_upper_epsilon`). None for Poisson sampling and non-private optimizers."""
-    spec = optim.get_spec(config.optimizer)
-    if config.sampling != "shuffle" or not issubclass(spec.cls, optim.PrivateOptimizer):
+    spec = optim.get_spec(config.optimizer.name)
+    if config.optimizer.sampling != "shuffle" or not issubclass(spec.cls, optim.PrivateOptimizer):
         return None
-    hyper = config.hyperparameters(config.target_size)
+    hyper = config.hyperparameters(config.data.target_size)
     z = np.asarray(spec.cls.planned_noise_multipliers(hyper), dtype=float).reshape(-1)
-    per_epoch = steps_per_epoch(dataset_size=config.target_size, batch_size=config.batch_size)
+    per_epoch = steps_per_epoch(dataset_size=config.data.target_size, batch_size=config.optimizer.batch_size)
     ends = list(range(per_epoch, z.size + 1, per_epoch))
-    return theory.shuffled_upper_epsilon(noise_multipliers=z, epoch_ends=ends, delta=config.delta)
+    return theory.shuffled_upper_epsilon(noise_multipliers=z, epoch_ends=ends, delta=config.privacy.delta)

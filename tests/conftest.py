@@ -11,21 +11,23 @@ from dpaudit.config import TrainConfig
 @pytest.fixture(scope="session")
 def tiny_config():
     """A digits configuration small enough to train 1 target + 2 shadows in seconds."""
-    return TrainConfig(
-        dataset="digits",
-        model="cnn-digits",
-        optimizer="dpsgd-gc",
-        epochs=4,
-        batch_size=50,
-        lr=0.1,
-        clip_norm=20.0,
-        sigma_dp=0.002,
-        sampling="shuffle",
-        eval_epochs=(2, 4),
-        target_size=200,
-        num_shadows=2,
-        seed=3,
-        device="cpu",
+    return TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="cnn-digits",
+            optimizer="dpsgd-gc",
+            epochs=4,
+            batch_size=50,
+            lr=0.1,
+            clip_norm=20.0,
+            sigma_dp=0.002,
+            sampling="shuffle",
+            eval_epochs=(2, 4),
+            target_size=200,
+            num_shadows=2,
+            seed=3,
+            device="cpu",
+        )
     )
 
 

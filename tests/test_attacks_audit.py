@@ -14,6 +14,7 @@ import torch
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks.canary import CanaryObservations
 from dpaudit.config import TrainConfig
+from dpaudit.settings import ProjectionSettings
 
 
 def _train(tmp_path, **overrides):
@@ -33,7 +34,7 @@ def _train(tmp_path, **overrides):
         canaries=400,
     )
     values.update(overrides)
-    train_configuration(TrainConfig(**values), out_dir=tmp_path, progress=False)
+    train_configuration(TrainConfig.from_dict(values), out_dir=tmp_path, progress=False)
     return CanaryObservations.load(tmp_path / "target" / "canaries.npz")
 
 
@@ -196,10 +197,10 @@ def test_canary_designs_need_their_optimizers(design, optimizer, canaries):
         canaries=canaries,
     )
     with pytest.raises(DPAuditError, match="has none|learns none|set canaries to 1") as caught:
-        TrainConfig(**values, optimizer=optimizer, canary_design=design).validated()
+        TrainConfig.from_dict(dict(**values, optimizer=optimizer, canary_design=design)).validated()
     assert "\n" not in str(caught.value)
     with pytest.raises(DPAuditError, match="canary_design"):
-        TrainConfig(**values, optimizer=optimizer, canary_design="aligned").validated()
+        TrainConfig.from_dict(dict(**values, optimizer=optimizer, canary_design="aligned")).validated()
 
 
 def test_loss_scores_are_negative_cross_entropy():
@@ -220,15 +221,17 @@ def test_loss_scores_are_negative_cross_entropy():
 
 def test_bad_canary_count_is_a_one_line_error():
     with pytest.raises(DPAuditError, match="canaries") as caught:
-        TrainConfig(
-            dataset="digits",
-            model="mlp",
-            clip_norm=1.0,
-            sigma_dp=0.1,
-            target_size=60,
-            batch_size=20,
-            num_shadows=0,
-            canaries=-1,
+        TrainConfig.from_dict(
+            dict(
+                dataset="digits",
+                model="mlp",
+                clip_norm=1.0,
+                sigma_dp=0.1,
+                target_size=60,
+                batch_size=20,
+                num_shadows=0,
+                canaries=-1,
+            )
         ).validated()
     assert "\n" not in str(caught.value)
 
@@ -308,8 +311,17 @@ def test_audit_model_on_a_trained_model(tmp_path):
 
     data = load_dataset("digits", split="train")
     members, nonmembers = data.subset(np.arange(100)), data.subset(np.arange(100, 200))
-    config = TrainConfig(
-        dataset="digits", model="mlp", optimizer="sgd", epochs=30, batch_size=20, lr=0.5, target_size=100, num_shadows=0
+    config = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="mlp",
+            optimizer="sgd",
+            epochs=30,
+            batch_size=20,
+            lr=0.5,
+            target_size=100,
+            num_shadows=0,
+        )
     ).validated()
     trained = train_model(config=config, train_data=members, test_data=None, model_index=0, progress=False)
     report = dpaudit.audit_model(trained.model, members, nonmembers, attack="loss")
@@ -398,7 +410,9 @@ def test_projection_aligned_scores_are_orthonormal_projections_of_the_release():
         design="projection-aligned",
         dimension=dimension,
     )
-    hyper = Hyperparameters(lr=0.1, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3)
+    hyper = Hyperparameters(
+        lr=0.1, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3, settings=ProjectionSettings()
+    )
     opt = optim.DP2SGD([torch.zeros(5), canaries.parameter], hyper, generator=torch.Generator().manual_seed(0))
     matrix = opt.matrices()[-1].double()
     directions, scales = canaries.directions(opt)

@@ -199,9 +199,9 @@ def digits_run(tmp_path_factory):
         diagnostics=False,
     )
     root = tmp_path_factory.mktemp("digits")
-    train_configuration(TrainConfig(**values), out_dir=root / "plain", progress=False)
+    train_configuration(TrainConfig.from_dict(values), out_dir=root / "plain", progress=False)
     for name, seed in (("canaries", 0), ("canaries_seed1", 1)):  # two independent runs of one configuration
-        config = TrainConfig(**values, canaries=2000, canary_design="whole-run", seed=seed)
+        config = TrainConfig.from_dict(dict(**values, canaries=2000, canary_design="whole-run", seed=seed))
         train_configuration(config, out_dir=root / name, progress=False)
     return root
 

@@ -121,8 +121,8 @@ def test_config_file_with_flag_override(tmp_path, capsys):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (["--optimizer", "adam"], "unknown optimizer 'adam'"),
-        (["--dataset", "imagenet"], "unknown dataset"),
+        (["--optimizer", "sgd"], "clip_norm is not a setting of sgd (its settings: lr, momentum, delta, accountant)"),
+        (["--active-ratio", "0.2"], "active_ratio is not a setting of dpsgd-gc"),
         (["--sigma-dp", "-1"], "sigma_dp"),
         (["--clip-norm", "-1"], "clip_norm"),
         (["--batch-size", "5000"], "larger than the training data"),
@@ -136,6 +136,21 @@ def test_bad_input_is_one_line_before_training(tmp_path, capsys, change, message
     err = capsys.readouterr().err.strip()
     assert err.startswith("dpaudit: error:") and message in err and "\n" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (["--optimizer", "adam"], "argument --optimizer: invalid choice: 'adam'"),
+        (["--dataset", "imagenet"], "argument --dataset: invalid choice: 'imagenet'"),
+        (["--model", "vgg"], "argument --model: invalid choice: 'vgg'"),
+    ],
+)
+def test_unknown_names_are_refused_by_the_flags_choices(tmp_path, capsys, change, message):
+    with pytest.raises(SystemExit) as info:
+        main(TRAIN + change + ["--out", str(tmp_path / "run")])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
 
 
 def test_theory_command_reproduces_figure1_value(capsys):
@@ -318,6 +333,8 @@ def test_train_labels_its_planned_epsilon(dp_claim, sampling, expected):
     from dpaudit.cli.commands import _planned_epsilon_lines
 
     derived = {"planned_epsilon": 2.0, "dp_claim": dp_claim, "planned_epsilon_shuffled_upper": 30.0}
-    config = SimpleNamespace(delta=1e-5, accountant="rdp", sampling=sampling)
+    config = SimpleNamespace(
+        privacy=SimpleNamespace(delta=1e-5, accountant="rdp"), optimizer=SimpleNamespace(sampling=sampling)
+    )
     assert _planned_epsilon_lines(derived, config) == expected
     assert _planned_epsilon_lines({**derived, "planned_epsilon": None}, config) == []

@@ -54,9 +54,13 @@ def _config(optimizer: str, **changes) -> TrainConfig:
         device="cpu",
         microbatch_size=8,
     )
+    if not issubclass(optim.get_spec(optimizer).cls, optim.PrivateOptimizer):  # not its settings: left out
+        del values["sigma_dp"]
+        if not changes.get("canaries"):  # C scales the white-box canaries only
+            del values["clip_norm"]
     values.update(EXTRA.get(optimizer, {}))
     values.update(changes)
-    return TrainConfig(**values).validated()
+    return TrainConfig.from_dict(values).validated()
 
 
 def _members(count: int):

@@ -147,9 +147,11 @@ def test_unsupported_models_are_named_and_fall_back_to_functorch():
 
 def test_config_rejects_layers_for_a_model_it_cannot_take():
     with pytest.raises(DPAuditError, match="grad_sample 'layers' cannot take model 'resnet18-gn-cifar'") as info:
-        TrainConfig(dataset="cifar10", model="resnet18-gn-cifar", grad_sample="layers", **PRIVATE).validated()
+        TrainConfig.from_dict(
+            dict(dataset="cifar10", model="resnet18-gn-cifar", grad_sample="layers", **PRIVATE)
+        ).validated()
     assert "\n" not in str(info.value)
-    assert TrainConfig(grad_sample="layers", **PRIVATE).validated().grad_sample == "layers"
+    assert TrainConfig.from_dict(dict(grad_sample="layers", **PRIVATE)).validated().engine.grad_sample == "layers"
 
 
 def test_memory_estimate_counts_the_unfolded_patches():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -125,9 +124,7 @@ def test_lira_needs_shadows_on_both_sides():
 def test_lira_end_to_end_on_a_halves_run(tmp_path, tiny_config, trained_run):
     from dpaudit.train import train_configuration
 
-    config = dataclasses.replace(
-        tiny_config, split_design="halves", num_shadows=2, target_size=100, epochs=2, eval_epochs=(2,)
-    )
+    config = tiny_config.replaced(split_design="halves", num_shadows=2, target_size=100, epochs=2, eval_epochs=(2,))
     train_configuration(config, out_dir=tmp_path, progress=False)
     split = load_split(tmp_path / "split.json")
     assert isinstance(split, HalvesSplit) and split.num_shadows == 2
@@ -141,9 +138,9 @@ def test_lira_end_to_end_on_a_halves_run(tmp_path, tiny_config, trained_run):
 
 def test_halves_design_rejects_odd_shadow_counts_before_training(tiny_config):
     with pytest.raises(DPAuditError, match="even num_shadows"):
-        dataclasses.replace(tiny_config, split_design="halves", num_shadows=3).validated()
+        tiny_config.replaced(split_design="halves", num_shadows=3).validated()
     with pytest.raises(DPAuditError, match="leave shadow_size unset"):
-        dataclasses.replace(tiny_config, split_design="halves", num_shadows=2, shadow_size=50).validated()
+        tiny_config.replaced(split_design="halves", num_shadows=2, shadow_size=50).validated()
 
 
 def _null_lira_auc(keep: np.ndarray, seed: int) -> float:

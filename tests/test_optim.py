@@ -1,6 +1,7 @@
 """One optimizer step against a hand computation; clipping and projection invariants."""
 
 import math
+from dataclasses import fields
 
 import pytest
 import torch
@@ -9,16 +10,27 @@ from torch import nn
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
 from dpaudit.optim import Hyperparameters
+from dpaudit.settings import SETTINGS
+
+
+def hyperparameters_for(cls: type[optim.Optimizer], **values) -> Hyperparameters:
+    """``Hyperparameters`` of optimizer class ``cls`` from flat values: its family's settings (``cls.settings_type``)
+    go into ``settings``; settings of other families among ``values`` are left out."""
+    own = {item.name for item in fields(Hyperparameters)}
+    family = {item.name for item in fields(cls.settings_type)}
+    assert set(values) <= own | set(SETTINGS), sorted(set(values) - own - set(SETTINGS))
+    settings = cls.settings_type(**{key: value for key, value in values.items() if key in family})
+    return Hyperparameters(**{key: value for key, value in values.items() if key in own}, settings=settings)
 
 
 def _tiny_params():
     return [torch.tensor([1.0, -2.0]), torch.tensor([0.5])]
 
 
-def _hyper(**overrides):
+def _hyper(cls: type[optim.Optimizer] = optim.DPSGD, **overrides):
     values = dict(lr=0.1, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3)
     values.update(overrides)
-    return Hyperparameters(**values)
+    return hyperparameters_for(cls, **values)
 
 
 def test_registry_lists_dpsgd_gc_dc_optimizers():
@@ -110,7 +122,7 @@ def test_dpsgd_dc_keeps_parameters_in_the_ball(center):
     radius = 2.0
     opt = optim.DPSGDDomainConstrained(
         params,
-        _hyper(sigma_dp=5.0, domain_radius=radius, domain_center=center, clip_norm=3.0),
+        _hyper(optim.DPSGDDomainConstrained, sigma_dp=5.0, domain_radius=radius, domain_center=center, clip_norm=3.0),
         generator=torch.Generator().manual_seed(0),
     )
     centre = initial if center == "init" else [torch.zeros_like(p) for p in params]
@@ -128,7 +140,9 @@ def test_dpsgd_dc_keeps_parameters_in_the_ball(center):
 
 def test_projection_is_exact_rescaling():
     params = [torch.tensor([3.0, 4.0])]
-    optim.DPSGDDomainConstrained(params, _hyper(domain_radius=1.0, sigma_dp=0.0), generator=torch.Generator())
+    optim.DPSGDDomainConstrained(
+        params, _hyper(optim.DPSGDDomainConstrained, domain_radius=1.0, sigma_dp=0.0), generator=torch.Generator()
+    )
     torch.testing.assert_close(params[0], torch.tensor([0.6, 0.8]))
 
 
@@ -150,14 +164,14 @@ def test_bad_hyperparameters_are_one_line_errors(overrides, message):
 def test_dc_needs_positive_radius():
     for radius in (None, 0.0, -3.0):
         with pytest.raises(DPAuditError, match="domain_radius"):
-            optim.DPSGDDomainConstrained.check(_hyper(domain_radius=radius))
+            optim.DPSGDDomainConstrained.check(_hyper(optim.DPSGDDomainConstrained, domain_radius=radius))
 
 
 def test_sgd_is_plain_gradient_step():
     model = nn.Linear(2, 1)
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
-    opt = optim.SGD(params, _hyper(), generator=torch.Generator())
+    opt = optim.SGD(params, _hyper(optim.SGD), generator=torch.Generator())
     grads = [torch.ones_like(p) for p in params]
     opt.accumulate(grads)
     assert opt.step(realized_batch_size=2) is None
@@ -181,7 +195,7 @@ def test_step_together_is_step_model_by_model(name, momentum):
     """The ensemble's one-pass update on stacked rows gives each model exactly its own ``step`` (own noise
     stream), also when one model records its release (the canary target, row 0) and so takes its own ``step``."""
     cls = optim.get_spec(name).cls
-    hyper = _hyper(momentum=momentum, domain_radius=10.0, noise_decay_unit="step")  # d2p-sgd: z falls every step
+    hyper = _hyper(cls, momentum=momentum, domain_radius=10.0, noise_decay_unit="step")  # d2p-sgd: z falls every step
     shapes = [(3, 4), (2,), (5,)]  # 19 coordinates: CPU draws of 16 or more take the vectorised path
     models = 4
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_optim import hyperparameters_for
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
@@ -35,10 +36,10 @@ PAPER_OPTIMIZERS = [
 NO_CLAIM_VARIANTS = ["dp-psac-batch-noise", "dp2-sgd-as-published", "d2p2-sgd-as-published", "adadpigu-code"]
 
 
-def _hyper(**overrides) -> Hyperparameters:
+def _hyper(cls: type[optim.Optimizer], **overrides) -> Hyperparameters:
     values = dict(lr=0.1, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3)
     values.update(overrides)
-    return Hyperparameters(**values)
+    return hyperparameters_for(cls, **values)
 
 
 def _params():
@@ -71,7 +72,7 @@ PSAC_TABLE = [
 @pytest.mark.parametrize("r, s, psac_w, psac_norm, autos_w, autos_norm", PSAC_TABLE)
 def test_weight_functions_match_the_psac_spec(r, s, psac_w, psac_norm, autos_w, autos_norm):
     norms = torch.tensor([s], dtype=torch.float64)
-    hyper = _hyper(r=r)
+    hyper = _hyper(optim.DPPSAC, r=r)  # Auto-S reads the same settings
     for cls, weight, clipped in ((optim.DPPSAC, psac_w, psac_norm), (optim.AutoS, autos_w, autos_norm)):
         factor = float(cls(_params(), hyper, generator=torch.Generator()).factors(norms)[0])
         assert factor == pytest.approx(weight, abs=1e-6)
@@ -81,7 +82,7 @@ def test_weight_functions_match_the_psac_spec(r, s, psac_w, psac_norm, autos_w, 
 def test_psac_weight_peaks_at_sqrt_r_minus_r():
     r = 0.1
     s = torch.linspace(0, 2, 200001, dtype=torch.float64)
-    w = optim.DPPSAC(_params(), _hyper(r=r), generator=torch.Generator()).factors(s)
+    w = optim.DPPSAC(_params(), _hyper(optim.DPPSAC, r=r), generator=torch.Generator()).factors(s)
     assert float(s[w.argmax()]) == pytest.approx(math.sqrt(r) - r, abs=1e-4)
     assert float(w.max()) == pytest.approx(1 / (2 * math.sqrt(r) - r), rel=1e-8)
 
@@ -91,7 +92,8 @@ def test_psac_weight_peaks_at_sqrt_r_minus_r():
 def test_every_weighting_keeps_clipped_norm_at_most_c(name, r):
     clip = 2.5
     norms = torch.logspace(-8, 8, 2001, dtype=torch.float64)
-    opt = optim.get_spec(name).cls(_params(), _hyper(r=r, gamma=r, clip_norm=clip), generator=torch.Generator())
+    cls = optim.get_spec(name).cls
+    opt = cls(_params(), _hyper(cls, r=r, gamma=r, clip_norm=clip), generator=torch.Generator())
     assert float((opt.factors(norms) * norms).max()) <= clip * (1 + 1e-12)
 
 
@@ -117,7 +119,8 @@ GRADS = [torch.tensor([[3.0, 0.0], [0.3, 0.0]]), torch.tensor([[4.0], [0.4]])]
 def test_one_step_matches_hand_computation(name, phi):
     r, gamma, lr, b, sigma = 0.1, 0.01, 0.1, 2, 0.3
     params = _params()
-    opt = optim.get_spec(name).cls(params, _hyper(r=r, gamma=gamma), generator=torch.Generator().manual_seed(11))
+    cls = optim.get_spec(name).cls
+    opt = cls(params, _hyper(cls, r=r, gamma=gamma), generator=torch.Generator().manual_seed(11))
     opt.accumulate(GRADS)
     cost = opt.step(realized_batch_size=2)
     f0, f1 = phi(5.0, r, gamma), phi(0.5, r, gamma)
@@ -130,7 +133,7 @@ def test_one_step_matches_hand_computation(name, phi):
 
 def test_momentum_is_heavy_ball_on_the_private_gradient():
     params = _params()
-    opt = optim.DPSGDAuto(params, _hyper(momentum=0.9, sigma_dp=1e-9), generator=torch.Generator())
+    opt = optim.DPSGDAuto(params, _hyper(optim.DPSGDAuto, momentum=0.9, sigma_dp=1e-9), generator=torch.Generator())
     for _ in range(2):
         opt.accumulate(GRADS)
         opt.step(realized_batch_size=2)
@@ -140,10 +143,15 @@ def test_momentum_is_heavy_ball_on_the_private_gradient():
 
 
 def test_dynamic_schedule_per_epoch_and_per_step():
-    hyper = _hyper(dataset_size=10, expected_batch_size=5, epochs=3)  # 2 steps per epoch
+    hyper = _hyper(optim.D2PSGD, dataset_size=10, expected_batch_size=5, epochs=3)  # 2 steps per epoch
     assert optim.D2PSGD.noise_schedule(hyper) == pytest.approx([1, 1, 2**-0.25, 2**-0.25, 3**-0.25, 3**-0.25])
     stepwise = _hyper(
-        dataset_size=10, expected_batch_size=5, epochs=2, noise_decay_unit="step", noise_decay_exponent=0.5
+        optim.D2PSGD,
+        dataset_size=10,
+        expected_batch_size=5,
+        epochs=2,
+        noise_decay_unit="step",
+        noise_decay_exponent=0.5,
     )
     assert optim.D2PSGD.noise_schedule(stepwise) == pytest.approx([1, 2**-0.5, 3**-0.5, 4**-0.5])
     assert optim.DPSGDAuto.noise_schedule(hyper) == pytest.approx(np.ones(6))
@@ -170,7 +178,7 @@ def test_projected_dimension_conventions():
 @pytest.mark.parametrize("name, clip_first", [("d2p2-sgd", False), ("d2p2-sgd-as-published", True)])
 def test_projected_step_matches_hand_computation(name, clip_first, zeroed):
     params = [torch.zeros(10), torch.zeros(4)]
-    hyper = _hyper(reduction_rate=0.5, expected_batch_size=2)
+    hyper = _hyper(optim.get_spec(name).cls, reduction_rate=0.5, expected_batch_size=2)
     opt = optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(3))
     opt.begin_epoch(1)
     torch.manual_seed(0)
@@ -194,7 +202,7 @@ def test_projected_step_matches_hand_computation(name, clip_first, zeroed):
 def test_dp_correct_projection_bounds_each_records_release_by_c():
     torch.manual_seed(1)
     params = [torch.zeros(300), torch.zeros(40)]
-    opt = optim.D2P2SGD(params, _hyper(clip_norm=1.5, reduction_rate=0.1), generator=torch.Generator())
+    opt = optim.D2P2SGD(params, _hyper(optim.D2P2SGD, clip_norm=1.5, reduction_rate=0.1), generator=torch.Generator())
     for _ in range(20):
         opt._sum = [torch.zeros_like(t) for t in opt._sum]
         opt.accumulate([torch.randn(1, 300) * 1e4, torch.randn(1, 40) * 1e4])
@@ -204,7 +212,7 @@ def test_dp_correct_projection_bounds_each_records_release_by_c():
 
 @pytest.mark.parametrize("refresh, same", [("step", False), ("run", True)])
 def test_projection_refresh(refresh, same):
-    opt = optim.DP2SGD([torch.zeros(20)], _hyper(projection_refresh=refresh), generator=torch.Generator())
+    opt = optim.DP2SGD([torch.zeros(20)], _hyper(optim.DP2SGD, projection_refresh=refresh), generator=torch.Generator())
     first = opt.matrices()[0].clone()
     opt.accumulate([torch.randn(2, 20)])
     opt.step(realized_batch_size=2)
@@ -213,7 +221,9 @@ def test_projection_refresh(refresh, same):
 
 def test_batch_noise_variant_scales_noise_to_the_realised_batch():
     params = _params()
-    opt = optim.DPPSACBatchNoise(params, _hyper(r=0.1), generator=torch.Generator().manual_seed(2))
+    opt = optim.DPPSACBatchNoise(
+        params, _hyper(optim.DPPSACBatchNoise, r=0.1), generator=torch.Generator().manual_seed(2)
+    )
     opt.accumulate(GRADS)
     opt.step(realized_batch_size=3)
     f = [(s + 0.1) / (s * s + 0.1 * s + 0.1) for s in (5.0, 0.5)]
@@ -252,7 +262,7 @@ def test_bad_optimizer_input_is_a_one_line_error(overrides, message):
         **overrides,
     }
     with pytest.raises(DPAuditError, match=message) as caught:
-        TrainConfig(**values).validated()
+        TrainConfig.from_dict(values).validated()
     assert "\n" not in str(caught.value)
 
 
@@ -260,16 +270,18 @@ def test_bad_optimizer_input_is_a_one_line_error(overrides, message):
 def test_target_epsilon_calibrates_the_planned_run(name):
     from dpaudit.train import planned_epsilon
 
-    config = TrainConfig(
-        dataset="digits",
-        model="mlp",
-        optimizer=name,
-        clip_norm=1.0,
-        target_epsilon=4.0,
-        batch_size=20,
-        epochs=5,
-        target_size=100,
-        num_shadows=0,
+    config = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="mlp",
+            optimizer=name,
+            clip_norm=1.0,
+            target_epsilon=4.0,
+            batch_size=20,
+            epochs=5,
+            target_size=100,
+            num_shadows=0,
+        )
     ).validated()
     assert planned_epsilon(config) == pytest.approx(4.0, abs=0.01)
 
@@ -319,6 +331,7 @@ def test_each_optimizer_trains_on_digits_through_the_cli(tmp_path, capsys, name)
 def _two_phase(name="tp-topk", **overrides):
     params = [torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.25, 3.0])]
     hyper = _hyper(
+        optim.get_spec(name).cls,
         dataset_size=4,
         expected_batch_size=2,
         epochs=2,
@@ -417,18 +430,20 @@ def test_two_phase_calibration_matches_tp_topk_spec(target, sigma_1, sigma_2):
 def test_two_phase_run_composes_to_the_target(name):
     from dpaudit.train import planned_epsilon
 
-    config = TrainConfig(
-        dataset="digits",
-        model="mlp",
-        optimizer=name,
-        clip_norm=1.0,
-        target_epsilon=2.0,
-        batch_size=20,
-        epochs=10,
-        target_size=100,
-        num_shadows=0,
+    config = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="mlp",
+            optimizer=name,
+            clip_norm=1.0,
+            target_epsilon=2.0,
+            batch_size=20,
+            epochs=10,
+            target_size=100,
+            num_shadows=0,
+        )
     ).validated()
-    assert config.warmup_sigma_dp > config.sigma_dp
+    assert config.optimizer.settings.warmup_sigma_dp > config.privacy.sigma_dp
     assert planned_epsilon(config) == pytest.approx(2.0, abs=0.01)
 
 
@@ -457,5 +472,5 @@ def test_bad_two_phase_input_is_a_one_line_error(overrides, message):
         **overrides,
     }
     with pytest.raises(DPAuditError, match=message) as caught:
-        TrainConfig(**values).validated()
+        TrainConfig.from_dict(values).validated()
     assert "\n" not in str(caught.value)

@@ -1,5 +1,5 @@
 """The dpaudit.optim package: one module per family, every public name at dpaudit.optim, a typed step cost, and
-Hyperparameters that follow the declared settings."""
+Hyperparameters of explicit fields and the optimizer family's settings."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from dataclasses import MISSING, fields
 
 import pytest
 import torch
+from test_optim import hyperparameters_for
 
 from dpaudit import optim
+from dpaudit._validation import DPAuditError
 from dpaudit.optim import Hyperparameters, StepCost
-from dpaudit.settings import SETTINGS
+from dpaudit.settings import SETTINGS, OptimizerSettings
 
 FAMILIES = {"base", "clipping", "projection", "sparse", "adadpigu"}
 
@@ -29,18 +31,29 @@ def test_every_registered_optimizer_lives_in_a_family_module_and_is_a_public_nam
     assert cls.__name__ in optim.__all__ and getattr(optim, cls.__name__) is cls
 
 
-def test_hyperparameters_take_the_declared_settings_and_their_defaults():
-    declared = {item.name: item for item in fields(Hyperparameters) if "setting" in item.metadata}
-    assert list(declared) == [name for name, s in SETTINGS.items() if s.hyperparameter and name != "lr"]
-    for name, item in declared.items():
-        assert item.metadata["setting"] is SETTINGS[name] and item.default == SETTINGS[name].default
-    own = {item.name: item.default for item in fields(Hyperparameters) if "setting" not in item.metadata}
-    assert own == {"lr": MISSING, "expected_batch_size": MISSING, "dataset_size": MISSING, "epochs": 1}
+def test_hyperparameters_are_the_run_facts_and_the_familys_settings():
+    own = {item.name: item.default for item in fields(Hyperparameters) if item.name != "settings"}
+    assert own == {
+        "lr": MISSING,
+        "expected_batch_size": MISSING,
+        "dataset_size": MISSING,
+        "epochs": 1,
+        "momentum": SETTINGS["momentum"].default,
+        "clip_norm": None,
+        "sigma_dp": None,
+    }
+    assert Hyperparameters(lr=0.1, expected_batch_size=2, dataset_size=4).settings == OptimizerSettings()
+    for name in optim.available():  # each class reads one family's settings, checked before it trains
+        cls = optim.get_spec(name).cls
+        assert issubclass(cls.settings_type, OptimizerSettings), name
+    with pytest.raises(DPAuditError, match="^DPSGDDomainConstrained reads DomainSettings, not OptimizerSettings$"):
+        optim.DPSGDDomainConstrained.check(_hyper(optim.DPSGD))
 
 
-def _hyper() -> Hyperparameters:
+def _hyper(cls: type[optim.Optimizer]) -> Hyperparameters:
     # 2 steps per epoch, 4 epochs: every phase of the two-phase optimizers and AdaDPIGU is reached in 8 steps
-    return Hyperparameters(
+    return hyperparameters_for(
+        cls,
         lr=0.1,
         expected_batch_size=2,
         dataset_size=4,
@@ -56,7 +69,8 @@ def _hyper() -> Hyperparameters:
 
 @pytest.mark.parametrize("name", optim.available())
 def test_a_private_step_returns_its_typed_cost_and_a_non_private_one_none(name):
-    cls, hyper = optim.get_spec(name).cls, _hyper()
+    cls = optim.get_spec(name).cls
+    hyper = _hyper(cls)
     cls.check(hyper)
     params = [torch.zeros(3, 2), torch.zeros(2)]
     opt = cls(params, hyper, generator=torch.Generator().manual_seed(1))

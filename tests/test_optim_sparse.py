@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_optim import hyperparameters_for
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
@@ -19,12 +20,12 @@ from dpaudit.optim import Hyperparameters
 LR, SIGMA, B = 0.1, 0.05, 2
 
 
-def _hyper(**overrides) -> Hyperparameters:
+def _hyper(cls: type[optim.Optimizer] = optim.OnlineSparse, **overrides) -> Hyperparameters:
     values = dict(
         lr=LR, expected_batch_size=B, dataset_size=4, clip_norm=1.0, sigma_dp=SIGMA, epochs=3, active_ratio=0.4
     )  # 2 steps per epoch
     values.update(overrides)
-    return Hyperparameters(**values)
+    return hyperparameters_for(cls, **values)
 
 
 def _params():
@@ -136,8 +137,9 @@ def test_online_frozen_coordinates_do_not_move_with_momentum(momentum):
 
 def _adadpigu(name="adadpigu", **overrides):
     params = _params()
-    hyper = _hyper(epochs=2, pretrain_fraction=0.5, retention_ratio=0.6, example_topk_fraction=0.4, **overrides)
-    return params, optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(7))
+    cls = optim.get_spec(name).cls
+    hyper = _hyper(cls, epochs=2, pretrain_fraction=0.5, retention_ratio=0.6, example_topk_fraction=0.4, **overrides)
+    return params, cls(params, hyper, generator=torch.Generator().manual_seed(7))
 
 
 def test_adadpigu_pretraining_mask_comes_from_released_gradients_and_prunes_weights():
@@ -201,29 +203,35 @@ def test_code_variant_ranks_by_unnoised_gradients_and_makes_no_claim():
 def test_single_sigma_run_is_calibrated_to_the_target(name):
     from dpaudit.train import planned_epsilon
 
-    config = TrainConfig(
-        dataset="digits",
-        model="mlp",
-        optimizer=name,
-        clip_norm=1.0,
-        target_epsilon=2.0,
-        batch_size=20,
-        epochs=10,
-        target_size=100,
-        num_shadows=0,
+    config = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="mlp",
+            optimizer=name,
+            clip_norm=1.0,
+            target_epsilon=2.0,
+            batch_size=20,
+            epochs=10,
+            target_size=100,
+            num_shadows=0,
+        )
     ).validated()
-    dpsgd = TrainConfig(
-        dataset="digits",
-        model="mlp",
-        optimizer="dpsgd-gc",
-        clip_norm=1.0,
-        target_epsilon=2.0,
-        batch_size=20,
-        epochs=10,
-        target_size=100,
-        num_shadows=0,
+    dpsgd = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="mlp",
+            optimizer="dpsgd-gc",
+            clip_norm=1.0,
+            target_epsilon=2.0,
+            batch_size=20,
+            epochs=10,
+            target_size=100,
+            num_shadows=0,
+        )
     ).validated()
-    assert config.sigma_dp == pytest.approx(dpsgd.sigma_dp)  # supports and masks are free: same σ as DP-SGD
+    assert config.privacy.sigma_dp == pytest.approx(
+        dpsgd.privacy.sigma_dp
+    )  # supports and masks are free: same σ as DP-SGD
     assert planned_epsilon(config) == pytest.approx(2.0, abs=0.01)
 
 
@@ -233,17 +241,19 @@ def test_ledger_of_a_trained_run_gives_the_target_per_epoch(tmp_path, name):
     from dpaudit.theory import ledger_epsilons
     from dpaudit.train import train_configuration
 
-    config = TrainConfig(
-        dataset="digits",
-        model="mlp",
-        optimizer=name,
-        clip_norm=1.0,
-        target_epsilon=3.0,
-        batch_size=30,
-        epochs=4,
-        target_size=120,
-        num_shadows=0,
-        lr=0.2,
+    config = TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="mlp",
+            optimizer=name,
+            clip_norm=1.0,
+            target_epsilon=3.0,
+            batch_size=30,
+            epochs=4,
+            target_size=120,
+            num_shadows=0,
+            lr=0.2,
+        )
     )
     train_configuration(config, out_dir=tmp_path, progress=False)
     ledger = PrivacyLedger.from_dict(json.loads((tmp_path / "target" / "ledger.json").read_text()))
@@ -284,7 +294,7 @@ def test_bad_sparse_input_is_a_one_line_error(overrides, message):
         **overrides,
     }
     with pytest.raises(DPAuditError, match=message) as caught:
-        TrainConfig(**values).validated()
+        TrainConfig.from_dict(values).validated()
     assert "\n" not in str(caught.value)
 
 
@@ -359,18 +369,20 @@ def test_diagnostics_are_written_and_never_change_training(tmp_path):
 
     outputs = []
     for diagnostics in (True, False):
-        config = TrainConfig(
-            dataset="digits",
-            model="mlp",
-            optimizer="tp-topk",
-            clip_norm=1.0,
-            target_epsilon=4.0,
-            batch_size=30,
-            epochs=3,
-            target_size=120,
-            num_shadows=0,
-            lr=0.3,
-            diagnostics=diagnostics,
+        config = TrainConfig.from_dict(
+            dict(
+                dataset="digits",
+                model="mlp",
+                optimizer="tp-topk",
+                clip_norm=1.0,
+                target_epsilon=4.0,
+                batch_size=30,
+                epochs=3,
+                target_size=120,
+                num_shadows=0,
+                lr=0.3,
+                diagnostics=diagnostics,
+            )
         )
         out = tmp_path / str(diagnostics)
         train_configuration(config, out_dir=out, progress=False)

@@ -124,7 +124,7 @@ def test_state_of_another_configuration_or_restart_trains_from_the_start(tmp_pat
         _interrupt(patch, epoch=2, model_index=0)
         with pytest.raises(KeyboardInterrupt):
             _train_into(tmp_path / "cut", config)
-    changed = replace(config, lr=0.1)
+    changed = config.replaced(lr=0.1)
     _train_into(tmp_path / "fresh", changed)
     capsys.readouterr()
     _train_into(tmp_path / "cut", changed)

@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -208,8 +207,8 @@ def test_a_canary_count_beyond_the_machines_memory_is_refused_before_any_work(tm
     from dpaudit.config import TrainConfig
     from dpaudit.train import check_memory
 
-    config = TrainConfig(
-        dataset="digits", optimizer="dpsgd-gc", noise_multiplier=1.0, clip_norm=1.0, canaries=10**6
+    config = TrainConfig.from_dict(
+        dict(dataset="digits", optimizer="dpsgd-gc", noise_multiplier=1.0, clip_norm=1.0, canaries=10**6)
     ).validated()
     # 10⁶ Dirac canaries, b = 50 (records per call ≤ 2·min(256, 100) = 200): 4 bytes × 10⁶ × (200 + 12) = 0.79 GiB
     check_memory(config, available=2**30)
@@ -224,8 +223,10 @@ def test_more_shadow_models_than_memory_holds_are_refused_before_any_work():
     from dpaudit.config import TrainConfig
     from dpaudit.train import check_memory
 
-    config = TrainConfig(dataset="digits", optimizer="dpsgd-gc", noise_multiplier=1.0, clip_norm=1.0).validated()
-    config = replace(config, num_shadows=999)
+    config = TrainConfig.from_dict(
+        dict(dataset="digits", optimizer="dpsgd-gc", noise_multiplier=1.0, clip_norm=1.0)
+    ).validated()
+    config = config.replaced(num_shadows=999)
     # cnn-digits on 1×8×8: conv 1·16·9 + 16, conv 16·32·9 + 32, linear 512·10 + 10 = 9,930 parameters;
     # 1,000 models × 9,930 × 12 copies × 4 bytes = 476,640,000 bytes = 0.444 GiB
     check_memory(config, available=2**29)

@@ -1,16 +1,18 @@
-"""Each optimizer setting is declared once (dpaudit.settings); the config, the CLI and the schema follow it."""
+"""Each optimizer setting is declared once (dpaudit.settings) and held by one explicit field; the config, the CLI and
+the schema follow it."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import ast
+from dataclasses import Field, fields
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dpaudit._validation import DPAuditError
-from dpaudit.config import TrainConfig
-from dpaudit.settings import SETTINGS, Setting, schema_fragment
+from dpaudit.config import GROUPS, OptimizerConfig, PrivacyConfig, TrainConfig
+from dpaudit.settings import FAMILIES, SETTINGS, Setting, own_fields, schema_fragment
 
 ROOT = Path(__file__).resolve().parents[1]
 # keys of a paper experiment's run that are not optimizer settings: the run's structure
@@ -52,23 +54,62 @@ def test_schema_paper_run_keys_follow_the_declarations():
     assert keys - RUN_STRUCTURE_KEYS == settings, f"paper_run_keys should be {sorted(settings | RUN_STRUCTURE_KEYS)}"
 
 
-def test_train_config_has_every_setting_in_declaration_order_after_batch_size():
-    names = [item.name for item in fields(TrainConfig)]
-    start = names.index("batch_size") + 1
-    assert names[start : start + len(SETTINGS)] == list(SETTINGS)
-    for item in fields(TrainConfig):
-        if item.name in SETTINGS:
-            assert item.default == SETTINGS[item.name].default
-            assert item.metadata["setting"] is SETTINGS[item.name]
+def _holders() -> dict[str, list[tuple[type, Field]]]:
+    """Setting name → the (class, field) pairs that declare a field holding it."""
+    holders: dict[str, list[tuple[type, Field]]] = {}
+    for cls in (*GROUPS.values(), TrainConfig, *FAMILIES):
+        for item in own_fields(cls):
+            if "setting" in item.metadata:
+                holders.setdefault(item.metadata["setting"].name, []).append((cls, item))
+    return holders
 
 
-def test_hyperparameters_have_exactly_the_optimizer_settings():
+def test_every_setting_is_held_by_one_field_that_takes_its_declaration():
+    holders = _holders()
+    assert sorted(holders) == sorted(SETTINGS)
+    for name, found in holders.items():
+        assert len(found) == 1, f"{name} is declared by {[cls.__name__ for cls, _ in found]}"
+        (_, item), setting = found[0], SETTINGS[name]
+        assert item.name == name and item.metadata["setting"] is setting and item.default == setting.default
+    # the groups: lr and momentum with the optimizer, the mechanism's settings with privacy
+    assert holders["lr"][0][0] is OptimizerConfig and holders["momentum"][0][0] is OptimizerConfig
+    privacy = {name for name, ((cls, _),) in holders.items() if cls is PrivacyConfig}
+    assert privacy == {"clip_norm", "sigma_dp", "noise_multiplier", "target_epsilon", "delta", "accountant"}
+
+
+def _class_body_fields(path: Path) -> dict[str, list[str]]:
+    """Class name → the names its body annotates, read from the source (what a type checker sees)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        node.name: [item.target.id for item in node.body if isinstance(item, ast.AnnAssign)]
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def test_no_field_is_generated_at_runtime():
+    import dpaudit.config
+    import dpaudit.settings
     from dpaudit.optim import Hyperparameters
+    from dpaudit.optim import base as optim_base
 
-    have = {item.name for item in fields(Hyperparameters)}
-    wanted = {name for name, setting in SETTINGS.items() if setting.hyperparameter}
-    assert wanted <= have
-    assert not (have - wanted) & set(SETTINGS), "a setting not marked hyperparameter reached Hyperparameters"
+    written = {
+        **_class_body_fields(Path(dpaudit.config.__file__)),
+        **_class_body_fields(Path(dpaudit.settings.__file__)),
+        **_class_body_fields(Path(optim_base.__file__)),
+    }
+    for cls in (*GROUPS.values(), TrainConfig, *FAMILIES, Hyperparameters):
+        assert [item.name for item in own_fields(cls)] == written[cls.__name__], cls.__name__
+    assert [item.name for item in fields(Hyperparameters)] == [
+        "lr",
+        "expected_batch_size",
+        "dataset_size",
+        "epochs",
+        "momentum",
+        "clip_norm",
+        "sigma_dp",
+        "settings",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -90,19 +131,21 @@ def test_setting_checks_accept_their_interval_and_name_the_setting(name, good, b
 
 
 def test_schema_constraints_match_the_intervals():
-    assert Setting("x", "float", 0.5, "x.", range="from-zero-unit").schema() == {
+    assert Setting("x", 0.5, "x.", range="from-zero-unit").schema() == {
         "type": "number",
         "minimum": 0,
         "exclusiveMaximum": 1,
     }
-    assert Setting("x", "str", "a", "x.", choices=("a", "b")).schema() == {"enum": ["a", "b"]}
+    assert Setting("x", "a", "x.", choices=("a", "b")).schema() == {"enum": ["a", "b"]}
     with pytest.raises(ValueError, match="unknown range"):
-        Setting("x", "float", 0.5, "x.", range="percent")
+        Setting("x", 0.5, "x.", range="percent")
 
 
 def test_train_config_rejects_a_bad_setting_through_its_declaration():
     with pytest.raises(DPAuditError, match=r"warmup_budget_fraction \(ε1/ε\) must be in \(0, 1\)"):
-        TrainConfig(optimizer="tp-topk", warmup_budget_fraction=1.0, clip_norm=1.0, sigma_dp=0.1).validated()
+        TrainConfig.from_dict(
+            dict(optimizer="tp-topk", warmup_budget_fraction=1.0, clip_norm=1.0, sigma_dp=0.1)
+        ).validated()
 
 
 def test_train_flags_carry_each_settings_help():

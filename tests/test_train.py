@@ -2,7 +2,6 @@
 
 import json
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -59,7 +58,7 @@ def test_checkpoints_load_with_weights_only_and_training_learns(trained_run):
 
 def test_same_seed_gives_identical_models(tiny_config, tmp_path):
     data = load_dataset("digits").subset(np.arange(100))
-    config = replace(tiny_config, epochs=2, eval_epochs=(2,)).validated()
+    config = tiny_config.replaced(epochs=2, eval_epochs=(2,)).validated()
     first = train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False)
     second = train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False)
     other = train_model(config=config, train_data=data, test_data=None, model_index=1, progress=False)
@@ -106,8 +105,8 @@ def test_poisson_and_shuffle_sampling():
 
 def test_dc_training_stays_in_the_domain(tiny_config):
     data = load_dataset("digits").subset(np.arange(100))
-    config = replace(
-        tiny_config, optimizer="dpsgd-dc", domain_radius=1.5, epochs=2, eval_epochs=(2,), sampling="poisson"
+    config = tiny_config.replaced(
+        optimizer="dpsgd-dc", domain_radius=1.5, epochs=2, eval_epochs=(2,), sampling="poisson"
     ).validated()
     trained = train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False)
     norm = math.sqrt(sum(float(p.detach().pow(2).sum()) for p in trained.model.parameters()))
@@ -117,7 +116,9 @@ def test_dc_training_stays_in_the_domain(tiny_config):
 
 def test_divergence_stops_with_clear_message_and_keeps_metrics(tiny_config, tmp_path):
     data = load_dataset("digits").subset(np.arange(100))
-    config = replace(tiny_config, optimizer="sgd", lr=1e12, epochs=3, eval_epochs=(1, 2, 3)).validated()
+    config = tiny_config.replaced(
+        optimizer="sgd", clip_norm=None, sigma_dp=None, lr=1e12, epochs=3, eval_epochs=(1, 2, 3)
+    ).validated()
     with pytest.raises(TrainingDivergedError, match="diverged") as info:
         train_model(config=config, train_data=data, test_data=None, model_index=0, out_dir=tmp_path, progress=False)
     assert "\n" not in str(info.value)
@@ -138,17 +139,19 @@ def test_divergence_stops_with_clear_message_and_keeps_metrics(tiny_config, tmp_
         ({"eval_epochs": (9,)}, "exceeds epochs"),
         ({"noise_multiplier": 1.0}, "give one of"),
         ({"target_size": 1000}, "target_size"),
+        ({"optimizer": "sgd"}, "^clip_norm is not a setting of sgd"),
+        ({"active_ratio": 0.2}, "^active_ratio is not a setting of dpsgd-gc"),
     ],
 )
 def test_bad_configuration_is_a_one_line_error(tiny_config, overrides, message):
     with pytest.raises(DPAuditError, match=message) as info:
-        replace(tiny_config, **overrides).validated()
+        tiny_config.replaced(**overrides).validated()
     assert "\n" not in str(info.value)
 
 
 def test_noise_multiplier_converts_to_sigma_dp(tiny_config):
-    config = replace(tiny_config, sigma_dp=None, noise_multiplier=0.005).validated()
-    assert config.sigma_dp == pytest.approx(0.002)
+    config = tiny_config.replaced(sigma_dp=None, noise_multiplier=0.005).validated()
+    assert config.privacy.sigma_dp == pytest.approx(0.002)
 
 
 def test_corrupted_checkpoint_is_a_one_line_error(trained_run, tmp_path):
@@ -164,8 +167,8 @@ def test_opacus_functorch_and_layers_backends_train_the_same_model(tiny_config):
     data = load_dataset("digits").subset(np.arange(100))
     results = []
     for backend in ("functorch", "opacus", "layers"):
-        config = replace(
-            tiny_config, epochs=2, eval_epochs=(2,), grad_sample=backend, engine="sequential", microbatch_size=16
+        config = tiny_config.replaced(
+            epochs=2, eval_epochs=(2,), grad_sample=backend, engine="sequential", microbatch_size=16
         ).validated()
         results.append(train_model(config=config, train_data=data, test_data=None, model_index=0, progress=False))
     for other in results[1:]:

@@ -28,7 +28,6 @@ as private as the ledger's Poisson-subsampled Gaussian" (what the claim rests on
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -58,37 +57,39 @@ def _noise_multiplier(epsilon: float, sample_rate: float) -> float:
 
 def _twin(epsilon: float, *, seed: int = 0) -> TrainConfig:
     """dpsgd-gc, Poisson batches, PRV-calibrated to ``epsilon``: n = 360, b = 36 (q = 0.1), T = 200."""
-    return TrainConfig(
-        dataset="digits",
-        model="cnn-digits",
-        optimizer="dpsgd-gc",
-        lr=0.2,
-        sampling="poisson",
-        batch_size=B,
-        epochs=EPOCHS,
-        clip_norm=1.0,
-        noise_multiplier=_noise_multiplier(epsilon, B / N),
-        accountant="prv",
-        delta=DELTA,
-        target_size=N,
-        num_shadows=0,
-        diagnostics=False,
-        canaries=2 * PER_SIDE,
-        canary_design="whole-run",
-        seed=seed,
-        device="cpu",
+    return TrainConfig.from_dict(
+        dict(
+            dataset="digits",
+            model="cnn-digits",
+            optimizer="dpsgd-gc",
+            lr=0.2,
+            sampling="poisson",
+            batch_size=B,
+            epochs=EPOCHS,
+            clip_norm=1.0,
+            noise_multiplier=_noise_multiplier(epsilon, B / N),
+            accountant="prv",
+            delta=DELTA,
+            target_size=N,
+            num_shadows=0,
+            diagnostics=False,
+            canaries=2 * PER_SIDE,
+            canary_design="whole-run",
+            seed=seed,
+            device="cpu",
+        )
     )
 
 
 def _bug(bug: str, twin: TrainConfig, epsilon: float) -> TrainConfig:
     if bug == "shuffle-as-poisson":
-        return replace(twin, sampling="shuffle")
+        return twin.replaced(sampling="shuffle")
     if bug == "reused-noise":
-        return replace(twin, optimizer="dpsgd-gc-reused-noise")
+        return twin.replaced(optimizer="dpsgd-gc-reused-noise")
     assert bug == "understated-q"
     # calibrated as the buggy code would: to the claimed ε with the q its ledger records
     z = _noise_multiplier(epsilon, B / N / optim.UNDERSTATED_SAMPLE_RATE_FACTOR)
-    return replace(twin, optimizer="dpsgd-gc-understated-q", noise_multiplier=z)
+    return twin.replaced(optimizer="dpsgd-gc-understated-q", noise_multiplier=z)
 
 
 def _three_steps(name: str, *, audit_block: bool) -> tuple[list[list[torch.Tensor]], list[optim.StepCost]]:

@@ -71,7 +71,7 @@ def fingerprint(optimizer: str, settings: dict) -> str:
     from dpaudit.train import train_models
 
     config = _config(optimizer, engine="ensemble", **{"canaries": 20, **settings})
-    members = _members(MODELS) if config.dataset == "digits" else random_images_members()
+    members = _members(MODELS) if config.to_dict()["dataset"] == "digits" else random_images_members()
     digest = hashlib.sha256()
     for trained in train_models(config=config, members=members, test_data=None, progress=False):
         for parameter in trained.model.parameters():

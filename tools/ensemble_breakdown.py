@@ -60,20 +60,22 @@ def main() -> None:
     data = training_set(dataset, args.dataset_size)
     members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
     steps_per_epoch, epochs = workload_epochs(args)
-    config = TrainConfig(
-        dataset=dataset,
-        model=args.architecture,
-        optimizer="dpsgd-gc",
-        epochs=epochs,
-        batch_size=args.batch_size,
-        lr=0.1,
-        clip_norm=1.0,
-        noise_multiplier=1.0,
-        sampling="poisson",
-        target_size=args.dataset_size,
-        num_shadows=0,
-        diagnostics=False,
-        device="cpu",
+    config = TrainConfig.from_dict(
+        dict(
+            dataset=dataset,
+            model=args.architecture,
+            optimizer="dpsgd-gc",
+            epochs=epochs,
+            batch_size=args.batch_size,
+            lr=0.1,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            sampling="poisson",
+            target_size=args.dataset_size,
+            num_shadows=0,
+            diagnostics=False,
+            device="cpu",
+        )
     ).validated()
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)

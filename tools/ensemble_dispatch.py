@@ -78,20 +78,22 @@ def count(args: argparse.Namespace) -> None:
     members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(MODELS)]
 
     def config(epochs: int) -> TrainConfig:
-        return TrainConfig(
-            dataset=dataset,
-            model=args.architecture,
-            optimizer=args.optimizer,
-            epochs=epochs,
-            batch_size=BATCH,
-            lr=0.1,
-            clip_norm=1.0,
-            noise_multiplier=1.0,
-            sampling="poisson",
-            target_size=RECORDS,
-            num_shadows=0,
-            diagnostics=False,
-            device=args.device,
+        return TrainConfig.from_dict(
+            dict(
+                dataset=dataset,
+                model=args.architecture,
+                optimizer=args.optimizer,
+                epochs=epochs,
+                batch_size=BATCH,
+                lr=0.1,
+                clip_norm=1.0,
+                noise_multiplier=1.0,
+                sampling="poisson",
+                target_size=RECORDS,
+                num_shadows=0,
+                diagnostics=False,
+                device=args.device,
+            )
         ).validated()
 
     train_models(config=config(1), members=members, test_data=None, progress=False)  # warm-up

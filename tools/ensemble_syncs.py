@@ -28,21 +28,23 @@ opt = sys.argv[2] if len(sys.argv) > 2 else "dpsgd-gc"
 dataset = "digits" if arch == "cnn-digits" else "cifar10"
 data = training_set(dataset, 360)
 members = [Member(train_data=data, model_index=k, label=f"m{k}") for k in range(11)]
-config = TrainConfig(
-    dataset=dataset,
-    model=arch,
-    optimizer=opt,
-    epochs=1,
-    batch_size=36,
-    lr=0.1,
-    clip_norm=1.0,
-    noise_multiplier=1.0,
-    sampling="poisson",
-    target_size=360,
-    num_shadows=0,
-    diagnostics=False,
-    device="cuda",
-    memory_budget_mb=32768,
+config = TrainConfig.from_dict(
+    dict(
+        dataset=dataset,
+        model=arch,
+        optimizer=opt,
+        epochs=1,
+        batch_size=36,
+        lr=0.1,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        sampling="poisson",
+        target_size=360,
+        num_shadows=0,
+        diagnostics=False,
+        device="cuda",
+        memory_budget_mb=32768,
+    )
 ).validated()
 train_models(config=config, members=members, test_data=None, progress=False)
 sites = collections.Counter()
@@ -68,7 +70,7 @@ torch.cuda.synchronize()
 t = time.perf_counter()
 prof.enable()
 train_models(
-    config=TrainConfig(**{k: getattr(config, k) for k in config.__dataclass_fields__} | {"epochs": 10}).validated(),
+    config=config.replaced(epochs=10).validated(),
     members=members,
     test_data=None,
     progress=False,

@@ -135,9 +135,9 @@ def run_lira_scores(
     if not isinstance(split, HalvesSplit):
         raise DPAuditError(
             f"LiRA needs a run trained with split_design 'halves' (every record in half the shadow "
-            f"models); {run_dir} used '{config.split_design}'"
+            f"models); {run_dir} used '{config.audit.split_design}'"
         )
-    pool = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.pool)
+    pool = load_dataset(config.data.dataset, split="train", root=config.data.data_root).subset(split.pool)
 
     def signal(name: str) -> np.ndarray:
         return logit_confidence(predict_logits(load(name), pool.images, device=device), pool.labels)

@@ -40,8 +40,8 @@ def run_loss_scores(run_dir: str | Path, *, epoch: int, signal: str = "loss") ->
 
     config, split, load, device = open_run(run_dir, epoch=epoch)
     network = load("target")
-    members = load_dataset(config.dataset, split="train", root=config.data_root).subset(split.target_members)
-    nonmembers = load_dataset(config.dataset, split=split.nonmember_source, root=config.data_root).subset(
+    members = load_dataset(config.data.dataset, split="train", root=config.data.data_root).subset(split.target_members)
+    nonmembers = load_dataset(config.data.dataset, split=split.nonmember_source, root=config.data.data_root).subset(
         split.target_nonmembers
     )
     return (

@@ -265,21 +265,23 @@ def attack_run(
 
     run = Path(run_dir)
     train_config = load_run_config(run)
-    if train_config.num_shadows < 1:
+    if train_config.audit.num_shadows < 1:
         raise DPAuditError("the shadow-model attack needs at least one shadow model (num_shadows ≥ 1)")
-    chosen = list(train_config.eval_epochs) if epochs is None else sorted(set(epochs))
+    chosen = list(train_config.audit.eval_epochs) if epochs is None else sorted(set(epochs))
     for epoch in chosen:
-        if epoch not in train_config.eval_epochs:
+        if epoch not in train_config.audit.eval_epochs:
             raise DPAuditError(
-                f"epoch {epoch} has no checkpoint; evaluation epochs are {list(train_config.eval_epochs)}"
+                f"epoch {epoch} has no checkpoint; evaluation epochs are {list(train_config.audit.eval_epochs)}"
             )
     split = load_split(run / "split.json")
-    info = dataset_info(train_config.dataset)
-    train_set = load_dataset(train_config.dataset, split="train", root=train_config.data_root)
-    test_set = load_dataset(train_config.dataset, split="test", root=train_config.data_root)
+    info = dataset_info(train_config.data.dataset)
+    train_set = load_dataset(train_config.data.dataset, split="train", root=train_config.data.data_root)
+    test_set = load_dataset(train_config.data.dataset, split="test", root=train_config.data.data_root)
     nonmember_set = train_set if split.nonmember_source == "train" else test_set
-    device = resolve_device(train_config.device)
-    network = model_registry.build_model(train_config.model, input_shape=info.input_shape, num_classes=info.num_classes)
+    device = resolve_device(train_config.engine.device)
+    network = model_registry.build_model(
+        train_config.model.name, input_shape=info.input_shape, num_classes=info.num_classes
+    )
 
     def features(model_dir: str, epoch: int, member_data, nonmember_data):
         load_checkpoint(run / model_dir / f"epoch_{epoch:04d}.pt", network)

@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import json
 import os
-import re
+import textwrap
 import warnings
 from dataclasses import fields
 from pathlib import Path
@@ -28,21 +28,6 @@ _TRAIN_EXAMPLE = """example (target + 3 shadows, the DPSGD-GC/DC paper's σ_DP a
   dpaudit attack --run results/demo"""
 
 
-def _field_help() -> dict[str, str]:
-    """Help text of the TrainConfig fields that are not settings, read from its docstring (one source of truth;
-    the settings' help comes from ``dpaudit.settings``)."""
-    helps: dict[str, str] = {}
-    current = None
-    for line in (TrainConfig.__doc__ or "").splitlines():
-        match = re.match(r"\s{8}(\w+): (.*)", line)
-        if match:
-            current = match.group(1)
-            helps[current] = match.group(2)
-        elif current and line.startswith(" " * 12):
-            helps[current] += " " + line.strip()
-    return helps
-
-
 def _int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
@@ -50,22 +35,56 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _config_sections():
+    """(title, description, fields) of each section of ``dpaudit train``'s configuration flags: the groups of
+    ``TrainConfig`` (each family's settings after the optimizer's), then the Monte Carlo draw."""
+    from dpaudit.config import GROUPS, TrainConfig
+    from dpaudit.settings import FAMILIES, own_fields
+
+    def first_line(cls: type) -> str:
+        return textwrap.fill(" ".join((cls.__doc__ or "").split("\n\n")[0].split()), width=76, break_on_hyphens=False)
+
+    for name, group in GROUPS.items():
+        yield name, first_line(group), [item for item in fields(group) if item.name != "settings"]
+        if name == "optimizer":
+            for family in FAMILIES:
+                if own_fields(family):
+                    yield f"optimizer settings: {family.__name__}", first_line(family), own_fields(family)
+    top = [item for item in fields(TrainConfig) if item.name not in GROUPS]
+    yield "trial", "The Monte Carlo draw: shadows, initialisation, sampling and noise.", top
+
+
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    helps = _field_help()
+    """One flag per key of ``TrainConfig``'s flat form, in a section per group; help, choices and defaults from the
+    fields' metadata (``dpaudit.config``, ``dpaudit.settings``)."""
+    from dpaudit.config import flat_key
+
     converters = {"str": str, "int": int, "float": float, "float | None": float, "int | None": int}
-    for item in fields(TrainConfig):
-        flag = "--" + item.name.replace("_", "-")
-        setting = item.metadata.get("setting")
-        help_text = setting.help if setting is not None else helps.get(item.name, "")
-        if item.type == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif item.type == "tuple[int, ...]":
-            parser.add_argument(flag, type=_int_list, metavar="E1,E2,...", help=help_text)
-        else:
-            parser.add_argument(flag, type=converters[item.type], help=f"{help_text} (default: {item.default})")
+    for title, description, items in _config_sections():
+        group = parser.add_argument_group(title, description)
+        for item in items:
+            key = flat_key(item)
+            setting = item.metadata.get("setting")
+            help_text = (setting.help if setting is not None else item.metadata["help"]).replace("%", "%%")
+            choices = setting.choices if setting is not None else item.metadata.get("choices")
+            choices = choices() if callable(choices) else choices
+            flag = "--" + key.replace("_", "-")
+            if item.type == "bool":
+                group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            elif item.type == "tuple[int, ...]":
+                group.add_argument(flag, type=_int_list, metavar="E1,E2,...", help=help_text)
+            else:
+                metavar = None
+                if choices is not None and len(choices) > 6:  # one line of usage, the names in the help
+                    metavar, help_text = key.upper(), f"{help_text}; one of: {', '.join(choices)}"
+                if "default" not in help_text:
+                    help_text = f"{help_text} (default: {item.default})"
+                group.add_argument(flag, type=converters[item.type], choices=choices, metavar=metavar, help=help_text)
 
 
 def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    from dpaudit.config import FLAT_KEYS
+
     values = {}
     if args.config:
         import yaml
@@ -80,10 +99,10 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         if not isinstance(loaded, dict):
             raise DPAuditError(f"{args.config} must hold a mapping of TrainConfig keys")
         values.update(loaded)
-    for item in fields(TrainConfig):
-        value = getattr(args, item.name)
+    for key in FLAT_KEYS:
+        value = getattr(args, key)
         if value is not None:
-            values[item.name] = value
+            values[key] = value
     return TrainConfig.from_dict(values)
 
 
@@ -115,9 +134,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     derived = summary["derived"]
     print(
-        f"trained {len(summary['models'])} models ({config.optimizer}, n={derived['dataset_size_n']}, "
+        f"trained {len(summary['models'])} models ({config.optimizer.name}, n={derived['dataset_size_n']}, "
         f"q={derived['sample_rate_q']:.4g}, z={derived['noise_multiplier_z']}, "
-        f"{derived['steps_per_epoch']} steps/epoch × {config.epochs} epochs) → {args.out}"
+        f"{derived['steps_per_epoch']} steps/epoch × {config.optimizer.epochs} epochs) → {args.out}"
     )
     for line in _planned_epsilon_lines(derived, config):
         print(line)
@@ -126,10 +145,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         summarize_run(
             args.out,
-            delta=config.delta,
-            accountant=config.accountant,
+            delta=config.privacy.delta,
+            accountant=config.privacy.accountant,
             attacks=("loss",)
-            + ((("canary-run",) if config.canary_design == "whole-run" else ("canary",)) if config.canaries else ()),
+            + (
+                (("canary-run",) if config.audit.canary_design == "whole-run" else ("canary",))
+                if config.audit.canaries
+                else ()
+            ),
         )
     return 0
 
@@ -142,9 +165,9 @@ def _planned_epsilon_lines(derived: dict, config: TrainConfig) -> list[str]:
 
     if derived["planned_epsilon"] is None:
         return []
-    labels = epsilon_labels(dp_claim=derived.get("dp_claim", True), sampling=config.sampling)
-    at = f"at δ = {config.delta:g}"
-    lines = [f"{labels['epsilon']} = {derived['planned_epsilon']:.4g} {at} ({config.accountant} accountant)"]
+    labels = epsilon_labels(dp_claim=derived.get("dp_claim", True), sampling=config.optimizer.sampling)
+    at = f"at δ = {config.privacy.delta:g}"
+    lines = [f"{labels['epsilon']} = {derived['planned_epsilon']:.4g} {at} ({config.privacy.accountant} accountant)"]
     upper = derived.get("planned_epsilon_shuffled_upper")
     if "shuffled_upper" in labels and upper is not None:
         lines.append(f"{labels['shuffled_upper']}: ε = {upper:.4g} {at}")
@@ -459,7 +482,7 @@ def _run_scores(args: argparse.Namespace, attack: str, runs=None):
     configs = [load_run_config(run) for run in runs]
     check_distinct_runs(runs, configs=[config.to_dict() for config in configs])
     for run, config in zip(runs, configs):
-        epoch = None if spec.whole_run else args.epoch or max(config.eval_epochs)
+        epoch = None if spec.whole_run else args.epoch or max(config.audit.eval_epochs)
         found = spec.scores(run, epoch=epoch, delta=args.delta)
         theory["epsilon_run"] = found.epsilon_run
         if found.epsilon_mechanism is not None:
@@ -673,34 +696,35 @@ def add_train(commands: argparse._SubParsersAction) -> None:
         epilog=_TRAIN_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("--out", required=True, type=Path, help="output folder of the run")
-    train.add_argument("--config", type=Path, help="YAML file of configuration keys (flags override it)")
-    train.add_argument("--quiet", action="store_true", help="no progress bars")
-    train.add_argument(
+    _add_config_arguments(train)
+    folder = train.add_argument_group("run folder", "Where the run goes, and how it resumes.")
+    folder.add_argument("--out", required=True, type=Path, help="output folder of the run")
+    folder.add_argument("--config", type=Path, help="YAML file of configuration keys (flags override it)")
+    folder.add_argument("--quiet", action="store_true", help="no progress bars")
+    folder.add_argument(
         "--summarize",
         action="store_true",
         help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)",
     )
-    train.add_argument(
+    folder.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a run of another configuration found in --out (its own files only; by default such a "
         "folder is refused)",
     )
-    train.add_argument(
+    folder.add_argument(
         "--restart",
         action="store_true",
         help="train from the start, ignoring the state an interrupted run of this configuration left "
         "in --out (by default it resumes after its last saved epoch)",
     )
-    train.add_argument(
+    folder.add_argument(
         "--state-every",
         type=float,
         metavar="SECONDS",
         help="save the training state for resuming at the first epoch end after this many seconds "
         "(0: every epoch; default: $DPAUDIT_STATE_EVERY, else 60)",
     )
-    _add_config_arguments(train)
     train.set_defaults(handler=_cmd_train)
 
 

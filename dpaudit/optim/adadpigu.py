@@ -12,7 +12,7 @@ from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register
 from dpaudit.optim.clipping import CLIP_EPSILON
 from dpaudit.optim.sparse import MaskedSupport, _flat, top_k_indices
-from dpaudit.settings import SETTINGS
+from dpaudit.settings import SETTINGS, AdaDPIGUSettings, ImportanceMaskSettings
 
 VARIANCE_CLAMP = (1e-6, 1e6)  # AdaDPIGU code: the EMA variance is clamped to [h1, h2]
 
@@ -25,32 +25,38 @@ class AdaDPIGU(MaskedSupport):
     keep its ⌊k_s·d⌋ largest |entries|, clip to C; then ḡ = Σ z_i / b + N(0, σ_DP²) on the support,
     ĝ = m ⊙ (ḡ ⊙ (√β + μ) + α), θ ← θ − η ĝ, and α, β are EMAs (γ1, γ2) of the released ĝ.
     α and β depend only on released updates, so every step is one subsampled Gaussian step at σ.
+
+    Without ``adaptive_statistics`` (α = 0, β = 1) the EMA settings are not read: the settings are then
+    :class:`ImportanceMaskSettings` instead of :class:`AdaDPIGUSettings`.
     """
 
     noisy_importance: ClassVar[bool] = True
     adaptive_statistics: ClassVar[bool] = True
+    settings_type: ClassVar[type[ImportanceMaskSettings]] = AdaDPIGUSettings
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
         self._importance = [torch.zeros_like(p) for p in self.params]
         self.alpha = [torch.zeros_like(p) for p in self.params]
         self.beta = [torch.ones_like(p) for p in self.params]
-        self.example_k = max(1, math.floor(hyper.example_topk_fraction * self.dimension))
+        self.example_k = max(1, math.floor(hyper.settings.example_topk_fraction * self.dimension))
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        SETTINGS["retention_ratio"].check(hyper.retention_ratio)
-        SETTINGS["example_topk_fraction"].check(hyper.example_topk_fraction)
-        for name, value in (
-            ("ema_mean_decay (γ1)", hyper.ema_mean_decay),
-            ("ema_variance_decay (γ2)", hyper.ema_variance_decay),
-        ):
-            if not 0 <= value < 1:
-                raise DPAuditError(f"{name} must be in [0, 1); got {value}")
-        SETTINGS["standardise_constant"].check(hyper.standardise_constant)
-        if not 0 < hyper.pretrain_fraction < 1:
-            raise DPAuditError(f"pretrain_fraction must be in (0, 1); got {hyper.pretrain_fraction}")
+        settings = hyper.settings
+        SETTINGS["retention_ratio"].check(settings.retention_ratio)
+        SETTINGS["example_topk_fraction"].check(settings.example_topk_fraction)
+        if cls.adaptive_statistics:
+            for name, value in (
+                ("ema_mean_decay (γ1)", settings.ema_mean_decay),
+                ("ema_variance_decay (γ2)", settings.ema_variance_decay),
+            ):
+                if not 0 <= value < 1:
+                    raise DPAuditError(f"{name} must be in [0, 1); got {value}")
+        SETTINGS["standardise_constant"].check(settings.standardise_constant)
+        if not 0 < settings.pretrain_fraction < 1:
+            raise DPAuditError(f"pretrain_fraction must be in (0, 1); got {settings.pretrain_fraction}")
         total = hyper.steps_per_epoch * hyper.epochs
         if not 1 <= hyper.pretrain_steps < total:
             raise DPAuditError(
@@ -58,7 +64,7 @@ class AdaDPIGU(MaskedSupport):
             )
 
     def _scale(self) -> list[torch.Tensor]:
-        return [beta.sqrt() + self.hyper.standardise_constant for beta in self.beta]
+        return [beta.sqrt() + self.hyper.settings.standardise_constant for beta in self.beta]
 
     @property
     def accumulated_statistic(self) -> str:
@@ -102,11 +108,12 @@ class AdaDPIGU(MaskedSupport):
             ]
             self._apply(released)
             if self.adaptive_statistics:
+                settings = self.hyper.settings
                 for alpha, beta, value in zip(self.alpha, self.beta, released):
                     deviation = (value - alpha) ** 2
-                    alpha.mul_(self.hyper.ema_mean_decay).add_((1 - self.hyper.ema_mean_decay) * value)
-                    beta.mul_(self.hyper.ema_variance_decay).add_(
-                        (1 - self.hyper.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP)
+                    alpha.mul_(settings.ema_mean_decay).add_((1 - settings.ema_mean_decay) * value)
+                    beta.mul_(settings.ema_variance_decay).add_(
+                        (1 - settings.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP)
                     )
         return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate, "pretrain" if pretraining else "train")
 
@@ -115,7 +122,7 @@ class AdaDPIGU(MaskedSupport):
         if self._velocity is not None:
             for velocity in self._velocity:
                 velocity.zero_()
-        self._set_support(top_k_indices(self.score, math.floor(self.hyper.retention_ratio * self.dimension)))
+        self._set_support(top_k_indices(self.score, math.floor(self.hyper.settings.retention_ratio * self.dimension)))
         for param, m in zip(self.params, self.mask):
             param.mul_(m)
 
@@ -139,3 +146,4 @@ class AdaDPIGUPaper(AdaDPIGU):
 class AdaDPIGUCode(AdaDPIGU):
     noisy_importance = False
     adaptive_statistics = False
+    settings_type = ImportanceMaskSettings

@@ -1,17 +1,18 @@
 """The optimizer registry, the hyperparameters, the typed step cost and the base class.
 
 :func:`register` adds an optimizer class under a name, :func:`available` lists the names and :func:`get_spec` looks
-one up. :class:`Hyperparameters` is what every optimizer is given (its settings are declared once, in
-:data:`dpaudit.settings.SETTINGS`); :class:`Optimizer` is the base class of every update rule and :class:`StepCost`
-what a private step says it cost. :class:`SGD` is the non-private reference.
+one up. :class:`Hyperparameters` is what every optimizer is given: lr, momentum, C and σ_DP, the run's facts, and its
+family's settings (a dataclass of :mod:`dpaudit.settings`, the class's ``settings_type``); :class:`Optimizer` is the
+base class of every update rule and :class:`StepCost` what a private step says it cost. :class:`SGD` is the
+non-private reference.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -21,7 +22,9 @@ from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import dense
 from dpaudit.optim.stacked import StackedRows
-from dpaudit.settings import SETTINGS, declare_settings
+from dpaudit.settings import SETTINGS, OptimizerSettings
+
+SettingsT = TypeVar("SettingsT", bound=OptimizerSettings)
 
 
 class StepCost(NamedTuple):
@@ -84,36 +87,44 @@ def noise_multiplier_to_sigma_dp(*, noise_multiplier: float, batch_size: float, 
 
 
 @dataclass(frozen=True)
-@declare_settings(after="dataset_size", where=lambda setting: setting.hyperparameter and setting.name != "lr")
-class Hyperparameters:
-    """What every optimizer may be given; each optimizer checks the ones it needs.
+class Hyperparameters(Generic[SettingsT]):
+    """What an optimizer is given: its settings and the facts of the run it trains in.
 
-    Besides the fields below, every optimizer setting declared in ``dpaudit.settings.SETTINGS`` (those with
-    ``hyperparameter=True`` but ``lr``, a field of its own here) is a field, in declaration order and with its
-    declared default: ``clip_norm``, ``sigma_dp``, … ``standardise_constant``. Each ``Setting``'s help gives its
-    symbol, units and accepted values, and ``SETTINGS[name].check(value)`` checks a value.
+    ``TrainConfig.hyperparameters`` builds it from a configuration; each optimizer checks what it reads in its
+    ``check``.
 
     Attributes:
-        lr: learning rate η (required here; ``TrainConfig`` gives its default).
+        lr: learning rate η.
         expected_batch_size: b; private optimizers divide the clipped-gradient sum by b.
         dataset_size: n, the number of training records (sample rate q = b / n).
         epochs: the run's length E in epochs (two-phase optimizers split it).
+        momentum: heavy-ball momentum μ of the outer SGD update (0: plain SGD).
+        clip_norm: C, the per-sample ℓ2 clipping threshold (private optimizers; None: not private).
+        sigma_dp: σ_DP, the std of the noise on the averaged clipped gradient (private optimizers).
+        settings: the settings of the optimizer's family, an instance of its ``settings_type``
+            (:class:`dpaudit.settings.OptimizerSettings` for those without any).
     """
 
     lr: float
     expected_batch_size: int
     dataset_size: int
     epochs: int = 1
+    momentum: float = SETTINGS["momentum"].default
+    clip_norm: float | None = None
+    sigma_dp: float | None = None
+    settings: SettingsT = field(default_factory=OptimizerSettings)  # type: ignore[assignment]
 
     @property
     def pretrain_steps(self) -> int:
-        """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (T_pre of AdaDPIGU's Algorithm 1, Section 4)."""
-        return round(self.pretrain_fraction * self.steps_per_epoch * self.epochs)
+        """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (T_pre of AdaDPIGU's Algorithm 1, Section 4; the settings'
+        ``pretrain_fraction``: :class:`dpaudit.settings.ImportanceMaskSettings`)."""
+        return round(self.settings.pretrain_fraction * self.steps_per_epoch * self.epochs)
 
     @property
     def warmup_steps(self) -> int:
-        """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (T_1 of TP-TopK's Algorithm 1; E_1/E: its Section 7.3)."""
-        return round(self.warmup_fraction * self.steps_per_epoch * self.epochs)
+        """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (T_1 of TP-TopK's Algorithm 1; E_1/E: its Section 7.3, the
+        settings' ``warmup_fraction``: :class:`dpaudit.settings.TwoPhaseSettings`)."""
+        return round(self.settings.warmup_fraction * self.steps_per_epoch * self.epochs)
 
     @property
     def sample_rate(self) -> float:
@@ -140,6 +151,8 @@ class Optimizer:
     """
 
     per_sample: ClassVar[bool] = True
+    # the settings this class reads besides lr and momentum (and, if private, the privacy settings): ``hyper.settings``
+    settings_type: ClassVar[type[OptimizerSettings]] = OptimizerSettings
     record_updates: bool = False
     last_update: list[torch.Tensor] | None = None
     # the audit block (``set_audit_block``): how many of the last parameters it holds, and its noise stream
@@ -148,7 +161,7 @@ class Optimizer:
     # not saved for resuming (``dpaudit._state``)
     transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
 
-    def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters, *, generator: torch.Generator):
+    def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters[Any], *, generator: torch.Generator):
         self.params = list(params)
         self.hyper = hyper
         self.generator = generator
@@ -160,18 +173,27 @@ class Optimizer:
         self._row = 0
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def setting_names(cls) -> tuple[str, ...]:
+        """The settings this optimizer reads, by name: ``lr``, ``momentum`` and its family's (``settings_type``)."""
+        return ("lr", "momentum", *(item.name for item in fields(cls.settings_type)))
+
+    @classmethod
+    def check(cls, hyper: Hyperparameters[Any]) -> None:
         """Raise a one-line DPAuditError if ``hyper`` does not suit this optimizer."""
+        if type(hyper.settings) is not cls.settings_type:
+            raise DPAuditError(
+                f"{cls.__name__} reads {cls.settings_type.__name__}, not {type(hyper.settings).__name__}"
+            )
         SETTINGS["lr"].check(hyper.lr)
         SETTINGS["momentum"].check(hyper.momentum)
 
     @classmethod
-    def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
+    def noise_schedule(cls, hyper: Hyperparameters[Any]) -> np.ndarray:
         """Relative factor on z for every step of the run (``hyper.epochs`` epochs; all ones: static noise)."""
         return np.ones(hyper.steps_per_epoch * hyper.epochs)
 
     @classmethod
-    def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
+    def planned_noise_multipliers(cls, hyper: Hyperparameters[Any]) -> np.ndarray:
         """z of every step of the whole run (``hyper.epochs`` epochs), as the ledger will record it."""
         return hyper.noise_multiplier * cls.noise_schedule(hyper)
 

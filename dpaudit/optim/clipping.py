@@ -19,7 +19,7 @@ from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
 from dpaudit.optim.stacked import _stacked_rows
-from dpaudit.settings import SETTINGS
+from dpaudit.settings import SETTINGS, DomainSettings, PSACSettings
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
 AUTO_V_EPSILON = 1e-12  # Auto-V's C / ‖g‖ (DP-PSAC paper, Section 3) gets a guard at ‖g‖ = 0 (dpaudit's choice)
@@ -39,6 +39,11 @@ class PrivateOptimizer(Optimizer):
 
     pure_factors: ClassVar[bool] = True
     transient_state: ClassVar[tuple[str, ...]] = (*Optimizer.transient_state, "_dirac_values")  # a cache
+
+    @classmethod
+    def setting_names(cls) -> tuple[str, ...]:
+        lr, momentum, *family = super().setting_names()
+        return (lr, momentum, "clip_norm", "sigma_dp", "noise_multiplier", "target_epsilon", *family)
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
@@ -311,26 +316,28 @@ class DPSGDReusedNoise(DPSGD):
 class DPSGDDomainConstrained(DPSGD):
     """DPSGD-GC followed by θ ← Π_K(θ), K = {θ : ‖θ − c‖ ≤ D}, c = 0 or θ_0, jointly over all parameters."""
 
+    settings_type = DomainSettings
+
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
-        self.center = [p.detach().clone() for p in self.params] if hyper.domain_center == "init" else None
+        self.center = [p.detach().clone() for p in self.params] if hyper.settings.domain_center == "init" else None
         self.after_step()  # θ_0 ∈ K
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        if hyper.domain_radius is None:
+        if hyper.settings.domain_radius is None:
             raise DPAuditError("dpsgd-dc needs domain_radius (D)")
-        SETTINGS["domain_radius"].check(hyper.domain_radius)
-        SETTINGS["domain_center"].check(hyper.domain_center)
+        SETTINGS["domain_radius"].check(hyper.settings.domain_radius)
+        SETTINGS["domain_center"].check(hyper.settings.domain_center)
 
     @torch.no_grad()
     def after_step(self) -> None:
         params = self.params[: len(self.params) - self.audit_parameters]  # the model's: an audit block is apart
         offsets = params if self.center is None else [p - c for p, c in zip(params, self.center)]
         norm = math.sqrt(sum(float(o.pow(2).sum()) for o in offsets))
-        if norm > self.hyper.domain_radius:
-            scale = self.hyper.domain_radius / norm
+        if norm > self.hyper.settings.domain_radius:
+            scale = self.hyper.settings.domain_radius / norm
             centers = self.center or [None] * len(params)
             for param, center in zip(params, centers):
                 if center is None:
@@ -358,13 +365,15 @@ def psac_factor(norms, *, r: float, clip_norm: float = 1.0):
 class AutoS(PrivateOptimizer):
     """φ(s) = C / (s + r); ‖φ(s)g‖ = C·s/(s + r) < C."""
 
+    settings_type = PSACSettings
+
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        SETTINGS["r"].check(hyper.r)
+        SETTINGS["r"].check(hyper.settings.r)
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return auto_s_factor(norms, r=self.hyper.r, clip_norm=self.hyper.clip_norm)
+        return auto_s_factor(norms, r=self.hyper.settings.r, clip_norm=self.hyper.clip_norm)
 
 
 register("nsgd", dp_claim=True, description="alias of auto-s (NSGD, Yang et al. 2022)")(AutoS)
@@ -385,7 +394,7 @@ class DPPSAC(AutoS):
     """φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r); ‖φ(s)g‖ = C (1 − r/(s² + rs + r)) < C."""
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return psac_factor(norms, r=self.hyper.r, clip_norm=self.hyper.clip_norm)
+        return psac_factor(norms, r=self.hyper.settings.r, clip_norm=self.hyper.clip_norm)
 
 
 @register(

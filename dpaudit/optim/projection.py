@@ -11,7 +11,13 @@ import torch
 
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
 from dpaudit.optim.clipping import PrivateOptimizer, _flat_norms
-from dpaudit.settings import SETTINGS
+from dpaudit.settings import (
+    SETTINGS,
+    AutomaticClippingSettings,
+    DynamicNoiseSettings,
+    DynamicProjectionSettings,
+    ProjectionSettings,
+)
 
 # the accepted values of the choices, as declared in dpaudit.settings
 NOISE_DECAY_UNITS = SETTINGS["noise_decay_unit"].choices
@@ -20,18 +26,23 @@ PROJECTION_REFRESH = SETTINGS["projection_refresh"].choices
 
 
 class AutomaticClipping(PrivateOptimizer):
-    """φ(s) = C / (s + γ) (automatic clipping of the D2P2-SGD paper, with G = C); static noise."""
+    """φ(s) = C / (s + γ) (automatic clipping of the D2P2-SGD paper, with G = C); static noise.
+
+    ``dynamic`` classes (settings: :class:`DynamicNoiseSettings`) scale z by the schedule k^(−a) instead.
+    """
 
     dynamic: ClassVar[bool] = False
+    settings_type = AutomaticClippingSettings
 
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        for name in ("gamma", "noise_decay_exponent", "noise_decay_unit"):
-            SETTINGS[name].check(getattr(hyper, name))
+        names = ("gamma", "noise_decay_exponent", "noise_decay_unit") if cls.dynamic else ("gamma",)
+        for name in names:
+            SETTINGS[name].check(getattr(hyper.settings, name))
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return self.hyper.clip_norm / (norms + self.hyper.gamma)
+        return self.hyper.clip_norm / (norms + self.hyper.settings.gamma)
 
     @classmethod
     def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
@@ -40,16 +51,16 @@ class AutomaticClipping(PrivateOptimizer):
             return np.ones(steps)
         k = (
             np.arange(steps) // hyper.steps_per_epoch + 1
-            if hyper.noise_decay_unit == "epoch"
+            if hyper.settings.noise_decay_unit == "epoch"
             else np.arange(1, steps + 1)
         )
-        return k.astype(float) ** -hyper.noise_decay_exponent
+        return k.astype(float) ** -hyper.settings.noise_decay_exponent
 
     def noise_factor(self) -> float:
         if not self.dynamic:
             return 1.0
-        k = self.epoch if self.hyper.noise_decay_unit == "epoch" else self.steps_taken + 1
-        return float(k) ** -self.hyper.noise_decay_exponent
+        k = self.epoch if self.hyper.settings.noise_decay_unit == "epoch" else self.steps_taken + 1
+        return float(k) ** -self.hyper.settings.noise_decay_exponent
 
 
 @register(
@@ -66,6 +77,7 @@ class DPSGDAuto(AutomaticClipping):
 )
 class D2PSGD(AutomaticClipping):
     dynamic = True
+    settings_type = DynamicNoiseSettings
 
 
 def projected_dimension(d: int, *, rate: float, convention: str) -> int:
@@ -84,12 +96,15 @@ class ProjectedNoise(AutomaticClipping):
     """
 
     clip_after_projection: ClassVar[bool] = True
+    settings_type = ProjectionSettings
     transient_state = (*Optimizer.transient_state, "_matrices", "_matrices_step")  # redrawn from the seed on use
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
         self.kept = [
-            projected_dimension(p.numel(), rate=hyper.reduction_rate, convention=hyper.reduction_convention)
+            projected_dimension(
+                p.numel(), rate=hyper.settings.reduction_rate, convention=hyper.settings.reduction_convention
+            )
             for p in self.params
         ]
         self._projection_seed = int(np.random.SeedSequence([generator.initial_seed(), 3]).generate_state(1)[0])
@@ -105,11 +120,11 @@ class ProjectedNoise(AutomaticClipping):
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
         for name in ("reduction_rate", "reduction_convention", "projection_refresh"):
-            SETTINGS[name].check(getattr(hyper, name))
+            SETTINGS[name].check(getattr(hyper.settings, name))
 
     def matrices(self) -> list[torch.Tensor]:
         """This step's A_l ∈ R^{d_l × p_l}, entries N(0, 1); fixed for the run when projection_refresh='run'."""
-        step = 0 if self.hyper.projection_refresh == "run" else self.steps_taken
+        step = 0 if self.hyper.settings.projection_refresh == "run" else self.steps_taken
         if self._matrices_step != step:
             device, dtype = self.params[0].device, self.params[0].dtype
             generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)
@@ -161,6 +176,7 @@ class DP2SGD(ProjectedNoise):
 )
 class D2P2SGD(ProjectedNoise):
     dynamic = True
+    settings_type = DynamicProjectionSettings
 
 
 @register(

@@ -17,7 +17,7 @@ import torch
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
 from dpaudit.optim.clipping import DPSGD
-from dpaudit.settings import SETTINGS
+from dpaudit.settings import SETTINGS, SparseSettings, TwoPhaseSettings
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -86,6 +86,7 @@ class TwoPhaseSparse(MaskedSupport):
     """
 
     learned: ClassVar[bool] = True
+    settings_type = TwoPhaseSettings
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
@@ -94,21 +95,22 @@ class TwoPhaseSparse(MaskedSupport):
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        SETTINGS["active_ratio"].check(hyper.active_ratio)
-        if not 0 < hyper.warmup_fraction < 1:
-            raise DPAuditError(f"warmup_fraction (E1/E) must be in (0, 1); got {hyper.warmup_fraction}")
+        settings = hyper.settings
+        SETTINGS["active_ratio"].check(settings.active_ratio)
+        if not 0 < settings.warmup_fraction < 1:
+            raise DPAuditError(f"warmup_fraction (E1/E) must be in (0, 1); got {settings.warmup_fraction}")
         total = hyper.steps_per_epoch * hyper.epochs
         if not 1 <= hyper.warmup_steps < total:
             raise DPAuditError(f"the warm-up must leave steps for phase 2: T1 = {hyper.warmup_steps} of T = {total}")
-        if hyper.warmup_sigma_dp is None:
+        if settings.warmup_sigma_dp is None:
             raise DPAuditError("two-phase optimizers need warmup_sigma_dp (σ_1) or target_epsilon")
-        SETTINGS["warmup_sigma_dp"].check(hyper.warmup_sigma_dp)
+        SETTINGS["warmup_sigma_dp"].check(settings.warmup_sigma_dp)
 
     @classmethod
     def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
         total = hyper.steps_per_epoch * hyper.epochs
         warmup = sigma_dp_to_noise_multiplier(
-            sigma_dp=hyper.warmup_sigma_dp, batch_size=hyper.expected_batch_size, clip_norm=hyper.clip_norm
+            sigma_dp=hyper.settings.warmup_sigma_dp, batch_size=hyper.expected_batch_size, clip_norm=hyper.clip_norm
         )
         return np.concatenate(
             [np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps, hyper.noise_multiplier)]
@@ -117,7 +119,7 @@ class TwoPhaseSparse(MaskedSupport):
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
         warmup = self.steps_taken < self.hyper.warmup_steps
-        sigma = self.hyper.warmup_sigma_dp if warmup else self.hyper.sigma_dp
+        sigma = self.hyper.settings.warmup_sigma_dp if warmup else self.hyper.sigma_dp
         released = self._release(sigma)
         if warmup:
             for squares, value in zip(self._squares, released):
@@ -132,8 +134,8 @@ class TwoPhaseSparse(MaskedSupport):
 
     def _choose_support(self) -> None:
         # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
-        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.hyper.warmup_sigma_dp**2
-        k = math.floor(self.hyper.active_ratio * self.dimension)
+        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.hyper.settings.warmup_sigma_dp**2
+        k = math.floor(self.hyper.settings.active_ratio * self.dimension)
         order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
         if self._velocity is not None:
             for velocity in self._velocity:
@@ -166,6 +168,7 @@ class OnlineSparse(MaskedSupport):
     """
 
     learned: ClassVar[bool] = True
+    settings_type = SparseSettings
 
     def __init__(self, params, hyper, *, generator):
         super().__init__(params, hyper, generator=generator)
@@ -175,7 +178,7 @@ class OnlineSparse(MaskedSupport):
     @classmethod
     def check(cls, hyper: Hyperparameters) -> None:
         super().check(hyper)
-        SETTINGS["active_ratio"].check(hyper.active_ratio)
+        SETTINGS["active_ratio"].check(hyper.settings.active_ratio)
         if hyper.epochs < 2:
             raise DPAuditError(
                 f"online sparse optimizers refresh the support per epoch and need epochs ≥ 2; got {hyper.epochs}"
@@ -183,7 +186,7 @@ class OnlineSparse(MaskedSupport):
 
     def active_ratio(self, epoch: int) -> float:
         """ρ_e of 1-based ``epoch`` under the linear schedule."""
-        return 1 - (1 - self.hyper.active_ratio) * (epoch - 1) / (self.hyper.epochs - 1)
+        return 1 - (1 - self.hyper.settings.active_ratio) * (epoch - 1) / (self.hyper.epochs - 1)
 
     def begin_epoch(self, epoch: int) -> None:
         super().begin_epoch(epoch)
