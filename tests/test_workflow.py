@@ -244,12 +244,12 @@ def test_every_value_reaches_the_shell_quoted_even_past_the_checks(workflow_copy
     snakefile.write_text(text)
     preset, sampling = "my laptop; touch pwned", "it's $(touch pwned)"
     params = workflow_copy / "params.yaml"
-    old_run = "runs: [{optimizer: sgd, lr: 0.2, canaries: 0}]"
+    old_run = "runs: [{optimizer: sgd, lr: 0.2, canaries: 0, clip_norm: null}]"
     assert "preset: default " in params.read_text() and old_run in params.read_text()
     params.write_text(
         params.read_text()
         .replace("preset: default ", f'preset: "{preset}" ')
-        .replace(old_run, f'runs: [{{optimizer: sgd, lr: 0.2, canaries: 0, sampling: "{sampling}"}}]')
+        .replace(old_run, f'runs: [{{optimizer: sgd, lr: 0.2, canaries: 0, clip_norm: null, sampling: "{sampling}"}}]')
     )
     result = _snakemake(workflow_copy, "-n", "-p", "--cores", "1")
     output = result.stdout + result.stderr
