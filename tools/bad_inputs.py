@@ -137,6 +137,12 @@ def main() -> None:
     )
     cases.append(
         (
+            "`train --active-ratio 0.2` with DP-SGD (a setting it does not read)",
+            *_run([*DPAUDIT, "train", *TINY, "--active-ratio", "0.2", "--out", "r"], work),
+        )
+    )
+    cases.append(
+        (
             "`train --batch-size 5000` (more than the data)",
             *_run([*DPAUDIT, "train", *TINY, "--batch-size", "5000", "--out", "r"], work),
         )
