@@ -1,34 +1,11 @@
-"""The shared look of every dpaudit figure."""
+"""The shared look of every paper figure: :mod:`dpaudit.plot`'s, with one colour (and line style) per paper series."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-from pathlib import Path
+from dpaudit import plot
+from dpaudit.plot import figure_style, save_figure
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from dpaudit._io import atomic_write_bytes  # noqa: E402
-
-RC_PARAMS = {
-    "figure.dpi": 100,
-    "savefig.dpi": 200,
-    "font.size": 10,
-    "axes.titlesize": 10,
-    "axes.labelsize": 10,
-    "legend.fontsize": 8,
-    "legend.frameon": False,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "lines.linewidth": 1.6,
-    "pdf.fonttype": 42,  # embed TrueType: editable text in the PDF
-    "svg.fonttype": "none",
-}
+__all__ = ["SERIES_STYLES", "figure_style", "save_figure", "series_style"]
 
 # One colour (and line style) per series, the same in every figure. Keys are "<kind>:<value>".
 SERIES_STYLES: dict[str, dict] = {
@@ -56,32 +33,9 @@ SERIES_STYLES: dict[str, dict] = {
     "b:600": {"color": "#2ca02c"},
     "b:1000": {"color": "#9467bd"},
 }
-_FALLBACK = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]  # 10 strong, then 10 pale
 
 
 def series_style(key: str, index: int = 0) -> dict:
-    """Line properties of a series; unknown keys get a stable colour from tab10 by ``index``."""
-    style = dict(SERIES_STYLES.get(key, {"color": _FALLBACK[index % len(_FALLBACK)]}))
-    style.setdefault("label", key.split(":", 1)[-1])
-    return style
-
-
-@contextlib.contextmanager
-def figure_style():
-    """Context manager applying the shared rcParams."""
-    with plt.rc_context(RC_PARAMS):
-        yield
-
-
-def save_figure(fig, stem: str | Path) -> list[Path]:
-    """Write ``stem.pdf`` and ``stem.png`` atomically; close the figure; return both paths."""
-    stem = Path(stem)
-    paths = []
-    for suffix in (".pdf", ".png"):
-        buffer = io.BytesIO()
-        # fixed metadata so that the same data give the same bytes
-        metadata = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
-        fig.savefig(buffer, format=suffix[1:], bbox_inches="tight", metadata=metadata)
-        paths.append(atomic_write_bytes(stem.with_suffix(suffix), buffer.getvalue()))
-    plt.close(fig)
-    return paths
+    """Line properties of a series; unknown keys get a stable colour from tab20 by ``index``
+    (:func:`dpaudit.plot.series_style` with :data:`SERIES_STYLES`)."""
+    return plot.series_style(key, index, SERIES_STYLES)
