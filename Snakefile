@@ -1,10 +1,23 @@
 # dpaudit — reproduce the figures: `snakemake --cores all`.
 # Parameters live in params.yaml (other presets: configs/smoke.yaml, configs/paper.yaml);
-# rules call the `dpaudit` command line, and parameters reach jobs through `params:`.
+# rules call the `dpaudit` command line and the reproduction's (`python -m reproduce`), and parameters reach jobs
+# through `params:`.
+import os
+import sys
+from pathlib import Path
+
 import yaml
 from snakemake.utils import validate
 
-from dpaudit.pipeline_config import check_pipeline_config, whole_run_names
+# The reproduction (package `reproduce` in workflow/, not in the installed dpaudit) imports here, at parse time, and
+# in every job, local or Slurm, which inherits this process's PYTHONPATH.
+REPRODUCE_PATH = str(Path(workflow.basedir, "workflow").resolve())
+if REPRODUCE_PATH not in sys.path:
+    sys.path.insert(0, REPRODUCE_PATH)
+if REPRODUCE_PATH not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (REPRODUCE_PATH, os.environ.get("PYTHONPATH"))))
+
+from reproduce.pipeline_config import check_pipeline_config, whole_run_names
 
 
 configfile: "params.yaml"
@@ -47,5 +60,5 @@ rule manifest:
     log:
         "logs/manifest.log",
     shell:
-        "dpaudit manifest {input:q} --out {output.manifest:q} --table {output.table:q} --gallery {output.gallery:q}"
+        "{REPRODUCE} manifest {input:q} --out {output.manifest:q} --table {output.table:q} --gallery {output.gallery:q}"
         " > {log:q} 2>&1"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wall time and peak memory (RSS of snakemake and all dpaudit jobs, summed, sampled every second)
+# Wall time and peak memory (RSS of snakemake and all its jobs, `dpaudit` and `-m reproduce`, summed, sampled every second)
 # of the default pipeline from an empty results/, then the job-seconds per rule (benchmarks/pipeline_jobs.py).
 # Prints JSON. Usage: bash benchmarks/pipeline_time.sh [snakemake args]
 set -u
@@ -10,7 +10,7 @@ pid=$!
 start=$(date +%s)
 peak=0
 while kill -0 "$pid" 2>/dev/null; do
-  total=$(ps -eo rss=,args= | grep -E "snakemake|dpaudit" | grep -v grep | awk '{s+=$1} END {print s+0}')
+  total=$(ps -eo rss=,args= | grep -E "snakemake|dpaudit|-m reproduce" | grep -v grep | awk '{s+=$1} END {print s+0}')
   [ "$total" -gt "$peak" ] && peak=$total
   sleep 1
 done

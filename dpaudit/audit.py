@@ -8,6 +8,7 @@ and the Gaussian-DP estimate; the split bound sorts its two halves. numpy and sc
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -302,7 +303,8 @@ class WholeRunReport:
     """A whole-run audit with Dirac canaries under two threat models (and a test of the noise's independence across
     steps), beside the run's theoretical ε.
 
-    Every ε is in nats at ``delta``; each says what it is.
+    Every ε is in nats at ``delta``; each says what it is. A statistic that was not audited (``statistics`` given as
+    a mapping without it) has None for its report and its family bound.
 
     Attributes:
         all_iterates: the audit of Λ, the log likelihood ratio over every released update (white box, all
@@ -316,7 +318,8 @@ class WholeRunReport:
             if the run is the mechanism its ledger describes, which the audit tests.
         epsilon_rdp: the same claim from the RDP accountant (looser).
         epsilon_last_iterate: the last-iterate heuristic ε (Steinke et al. 2025) for the final model: a heuristic,
-            not a guarantee; None where the noise or the sample rate varies between steps.
+            not a guarantee; None where the noise or the sample rate varies between steps, or where the final model
+            was not audited.
         delta: δ.
         confidence: 1 − α of every bound.
         spread: the audit of S_j = Σ_t (x_tj/σ_t − mean)², each canary's spread over the steps
@@ -326,9 +329,9 @@ class WholeRunReport:
             best test is Λ). None where the statistics given lack it.
     """
 
-    all_iterates: AuditReport
+    all_iterates: AuditReport | None
     all_iterates_family: Any
-    final_model: AuditReport
+    final_model: AuditReport | None
     final_model_family: Any
     epsilon_pld: float
     epsilon_rdp: float
@@ -339,9 +342,12 @@ class WholeRunReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy: the :class:`AuditReport` s as ``to_dict`` gives them, without their ROC curves
-        (``spread``: None where not audited)."""
+        (None, with its family bound, where a statistic was not audited)."""
         out: dict[str, Any] = {}
         for name in ("all_iterates", "final_model"):
+            if getattr(self, name) is None:
+                out[name] = out[f"{name}_family"] = None
+                continue
             report = getattr(self, name).to_dict()
             report.pop("roc")
             out[name] = report
@@ -371,20 +377,27 @@ class WholeRunReport:
         def family(bound) -> str:
             return f"{bound.epsilon:.2f}" + (" (capped: the grid's strongest hypothesis)" if bound.capped else "")
 
-        return (
-            f"Whole-run audit of {self.all_iterates.n_members} member and {self.all_iterates.n_nonmembers} "
+        audited = next(r for r in (self.all_iterates, self.final_model, self.spread) if r is not None)
+        parts = [
+            f"Whole-run audit of {audited.n_members} member and {audited.n_nonmembers} "
             f"non-member canaries at δ = {self.delta:g}; the ledger claims ε = {self.epsilon_pld:.2f} (PLD), "
-            f"{self.epsilon_rdp:.2f} (RDP). Each bound at {level} confidence. All iterates: ε ≥ "
-            f"{self.all_iterates.epsilon_lower:.2f} (assumption-free), ε ≥ {family(self.all_iterates_family)} "
-            f"(if the run is a composed subsampled Gaussian). Final model: ε ≥ {self.final_model.epsilon_lower:.2f} "
-            f"(assumption-free), ε ≥ {family(self.final_model_family)} (family){heuristic}."
-            + (
-                ""
-                if self.spread is None
-                else f" Spread over the steps (noise independence): ε ≥ {self.spread.epsilon_lower:.2f} "
-                "(assumption-free)."
+            f"{self.epsilon_rdp:.2f} (RDP). Each bound at {level} confidence."
+        ]
+        if self.all_iterates is not None:
+            parts.append(
+                f" All iterates: ε ≥ {self.all_iterates.epsilon_lower:.2f} (assumption-free), ε ≥ "
+                f"{family(self.all_iterates_family)} (if the run is a composed subsampled Gaussian)."
             )
-        )
+        if self.final_model is not None:
+            parts.append(
+                f" Final model: ε ≥ {self.final_model.epsilon_lower:.2f} (assumption-free), ε ≥ "
+                f"{family(self.final_model_family)} (family){heuristic}."
+            )
+        if self.spread is not None:
+            parts.append(
+                f" Spread over the steps (noise independence): ε ≥ {self.spread.epsilon_lower:.2f} (assumption-free)."
+            )
+        return "".join(parts)
 
 
 def audit_whole_run(
@@ -398,7 +411,8 @@ def audit_whole_run(
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
-    family_selection: str = "split",
+    family_selection: str | Mapping[str, tuple[Any, Any]] = "split",
+    selection: str | ThresholdSelection = "split",
 ) -> WholeRunReport:
     """Audit a whole training run from its Dirac canaries' released updates, under two threat models.
 
@@ -412,7 +426,8 @@ def audit_whole_run(
     Instead of the observations, their statistics may be given (``statistics``), e.g. those a training run
     summed online (``RunCanaryObservations.all_iterates_scores`` and ``final_model_scores``, and its
     ``spread()``). From the observations (or a third statistic) the report also audits each canary's spread over
-    the steps (``spread``: a test of the noise's independence across steps, assumption-free bound only).
+    the steps (``spread``: a test of the noise's independence across steps, assumption-free bound only). Given as a
+    mapping, only the statistics it names are audited (e.g. one attack's scores, pooled over trials).
 
     Args:
         observations: [M, T] normalised updates x_t of the M canaries (exactly one of it and ``statistics``).
@@ -425,20 +440,26 @@ def audit_whole_run(
         statistics: (all_iterates_scores, final_model_scores) or (all_iterates_scores, final_model_scores,
             spread_scores), each [M] float: Λ_j (nats) of :func:`dpaudit.whole_run.likelihood_ratio_scores` with
             these σ_t and q_t, Σ_t x_tj of :func:`dpaudit.whole_run.final_model_scores` and S_j of
-            :func:`dpaudit.whole_run.spread_scores` (without it, no ``spread`` audit); instead of ``observations``.
+            :func:`dpaudit.whole_run.spread_scores` (without it, no ``spread`` audit); or a mapping from some of
+            the names "all_iterates", "final_model" and "spread" to those [M] arrays (the others are not audited,
+            and the last-iterate heuristic only with "final_model"); instead of ``observations``.
         delta: δ of every ε, in (0, 1).
         confidence: 1 − α of every bound, in (0, 1).
         seed: the seed of the bounds' random halves.
         family_selection: how the family bounds choose their threshold: ``"split"`` (on a held-out share of these
-            canaries) or ``"ledger"`` (before any score is read, on a simulation of the mechanism the ledger
-            claims; every canary certifies): ``selection`` of :func:`dpaudit.whole_run.family_lower_bound`.
+            canaries), ``"ledger"`` (before any score is read, on a simulation of the mechanism the ledger
+            claims; every canary certifies), or a mapping from each audited "all_iterates"/"final_model" statistic
+            to ``(member_scores, nonmember_scores)`` of the same statistic from independent runs of the same ledger
+            (every canary certifies): ``selection`` of :func:`dpaudit.whole_run.family_lower_bound`.
+        selection: how the assumption-free bounds choose their threshold: ``selection`` of :func:`audit_scores`.
 
     Returns:
         A :class:`WholeRunReport`.
 
     Raises:
         DPAuditError: both or neither of ``observations`` and ``statistics``, a bad shape, non-finite statistics,
-            fewer than 2 canaries in a class, a bad ledger, δ or confidence, a bad ``family_selection``.
+            an unknown or no statistic name, fewer than 2 canaries in a class, a bad ledger, δ or confidence, a bad
+            ``family_selection`` or ``selection``.
     """
     # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
     from dpaudit.theory.tradeoff import group_steps
@@ -447,8 +468,13 @@ def audit_whole_run(
     delta = check_delta(delta, allow_zero=False)
     check_confidence(confidence)
     seed = check_seed(seed)
-    if family_selection not in ("split", "ledger"):
+    chosen_on = None if isinstance(family_selection, str) else family_selection
+    if chosen_on is None and family_selection not in ("split", "ledger"):
         raise DPAuditError(f"family_selection must be 'split' or 'ledger', got {family_selection!r}")
+    if chosen_on is not None and not isinstance(chosen_on, Mapping):
+        raise DPAuditError(
+            "family_selection must be 'split', 'ledger' or a mapping of statistic name → (member, non-member) scores"
+        )
     if (observations is None) == (statistics is None):
         raise DPAuditError("give exactly one of observations [M, T] and statistics (all-iterates, final-model scores)")
     if members is None:
@@ -464,23 +490,33 @@ def audit_whole_run(
     sigma = z if noise_std is None else np.asarray(noise_std, dtype=float)
     ledger = {"noise_multipliers": sigma, "sample_rates": q}  # the observations' mechanism
     if statistics is not None:
+        names = _WHOLE_RUN_STATISTICS
+        if isinstance(statistics, Mapping):
+            unknown = [name for name in statistics if name not in _WHOLE_RUN_STATISTICS]
+            if unknown or not statistics:
+                raise DPAuditError(
+                    f"statistics names some of {', '.join(_WHOLE_RUN_STATISTICS)}, got {list(statistics) or 'none'}"
+                )
+            names = tuple(name for name in _WHOLE_RUN_STATISTICS if name in statistics)
+            statistics = [statistics[name] for name in names]
         try:
             given = [np.asarray(values, dtype=float) for values in statistics]
         except (TypeError, ValueError):
             given = []
-        if len(given) not in (2, 3):
+        if len(given) not in ((2, 3) if len(names) == len(_WHOLE_RUN_STATISTICS) else (len(names),)):
             raise DPAuditError(
-                "statistics must be two or three [M] arrays (all-iterates, final-model[, spread] scores)"
+                "statistics must be two or three [M] arrays (all-iterates, final-model[, spread] scores), or a "
+                "mapping of statistic name → [M] array"
             )
-        names = ("all-iterates", "final-model", "spread")
         for name, values in zip(names, given):
             if values.shape != flags.shape:
                 raise DPAuditError(
-                    f"the {name} statistic must be [M] with M = len(members) = {flags.size}, got shape {values.shape}"
+                    f"the {name.replace('_', '-')} statistic must be [M] with M = len(members) = {flags.size}, got "
+                    f"shape {values.shape}"
                 )
             if not np.all(np.isfinite(values)):
-                raise DPAuditError(f"the {name} statistic must be finite (no NaN or inf)")
-        scores = dict(zip(("all_iterates", "final_model", "spread"), given))
+                raise DPAuditError(f"the {name.replace('_', '-')} statistic must be finite (no NaN or inf)")
+        scores = dict(zip(names, given))
     else:
         try:
             values = np.asarray(observations, dtype=float)
@@ -495,24 +531,37 @@ def audit_whole_run(
             "final_model": final_model_scores(values),
             "spread": spread_scores(observations=values, noise_std=sigma),
         }
+    if chosen_on is not None:
+        missing = [name for name in scores if name != "spread" and name not in chosen_on]
+        if missing:
+            raise DPAuditError(f"family_selection gives no selection scores for the {missing[0]} statistic")
     options = {"delta": delta, "confidence": confidence, "seed": seed}
-    reports = {}
+    reports: dict[str, Any] = dict.fromkeys(
+        ("all_iterates", "all_iterates_family", "final_model", "final_model_family")
+    )
     for name, statistic in scores.items():
         member_scores, nonmember_scores = statistic[flags], statistic[~flags]
-        reports[name] = audit_scores(member_scores, nonmember_scores, **options)
+        reports[name] = audit_scores(member_scores, nonmember_scores, **options, selection=selection)
         if name != "spread":  # the family bound tests within the subsampled-Gaussian family: Λ and Σ_t x_t only
-            chooser = (
-                {} if family_selection == "split" else {"selection": "ledger", "statistic": name.replace("_", "-")}
-            )
+            if chosen_on is not None:
+                chooser = {"selection": tuple(chosen_on[name])}
+            elif family_selection == "ledger":
+                chooser = {"selection": "ledger", "statistic": name.replace("_", "-")}
+            else:
+                chooser = {}
             reports[f"{name}_family"] = family_lower_bound(
                 member_scores, nonmember_scores, **ledger, **options, **chooser
             )
     return WholeRunReport(
         **reports,
-        **ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate=True),
+        **ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate="final_model" in scores),
         delta=delta,
         confidence=float(confidence),
     )
+
+
+#: The statistics of a whole-run audit, in the order :func:`audit_whole_run` takes them as a tuple.
+_WHOLE_RUN_STATISTICS = ("all_iterates", "final_model", "spread")
 
 
 def ledger_claims(*, noise_multipliers, sample_rates, delta: float, last_iterate: bool) -> dict[str, float | None]:
@@ -699,17 +748,106 @@ def validation_flag(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class PooledScores:
+    """One attack's scores on several runs of one configuration (independent trials), pooled.
+
+    Attributes:
+        members: the runs' member scores, concatenated in run order (higher = member).
+        nonmembers: their non-member scores, likewise.
+        epoch: the checkpoint epoch attacked on the last run; None for the attacks that score the whole run.
+        epsilon_run: the ε the last run claims (its planned ε, at its own δ); None where it has none.
+        epsilon_mechanism: the largest over the runs of the ε (at the audit's δ) of the mechanism each trial of a
+            whole-run attack faces; None for the attacks that score a checkpoint.
+        mechanism: what ``epsilon_mechanism`` accounts for, one line (the last run's); None with it.
+        selection: the threshold selection the scores call for in :func:`audit_scores` (the last run's that names
+            one); None: the caller's default.
+        ledger: for whole-run canaries, the ledger every run shares (``noise_multipliers`` z_t, ``noise_std`` σ_t,
+            ``sample_rates`` q_t, each [T]); None for the other attacks.
+    """
+
+    members: np.ndarray
+    nonmembers: np.ndarray
+    epoch: int | None = None
+    epsilon_run: float | None = None
+    epsilon_mechanism: float | None = None
+    mechanism: str | None = None
+    selection: str | None = None
+    ledger: Mapping[str, np.ndarray] | None = None
+
+
+def same_ledger(*, first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Whether two whole-run ledgers (arrays by name: z_t, σ_t, q_t) are equal: the same names, each array equal
+    entry by entry."""
+    return first.keys() == second.keys() and all(np.array_equal(first[key], second[key]) for key in first)
+
+
+def pool_attack_scores(*, runs, attack: str, epoch: int | None = None, delta: float) -> PooledScores:
+    """Score each of ``runs`` with one attack (:data:`dpaudit.attacks.ATTACKS`) and pool the scores over them.
+
+    The runs are independent trials of one configuration: pooling a folder twice, or two runs of the same seed and
+    trial, is refused (:func:`dpaudit.integrity.check_distinct_runs`). Whole-run canaries are pooled over runs of
+    one ledger only: their claim and the family bound rest on it.
+
+    Args:
+        runs: ``dpaudit train`` output folders (≥ 1).
+        attack: the attack's name.
+        epoch: the checkpoint epoch to attack; None: each run's last evaluated epoch. Unused by the attacks that
+            score the whole run.
+        delta: δ of ``epsilon_mechanism``.
+
+    Returns:
+        :class:`PooledScores`.
+
+    Raises:
+        DPAuditError: an unknown attack, no runs, a run named twice or two runs of the same draws, whole-run
+            canaries of different ledgers, and whatever the attack refuses (a run that lacks what it needs).
+    """
+    from dpaudit.attacks import get_attack
+    from dpaudit.integrity import check_distinct_runs
+    from dpaudit.run import load_run_config  # imports torch
+
+    spec = get_attack(attack)
+    runs = list(runs)
+    if not runs:
+        raise DPAuditError("pool_attack_scores needs at least one run")
+    configs = [load_run_config(run) for run in runs]
+    check_distinct_runs(runs, configs=[config.to_dict() for config in configs])
+    members, nonmembers, found_epoch = [], [], None
+    claims: dict[str, Any] = {"epsilon_run": None, "epsilon_mechanism": None, "mechanism": None, "selection": None}
+    ledger = None
+    for run, config in zip(runs, configs):
+        found_epoch = None if spec.whole_run else epoch or max(config.audit.eval_epochs)
+        found = spec.scores(run, epoch=found_epoch, delta=delta)
+        claims["epsilon_run"] = found.epsilon_run
+        if found.epsilon_mechanism is not None:
+            claims["epsilon_mechanism"] = max(claims["epsilon_mechanism"] or 0.0, found.epsilon_mechanism)
+            claims["mechanism"] = found.mechanism
+        if found.selection is not None:
+            claims["selection"] = found.selection
+        if found.ledger is not None:  # whole-run canaries: trials pooled over runs of one ledger only
+            if ledger is not None and not same_ledger(first=ledger, second=found.ledger):
+                raise DPAuditError(f"the {attack} audit pools runs of one ledger (z_t, q_t); {run} has another")
+            ledger = found.ledger
+        members.append(found.members)
+        nonmembers.append(found.nonmembers)
+    return PooledScores(np.concatenate(members), np.concatenate(nonmembers), found_epoch, **claims, ledger=ledger)
+
+
 __all__ = [
     "AuditReport",
     "MAX_ROC_POINTS",
     "POINT_NULL_MAX_SCORES",
     "POINT_NULL_METHOD",
+    "PooledScores",
     "REPORT_FPRS",
     "VALIDATION_BOUNDS",
     "ValidationFlag",
     "WholeRunReport",
     "audit_scores",
     "audit_whole_run",
+    "pool_attack_scores",
+    "same_ledger",
     "thin_roc",
     "validation_flag",
 ]

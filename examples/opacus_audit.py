@@ -20,7 +20,7 @@ from opacus import PrivacyEngine
 from sklearn.datasets import load_digits
 
 import dpaudit.opacus
-from dpaudit.figures.roc import plot_roc
+from dpaudit.plot import plot_roc
 
 DELTA = 1e-5
 

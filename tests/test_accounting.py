@@ -443,7 +443,7 @@ def test_shuffled_upper_bound_per_epoch_from_a_ledger():
 
 def test_d2p2_figure_paper_privacy_constants_match_the_reproduced_values():
     """The "paper parameters" markers of D2P2-SGD Fig 5 are the values reproduced above (PRV, first-step logging)."""
-    from dpaudit.figures.d2p2_sgd import PAPER_PRIVACY
+    from reproduce.figures.d2p2_sgd import PAPER_PRIVACY
 
     reproduced = {60000: (1.0681, 2.7554), 73257: (0.9573, 2.4562)}  # test_d2p2_reported_privacy_loss's first_step
     for (_, n), drawn in PAPER_PRIVACY.items():

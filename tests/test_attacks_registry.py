@@ -31,10 +31,13 @@ def test_the_schema_lists_the_registered_attacks():
 
 
 def test_the_command_line_offers_the_registered_attacks():
+    from reproduce.cli import build_parser as reproduce_parser
+
     parser = build_parser()
     commands = next(action for action in parser._actions if action.dest == "command").choices
-    for command, flag in (("audit", "--attack"), ("validation", "--attack")):
-        action = next(a for a in commands[command]._actions if flag in a.option_strings)
+    pipeline = next(action for action in reproduce_parser()._actions if action.dest == "command").choices
+    for command, flag in ((commands["audit"], "--attack"), (pipeline["validation"], "--attack")):
+        action = next(a for a in command._actions if flag in a.option_strings)
         assert list(action.choices) == list(ATTACKS)
     description = commands["audit"].description
     assert all(name in description for name in ATTACKS)
@@ -66,7 +69,7 @@ def test_specs_are_consistent():
 
 def test_importing_the_registry_loads_no_torch():
     code = (
-        "import sys, dpaudit.attacks, dpaudit.experiments;"
+        "import sys, dpaudit.attacks, dpaudit.summary;"
         "assert 'torch' not in sys.modules, 'torch imported';"
         "from dpaudit.attacks import ShadowAttackConfig;"
         "assert 'torch' in sys.modules and ShadowAttackConfig().epochs == 50"

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-from test_resume import comparable
 
 from dpaudit.cli import main
 
@@ -65,47 +64,6 @@ def test_train_then_attack(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FPR" in out and "FNR" in out and "ε̂" in out
     assert json.loads((tmp_path / "run" / "attack.json").read_text())["results"][0]["epoch"] == 2
-
-
-def test_batch_runs_commands_in_one_process_exactly_as_separate_ones(tmp_path, capsys):
-    one, two = tmp_path / "one", tmp_path / "two"
-    command = " ".join(TRAIN[1:])
-    assert (
-        main(
-            [
-                "batch",
-                "--quiet",
-                f"train {command} --out {one}",
-                f"attack --run {one} --attack-epochs 5 --quiet",
-                f"train {command} --seed 7 --out {two}",
-            ]
-        )
-        == 0
-    )
-    assert capsys.readouterr().out == ""
-    assert (one / "attack.json").is_file()
-    # the second run, trained after another in the same process, equals the run trained alone in a fresh process
-    alone = tmp_path / "alone"
-    subprocess.run(
-        [sys.executable, "-m", "dpaudit.cli", *TRAIN, "--seed", "7", "--out", str(alone)],
-        check=True,
-        capture_output=True,
-    )
-    files = sorted(path.relative_to(alone) for path in alone.rglob("*") if path.is_file())
-    assert any(path.suffix == ".pt" for path in files)
-    for path in files:  # wall-clock times differ (metrics.json, and the manifest's hashes of it), nothing else
-        assert comparable(path, (two / path).read_bytes()) == comparable(path, (alone / path).read_bytes()), path
-
-
-def test_batch_checks_every_command_before_running_and_names_the_one_that_fails(tmp_path, capsys):
-    run = tmp_path / "run"
-    command = " ".join(TRAIN[1:])
-    assert main(["batch", f"train {command} --out {run}", "train --epochs 2"]) == 2  # --out missing
-    assert "batch command 2 has bad arguments" in capsys.readouterr().err and not run.exists()
-    assert main(["batch", f"train {command} --out {run}", f"attack --run {tmp_path / 'missing'}"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("dpaudit: error: batch command 2 of 2 (dpaudit attack") and "missing" in err
-    assert (run / "config.json").is_file()  # what finished before the failure stays
 
 
 def test_config_file_with_flag_override(tmp_path, capsys):

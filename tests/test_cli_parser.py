@@ -1,10 +1,11 @@
-"""The ``dpaudit`` parser: user and pipeline commands under their own headings, every command still parsed."""
+"""The ``dpaudit`` parser: the library's commands under their heading (the pipeline's are ``python -m reproduce``'s),
+every command parsed."""
 
 from __future__ import annotations
 
 import pytest
 
-from dpaudit.cli import COMMAND_GROUPS, build_parser, main
+from dpaudit.cli import COMMAND_GROUPS, build_parser
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -18,21 +19,11 @@ def _sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def test_help_lists_user_and_pipeline_commands_under_their_headings():
+def test_help_lists_the_library_commands_and_no_pipeline_command():
     parser = build_parser()
     sections = _sections(parser.format_help())
     assert sections["commands"] == ["train", "audit", "attack", "theory", "epsilon", "calibrate", "list"]
-    assert sections["pipeline commands"] == [
-        "summarize-run",
-        "audit-table",
-        "figure",
-        "manifest",
-        "summarize",
-        "validation",
-        "validation-run",
-        "ladder",
-        "batch",
-    ]
+    assert "pipeline commands" not in sections
     commands = next(action for action in parser._actions if action.dest == "command").choices
     assert sorted(name for _, names in COMMAND_GROUPS for name in names) == sorted(commands)
 
@@ -41,14 +32,6 @@ def test_help_lists_user_and_pipeline_commands_under_their_headings():
 def test_every_command_has_its_handler(name):
     commands = next(action for action in build_parser()._actions if action.dest == "command").choices
     assert callable(commands[name].get_default("handler"))
-
-
-def test_batch_checks_every_command_before_running_one(capsys):
-    assert main(["batch", "list datasets", "list nothing"]) == 2
-    captured = capsys.readouterr()
-    assert "batch command 2 has bad arguments (above): 'list nothing'" in captured.err
-    assert captured.out == ""
-    assert main(["batch", "--quiet", "list bounds", "list optim"]) == 0
 
 
 # `dpaudit train`'s flags before they were grouped: every one stays, under the same name.

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from dpaudit._validation import DPAuditError
-from dpaudit.estimate import ScoreCounts, epsilon_lower_bound, epsilon_point, epsilon_point_null
+from dpaudit.estimate import (
+    ScoreCounts,
+    epsilon_lower_bound,
+    epsilon_point,
+    epsilon_point_null,
+    epsilon_point_null_at_threshold,
+)
 
 
 def test_constant_scores_give_a_null_level_equal_to_the_point_estimate():
@@ -165,3 +171,52 @@ def test_the_audit_report_carries_the_null_level_from_one_place(monkeypatch):
     report = audit_scores(members, nonmembers, delta=1e-5)
     assert report.epsilon_point_null is None and report.to_dict()["epsilon_point_null"] is None
     assert "null level n/a" in report.summary()
+
+
+# --- the null of one attack's own decision rule (a fixed threshold) ----------------------------------------------
+
+
+def test_at_a_threshold_every_score_above_it_gives_ln_one_minus_delta():
+    """Every score above the threshold: every relabelling predicts all "member", FPR = 1 and FNR = 0, so eq. 20 is
+    max(ln((1 − δ − 1)/0) → −inf, ln((1 − δ − 0)/1)) = ln(1 − δ) whatever the permutation and quantile."""
+    scores = np.linspace(0.6, 0.9, 20)
+    for quantile in (0.05, 0.5, 0.95):
+        null = epsilon_point_null_at_threshold(
+            member_scores=scores[:8], nonmember_scores=scores[8:], threshold=0.5, delta=1e-3, quantile=quantile
+        )
+        assert null == math.log(1 - 1e-3)
+
+
+def test_at_a_threshold_two_members_two_nonmembers_by_hand():
+    """Two scores above the threshold and two below, P = N = 2: of the 6 equally likely labellings, one puts both
+    members above (FPR = FNR = 0: +inf), one both below (FPR = FNR = 1: −inf) and four one each (FPR = FNR = 1/2:
+    ln((1/2 − δ)/(1/2))). The median of many relabellings is that middle value; the score values themselves, and which
+    of them are the members, do not matter; the strict threshold counts a score equal to it as "non-member"."""
+    delta = 1e-2
+    middle = math.log((0.5 - delta) / 0.5)
+    options = dict(threshold=0.5, delta=delta, permutations=600, quantile=0.5, seed=3)
+    with pytest.warns(UserWarning, match="zero FPR or FNR"):  # the +inf relabellings
+        null = epsilon_point_null_at_threshold(member_scores=[0.9, 0.1], nonmember_scores=[0.8, 0.2], **options)
+    assert null == pytest.approx(middle, rel=1e-12)
+    with pytest.warns(UserWarning):
+        assert epsilon_point_null_at_threshold(member_scores=[0.1, 0.5], nonmember_scores=[0.7, 0.6], **options) == null
+
+
+def test_at_a_threshold_the_seed_fixes_the_draws_and_bad_input_is_one_line():
+    rng = np.random.default_rng(0)
+    members, nonmembers = rng.uniform(size=40), rng.uniform(size=40)
+    first, again = (
+        epsilon_point_null_at_threshold(member_scores=members, nonmember_scores=nonmembers, threshold=0.5, delta=1e-5)
+        for _ in range(2)
+    )
+    assert first == again and math.isfinite(first)
+    for bad, message in (
+        (dict(threshold=float("nan")), "threshold must be a finite number"),
+        (dict(threshold=True), "threshold must be a finite number"),
+        (dict(permutations=0), "permutations"),
+        (dict(quantile=1.0), "quantile"),
+        (dict(delta=1.0), "delta"),
+    ):
+        options = {"threshold": 0.5, "delta": 1e-5, **bad}
+        with pytest.raises(DPAuditError, match=message):
+            epsilon_point_null_at_threshold(member_scores=members, nonmember_scores=nonmembers, **options)

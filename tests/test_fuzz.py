@@ -370,7 +370,7 @@ def inside(folder: Path):
 def command_lines(draw):
     command = draw(st.sampled_from(["audit", "epsilon", "calibrate", "theory", "list"]))
     if command == "list":
-        return ["list", draw(flag("datasets", "bounds", "optim", "figures"))]
+        return ["list", draw(flag("datasets", "bounds", "optim"))]
     argv = [command]
     if command == "theory":
         argv.append(draw(flag(*available_bounds(), "alpha-star", weight=8)))

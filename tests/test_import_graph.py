@@ -1,5 +1,5 @@
-"""The package's import graph: no cycles (module-level or hidden in functions), and nothing outside the training
-engine imports it to read a run."""
+"""The package's import graph: no cycles (module-level or hidden in functions), nothing outside the training
+engine imports it to read a run, and the library never imports the reproduction (``workflow/reproduce``)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,26 @@ def test_only_the_engine_imports_the_training_engine():
         name for name, imported in import_graph().items() if "dpaudit.train" in imported and name not in ENGINE
     )
     assert importers == [], f"{importers} import dpaudit.train; read runs through dpaudit.run / dpaudit.inference"
+
+
+def _reproduction_imports(source: str) -> list[str]:
+    """The imports of the reproduction's package ``reproduce`` in ``source``, anywhere (type-checking blocks too)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        found += [name for name in names if name == "reproduce" or name.startswith("reproduce.")]
+    return found
+
+
+def test_the_reproduction_finder_finds_a_planted_import():
+    assert _reproduction_imports("def f():\n    from reproduce.figures import FIGURES\n") == ["reproduce.figures"]
+    assert _reproduction_imports("import reproduce, reproducer\nfrom . import reproduce") == ["reproduce"]
+
+
+def test_the_library_never_imports_the_reproduction():
+    importers = sorted(
+        _module_name(path) for path in PACKAGE.rglob("*.py") if _reproduction_imports(path.read_text(encoding="utf-8"))
+    )
+    assert importers == [], f"{importers} import reproduce: the library must work without workflow/"

@@ -393,7 +393,7 @@ def test_diagnostics_are_written_and_never_change_training(tmp_path):
     (support,) = record["supports"]
     assert support["active"] == math.floor(0.4 * support["dimension"]) and support["proxy_concentration"] is not None
     assert not (tmp_path / "False" / "target" / "diagnostics.json").exists()
-    from dpaudit.results import diagnostics_summary
+    from reproduce.results import diagnostics_summary
 
     summary = diagnostics_summary(tmp_path / "True")
     assert (

@@ -13,6 +13,7 @@ from test_resume import _interrupt
 from dpaudit import integrity
 from dpaudit._validation import DPAuditError
 from dpaudit.cli import main
+from dpaudit.summary import summarize_run
 
 
 def train(out, *extra):
@@ -169,10 +170,11 @@ def test_an_interrupted_run_is_refused_wherever_it_is_read(tmp_path, monkeypatch
         ["epsilon", "--run", str(out)],
         ["audit", "--run", str(out), "--attack", "loss", "--no-plot"],
         ["attack", "--run", str(out), "--quiet"],
-        ["summarize-run", "--run", str(out), "--attacks", "loss"],
     ):
         assert main(argv) == 2, argv
         assert "is an incomplete run" in error_line(capsys)
+    with pytest.raises(DPAuditError, match="is an incomplete run"):
+        summarize_run(out, attacks=("loss",))
     assert train(out, "--state-every", "0") == 0  # the same command finishes it
     assert main(["epsilon", "--run", str(out)]) == 0
 

@@ -571,6 +571,57 @@ def test_audit_whole_run_reports_both_threat_models_beside_the_theory():
         )
 
 
+def test_audit_whole_run_audits_the_statistics_a_mapping_names_with_the_selections_given():
+    import dpaudit
+
+    z, q = np.full(20, 1.0), np.full(20, 0.25)
+    members, nonmembers = simulate_observations(
+        members=400, nonmembers=400, noise_multipliers=z, sample_rates=q, seed=5
+    )
+    observations = np.concatenate([members, nonmembers])
+    flags = np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)]
+    ledger = {"noise_multipliers": z, "sample_rates": q, "delta": DELTA}
+    scores = likelihood_ratio_scores(observations, noise_multipliers=z, sample_rates=q)
+    final = final_model_scores(observations)
+    both = dpaudit.audit_whole_run(members=flags, statistics=(scores, final), **ledger)
+    # one statistic: its audit and family bound as in the full report, the others None, no last-iterate heuristic
+    one = dpaudit.audit_whole_run(members=flags, statistics={"all_iterates": scores}, **ledger)
+    assert one.all_iterates.to_dict() == both.all_iterates.to_dict()
+    assert one.all_iterates_family == both.all_iterates_family
+    assert one.final_model is one.final_model_family is one.spread is one.epsilon_last_iterate is None
+    assert both.epsilon_last_iterate is not None and (one.epsilon_pld, one.epsilon_rdp) == (
+        both.epsilon_pld,
+        both.epsilon_rdp,
+    )
+    assert one.to_dict()["final_model"] is None and one.to_dict()["final_model_family"] is None
+    assert "All iterates" in one.summary() and "Final model" not in one.summary()
+    spread = dpaudit.audit_whole_run(
+        members=flags, statistics={"spread": spread_scores(observations=observations, noise_std=z)}, **ledger
+    )
+    assert spread.all_iterates is None and spread.spread.n_members == 400 and "Spread over" in spread.summary()
+    # the family threshold chosen on an independent run of the same ledger: every canary certifies
+    other_m, other_n = simulate_observations(members=300, nonmembers=300, noise_multipliers=z, sample_rates=q, seed=6)
+    chosen_on = (final_model_scores(other_m), final_model_scores(other_n))
+    chosen = dpaudit.audit_whole_run(
+        members=flags, statistics={"final_model": final}, family_selection={"final_model": chosen_on}, **ledger
+    )
+    expected = family_lower_bound(final[flags], final[~flags], selection=chosen_on, **ledger)
+    assert chosen.final_model_family == expected and expected.n_members == 400
+    assert chosen.epsilon_last_iterate == both.epsilon_last_iterate
+    # the assumption-free bound's threshold selection
+    gaussian = dpaudit.audit_whole_run(
+        members=flags, statistics={"all_iterates": scores}, selection="gaussian", **ledger
+    )
+    direct = dpaudit.audit_scores(scores[flags], scores[~flags], delta=DELTA, selection="gaussian")
+    assert gaussian.all_iterates.to_dict() == direct.to_dict()
+    with pytest.raises(DPAuditError, match="statistics names some of all_iterates, final_model, spread"):
+        dpaudit.audit_whole_run(members=flags, statistics={"last": final}, **ledger)
+    with pytest.raises(DPAuditError, match="no selection scores for the all_iterates statistic"):
+        dpaudit.audit_whole_run(
+            members=flags, statistics={"all_iterates": scores}, family_selection={"final_model": chosen_on}, **ledger
+        )
+
+
 def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
     import dpaudit
 

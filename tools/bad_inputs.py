@@ -1,11 +1,13 @@
-"""Try each bad input through the `dpaudit` and `snakemake` command lines; print a Markdown table of what
-happened (exit status, and the message's last line). The README's bad-input table is this script's output.
+"""Try each bad input through the `dpaudit`, `python -m reproduce` and `snakemake` command lines; print a Markdown
+table of what happened (exit status, and the message's last line). The README's bad-input table is this script's
+output.
 
 Usage: python tools/bad_inputs.py   (about a minute on 2 cores; works in a scratch folder)
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -15,6 +17,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DPAUDIT = [sys.executable, "-m", "dpaudit.cli"]
+# the reproduction's commands (workflow/reproduce), with workflow/ on the path as the Snakefile gives its jobs
+REPRODUCE = [sys.executable, "-m", "reproduce"]
+REPRODUCE_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT / "workflow"), os.environ.get("PYTHONPATH")))),
+}
 TINY = [
     "--dataset",
     "digits",
@@ -40,8 +48,8 @@ TINY = [
 ]
 
 
-def _run(command: list[str], cwd: Path) -> tuple[int, str]:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+def _run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
     errors = [index for index, line in enumerate(lines) if "error" in line.lower() and "Traceback" not in line]
     if not errors:
@@ -221,7 +229,7 @@ def main() -> None:
     cases.append(
         (
             "`batch` with a bad second command",
-            *_run([*DPAUDIT, "batch", f"train {' '.join(TINY)} --out b", "train --epochs 2"], work),
+            *_run([*REPRODUCE, "batch", f"train {' '.join(TINY)} --out b", "train --epochs 2"], work, REPRODUCE_ENV),
         )
     )
 

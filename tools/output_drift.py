@@ -6,8 +6,8 @@ After ``snakemake --cores all`` in CHECKOUT (default: this repository), compares
 and ``metrics/*_epsilon_hat.csv`` with the versions committed at ``--ref``: how many numbers changed, by how
 much, and whether any claim verdict (``holds``) changed. Wall-clock numbers (``seconds_*``) are counted apart:
 they depend on the machine's load, not on the arithmetic. On one machine a rerun gives no change at all
-(``tests/test_workflow.py``); across machines the floating point may differ in the last bits, and training
-grows such differences.
+(``tests/reproduce/test_workflow.py``); across machines the floating point may differ in the last bits, and
+training grows such differences.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 :data:`ATTACKS` holds one :class:`Attack` per name, in the order the command line lists them: what a run needs
 for it (shadow models, paired halves, canaries, the scores of ``dpaudit attack``), how it scores the run's target
 (:meth:`Attack.scores` → :class:`AttackScores`: member and non-member scores, and the ε the run claims against
-them) and which claimed ε an audit compares with. The command line (``dpaudit audit``, ``dpaudit validation``),
-the paper summaries (:func:`dpaudit.experiments.summarize_run`) and the workflow schema (a test checks its
+them) and which claimed ε an audit compares with. The command line (``dpaudit audit``, the reproduction's
+``validation``), the run summaries (:func:`dpaudit.summary.summarize_run`) and the workflow schema (a test checks its
 ``attacks`` enums) all read it, so adding an attack is one entry in :data:`ATTACKS`.
 
 Importing this package loads no torch: each scorer imports its module (which does) when it first runs, and the

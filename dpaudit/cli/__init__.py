@@ -1,9 +1,8 @@
-"""The ``dpaudit`` command line: the commands that users, Snakemake rules and DVC stages call.
+"""The ``dpaudit`` command line: train, audit, attack, theory, epsilon, calibrate, list.
 
-:mod:`dpaudit.cli.commands` holds the user-facing commands (train, attack, audit, epsilon, calibrate, theory,
-list), :mod:`dpaudit.cli.pipeline` those the pipeline runs (batch, figure, manifest, summarize, summarize-run,
-audit-table, validation), listed under their own heading in ``dpaudit --help``. ``dpaudit --help`` stays instant:
-torch loads only inside the commands that train or attack.
+:mod:`dpaudit.cli.commands` holds the commands. The reproduction's pipeline commands (figure, manifest, batch, …)
+are not the library's: they are ``python -m reproduce`` (``workflow/reproduce``, beside the Snakemake rules that run
+them). ``dpaudit --help`` stays instant: torch loads only inside the commands that train or attack.
 """
 
 from __future__ import annotations
@@ -15,28 +14,12 @@ import traceback
 
 from dpaudit import __version__
 from dpaudit._validation import DPAuditError
-from dpaudit.cli import commands, pipeline
+from dpaudit.cli import commands
 
 __all__ = ["build_parser", "main", "user_error"]
 
 #: ``dpaudit --help``'s headings and the commands under each, in the order it lists them.
-COMMAND_GROUPS = (
-    ("commands", ("train", "audit", "attack", "theory", "epsilon", "calibrate", "list")),
-    (
-        "pipeline commands",
-        (
-            "summarize-run",
-            "audit-table",
-            "figure",
-            "manifest",
-            "summarize",
-            "validation",
-            "validation-run",
-            "ladder",
-            "batch",
-        ),
-    ),
-)
+COMMAND_GROUPS = (("commands", ("train", "audit", "attack", "theory", "epsilon", "calibrate", "list")),)
 
 
 def _list_commands_by_group(parser: argparse.ArgumentParser, subcommands: argparse._SubParsersAction) -> None:
@@ -63,19 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     # this order is the order of argparse's "invalid choice" message
     commands.add_train(subcommands)
     commands.add_audit(subcommands)
-    pipeline.add_summarize_run(subcommands)
-    pipeline.add_audit_table(subcommands)
     commands.add_attack(subcommands)
     commands.add_theory(subcommands)
     commands.add_epsilon(subcommands)
     commands.add_calibrate(subcommands)
-    pipeline.add_figure(subcommands)
-    pipeline.add_manifest(subcommands)
-    pipeline.add_summarize(subcommands)
-    pipeline.add_validation(subcommands)
-    pipeline.add_validation_run(subcommands)
-    pipeline.add_ladder(subcommands)
-    pipeline.add_batch(subcommands, parse=parser.parse_args)
     commands.add_list(subcommands)
     _list_commands_by_group(parser, subcommands)
     return parser

@@ -141,7 +141,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     for line in _planned_epsilon_lines(derived, config):
         print(line)
     if args.summarize:
-        from dpaudit.experiments import summarize_run
+        from dpaudit.summary import summarize_run
 
         summarize_run(
             args.out,
@@ -438,11 +438,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 f"{name:15} {info.input_shape}  classes={info.num_classes}  train={info.train_size}  "
                 f"test={info.test_size}"
             )
-    elif args.what == "figures":
-        from dpaudit.figures import FIGURES
-
-        for name, draw in FIGURES.items():
-            print(f"{name:22} {(draw.__doc__ or '').splitlines()[0]}")
     elif args.what == "bounds":
         from dpaudit.theory import available_bounds, bound_parameters, get_bound
 
@@ -459,48 +454,29 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _same_ledger(first: dict, second: dict) -> bool:
-    """Whether two whole-run ledgers (arrays by name: z_t, σ_t, q_t) are equal, entry by entry."""
-    import numpy as np
-
-    return first.keys() == second.keys() and all(np.array_equal(first[key], second[key]) for key in first)
-
-
 def _run_scores(args: argparse.Namespace, attack: str, runs=None):
-    """(members, non-members, epoch, theory dict) of one attack, pooled over the runs (trials; default ``--run``).
+    """(members, non-members, epoch, theory dict) of one attack, pooled over the runs (trials; default ``--run``):
+    :func:`dpaudit.audit.pool_attack_scores`, whose claims the theory dict holds under the keys the audit's JSON
+    gives them (``epsilon_run``; ``epsilon_mechanism`` and ``mechanism``, ``selection`` and ``ledger`` where set)."""
+    from dpaudit.audit import pool_attack_scores
 
-    The theory dict holds what the runs claim against the attack: the last run's ε (``epsilon_run``) and, for
-    a whole-run attack, the largest ε of the mechanism its trials face.
-    """
-    import numpy as np
-
-    from dpaudit.run import load_run_config
-
-    spec = ATTACKS[attack]
-    members, nonmembers, theory, epoch = [], [], {}, None
-    runs = args.run if runs is None else runs
-    configs = [load_run_config(run) for run in runs]
-    check_distinct_runs(runs, configs=[config.to_dict() for config in configs])
-    for run, config in zip(runs, configs):
-        epoch = None if spec.whole_run else args.epoch or max(config.audit.eval_epochs)
-        found = spec.scores(run, epoch=epoch, delta=args.delta)
-        theory["epsilon_run"] = found.epsilon_run
-        if found.epsilon_mechanism is not None:
-            theory["epsilon_mechanism"] = max(theory.get("epsilon_mechanism", 0.0), found.epsilon_mechanism)
-            theory["mechanism"] = found.mechanism
-        if found.selection is not None:
-            theory["selection"] = found.selection
-        if found.ledger is not None:  # whole-run canaries: trials pooled over runs of one ledger only
-            if "ledger" in theory and not _same_ledger(theory["ledger"], found.ledger):
-                raise DPAuditError(f"the {attack} audit pools runs of one ledger (z_t, q_t); {run} has another")
-            theory["ledger"] = found.ledger
-        members.append(found.members)
-        nonmembers.append(found.nonmembers)
-    return np.concatenate(members), np.concatenate(nonmembers), epoch, theory
+    pooled = pool_attack_scores(
+        runs=args.run if runs is None else runs, attack=attack, epoch=args.epoch, delta=args.delta
+    )
+    theory = {"epsilon_run": pooled.epsilon_run}
+    if pooled.epsilon_mechanism is not None:
+        theory["epsilon_mechanism"] = pooled.epsilon_mechanism
+        theory["mechanism"] = pooled.mechanism
+    if pooled.selection is not None:
+        theory["selection"] = pooled.selection
+    if pooled.ledger is not None:
+        theory["ledger"] = pooled.ledger
+    return pooled.members, pooled.nonmembers, pooled.epoch, theory
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_confidence, check_delta
+    from dpaudit.audit import same_ledger
 
     if getattr(args, "selection_run", None) is not None and args.run is None:
         raise DPAuditError("--selection-run goes with --run (the runs it audits), not --scores or --canary-record")
@@ -545,7 +521,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         members, nonmembers, epoch, theory = _run_scores(args, attack)
         if args.selection_run is not None:
             *selection, _, other = _run_scores(args, attack, runs=args.selection_run)
-            if not _same_ledger(other["ledger"], theory["ledger"]):
+            if not same_ledger(first=other["ledger"], second=theory["ledger"]):
                 raise DPAuditError("--selection-run needs runs of the same ledger (z_t, q_t) as --run")
             theory["selection_scores"] = tuple(selection)
         out = args.out or (args.out_dir or args.run[0]) / f"audit_{attack}.json"
@@ -584,7 +560,7 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
     out = args.out or args.canary_record.with_name(args.canary_record.stem + "_audit.json")
     write_json(out, {"source": str(args.canary_record), "attack": "canary-record", "whole_run": report.to_dict()})
     if not args.no_plot:
-        from dpaudit.figures.roc import plot_roc
+        from dpaudit.plot import plot_roc
 
         curves = {"all iterates": report.all_iterates.to_dict(), "final model": report.final_model.to_dict()}
         plot_roc(curves, stem=out.with_suffix(""), title=f"whole-run canaries: {args.canary_record.name}")
@@ -594,24 +570,47 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
 
 
 def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> None:
+    import numpy as np
+
     from dpaudit._io import write_json
-    from dpaudit.audit import audit_scores
+    from dpaudit.audit import audit_scores, audit_whole_run
 
     selection = args.selection or theory.get("selection") or "split"
-    report = audit_scores(
-        members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
-    )
     ledger = theory.pop("ledger", None)
     selection_scores = theory.pop("selection_scores", "ledger" if args.family_selection == "ledger" else None)
+    if ledger is None:
+        report = audit_scores(
+            members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
+        )
+    else:  # whole-run canaries: the assumption-free bound and the family bound of one statistic, and the claim
+        statistic = _WHOLE_RUN_STATISTIC[attack]
+        if selection_scores is None:  # the family bound's threshold: on a held-out share of these canaries
+            family_selection = "split"
+        elif isinstance(selection_scores, str):  # "ledger"
+            family_selection = selection_scores
+        else:  # on the scores of --selection-run
+            family_selection = {statistic: selection_scores}
+        whole_run = audit_whole_run(
+            statistics={statistic: np.concatenate([members, nonmembers])},
+            members=np.arange(members.size + nonmembers.size) < members.size,
+            noise_multipliers=ledger["noise_multipliers"],
+            sample_rates=ledger["sample_rates"],
+            noise_std=ledger["noise_std"],
+            delta=args.delta,
+            confidence=args.confidence,
+            seed=args.seed,
+            family_selection=family_selection,
+            selection=selection,
+        )
+        report = getattr(whole_run, statistic)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
     if ledger is not None:
-        payload["whole_run"] = _whole_run_claims(
-            members, nonmembers, ledger=ledger, args=args, attack=attack, selection=selection_scores
-        )
+        steps = int(np.asarray(ledger["noise_multipliers"], dtype=float).size)
+        payload["whole_run"] = _whole_run_claims(whole_run, attack=attack, steps=steps, selection=selection_scores)
     write_json(out, payload)
     label = payload["attack"]
     if not args.no_plot:
-        from dpaudit.figures.roc import plot_roc
+        from dpaudit.plot import plot_roc
 
         plot_roc({label: payload["report"]}, stem=out.with_suffix(""), title=f"{label} attack: {source}")
     print(report.summary())
@@ -628,35 +627,23 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
     print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
 
 
-def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=None) -> dict:
-    """What a whole-run canary audit adds to its JSON: the family bound on the same scores (the composed
-    Poisson-subsampled Gaussian of the observations' σ_t and q_t; its threshold chosen on ``selection``, the
-    scores of ``--selection-run``, or on the ledger's simulation with ``"ledger"``, when given), the ε the ledger's
-    z_t and q_t claim (PLD and RDP) and, for the final model, the last-iterate heuristic ε, each labelled."""
+#: The statistic of :func:`dpaudit.audit.audit_whole_run` that each whole-run canary attack scores.
+_WHOLE_RUN_STATISTIC = {"canary-run": "all_iterates", "canary-final": "final_model", "canary-spread": "spread"}
+
+
+def _whole_run_claims(report, *, attack: str, steps: int, selection=None) -> dict:
+    """What a whole-run canary audit adds to its JSON, from its :class:`dpaudit.audit.WholeRunReport`: the family
+    bound on the attack's statistic (the composed Poisson-subsampled Gaussian of the observations' σ_t and q_t; its
+    threshold chosen on ``selection``, the scores of ``--selection-run``, or on the ledger's simulation with
+    ``"ledger"``, when given; none for the spread over the steps, which tests the noise's independence, not a
+    mechanism within the family), the ε the ledger's z_t and q_t claim (PLD and RDP) and, for the final model, the
+    last-iterate heuristic ε, each labelled; ``steps``: the ledger's T."""
     from dataclasses import asdict
 
-    import numpy as np
+    from dpaudit.whole_run import FAMILY_LABEL
 
-    from dpaudit.audit import ledger_claims
-    from dpaudit.whole_run import FAMILY_LABEL, family_lower_bound
-
-    z, sigma, q = (np.asarray(ledger[key], dtype=float) for key in ("noise_multipliers", "noise_std", "sample_rates"))
-    # the spread over the steps tests the noise's independence, not a mechanism within the family: no family bound
-    family = (
-        None
-        if attack == "canary-spread"
-        else family_lower_bound(
-            members,
-            nonmembers,
-            noise_multipliers=sigma,
-            sample_rates=q,
-            delta=args.delta,
-            confidence=args.confidence,
-            seed=args.seed,
-            selection=selection,
-            statistic="final-model" if attack == "canary-final" else "all-iterates",
-        )
-    )
+    statistic = _WHOLE_RUN_STATISTIC[attack]
+    family = None if statistic == "spread" else getattr(report, f"{statistic}_family")
     if selection is None:
         chosen_on = "held-out share of these canaries"
     elif isinstance(selection, str):
@@ -667,10 +654,12 @@ def _whole_run_claims(members, nonmembers, *, ledger, args, attack, selection=No
         "family": None if family is None else asdict(family),
         "family_selection": chosen_on,
         "family_label": FAMILY_LABEL,
-        **ledger_claims(noise_multipliers=z, sample_rates=q, delta=args.delta, last_iterate=attack == "canary-final"),
+        "epsilon_pld": report.epsilon_pld,
+        "epsilon_rdp": report.epsilon_rdp,
+        "epsilon_last_iterate": report.epsilon_last_iterate,
         "claim_label": "the ε the run's ledger (z_t, q_t) claims: PLD (tightest accountant) and RDP",
         "last_iterate_label": "last-iterate heuristic (Steinke et al. 2025), not a guarantee",
-        "steps": int(z.size),
+        "steps": steps,
     }
 
 
@@ -704,7 +693,7 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     folder.add_argument(
         "--summarize",
         action="store_true",
-        help="then write summary.json as `dpaudit summarize-run` does (loss attack; canary if any)",
+        help="then write summary.json (dpaudit.summary.summarize_run: loss attack; canary if any)",
     )
     folder.add_argument(
         "--overwrite",
@@ -888,6 +877,6 @@ def add_calibrate(commands: argparse._SubParsersAction) -> None:
 
 def add_list(commands: argparse._SubParsersAction) -> None:
     """Declare ``dpaudit list`` and its handler."""
-    listing = commands.add_parser("list", help="list datasets, models, optimizers, bounds or figures")
-    listing.add_argument("what", choices=("datasets", "models", "optim", "bounds", "figures"))
+    listing = commands.add_parser("list", help="list datasets, models, optimizers or bounds")
+    listing.add_argument("what", choices=("datasets", "models", "optim", "bounds"))
     listing.set_defaults(handler=_cmd_list)

@@ -253,6 +253,61 @@ def epsilon_point_null(
     return _null_level(ends, n_members, n_nonmembers, delta, permutations, quantile, seed)
 
 
+def epsilon_point_null_at_threshold(
+    *,
+    member_scores,
+    nonmember_scores,
+    threshold: float,
+    delta: float,
+    permutations: int = NULL_PERMUTATIONS,
+    quantile: float = NULL_QUANTILE,
+    seed: int = 0,
+) -> float:
+    """Null level of the eq. 20 estimate of an attack that decides at one fixed threshold: what
+    :func:`empirical_epsilon` of its error rates gives when membership carries no signal.
+
+    The attack predicts "member" where a score is strictly above ``threshold`` (as the shadow-model attack does
+    with its member probability and 0.5). Its predictions are kept and the membership labels permuted (P members
+    and N non-members each time, ``permutations`` draws of ``np.random.default_rng(seed).permutation``); the
+    :func:`empirical_epsilon` of each relabelling's (FPR, FNR) is computed, and the ``quantile`` of those values is
+    returned (numpy's default, linear interpolation). Unlike :func:`epsilon_point_null`, which maximises eq. 20
+    over every threshold, this is the null of one attack's own decision rule. A relabelling with a zero FPR or FNR
+    gives +inf (with :func:`empirical_epsilon`'s warning), one where both sides certify nothing gives −inf.
+
+    It is a reference level for an *estimate*, not a confidence bound on ε.
+
+    Args:
+        member_scores: 1-D finite member scores (higher = more likely member).
+        nonmember_scores: 1-D finite non-member scores.
+        threshold: the attack's decision threshold (a score > threshold predicts "member").
+        delta: the DP δ in [0, 1) of the estimate.
+        permutations: number of label permutations, ≥ 1.
+        quantile: the quantile in (0, 1) of the permutation distribution to report.
+        seed: seed of the permutations (non-negative integer).
+
+    Returns:
+        The null level ε̂ in nats (±inf where the quantile falls on such relabellings).
+
+    Raises:
+        DPAuditError: empty or non-finite scores, a non-finite threshold, δ outside [0, 1), permutations < 1,
+            quantile outside (0, 1), a bad seed.
+    """
+    members = check_scores("member_scores", member_scores)
+    nonmembers = check_scores("nonmember_scores", nonmember_scores)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)):
+        raise DPAuditError(f"threshold must be a finite number, got {brief(threshold)}")
+    if not np.isfinite(threshold):
+        raise DPAuditError(f"threshold must be a finite number, got {threshold!r}")
+    delta = check_delta(delta)
+    permutations = check_positive_int("permutations", permutations)
+    quantile = check_probability("quantile", quantile)
+    rng = np.random.default_rng(check_seed(seed))
+    predicted = np.concatenate([members, nonmembers]) > threshold
+    labels = np.arange(len(predicted)) < len(members)
+    permuted = [error_rates(predicted, rng.permutation(labels)) for _ in range(permutations)]
+    return float(np.quantile([empirical_epsilon(a, b, delta=delta) for a, b in permuted], quantile))
+
+
 @functools.lru_cache(maxsize=64)
 def _untied_null(n_members: int, n_nonmembers: int, delta: float, permutations: int, quantile: float, seed: int):
     """:func:`_null_level` of scores without ties (cached: every checkpoint of a run has the same P and N)."""
@@ -305,6 +360,7 @@ __all__ = [
     "empirical_epsilon",
     "epsilon_point",
     "epsilon_point_null",
+    "epsilon_point_null_at_threshold",
     "error_rates",
     "roc_curve",
     "tpr_at_fpr",

@@ -6,8 +6,8 @@
 * :mod:`dpaudit.theory.bounds` — closed-form RDP bounds, one :class:`~dpaudit.theory.bounds.Bound` record each:
   Liang et al.'s DPSGD-GC / DPSGD-DC bounds and the bounds they compare with.
 * :mod:`dpaudit.theory.sgm` — α*(q, σ) and Lemma A.13 of Liang et al. for the sampled Gaussian mechanism.
-* :mod:`dpaudit.theory.dpsgd_dc` — those bounds read as (ε, δ)-DP and over epochs, and the presets of the
-  DPSGD-GC/DC paper's Figs. 2b/3b.
+* :mod:`dpaudit.theory.dpsgd_dc` — those bounds read as (ε, δ)-DP and over epochs, and the paper's per-step bound
+  against the exact one-step RDP.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A single-node Slurm cluster on this machine, for testing profiles/slurm (tests/test_slurm.py, CI).
+# A single-node Slurm cluster on this machine, for testing profiles/slurm (tests/reproduce/test_slurm.py, CI).
 #
 #   tools/slurm/cluster.sh start    # configure and start munge, MariaDB, slurmdbd, slurmctld, slurmd; wait for the node
 #   tools/slurm/cluster.sh stop     # stop the daemons this script started (--purge: delete its state and config)

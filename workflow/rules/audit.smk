@@ -17,7 +17,7 @@ VALIDATION = AUD["validation"]
 VALIDATION_PAIRS = {pair[0]: pair[1] for pair in VALIDATION["pairs"]}  # broken variant → correct twin
 VALIDATION_AUDIT = {pair[0]: pair[2] if len(pair) > 2 else {} for pair in VALIDATION["pairs"]}  # e.g. canary_design
 # each broken variant trains with its twin's settings: the two differ only where the variant breaks DP
-# (the Snakefile has checked every pair with dpaudit.pipeline_config before any job)
+# (the Snakefile has checked every pair with reproduce.pipeline_config before any job)
 VALIDATION_SETTINGS = {variant: {**OPT_SETTINGS[twin], **VALIDATION_AUDIT[variant], "optimizer": variant}
                        for variant, twin in VALIDATION_PAIRS.items()}
 # a pair audited with its own settings trains its twin with them here too (the cross-optimizer audit has the defaults)
@@ -183,7 +183,7 @@ rule audit_validation:  # the broken variants beside their twins; false alarms o
     log:
         "logs/audit_validation.log",
     shell:
-        "dpaudit validation {input:q} --pair {params.pairs} --attack {VALIDATION[attack]:q} > {log:q} 2>&1"
+        "{REPRODUCE} validation {input:q} --pair {params.pairs} --attack {VALIDATION[attack]:q} > {log:q} 2>&1"
         " --out figures/audit --title {params.title:q} > /dev/null"
 
 
@@ -196,7 +196,7 @@ rule audit_table:
     log:
         "logs/audit_table.log",
     shell:
-        "dpaudit audit-table {input:q} --metrics {output.metrics:q} --markdown {output.table:q} > {log:q} 2>&1"
+        "{REPRODUCE} audit-table {input:q} --metrics {output.metrics:q} --markdown {output.table:q} > {log:q} 2>&1"
 
 
 rule audit_cross_table:
@@ -213,7 +213,7 @@ rule audit_cross_table:
     log:
         "logs/audit_cross_table.log",
     shell:
-        "dpaudit audit-table {input:q} --metrics {output.metrics:q} --markdown {output.table:q} > {log:q} 2>&1"
+        "{REPRODUCE} audit-table {input:q} --metrics {output.metrics:q} --markdown {output.table:q} > {log:q} 2>&1"
         " --figures figures/audit --title {params.title:q} --roc-epsilon 4"
 
 
@@ -268,7 +268,7 @@ rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, 
     log:
         "logs/audit_ladder.log",
     shell:
-        "dpaudit ladder {input:q} --metrics {output.metrics:q} --markdown {output.table:q} --figures figures/audit"
+        "{REPRODUCE} ladder {input:q} --metrics {output.metrics:q} --markdown {output.table:q} --figures figures/audit"
         " --title {params.title:q} --canaries {WHOLE[canaries]:q} > {log:q} 2>&1"
 
 
@@ -283,5 +283,5 @@ rule audit_run_validation:  # the bugs only a whole-run audit sees, beside their
     log:
         "logs/audit_run_validation.log",
     shell:
-        "dpaudit validation-run --pair {params.pairs} --delta {AUD_COMMON[delta]:q} --out figures/audit"
+        "{REPRODUCE} validation-run --pair {params.pairs} --delta {AUD_COMMON[delta]:q} --out figures/audit"
         " --title {params.title:q} > {log:q} 2>&1"

@@ -1,8 +1,9 @@
 # Helpers shared by the rule files. Every value that reaches a shell command is quoted: in a rule's `shell:` with
 # `{...:q}`, and in the commands these helpers build with `shell_word` (shlex.quote; a safe name stays as it is, so
 # the commands of valid parameters read as before). The parameters' strings are safe names anyway (the schema and
-# dpaudit.pipeline_config check every one): the quoting is the second wall, not the first.
+# reproduce.pipeline_config check every one): the quoting is the second wall, not the first.
 import shlex
+import sys
 from pathlib import Path
 
 PRESET = config.get("preset", "default")  # named in every figure title
@@ -11,6 +12,11 @@ PRESET = config.get("preset", "default")  # named in every figure title
 def shell_word(value):
     """One value as one shell word (quoted if it needs to be)."""
     return shlex.quote(str(value))
+
+
+# The reproduction's pipeline commands (workflow/reproduce): this interpreter, which has dpaudit and the Snakefile's
+# PYTHONPATH, as one quoted word. The library's commands (`dpaudit train`, `dpaudit audit`, …) are the installed script.
+REPRODUCE = f"{shell_word(sys.executable)} -m reproduce"
 
 
 def shell_words(values):
@@ -64,10 +70,10 @@ def train_command(out, trial, flags, *, summarize=False):
 
 
 def batch_command(*commands):
-    """One shell command running several `dpaudit` commands in one process (`dpaudit batch`, which splits each with
-    shlex): the pipeline's jobs are small, and starting Python and torch (≈ 3 s) once per job instead of once per step
-    is most of what they save. Each command is one quoted word; its own values are quoted where it is built."""
-    return "dpaudit batch --quiet " + shell_words(commands)
+    """One shell command running several `dpaudit` commands in one process (`python -m reproduce batch`, which splits
+    each with shlex): the pipeline's jobs are small, and starting Python and torch (≈ 3 s) once per job instead of once
+    per step is most of what they save. Each command is one quoted word; its own values are quoted where it is built."""
+    return f"{REPRODUCE} batch --quiet " + shell_words(commands)
 
 
 def section_resources(section):

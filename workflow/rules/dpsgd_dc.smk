@@ -1,6 +1,6 @@
 # DPSGD-GC/DC (Liang et al.): train target + shadows per configuration and trial, attack every checkpoint,
 # then draw Figs 1–5 and Table 1 into figures/dpsgd_dc/.
-from dpaudit.figures import FIGURE_SPECS
+from reproduce.figures import FIGURE_SPECS
 
 S4 = config["dpsgd_dc"]
 RESOURCES = section_resources(S4)
@@ -17,7 +17,7 @@ RUN_SETTINGS = {
 PER_TRIAL = S4.get("one_job_per", "trial") == "trial"
 GC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "gc"]
 DC_RUNS = [name for name, run in RUN_SETTINGS.items() if run["kind"] == "dc"]
-# the paper's figures, each declared once with the grids it draws (dpaudit.figures.FIGURE_SPECS): figures drawn from
+# the paper's figures, each declared once with the grids it draws (reproduce.figures.FIGURE_SPECS): figures drawn from
 # theory alone, and figure → the runs it draws; Table 1 has a rule of its own
 DPSGD_DC_FIGURES = {name.split("/")[1]: figure for name, figure in FIGURE_SPECS.items() if name.startswith("dpsgd_dc/")}
 GRID_RUNS = {"gc": GC_RUNS, "dc": DC_RUNS}
@@ -59,7 +59,7 @@ rule dpsgd_dc_metrics:
     log:
         "logs/dpsgd_dc_metrics.log",
     shell:
-        "dpaudit summarize {params.runs} --metrics {output.metrics:q} --plot {output.plot:q} > {log:q} 2>&1"
+        "{REPRODUCE} summarize {params.runs} --metrics {output.metrics:q} --plot {output.plot:q} > {log:q} 2>&1"
 
 
 def job_trials(wildcards):
@@ -94,7 +94,7 @@ rule dpsgd_dc_theory_figure:
     log:
         "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name:q} --out figures/dpsgd_dc > {log:q} 2>&1"
+        "{REPRODUCE} figure dpsgd_dc/{wildcards.name:q} --out figures/dpsgd_dc > {log:q} 2>&1"
 
 
 rule dpsgd_dc_data_figure:
@@ -111,7 +111,7 @@ rule dpsgd_dc_data_figure:
     log:
         "logs/dpsgd_dc_figure/{name}.log",
     shell:
-        "dpaudit figure dpsgd_dc/{wildcards.name:q} --out figures/dpsgd_dc --preset {PRESET:q} --runs {params.runs}"
+        "{REPRODUCE} figure dpsgd_dc/{wildcards.name:q} --out figures/dpsgd_dc --preset {PRESET:q} --runs {params.runs}"
         " > {log:q} 2>&1 --alpha {params.theory[alpha]:q} --L {params.theory[L]:q}"
 
 
@@ -121,7 +121,7 @@ rule dpsgd_dc_table1:
     log:
         "logs/dpsgd_dc_table1.log",
     shell:
-        "dpaudit figure dpsgd_dc/table1 --out figures/dpsgd_dc > {log:q} 2>&1"
+        "{REPRODUCE} figure dpsgd_dc/table1 --out figures/dpsgd_dc > {log:q} 2>&1"
 
 
 # the DPSGD-GC/DC paper's figures, Table 1 and metrics alone, as `paper_<name>` does for the other papers

@@ -60,4 +60,4 @@ rule optimizers_metrics:
     log:
         "logs/optimizers_metrics.log",
     shell:
-        "dpaudit summarize {params.runs} --metrics {output.metrics:q} --plot {output.plot:q} > {log:q} 2>&1"
+        "{REPRODUCE} summarize {params.runs} --metrics {output.metrics:q} --plot {output.plot:q} > {log:q} 2>&1"

@@ -1,9 +1,9 @@
 # AdaDPIGU, TP-TopK, DP-PSAC and D2P2-SGD figures. Each experiment of `papers.experiments` is a set of target-only runs; a run is named by
-# its settings (dpaudit.experiments.run_id), so a run several experiments share is trained once. Every run is
+# its settings (reproduce.experiments.run_id), so a run several experiments share is trained once. Every run is
 # summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
-from dpaudit.experiments import experiment_trials, plan_experiments
-from dpaudit.figures import FIGURE_SPECS
+from reproduce.experiments import experiment_trials, plan_experiments
+from reproduce.figures import FIGURE_SPECS
 
 PAPERS = config["papers"]
 PAPER_RESOURCES = section_resources(PAPERS)  # of the training jobs
@@ -16,7 +16,7 @@ for _name, _ids in PAPER_EXPERIMENTS.items():
         PAPER_TRIALS[_id] = max(PAPER_TRIALS.get(_id, 1), experiment_trials(PAPERS, _name))
 CROSS_EPSILONS = AUD["target_epsilons"]
 
-# figure → what it draws (declared once, in dpaudit.figures.FIGURE_SPECS): paper experiments, cross-audit runs
+# figure → what it draws (declared once, in reproduce.figures.FIGURE_SPECS): paper experiments, cross-audit runs
 # (every ε) and their whole-run twins (results/audit_run), optimizers runs with diagnostics. A preset lacking an
 # experiment or an optimizer (optimizers.runs) a figure needs draws the other figures only; the DPSGD-GC/DC figures
 # have rules of their own (dpsgd_dc.smk).
@@ -57,8 +57,8 @@ rule papers_all:
         [output for name in PAPER_FIGURES for output in paper_figure_outputs(name)],
 
 
-# One job per optimizer trains and summarises all its paper runs in one process (`dpaudit batch`): a run is a few
-# seconds of work, and starting torch for each would cost a third of the time. An edit to an optimizer's entry in
+# One job per optimizer trains and summarises all its paper runs in one process (`python -m reproduce batch`): a run
+# is a few seconds of work, and starting torch for each would cost a third of the time. An edit to an optimizer's entry in
 # optimizers.runs, or to an experiment, reruns the jobs of the optimizers it touches.
 PAPER_GROUPS = {}
 for _run in dict.fromkeys(run for ids in PAPER_EXPERIMENTS.values() for run in ids):
@@ -101,7 +101,7 @@ for _figure in PAPER_FIGURES:
         log:
             f"logs/figure_{_figure.replace('/', '_')}.log",
         shell:
-            "dpaudit figure {params.name:q} --out {params.folder:q} --preset {PRESET:q}{params.runs} > {log:q} 2>&1"
+            "{REPRODUCE} figure {params.name:q} --out {params.folder:q} --preset {PRESET:q}{params.runs} > {log:q} 2>&1"
 
 
 

@@ -1,4 +1,4 @@
-"""AdaDPIGU (Zhang and Xie) figures and tables from summarised runs (see ``dpaudit.figures._paper``)."""
+"""AdaDPIGU (Zhang and Xie) figures and tables from summarised runs (see ``reproduce.figures._paper``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from dpaudit.figures import _paper as P
-from dpaudit.figures.style import figure_style, save_figure, series_style
 from dpaudit.rundir import RunDir
+from reproduce.figures import _paper as P
+from reproduce.figures.style import figure_style, save_figure, series_style
 
 PAPER = "adadpigu"
 TABLE3_PAPER = {  # Table 3, σ at ε (δ = 1e-5): MNIST (q = 1/60, T = 12000), CIFAR-10 (q = 0.01, T = 20000)

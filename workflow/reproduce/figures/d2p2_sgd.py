@@ -9,8 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from dpaudit.figures import _paper as P
-from dpaudit.figures.style import figure_style, save_figure, series_style
+from reproduce.figures import _paper as P
+from reproduce.figures.style import figure_style, save_figure, series_style
 
 PAPER = "d2p2_sgd"
 METHODS = ("sgd", "dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd")

@@ -27,8 +27,9 @@ import numpy as np
 
 from dpaudit._io import atomic_write_bytes, read_json
 from dpaudit._validation import DPAuditError
-from dpaudit.experiments import load_summaries
 from dpaudit.rundir import RunDir
+from dpaudit.stats import decide
+from reproduce.experiments import load_summaries
 
 PAPERS = {
     "adadpigu": "AdaDPIGU, differentially private SGD with adaptive importance-based gradient updates",
@@ -94,55 +95,6 @@ def combine(verdicts: Iterable[str]) -> str:
     if any(v == "contradicted" for v in verdicts):
         return "contradicted"
     return "holds" if verdicts and all(v == "holds" for v in verdicts) else "inconclusive"
-
-
-def interval(
-    *, difference: float, standard_error: float, level: float = 0.95, dof: int | None = None
-) -> tuple[float, float]:
-    """Two-sided confidence interval ``difference ± q·standard_error``, q the (1 + level)/2 quantile of the
-    standard normal (or of Student's t with ``dof`` degrees of freedom when given); NaN bounds when the difference
-    or its standard error is not finite, or the standard error is negative.
-
-    Args:
-        difference: the estimate (any unit).
-        standard_error: its standard error (same unit, ≥ 0; 0 gives the point itself).
-        level: confidence level (0 < level < 1).
-        dof: degrees of freedom of a t interval; None for a normal interval.
-    """
-    from scipy import stats
-
-    if not 0 < level < 1:
-        raise DPAuditError(f"level must be in (0, 1), got {level}")
-    if not (np.isfinite(difference) and np.isfinite(standard_error)) or standard_error < 0:
-        return float("nan"), float("nan")
-    tail = (1 + level) / 2
-    quantile = float(stats.norm.ppf(tail) if dof is None else stats.t.ppf(tail, dof))
-    return difference - quantile * standard_error, difference + quantile * standard_error
-
-
-def decide(
-    *, difference: float, standard_error: float, level: float = 0.95, margin: float = 0.0, dof: int | None = None
-) -> str:
-    """Three-valued verdict on the claim "``difference`` > ``margin``" from the two-sided :func:`interval`.
-
-    Args:
-        difference: estimate of the claimed difference, signed so that the claim says it is positive (e.g.
-            accuracy of the method claimed better minus that of the other, as a fraction).
-        standard_error: its standard error (≥ 0; 0 gives an exact comparison).
-        level: confidence level of the interval (0 < level < 1).
-        margin: the claim's threshold on the difference (same unit).
-        dof: degrees of freedom of a t interval; None for a normal interval.
-
-    Returns:
-        "holds" when the interval lies entirely above ``margin``, "contradicted" when entirely below,
-        "inconclusive" otherwise (also when the difference or its standard error is not finite).
-    """
-    low, high = interval(difference=difference, standard_error=standard_error, level=level, dof=dof)
-    if low > margin:
-        return "holds"
-    if high < margin:
-        return "contradicted"
-    return "inconclusive"
 
 
 def test_records(run: dict[str, Any]) -> int:

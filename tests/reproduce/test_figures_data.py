@@ -7,8 +7,8 @@ import pytest
 
 from dpaudit._io import write_json
 from dpaudit._validation import DPAuditError
-from dpaudit.figures import FIGURES
-from dpaudit.results import load_run, mean_and_band
+from reproduce.figures import FIGURES
+from reproduce.results import load_run, mean_and_band
 
 EPOCHS = [10, 20, 30]
 
@@ -180,7 +180,7 @@ def test_mean_and_band_drops_infinite_values_and_counts_them():
 
 
 def test_figure_command_checks_runs_argument(tmp_path, capsys):
-    from dpaudit.cli import main
+    from reproduce.cli import main
 
     assert main(["figure", "dpsgd_dc/figure2", "--out", str(tmp_path)]) == 2
     assert "needs --runs" in capsys.readouterr().err

@@ -16,13 +16,15 @@ import numpy as np
 from dpaudit import theory
 from dpaudit._io import atomic_write_bytes, read_json
 from dpaudit.attacks import read_scores_csv
-from dpaudit.estimate import empirical_epsilon, epsilon_ceiling, epsilon_lower_bound, error_rates
-from dpaudit.figures._paper import claim as _claim
-from dpaudit.figures._paper import combine, decide, exact, interval, latex_escape
-from dpaudit.figures.style import figure_style, save_figure, series_style
+from dpaudit.estimate import epsilon_ceiling, epsilon_lower_bound, epsilon_point_null_at_threshold
 from dpaudit.integrity import check_distinct_runs
-from dpaudit.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
 from dpaudit.rundir import RunDir
+from dpaudit.stats import paired_verdict, trials_verdict
+from reproduce.dpsgd_dc_curves import fig3b_curves, normalize_global
+from reproduce.figures._paper import claim as _claim
+from reproduce.figures._paper import combine, exact, latex_escape
+from reproduce.figures.style import figure_style, save_figure, series_style
+from reproduce.results import RunRecord, group_runs, load_run, mean_and_band, stack_trials
 
 PAPER = "Liang et al., Improved privacy and utility analysis of DP-SGD with bounded domain (AAAI 2026)"
 
@@ -31,7 +33,7 @@ FIGURE1_PARAMS = {"alpha": 1.1, "L": 1.0, "C": 2.0, "sigma": 4.0, "D": 1.0, "n":
 FIGURE5_PARAMS = {**FIGURE1_PARAMS, "n": 16}
 PARAMETER_SYMBOLS = {"alpha": "α", "sigma": "σ", "eta": "η"}
 BAND_NOTE = "2.5–97.5 % percentile band (for a few trials, about their range)"
-"""What the data figures' shaded band is (``dpaudit.results.mean_and_band``, as the paper's captions say)."""
+"""What the data figures' shaded band is (``reproduce.results.mean_and_band``, as the paper's captions say)."""
 FIGURE1_BOUNDS = ("feldman2018", "mironov-composition", "kong-ribero2024", "altschuler-talwar2022", "dpsgd-dc")
 
 
@@ -416,28 +418,6 @@ PAIRED_TEST = (
 )
 
 
-def _trials_verdict(more: np.ndarray, less: np.ndarray | None = None) -> tuple[str, dict[str, Any]]:
-    """Verdict on "mean of ``more`` > mean of ``less``" from per-trial values (non-finite left out; Welch, dof = the
-    fewest trials − 1); with ``less`` None, ``more`` holds paired per-trial differences and the claim is that their
-    mean is > 0. The numbers carry the verdict too, as each comparison of a claim in the manifest does."""
-    samples = [np.asarray(x, dtype=float) for x in ((more,) if less is None else (more, less))]
-    samples = [x[np.isfinite(x)] for x in samples]
-    means = [float(x.mean()) if len(x) else None for x in samples]
-    if min(len(x) for x in samples) < 2:
-        return "inconclusive", {"verdict": "inconclusive", "means": means, "trials": [len(x) for x in samples]}
-    difference = float(samples[0].mean() - (samples[1].mean() if len(samples) > 1 else 0.0))
-    se = float(np.sqrt(sum(x.var(ddof=1) / len(x) for x in samples)))
-    dof = min(len(x) for x in samples) - 1
-    verdict = decide(difference=difference, standard_error=se, dof=dof)
-    return verdict, {
-        "verdict": verdict,
-        "means": means,
-        "difference": difference,
-        "standard_error": se,
-        "interval_95": list(interval(difference=difference, standard_error=se, dof=dof)),
-    }
-
-
 def _trial(run: RunRecord) -> tuple[Any, Any]:
     return run.config.get("seed"), run.config.get("trial")
 
@@ -445,20 +425,14 @@ def _trial(run: RunRecord) -> tuple[Any, Any]:
 def _paired_verdict(
     more: list[RunRecord], less: list[RunRecord], statistic: Callable[[RunRecord], float]
 ) -> tuple[str, dict[str, Any]]:
-    """Verdict on "``statistic`` is larger for the runs ``more`` than for ``less``", per trial.
-
-    When both configurations ran the same trials (the same seed and trial index: the same members, shadows,
-    initialisation and noise seed), the per-trial differences are tested (paired), which removes the trials' shared
-    variation; otherwise the two sets of trials are compared with Welch's interval.
-    """
-    values = [{_trial(run): float(statistic(run)) for run in runs} for runs in (more, less)]
-    if values[0].keys() != values[1].keys() or any(len(v) != len(r) for v, r in zip(values, (more, less))):
-        verdict, numbers = _trials_verdict(*(np.array([statistic(run) for run in runs]) for runs in (more, less)))
-        return verdict, {**numbers, "paired": False}
-    trials = sorted(values[0], key=str)
-    verdict, numbers = _trials_verdict(np.array([values[0][t] - values[1][t] for t in trials]))
-    means = [float(np.mean([v[t] for t in trials])) for v in values]
-    return verdict, {**numbers, "means": means, "paired": True}
+    """Verdict on "``statistic`` is larger for the runs ``more`` than for ``less``", paired by trial where both
+    configurations ran the same trials (:func:`dpaudit.stats.paired_verdict`)."""
+    return paired_verdict(
+        more=[statistic(run) for run in more],
+        less=[statistic(run) for run in less],
+        more_trials=[_trial(run) for run in more],
+        less_trials=[_trial(run) for run in less],
+    )
 
 
 def _mean_epsilon_hat(run: RunRecord) -> float:
@@ -551,11 +525,17 @@ def _pooled_bounds(group: list[RunRecord]) -> dict[str, Any] | None:
         nonmembers = np.concatenate([n for _, n in parts])
         bound = epsilon_lower_bound(members, nonmembers, delta=delta, confidence=LOWER_BOUND_CONFIDENCE)
         lower.append(bound.epsilon)
-        scores = np.concatenate([members, nonmembers]) > 0.5
-        labels = np.arange(len(scores)) < len(members)
-        rng = np.random.default_rng(int(epoch))
-        permuted = [error_rates(scores, rng.permutation(labels)) for _ in range(NULL_PERMUTATIONS)]
-        null.append(float(np.quantile([empirical_epsilon(a, b, delta=delta) for a, b in permuted], 0.95)))
+        null.append(
+            epsilon_point_null_at_threshold(
+                member_scores=members,
+                nonmember_scores=nonmembers,
+                threshold=0.5,
+                delta=delta,
+                permutations=NULL_PERMUTATIONS,
+                quantile=0.95,
+                seed=int(epoch),
+            )
+        )
     ceiling = epsilon_ceiling(
         n_members=len(members), n_nonmembers=len(nonmembers), delta=delta, confidence=LOWER_BOUND_CONFIDENCE
     )
@@ -631,7 +611,7 @@ def figure2(
         top = 1.5 * ax_a.get_ylim()[1]  # the data's range, with room for the legend above it
         _draw_ceiling(ax_a, bounds, top=top)
         ax_a.set_ylim(min(-0.05 * top, ax_a.get_ylim()[0]), top)
-        normalised = theory.normalize_global(theory_curves)
+        normalised = normalize_global(theory_curves)
         peak = max(float(np.max(curve)) for curve in theory_curves.values())  # what normalize_global divides by
         colours = {b: series_style(f"b:{b}", index)["color"] for index, b in enumerate(groups)}
         for b in groups:
@@ -667,7 +647,7 @@ def figure2(
         f"b={small} vs b={large}": _paired_verdict(groups[small], groups[large], _mean_epsilon_hat)
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
-    increases = {f"b={b}": _trials_verdict(trials[b][:, -1] - trials[b][:, 0]) for b in batch_sizes}
+    increases = {f"b={b}": trials_verdict(more=trials[b][:, -1] - trials[b][:, 0]) for b in batch_sizes}
     claims = [
         _claim(
             'Larger batch size gives smaller ε̂ ("larger batch sizes provide stronger privacy protection"; ε̂ '
@@ -750,7 +730,7 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         for e in range(1, losses[batch_sizes[0]].shape[1])
         for small, large in zip(batch_sizes, batch_sizes[1:])
     }
-    loss_falls = {f"b={b}": _trials_verdict(losses[b][:, 0] - losses[b][:, -1]) for b in batch_sizes}
+    loss_falls = {f"b={b}": trials_verdict(more=losses[b][:, 0] - losses[b][:, -1]) for b in batch_sizes}
     claims = [
         _claim(
             "Training loss is higher for larger batch sizes at every epoch after the first",
@@ -850,11 +830,11 @@ def figure3(
         for b, ax in zip(batch_sizes, empirical):
             _draw_ceiling(ax, {key: value for key, value in bounds.items() if key[0] == b}, top=top)
             ax.set_ylim(min(-0.05 * top, ax.get_ylim()[0]), top)
-        schematic = theory.fig3b_curves(mode="paper_schematic")
+        schematic = fig3b_curves(mode="paper_schematic")
         for (b, label), curve in schematic.items():
             hue = palettes[(0 if b == 100 else 1)](0.9 - 0.5 * [20, 60, 100].index(label) / 2)
             ax_s.plot(np.arange(len(curve)), curve, color=hue, label=f"b = {b}, D = {label}")
-        normalised = theory.normalize_global({f"{k}": v for k, v in faithful.items()})
+        normalised = normalize_global({f"{k}": v for k, v in faithful.items()})
         peak = max(float(np.max(curve)) for curve in faithful.values())  # what normalize_global divides by
         for key, curve in faithful.items():
             ax_f.plot(
@@ -920,7 +900,9 @@ def figure3(
     }
     half = _middle_index(epochs)  # growth over [first, middle] against [middle, last] evaluated epoch
     stabilises = {
-        f"b={b}, R={d:g}": _trials_verdict(2 * trials[(b, d)][:, half] - trials[(b, d)][:, 0] - trials[(b, d)][:, -1])
+        f"b={b}, R={d:g}": trials_verdict(
+            more=2 * trials[(b, d)][:, half] - trials[(b, d)][:, 0] - trials[(b, d)][:, -1]
+        )
         for (b, d) in groups
     }
     growth = {

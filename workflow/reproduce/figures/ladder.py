@@ -32,8 +32,8 @@ import numpy as np
 
 from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError
-from dpaudit.figures._paper import claim
-from dpaudit.figures.style import figure_style, save_figure
+from reproduce.figures._paper import claim
+from reproduce.figures.style import figure_style, save_figure
 
 # why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim)
 UNFIT_REASONS = {

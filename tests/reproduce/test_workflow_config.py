@@ -5,6 +5,7 @@ import copy
 import inspect
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,10 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from dpaudit import DPAuditError
-from dpaudit.figures import FIGURE_SPECS, FIGURES
-from dpaudit.pipeline_config import StrictValidator, check_pipeline_config
+from reproduce.figures import FIGURE_SPECS, FIGURES
+from reproduce.pipeline_config import StrictValidator, check_pipeline_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
@@ -398,9 +399,9 @@ def test_batch_commands_keep_each_value_one_word_through_both_shell_splits():
     train = helpers["train_command"]("results/a b/trial_0", 0, helpers["cli_flags"]({"dataset": "x;y"}), summarize=True)
     attack = "attack --quiet --run " + helpers["shell_word"]("results/a b/trial_0")
     command = helpers["batch_command"](train, attack)
-    outer = shlex.split(command)  # the job's shell, then `dpaudit batch` splitting each command (dpaudit.cli)
-    assert outer[:3] == ["dpaudit", "batch", "--quiet"] and len(outer) == 5
-    assert shlex.split(outer[3]) == [
+    outer = shlex.split(command)  # the job's shell, then `python -m reproduce batch` splitting each command
+    assert outer[:5] == [sys.executable, "-m", "reproduce", "batch", "--quiet"] and len(outer) == 7
+    assert shlex.split(outer[5]) == [
         "train",
         "--quiet",
         "--overwrite",
@@ -412,7 +413,7 @@ def test_batch_commands_keep_each_value_one_word_through_both_shell_splits():
         "--dataset",
         "x;y",
     ]
-    assert shlex.split(outer[4]) == ["attack", "--quiet", "--run", "results/a b/trial_0"]
+    assert shlex.split(outer[6]) == ["attack", "--quiet", "--run", "results/a b/trial_0"]
     assert shlex.split(helpers["run_folders"](["results/a b/trial_0/x.json", "results/c/trial_1/y.json"])) == [
         "results/a b/trial_0",
         "results/c/trial_1",
@@ -420,8 +421,9 @@ def test_batch_commands_keep_each_value_one_word_through_both_shell_splits():
 
 
 # `{...}` fields of a rule's shell command that hold words the rule's helpers quoted already (batch_command,
-# run_folders, shell_words); every other field must be quoted by Snakemake (`:q`)
-PRE_QUOTED = {"params.commands", "params.runs", "params.pairs"}
+# run_folders, shell_words; REPRODUCE, the interpreter as one word and `-m reproduce`); every other field must be
+# quoted by Snakemake (`:q`)
+PRE_QUOTED = {"params.commands", "params.runs", "params.pairs", "REPRODUCE"}
 
 
 def _shell_commands():
@@ -455,6 +457,9 @@ def test_every_value_in_a_shell_command_is_quoted():
                 helper = r"\b(batch_command|run_folders|shell_words|optimizer_run_commands)\("
                 assert re.search(helper, line), f"{path.name}: {line}"
     assert "    return batch_command(" in (ROOT / "workflow/rules/optimizers.smk").read_text()
+    common = (ROOT / "workflow/rules/common.smk").read_text()
+    assert '\nREPRODUCE = f"{shell_word(sys.executable)} -m reproduce"\n' in common
+    assert shlex.split(_workflow_helpers()["REPRODUCE"]) == [sys.executable, "-m", "reproduce"]
 
 
 def _lock_numbers(value):
@@ -476,3 +481,13 @@ def test_dvc_lock_records_the_values_of_params_yaml():
     assert sorted(recorded) == sorted(stage["params"])
     for section in stage["params"]:
         assert _lock_numbers(recorded[section]) == PARAMS[section], section
+
+
+def test_the_dvc_stage_depends_on_all_the_code_its_jobs_run():
+    """The library and the whole workflow (rules, schema, the reproduction's package), not a list of files that
+    falls behind the code; the lock records exactly those (compiled Python ignored: .dvcignore)."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["figures"]
+    assert stage["deps"] == ["Snakefile", "dpaudit", "workflow"]
+    locked = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]["figures"]["deps"]
+    assert [dep["path"] for dep in locked] == stage["deps"]
+    assert {"__pycache__/", "*.pyc"} <= set((ROOT / ".dvcignore").read_text().splitlines())

@@ -9,9 +9,9 @@ import numpy as np
 
 from dpaudit._io import read_json, write_json
 from dpaudit.attacks import get_attack
-from dpaudit.figures._paper import LOWER_BOUND_TEST, claim, lower_bound_verdict
-from dpaudit.figures.roc import plot_roc
-from dpaudit.figures.style import figure_style, save_figure, series_style
+from dpaudit.plot import plot_roc
+from reproduce.figures._paper import LOWER_BOUND_TEST, claim, lower_bound_verdict
+from reproduce.figures.style import figure_style, save_figure, series_style
 
 _THEORY_LABEL = {
     "mechanism": "theoretical ε of one step (the canary's mechanism)",
@@ -42,7 +42,7 @@ def plot_lower_bounds(
     """One panel per attack: ε̂ lower bound (markers) against theoretical ε, the y = x line and the ceiling.
 
     Args:
-        metrics: ``dpaudit.results.audit_table`` metrics, keyed "<optimizer>_eps<ε>/<attack>".
+        metrics: ``reproduce.results.audit_table`` metrics, keyed "<optimizer>_eps<ε>/<attack>".
         stem: output path without suffix (PDF and PNG).
         title: figure title (dataset and preset).
         confidence: the bounds' confidence, for the axis label.

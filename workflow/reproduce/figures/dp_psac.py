@@ -8,8 +8,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from dpaudit.figures import _paper as P
-from dpaudit.figures.style import figure_style, save_figure, series_style
+from reproduce.figures import _paper as P
+from reproduce.figures.style import figure_style, save_figure, series_style
 
 PAPER = "dp_psac"
 METHODS = ("dpsgd-gc", "auto-s", "dp-psac")

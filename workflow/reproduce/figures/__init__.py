@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dpaudit.figures import adadpigu, d2p2_sgd, dp_psac, dpsgd_dc, tp_topk
-from dpaudit.figures.style import SERIES_STYLES, figure_style, save_figure, series_style
+from reproduce.figures import adadpigu, d2p2_sgd, dp_psac, dpsgd_dc, tp_topk
+from reproduce.figures.style import SERIES_STYLES, figure_style, save_figure, series_style
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ FIGURE_SPECS: dict[str, FigureSpec] = {
         d2p2_sgd.table2, cross=("dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd"), whole_run=True
     ),
 }
-# name → drawing function, for the `dpaudit figure` and `dpaudit list figures` commands
+# name → drawing function, for the `figure` and `list` commands of `python -m reproduce`
 FIGURES: dict[str, Callable[..., dict[str, Any]]] = {name: spec.draw for name, spec in FIGURE_SPECS.items()}
 
 __all__ = ["FIGURES", "FIGURE_SPECS", "SERIES_STYLES", "FigureSpec", "figure_style", "save_figure", "series_style"]

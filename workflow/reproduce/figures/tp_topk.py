@@ -9,9 +9,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from dpaudit.figures import _paper as P
-from dpaudit.figures.style import figure_style, save_figure, series_style
 from dpaudit.rundir import RunDir
+from reproduce.figures import _paper as P
+from reproduce.figures.style import figure_style, save_figure, series_style
 
 PAPER = "tp_topk"
 VARIANTS = ("dpsgd-gc", "tp-rand", "tp-topk", "on-rand", "on-topk")

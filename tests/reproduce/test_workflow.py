@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_resume import comparable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
@@ -39,7 +39,7 @@ def _snakemake(folder, *args, check=True):
 
 
 # Part of the smoke DAG: a DPSGD-GC/DC run attacked, a cross-audit optimizer trained, summarised and scored (each
-# through `dpaudit batch`), an optimizer run attacked and an audit run trained
+# through `python -m reproduce batch`), an optimizer run attacked and an audit run trained
 SMOKE_TARGETS = [
     "results/dpsgd_dc/gc_b20/trial_1/attack.json",
     "results/audit_cross/dpsgd-gc_eps4/audit_canary.json",
@@ -100,7 +100,7 @@ def test_presets_build_the_same_dag(
 ):
     args = ["-n", "--cores", "1"] + (["--configfile", preset] if preset else [])
     output = _snakemake(workflow_copy, *args).stdout
-    # DPSGD-GC/DC: one job per configuration trains and attacks all its trials in one process (`dpaudit batch`);
+    # DPSGD-GC/DC: one job per configuration trains and attacks all its trials in one process (`reproduce batch`);
     # the paper preset's GPU runs have one job per trial
     assert _job_count(output, "dpsgd_dc_run") == trainings
     assert _job_count(output, "dpsgd_dc_data_figure") == 3
@@ -234,8 +234,8 @@ def test_bad_optimizer_parameter_is_rejected_before_any_job(workflow_copy, old, 
 
 def test_every_value_reaches_the_shell_quoted_even_past_the_checks(workflow_copy):
     """The second wall: with the schema and the checks switched off, a preset and a paper run's setting full of shell
-    metacharacters reach every job's command as one word each (Snakemake's `:q`, the rules' shlex quoting; `dpaudit
-    batch` splits each of its commands again)."""
+    metacharacters reach every job's command as one word each (Snakemake's `:q`, the rules' shlex quoting; `python -m
+    reproduce batch` splits each of its commands again)."""
     snakefile = workflow_copy / "Snakefile"
     text = snakefile.read_text()
     for gate in ("validate(config, ", "check_pipeline_config(config="):
@@ -264,8 +264,8 @@ def test_every_value_reaches_the_shell_quoted_even_past_the_checks(workflow_copy
     samplings = [
         inner[i + 1]
         for words in commands
-        if words[:2] == ["dpaudit", "batch"]
-        for command in words[3 : words.index(">")]
+        if words[1:4] == ["-m", "reproduce", "batch"]
+        for command in words[5 : words.index(">")]
         for inner in [shlex.split(command)]
         for i, word in enumerate(inner)
         if word == "--sampling"
@@ -447,8 +447,8 @@ def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupt
 
 def test_same_configuration_and_seed_reproduce_every_result_bit_for_bit(smoke_part, tmp_path):
     """Two clean runs of part of the smoke DAG (a DPSGD-GC/DC configuration's trials attacked, a cross-audit
-    optimizer trained, summarised and scored, each through `dpaudit batch`) write identical files; only wall-clock
-    times differ."""
+    optimizer trained, summarised and scored, each through `python -m reproduce batch`) write identical files; only
+    wall-clock times differ."""
     workflow_copy = smoke_part  # the first run, shared (it has run more targets: only these folders are compared)
     second = _copy_workflow(tmp_path)
     targets = SMOKE_TARGETS[:2]

@@ -1,5 +1,9 @@
-"""The pipeline commands, which the Snakemake rules and DVC stages run: batch, figure, manifest, summarize,
-summarize-run, audit-table, validation (listed under their own heading in ``dpaudit --help``).
+"""``python -m reproduce``: the pipeline commands, which the Snakemake rules and DVC stages run: figure, manifest,
+summarize, summarize-run, audit-table, validation, validation-run, ladder, batch.
+
+They draw the paper figures and tables, settle the claims and collect the pipeline's metrics from runs that the
+library's commands (``dpaudit train``, ``dpaudit attack``, ``dpaudit audit``, ``dpaudit epsilon``) made; ``batch``
+runs several of those library commands in one process.
 """
 
 from __future__ import annotations
@@ -10,18 +14,25 @@ import inspect
 import os
 import shlex
 import sys
+import traceback
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from dpaudit import __version__
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import ATTACKS
+from dpaudit.cli import user_error
+
+__all__ = ["build_parser", "claims_markdown", "main", "verdict_counts"]
+
+PROG = "python -m reproduce"
 
 
 def _cmd_figure(args: argparse.Namespace) -> int:
     from dpaudit._io import write_json
     from dpaudit._validation import check_choice
-    from dpaudit.figures import FIGURES
+    from reproduce.figures import FIGURES
 
     check_choice("figure", args.name, FIGURES)
     draw = FIGURES[args.name]
@@ -42,7 +53,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from dpaudit._io import atomic_write_bytes, read_json, write_json
-    from dpaudit.figures._paper import SKIPPED, settle_by_measured_spread
+    from reproduce.figures._paper import SKIPPED, settle_by_measured_spread
 
     entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
     settle_by_measured_spread(entries)  # the spread is measured across figures: settled here, once all are read
@@ -50,7 +61,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     if args.table:
         atomic_write_bytes(args.table, claims_markdown(entries, skipped=SKIPPED).encode())
     if args.gallery:
-        from dpaudit.results import gallery_markdown
+        from reproduce.results import gallery_markdown
 
         atomic_write_bytes(args.gallery, gallery_markdown(entries, root=args.gallery.parent).encode())
     paper = verdict_counts(entries, kind="paper")
@@ -64,7 +75,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
 
 def verdict_counts(entries: list[dict], *, kind: str) -> dict[str, int]:
     """Claims of ``kind`` ("paper" or "check") per verdict ("holds", "contradicted", "inconclusive")."""
-    from dpaudit.figures._paper import VERDICTS
+    from reproduce.figures._paper import VERDICTS
 
     counts = dict.fromkeys(VERDICTS, 0)
     for entry in entries:
@@ -83,7 +94,7 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
     checks of the toolkit listed and counted apart, then the items not regenerated."""
     import numpy as np
 
-    from dpaudit.figures._paper import claim_training_sd_tolerated, comparison_verdicts, measured_training_sds
+    from reproduce.figures._paper import claim_training_sd_tolerated, comparison_verdicts, measured_training_sds
 
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -140,7 +151,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     import io
 
     from dpaudit._io import atomic_write_bytes, write_json
-    from dpaudit.results import summarize
+    from reproduce.results import summarize
 
     metrics, rows = summarize(args.runs)
     write_json(args.metrics, metrics)
@@ -155,7 +166,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 def _cmd_summarize_run(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_choice, check_confidence, check_delta
-    from dpaudit.experiments import SUMMARY_ATTACKS, SUMMARY_FILE, summarize_run
+    from dpaudit.summary import SUMMARY_ATTACKS, SUMMARY_FILE, summarize_run
 
     check_delta(args.delta, allow_zero=False)
     check_confidence(args.confidence)
@@ -183,11 +194,11 @@ def _cmd_summarize_run(args: argparse.Namespace) -> int:
 
 def _cmd_audit_table(args: argparse.Namespace) -> int:
     from dpaudit._io import atomic_write_bytes, write_json
-    from dpaudit.results import audit_table
+    from reproduce.results import audit_table
 
     metrics, markdown = audit_table(args.files)
     if args.figures is not None:
-        from dpaudit.figures.audit import plot_audit_figures
+        from reproduce.figures.audit import plot_audit_figures
 
         plot_audit_figures(args.files, metrics, out_dir=args.figures, title=args.title, roc_epsilon=args.roc_epsilon)
     write_json(args.metrics, metrics)
@@ -197,7 +208,7 @@ def _cmd_audit_table(args: argparse.Namespace) -> int:
 
 
 def _cmd_validation(args: argparse.Namespace) -> int:
-    from dpaudit.figures.validation import write_validation
+    from reproduce.figures.validation import write_validation
 
     pairs = dict(pair.split("=", 1) for pair in args.pair if "=" in pair)
     if len(pairs) != len(args.pair):
@@ -239,7 +250,7 @@ def _cmd_batch(args: argparse.Namespace, *, parse: Callable[[list[str]], argpars
 
 
 def add_summarize_run(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit summarize-run`` and its handler."""
+    """Declare ``summarize-run`` and its handler."""
     run_summary = commands.add_parser(
         "summarize-run",
         help="one run's theoretical ε per epoch, loss-attack ε̂ per checkpoint and canary ε̂ → summary.json",
@@ -253,7 +264,7 @@ def add_summarize_run(commands: argparse._SubParsersAction) -> None:
 
 
 def add_audit_table(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit audit-table`` and its handler."""
+    """Declare ``audit-table`` and its handler."""
     table = commands.add_parser(
         "audit-table",
         help="collect `dpaudit audit --run` results into one table",
@@ -277,9 +288,9 @@ def add_audit_table(commands: argparse._SubParsersAction) -> None:
 
 
 def add_figure(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit figure`` and its handler."""
+    """Declare ``figure`` and its handler."""
     figure = commands.add_parser("figure", help="draw one paper figure or table (PDF + PNG, manifest entry)")
-    figure.add_argument("name", help="figure name, e.g. dpsgd_dc/figure1 (see `dpaudit list figures`)")
+    figure.add_argument("name", help=f"figure name, e.g. dpsgd_dc/figure1 (see `{PROG} list`)")
     figure.add_argument("--out", required=True, type=Path, help="output folder, e.g. figures/dpsgd_dc")
     figure.add_argument("--runs", nargs="+", type=Path, help="run folders (trained and attacked) the figure draws")
     figure.add_argument("--alpha", type=float, default=1.1, help="Rényi order α of the theory panels (default 1.1)")
@@ -289,9 +300,9 @@ def add_figure(commands: argparse._SubParsersAction) -> None:
 
 
 def add_manifest(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit manifest`` and its handler."""
+    """Declare ``manifest`` and its handler."""
     manifest = commands.add_parser("manifest", help="merge per-figure manifest entries into figures/manifest.json")
-    manifest.add_argument("entries", nargs="+", type=Path, help="*.manifest.json files written by `dpaudit figure`")
+    manifest.add_argument("entries", nargs="+", type=Path, help=f"*.manifest.json files written by `{PROG} figure`")
     manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
     manifest.add_argument("--table", type=Path, help="also write the claims as a Markdown table")
     manifest.add_argument("--gallery", type=Path, help="also write a Markdown gallery (PNG thumbnails by paper)")
@@ -299,7 +310,7 @@ def add_manifest(commands: argparse._SubParsersAction) -> None:
 
 
 def add_summarize(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit summarize`` and its handler."""
+    """Declare ``summarize`` and its handler."""
     summary = commands.add_parser("summarize", help="DVC metrics and plot data from trained and attacked runs")
     summary.add_argument("runs", nargs="+", type=Path, help="run folders (…/<config>/trial_<t>)")
     summary.add_argument("--metrics", required=True, type=Path, help="metrics JSON to write")
@@ -309,7 +320,7 @@ def add_summarize(commands: argparse._SubParsersAction) -> None:
 
 def _cmd_validation_run(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_delta
-    from dpaudit.figures.validation import write_validation_run
+    from reproduce.figures.validation import write_validation_run
 
     pairs = [tuple(pair.split("=", 1)) for pair in args.pair]
     if any(len(pair) != 2 for pair in pairs):
@@ -321,7 +332,7 @@ def _cmd_validation_run(args: argparse.Namespace) -> int:
 
 
 def add_validation_run(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit validation-run`` and its handler."""
+    """Declare ``validation-run`` and its handler."""
     validation = commands.add_parser(
         "validation-run",
         help="the auditor on bugs only a whole-run audit sees, each run beside its correct twin",
@@ -338,7 +349,7 @@ def add_validation_run(commands: argparse._SubParsersAction) -> None:
 
 def _cmd_ladder(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_confidence, check_delta
-    from dpaudit.figures.ladder import write_ladder
+    from reproduce.figures.ladder import write_ladder
 
     check_delta(args.delta, allow_zero=False)
     check_confidence(args.confidence)
@@ -357,7 +368,7 @@ def _cmd_ladder(args: argparse.Namespace) -> int:
 
 
 def add_ladder(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit ladder`` and its handler."""
+    """Declare ``ladder`` and its handler."""
     ladder = commands.add_parser(
         "ladder",
         help="the threat-model ladder: every rung's ε̂ lower bound beside the theoretical ε, per optimizer and ε",
@@ -376,7 +387,7 @@ def add_ladder(commands: argparse._SubParsersAction) -> None:
 
 
 def add_validation(commands: argparse._SubParsersAction) -> None:
-    """Declare ``dpaudit validation`` and its handler."""
+    """Declare ``validation`` and its handler."""
     validation = commands.add_parser(
         "validation",
         help="the auditor on broken optimizers beside their correct twins: figure, table, false alarms",
@@ -404,14 +415,77 @@ def add_validation(commands: argparse._SubParsersAction) -> None:
 
 
 def add_batch(commands: argparse._SubParsersAction, *, parse: Callable[[list[str]], argparse.Namespace]) -> None:
-    """``dpaudit batch``, whose commands ``parse`` reads (the ``dpaudit`` parser's ``parse_args``)."""
+    """``batch``, whose commands ``parse`` reads (the ``dpaudit`` parser's ``parse_args``)."""
     batch = commands.add_parser(
         "batch",
         help="run several dpaudit commands in one process (torch starts once)",
         description="Run dpaudit commands one after another in this process, each given as one quoted string, "
-        "e.g. dpaudit batch 'train --out r --epochs 2' 'attack --run r'. All are parsed before the first runs; "
+        f"e.g. {PROG} batch 'train --out r --epochs 2' 'attack --run r'. All are parsed before the first runs; "
         "the first that fails stops the batch, and what finished before it stays.",
     )
     batch.add_argument("commands", nargs="+", metavar="COMMAND", help="a dpaudit command line without `dpaudit`")
     batch.add_argument("--quiet", action="store_true", help="no progress lines; the commands' output is discarded")
     batch.set_defaults(handler=partial(_cmd_batch, parse=parse))
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from reproduce.figures import FIGURES
+
+    for name, draw in FIGURES.items():
+        print(f"{name:22} {(draw.__doc__ or '').splitlines()[0]}")
+    return 0
+
+
+def add_list(commands: argparse._SubParsersAction) -> None:
+    """Declare ``list`` (the figures) and its handler."""
+    listing = commands.add_parser("list", help="list the paper figures and tables `figure` draws")
+    listing.set_defaults(handler=_cmd_list)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m reproduce`` parser; each parsed command's ``handler(args)`` runs it and returns the exit
+    status. ``batch`` parses its commands with the ``dpaudit`` parser."""
+    from dpaudit.cli import build_parser as library_parser
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Reproduce the papers: draw their figures and tables, settle their claims and collect the "
+        "pipeline's metrics from dpaudit runs (the commands the Snakemake rules run).",
+    )
+    parser.add_argument("--version", action="version", version=f"reproduce (dpaudit {__version__})")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_summarize_run(subcommands)
+    add_audit_table(subcommands)
+    add_figure(subcommands)
+    add_manifest(subcommands)
+    add_summarize(subcommands)
+    add_validation(subcommands)
+    add_validation_run(subcommands)
+    add_ladder(subcommands)
+    add_batch(subcommands, parse=library_parser().parse_args)
+    add_list(subcommands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one pipeline command (``argv``: default ``sys.argv[1:]``); a user's error is one line and exit status 2,
+    as in ``dpaudit`` (:func:`dpaudit.cli.user_error`)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print("reproduce: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - every failure ends in one line; a bug's keeps its traceback
+        message = user_error(error)
+        if message is None:
+            traceback.print_exc()
+            print(
+                f"reproduce: internal error ({type(error).__name__}): this is a bug in the reproduction "
+                f"(dpaudit {__version__}), not in your input; please report it with the traceback above and the "
+                "command",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"reproduce: error: {message}", file=sys.stderr)
+        return 2

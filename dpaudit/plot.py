@@ -1,12 +1,73 @@
-"""Log–log ROC curves of membership attacks, with TPR at 0.1 % and 1 % FPR and the audit numbers."""
+"""Plots of audits: log–log ROC curves of membership attacks, with TPR at 0.1 % and 1 % FPR and the audit numbers,
+in one shared look (:func:`figure_style`, :func:`series_style`, :func:`save_figure`; PDF + PNG, the same bytes for
+the same data).
+
+Importing this module loads matplotlib (Agg backend) but not torch. ``dpaudit audit`` draws its ROC plots with
+:func:`plot_roc`; the paper figures of the reproduction use the same look.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
+import matplotlib
 
-from dpaudit.figures.style import figure_style, save_figure, series_style
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dpaudit._io import atomic_write_bytes  # noqa: E402
+
+RC_PARAMS = {
+    "figure.dpi": 100,
+    "savefig.dpi": 200,
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "lines.linewidth": 1.6,
+    "pdf.fonttype": 42,  # embed TrueType: editable text in the PDF
+    "svg.fonttype": "none",
+}
+
+_FALLBACK = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]  # 10 strong, then 10 pale
+
+
+def series_style(key: str, index: int = 0, styles: Mapping[str, dict] | None = None) -> dict:
+    """Line properties of a series: ``styles[key]`` (a copy), else a stable colour from tab20 by ``index``; the label
+    defaults to the part of ``key`` after its first ":" ("<kind>:<value>" keys)."""
+    style = dict((styles or {}).get(key, {"color": _FALLBACK[index % len(_FALLBACK)]}))
+    style.setdefault("label", key.split(":", 1)[-1])
+    return style
+
+
+@contextlib.contextmanager
+def figure_style():
+    """Context manager applying the shared rcParams."""
+    with plt.rc_context(RC_PARAMS):
+        yield
+
+
+def save_figure(fig, stem: str | Path) -> list[Path]:
+    """Write ``stem.pdf`` and ``stem.png`` atomically; close the figure; return both paths."""
+    stem = Path(stem)
+    paths = []
+    for suffix in (".pdf", ".png"):
+        buffer = io.BytesIO()
+        # fixed metadata so that the same data give the same bytes
+        metadata = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
+        fig.savefig(buffer, format=suffix[1:], bbox_inches="tight", metadata=metadata)
+        paths.append(atomic_write_bytes(stem.with_suffix(suffix), buffer.getvalue()))
+    plt.close(fig)
+    return paths
 
 
 def resolved(fpr: float, *, n_nonmembers: int) -> bool:
@@ -35,8 +96,6 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
     Returns:
         The written paths.
     """
-    import matplotlib.pyplot as plt
-
     with figure_style():
         many = len(curves) > 4  # then the legend goes beside the panel, not over the curves
         fig, ax = plt.subplots(figsize=(4.2, 4.0))

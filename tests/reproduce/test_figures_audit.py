@@ -7,7 +7,7 @@ import pytest
 
 from dpaudit._io import read_json, write_json
 from dpaudit.audit import audit_scores
-from dpaudit.cli import main
+from reproduce.cli import main
 
 
 def _audit_file(folder, attack, shift, theory, *, old=False, n=400):
@@ -71,7 +71,7 @@ def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
 def test_tpr_at_a_tenth_of_a_percent_fpr_is_given_only_where_the_sample_resolves_it(tmp_path):
     """400 non-members: the smallest non-zero FPR is 1/400 = 0.25 % > 0.1 %, so TPR at 0.1 % FPR cannot be measured
     (n/a, with a note); 1000 non-members resolve it exactly (1/1000 = 0.1 %) and the table gives the number."""
-    from dpaudit.results import UNRESOLVED_TPR, audit_table, low_fpr_resolved
+    from reproduce.results import UNRESOLVED_TPR, audit_table, low_fpr_resolved
 
     assert not low_fpr_resolved(n_nonmembers=999) and low_fpr_resolved(n_nonmembers=1000)
     assert not low_fpr_resolved(n_nonmembers=0)
@@ -95,8 +95,8 @@ def test_tpr_at_a_tenth_of_a_percent_fpr_is_given_only_where_the_sample_resolves
 def test_no_claim_optimizer_is_left_out_of_the_lower_bound_claim_and_marked(tmp_path):
     """adadpigu-code makes no DP claim: its ε̂ above its (claimed) ε neither breaks "no optimizer exceeds its ε"
     nor goes unnoticed (listed apart, drawn as "no DP claim")."""
-    from dpaudit.figures.audit import makes_dp_claim, plot_audit_figures
-    from dpaudit.results import audit_table
+    from reproduce.figures.audit import makes_dp_claim, plot_audit_figures
+    from reproduce.results import audit_table
 
     assert not makes_dp_claim("adadpigu-code") and makes_dp_claim("dpsgd-gc") and makes_dp_claim("not-registered")
     files = []
@@ -118,7 +118,7 @@ def test_no_claim_optimizer_is_left_out_of_the_lower_bound_claim_and_marked(tmp_
 )
 def test_tpr_below_the_fpr_resolution_is_not_reported_as_a_number(fpr, n, expected):
     """360 non-members measure FPR in steps of 1/360 = 0.28 %: a TPR "at 0.1 % FPR" is below that resolution."""
-    from dpaudit.figures.roc import tpr_text
+    from dpaudit.plot import tpr_text
 
     assert tpr_text(fpr, 0.12, n_nonmembers=n) == expected
 
@@ -229,7 +229,7 @@ def _ladder_run(root, section, run, *, optimizer, noise_multiplier, attacks):
 
 
 def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monkeypatch):
-    from dpaudit.figures import ladder
+    from reproduce.figures import ladder
 
     monkeypatch.chdir(tmp_path)
     whole = {"family": {"epsilon": 0.8, "capped": False}, "epsilon_last_iterate": 1.1}

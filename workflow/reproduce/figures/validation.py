@@ -17,9 +17,9 @@ import numpy as np
 from dpaudit._io import read_json, write_json
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import get_attack
-from dpaudit.figures._paper import claim
-from dpaudit.figures.style import figure_style, save_figure
 from dpaudit.rundir import RunDir
+from reproduce.figures._paper import claim
+from reproduce.figures.style import figure_style, save_figure
 
 INDEPENDENCE_NOTE = (
     "which treats the audits as independent, though runs sharing a seed and trial share their sampling, noise "
@@ -212,7 +212,7 @@ def write_validation(
     files: list[str | Path], *, pairs: dict[str, str], attack: str, out_dir: str | Path, title: str
 ) -> list[Path]:
     """``validation.{pdf,png,md,tex,json}`` and ``validation.manifest.json`` under ``out_dir``."""
-    from dpaudit.figures._paper import write_table
+    from reproduce.figures._paper import write_table
 
     report = validation_report(files, pairs=pairs, attack=attack)
     out = Path(out_dir)
@@ -351,7 +351,7 @@ def write_validation_run(
     """``validation_run.{pdf,png,md,json}`` and ``validation_run.manifest.json`` under ``out_dir``."""
     import matplotlib.pyplot as plt
 
-    from dpaudit.figures._paper import write_table
+    from reproduce.figures._paper import write_table
 
     report = whole_run_validation_report(pairs, delta=delta)
     out = Path(out_dir)

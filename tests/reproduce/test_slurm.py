@@ -23,7 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 PROGRAMS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sacct", "squeue", "scancel")

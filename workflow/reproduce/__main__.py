@@ -1,0 +1,7 @@
+"""``python -m reproduce``: the pipeline commands."""
+
+import sys
+
+from reproduce.cli import main
+
+sys.exit(main())
