@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpaudit.cli import COMMAND_GROUPS, build_parser
+from dpaudit.cli import COMMAND_GROUPS, build_parser, main
 
 
 def _sections(text: str) -> dict[str, list[str]]:
