@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
-from dpaudit._validation import DPAuditError, check_choice, check_positive
+from dpaudit._validation import DPAuditError, check_choice, check_delta, check_positive
 from dpaudit.theory._params import as_nonneg_array, check_params
 from dpaudit.theory.accounting import linear_rdp_to_epsilon, rdp_subsampled_gaussian, rdp_to_epsilon_per_order
 from dpaudit.theory.bounds import (
@@ -65,23 +67,24 @@ __all__ = [
     "sgm_rdp_bound",
 ]
 
+_Label = TypeVar("_Label")  # the keys of normalize_global's curves
+
 # --------------------------------------------------------------------------------------------
 # RDP → (ε, δ)-DP at the bounds' order
 # --------------------------------------------------------------------------------------------
 
 
-def _check_delta_open(delta: float) -> float:
-    """δ in the open interval (0, 1), in this module's wording: 0, a negative δ or ``False`` reads
-    "delta must be finite and > 0". Not :func:`dpaudit._validation.check_delta` (``allow_zero=False``),
-    which has the same interval but words δ = 0 as "must lie in (0, 1)" and refuses booleans as
-    "must be a number"; each keeps its messages."""
-    value = check_positive("delta", delta)
-    if value >= 1:
-        raise DPAuditError(f"delta must lie in (0, 1), got {delta!r}")
-    return value
-
-
-def rdp_to_dp(*, epsilon_rdp, alpha, delta: float):
+@overload
+def rdp_to_dp(*, epsilon_rdp: float, alpha: float, delta: float) -> float: ...
+@overload
+def rdp_to_dp(
+    *, epsilon_rdp: npt.NDArray[Any] | Sequence[float], alpha: npt.ArrayLike, delta: float
+) -> npt.NDArray[np.float64]: ...
+@overload
+def rdp_to_dp(
+    *, epsilon_rdp: npt.ArrayLike, alpha: npt.NDArray[Any] | Sequence[float], delta: float
+) -> npt.NDArray[np.float64]: ...
+def rdp_to_dp(*, epsilon_rdp: npt.ArrayLike, alpha: npt.ArrayLike, delta: float) -> float | npt.NDArray[np.float64]:
     """Convert (α, ε_RDP)-RDP to (ε_DP, δ)-DP: ε_DP = ε_RDP + log(1/δ)/(α − 1) (Mironov 2017, Lemma 2.4).
 
     The classic conversion of :func:`dpaudit.theory.accounting.rdp_to_epsilon_per_order`, read at the given
@@ -93,9 +96,9 @@ def rdp_to_dp(*, epsilon_rdp, alpha, delta: float):
         delta: DP δ in (0, 1).
 
     Returns:
-        ε_DP: a float for scalar inputs, else a broadcast array.
+        ε_DP: a float for scalar (or 0-d) inputs, else a broadcast array.
     """
-    delta = _check_delta_open(delta)
+    delta = check_delta(delta, allow_zero=False)
     eps = as_nonneg_array("epsilon_rdp", epsilon_rdp, "RDP ε")
     try:
         alpha_arr = np.asarray(alpha, dtype=float)
@@ -127,7 +130,7 @@ def dp_from_linear_rdp(*, slope: float, delta: float) -> tuple[float, float]:
         (ε_DP, α_opt).
     """
     c = check_positive("slope", slope)
-    delta = _check_delta_open(delta)
+    delta = check_delta(delta, allow_zero=False)
     return linear_rdp_to_epsilon(slope=c, delta=delta)
 
 
@@ -185,7 +188,7 @@ def one_step_check(*, alpha: float, C: float, sigma: float, n: int, b: int) -> O
     p = check_params(dict(alpha=alpha, C=C, sigma=sigma, n=n, b=b))
     z = p["sigma"] * p["b"] / p["C"]
     q = p["b"] / p["n"]
-    paper = float(rdp_bound("dpsgd-gc", 1.0, **p))
+    paper = float(rdp_bound("dpsgd-gc", 1.0, alpha=p["alpha"], C=p["C"], sigma=p["sigma"], n=p["n"], b=p["b"]))
     exact = float(rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=[p["alpha"]])[0])
     a = p["alpha"]
     return OneStepCheck(
@@ -205,7 +208,15 @@ def one_step_check(*, alpha: float, C: float, sigma: float, n: int, b: int) -> O
 # --------------------------------------------------------------------------------------------
 
 
-def epochs_to_steps(*, epochs, n: int, b: int, mode: str = "ceil"):
+@overload
+def epochs_to_steps(*, epochs: float, n: int, b: int, mode: str = "ceil") -> float: ...
+@overload
+def epochs_to_steps(
+    *, epochs: npt.NDArray[Any] | Sequence[float], n: int, b: int, mode: str = "ceil"
+) -> npt.NDArray[np.float64] | npt.NDArray[np.int64]: ...
+def epochs_to_steps(
+    *, epochs: float | npt.NDArray[Any] | Sequence[float], n: int, b: int, mode: str = "ceil"
+) -> float | npt.NDArray[np.float64] | npt.NDArray[np.int64]:
     """Number of iterations T after E epochs (Fig. 2/4 captions).
 
     Args:
@@ -215,7 +226,8 @@ def epochs_to_steps(*, epochs, n: int, b: int, mode: str = "ceil"):
         mode: ``"ceil"``: T = ⌈n/b⌉·E (paper); ``"exact"``: T = E·n/b as a float (authors' plotting code).
 
     Returns:
-        T with the shape of ``epochs`` (a Python number for scalar input).
+        T with the shape of ``epochs`` (a Python number for scalar or 0-d input; integers for integer epochs and
+        ``mode="ceil"``).
     """
     check_choice("mode", mode, ("ceil", "exact"))
     p = check_params(dict(n=n, b=b))
@@ -230,7 +242,7 @@ def epochs_to_steps(*, epochs, n: int, b: int, mode: str = "ceil"):
     return steps.item() if steps.ndim == 0 else steps
 
 
-def normalize_global(curves: Mapping) -> dict:
+def normalize_global(curves: Mapping[_Label, npt.ArrayLike]) -> dict[_Label, npt.NDArray[np.float64]]:
     """Divide every curve by the single global maximum over all curves and points (Figs. 2b/3b; the
     normalisation is the authors' plotting code's).
 
@@ -254,14 +266,14 @@ def normalize_global(curves: Mapping) -> dict:
 def fig2b_curves(
     *,
     batch_sizes: Sequence[int] = (100, 200, 300, 400, 600, 1000),
-    epochs=None,
+    epochs: npt.NDArray[Any] | Sequence[float] | None = None,
     alpha: float = 1.1,
     C: float = 20.0,
     sigma: float = 0.002,
     n: int = 10000,
     step_mode: str = "exact",
     normalize: bool = True,
-) -> dict[int, np.ndarray]:
+) -> dict[int, npt.NDArray[np.float64]]:
     """Fig. 2b: Theorem 3.3 RDP ε (order α) of DPSGD-GC per batch size over epochs.
 
     The published panel is pure Theorem 3.3 (the DC cap in the authors' script never binds), with
@@ -283,14 +295,14 @@ def fig2b_curves(
     """
     if epochs is None:
         epochs = np.arange(0, 401)
-    curves = {}
+    curves: dict[int, npt.NDArray[np.float64]] = {}
     for b in batch_sizes:
         T = epochs_to_steps(epochs=epochs, n=n, b=b, mode=step_mode)
         curves[int(b)] = np.asarray(rdp_bound("dpsgd-gc", T, alpha=alpha, C=C, sigma=sigma, n=n, b=b), dtype=float)
     return normalize_global(curves) if normalize else curves
 
 
-_SCHEMATIC_D = {20: 2.0, 60: 2.5, 100: 3.0}
+_SCHEMATIC_D: dict[float, float] = {20: 2.0, 60: 2.5, 100: 3.0}
 
 
 def fig3b_curves(
@@ -298,7 +310,7 @@ def fig3b_curves(
     mode: str = "paper_schematic",
     batch_sizes: Sequence[int] = (100, 400),
     domain_sizes: Sequence[float] = (20, 60, 100),
-    epochs=None,
+    epochs: npt.NDArray[Any] | Sequence[float] | None = None,
     alpha: float = 1.1,
     C: float = 20.0,
     sigma: float = 0.002,
@@ -308,7 +320,7 @@ def fig3b_curves(
     schematic_D: Sequence[float] | None = None,
     step_mode: str = "exact",
     normalize: bool = True,
-) -> dict[tuple[int, float], np.ndarray]:
+) -> dict[tuple[int, float], npt.NDArray[np.float64]]:
     """Fig. 3b: DPSGD-DC RDP ε (order α) per (b, D) over epochs.
 
     ``mode="paper_schematic"`` reproduces the published panel, which is a schematic (the paper's Fig. 3b): n = 1000,
@@ -343,7 +355,7 @@ def fig3b_curves(
     if n is None:
         n = 1000 if mode == "paper_schematic" else 10000
     labels = list(domain_sizes)
-    curves: dict[tuple[int, float], np.ndarray] = {}
+    curves: dict[tuple[int, float], npt.NDArray[np.float64]] = {}
     if mode == "faithful":
         for b in batch_sizes:
             T = epochs_to_steps(epochs=epochs, n=n, b=b, mode=step_mode)
@@ -366,9 +378,10 @@ def fig3b_curves(
             T = np.asarray(epochs_to_steps(epochs=epochs, n=n, b=b, mode=step_mode), dtype=float)
             for D, D_plot in zip(labels, plot_values):
                 check_params(dict(alpha=alpha, C=C, sigma=sigma, n=n, b=b, eta=eta, L=L, D=D_plot))
-                cost = dict(alpha=alpha, C=C, sigma=sigma, n=n, b=b)
-                linear = rdp_bound("dpsgd-gc-strong", T, check_conditions=False, **cost)  # A'·T
-                A = rdp_bound("dpsgd-gc", 1.0, **cost)  # A, one step of Theorem 3.3
+                linear = rdp_bound(
+                    "dpsgd-gc-strong", T, check_conditions=False, alpha=alpha, C=C, sigma=sigma, n=n, b=b
+                )
+                A = rdp_bound("dpsgd-gc", 1.0, alpha=alpha, C=C, sigma=sigma, n=n, b=b)  # A, one step of Theorem 3.3
                 B_no_eta = alpha * (1.0 + eta * L) ** 2 * D_plot**2 / (2.0 * sigma**2)
                 cap = (math.sqrt(A) + math.sqrt(B_no_eta)) ** 2
                 curves[(int(b), D)] = np.minimum(linear, cap)
