@@ -12,7 +12,19 @@ from typing import TYPE_CHECKING, Any
 from dpaudit._validation import DPAuditError
 from dpaudit.estimate import empirical_epsilon
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The version of the installed distribution (pyproject.toml's ``version``, the one source); "0+unknown" in a
+    source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dpaudit")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 _SUBMODULES = ("attacks", "audit", "data", "estimate", "models", "optim", "theory", "train")
 _AUDIT_FUNCTIONS = ("audit_scores", "audit_model", "audit_whole_run", "validation_flag")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from dpaudit._validation import check_choice
+from dpaudit._validation import DPAuditError, check_choice
 
 Entry = TypeVar("Entry")
 
@@ -17,8 +17,9 @@ class Registry(Generic[Entry]):
         self._entries: dict[str, Entry] = {}
 
     def add(self, name: str, entry: Entry) -> None:
+        """Register ``entry`` as ``name``; a name already registered is a one-line error (a plugin's too)."""
         if name in self._entries:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
+            raise DPAuditError(f"{self.kind} {name!r} is already registered; choose another name")
         self._entries[name] = entry
 
     def get(self, name: str) -> Entry:

@@ -8,13 +8,16 @@ modules, parameters, initialisation order and values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
 
 class OutOfPlaceBasicBlock(BasicBlock):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.relu = nn.ReLU()
 
@@ -25,7 +28,7 @@ class OutOfPlaceBasicBlock(BasicBlock):
         return self.relu(out + identity)
 
 
-def resnet18(*, num_classes: int, norm_layer) -> ResNet:
+def resnet18(*, num_classes: int, norm_layer: Callable[[int], nn.Module]) -> ResNet:
     """ResNet-18 (2, 2, 2, 2 basic blocks) as ``torchvision.models.resnet18(weights=None, ...)`` builds it."""
     model = ResNet(OutOfPlaceBasicBlock, [2, 2, 2, 2], num_classes=num_classes, norm_layer=norm_layer)
     model.relu = nn.ReLU()

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import reprlib
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 
 class DPAuditError(ValueError):
@@ -23,12 +25,12 @@ _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
 
 
-def brief(value) -> str:
+def brief(value: object) -> str:
     """``repr(value)`` shortened to one line of at most about 60 characters, for error messages."""
     return " ".join(_REPR.repr(value).split())
 
 
-def check_number(name: str, value) -> float:
+def check_number(name: str, value: float) -> float:
     """Return ``value`` as a float (NaN and ±inf included), refusing booleans, strings and anything that is
     not one real number."""
     if isinstance(value, (bool, np.bool_, str, bytes)) or (isinstance(value, np.ndarray) and value.ndim):
@@ -39,7 +41,7 @@ def check_number(name: str, value) -> float:
         raise DPAuditError(f"{name} must be a number, got {brief(value)}") from None
 
 
-def real_array(value, *, refused: str) -> np.ndarray:
+def real_array(value: npt.ArrayLike, *, refused: str) -> npt.NDArray[np.float64]:
     """``value`` (a number or an array-like of them) as a float array, or a ``DPAuditError`` saying ``refused``:
     booleans, text, None, dicts and anything numpy does not read as integers or floats are refused."""
     if value is None or isinstance(value, (bool, np.bool_, str, bytes, dict)):
@@ -67,8 +69,9 @@ def check_positive(name: str, value: float, *, allow_zero: bool = False) -> floa
     return number
 
 
-def check_positive_int(name: str, value: int, *, allow_zero: bool = False) -> int:
-    """Return ``value`` if it is an integer > 0 (or ≥ 0 with ``allow_zero``)."""
+def check_positive_int(name: str, value: float, *, allow_zero: bool = False) -> int:
+    """Return ``value`` as an ``int`` if it is an integer > 0 (or ≥ 0 with ``allow_zero``); an integral float is
+    accepted."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int,))
@@ -113,7 +116,7 @@ def check_ratio(name: str, value: float) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
-def _tensor_to_numpy(name: str, values):
+def _tensor_to_numpy(name: str, values: Any) -> Any:
     """A torch tensor as a float64 numpy array (detached, on the CPU), without importing torch; anything else as
     it is. Complex tensors are refused."""
     if not (type(values).__module__ or "").startswith("torch") or not hasattr(values, "detach"):
@@ -123,7 +126,7 @@ def _tensor_to_numpy(name: str, values):
     return values.detach().cpu().double().numpy()
 
 
-def check_scores(name: str, values) -> np.ndarray:
+def check_scores(name: str, values: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Return ``values`` as a non-empty 1-D float array of finite numbers (membership scores).
 
     Accepts sequences, numpy arrays and torch tensors (detached and copied to the CPU, whatever their device and
@@ -153,7 +156,7 @@ def check_scores(name: str, values) -> np.ndarray:
     return array
 
 
-def check_delta(delta, *, allow_zero: bool = True) -> float:
+def check_delta(delta: float, *, allow_zero: bool = True) -> float:
     """Return the DP δ as a float if it lies in [0, 1), or in (0, 1) with ``allow_zero=False``.
 
     Booleans are refused ("delta must be a number"); a δ outside the interval reads
@@ -168,35 +171,37 @@ def check_delta(delta, *, allow_zero: bool = True) -> float:
     return number
 
 
-def check_confidence(confidence) -> float:
+def check_confidence(confidence: float) -> float:
     """Check a confidence level 1 − α in (0, 1) and return the significance α = 1 − confidence."""
     if isinstance(confidence, bool):
         raise DPAuditError(f"confidence must be a number, got {brief(confidence)}")
     return 1.0 - check_probability("confidence", confidence)
 
 
-def check_alpha(alpha) -> float:
+def check_alpha(alpha: float) -> float:
     """Return a significance level α in (0, 1) as a float (booleans refused)."""
     if isinstance(alpha, bool):
         raise DPAuditError(f"alpha must be a number, got {brief(alpha)}")
     return check_probability("alpha", alpha)
 
 
-def check_seed(seed) -> int:
+def check_seed(seed: int | np.integer[Any]) -> int:
     """Return a random seed as a non-negative ``int`` (numpy integers accepted)."""
     if isinstance(seed, np.integer):
         seed = int(seed)
     return check_positive_int("seed", seed, allow_zero=True)
 
 
-def check_count(name: str, value, *, allow_zero: bool) -> int:
+def check_count(name: str, value: int | np.integer[Any], *, allow_zero: bool) -> int:
     """Return a count as an ``int`` > 0 (or ≥ 0 with ``allow_zero``); numpy integers accepted."""
     if isinstance(value, np.integer):
         value = int(value)
     return check_positive_int(name, value, allow_zero=allow_zero)
 
 
-def check_counts(k, n, *, k_name: str = "k", n_name: str = "n") -> tuple[np.ndarray, np.ndarray]:
+def check_counts(
+    k: npt.ArrayLike, n: npt.ArrayLike, *, k_name: str = "k", n_name: str = "n"
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Return binomial counts as int64 arrays broadcast together, with n ≥ 1 and 0 ≤ k ≤ n.
 
     ``k`` and ``n`` are integers or arrays of integers (integral floats accepted, booleans refused);
@@ -225,7 +230,7 @@ def check_counts(k, n, *, k_name: str = "k", n_name: str = "n") -> tuple[np.ndar
     return k_arr, n_arr
 
 
-def check_split_sizes(members: np.ndarray, nonmembers: np.ndarray) -> None:
+def check_split_sizes(members: npt.NDArray[np.float64], nonmembers: npt.NDArray[np.float64]) -> None:
     """Refuse fewer than 2 member or 2 non-member scores, which a held-out ("split"/"gaussian")
     threshold selection cannot divide."""
     if members.size < 2 or nonmembers.size < 2:

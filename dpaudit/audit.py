@@ -853,9 +853,6 @@ __all__ = [
 ]
 
 
-AUDIT_MODEL_ATTACKS = ("loss", "confidence")
-
-
 def audit_model(
     model,
     members,
@@ -874,7 +871,9 @@ def audit_model(
         model: a trained ``torch.nn.Module`` (logits out).
         members: ``dpaudit.data.ArrayDataset`` of records the model trained on.
         nonmembers: ``ArrayDataset`` of records from the same distribution it did not train on.
-        attack: "loss" (−cross-entropy, Yeom et al. 2018) or "confidence" (true-class probability).
+        attack: an attack of :data:`dpaudit.attacks.ATTACKS` that scores a model in memory (its
+            ``model_scorer``): "loss" (−cross-entropy, Yeom et al. 2018), "confidence" (true-class probability),
+            or one registered with a ``model_scorer`` (:func:`dpaudit.attacks.register_attack`).
         delta, confidence, seed, selection: as :func:`audit_scores` (δ, 1 − α, the threshold selection).
         device: where the model runs.
 
@@ -884,17 +883,18 @@ def audit_model(
     Raises:
         DPAuditError: on an unknown attack or bad δ / confidence, before the model is run.
     """
-    check_choice("attack", attack, AUDIT_MODEL_ATTACKS)
+    from dpaudit.attacks import ATTACKS
+
+    scorers = {name: spec.model_scorer for name, spec in ATTACKS.items() if spec.model_scorer is not None}
+    check_choice("attack", attack, scorers)
     resolve_selection(selection, choices=_HELD_OUT)
     check_delta(delta, allow_zero=False)
     check_confidence(confidence)
     for name, data in (("members", members), ("nonmembers", nonmembers)):
         if not hasattr(data, "images") or len(data.labels) == 0:
             raise DPAuditError(f"{name} must be a non-empty dpaudit.data.ArrayDataset")
-    from dpaudit.attacks.loss import loss_scores
-
-    member_scores = loss_scores(model, members, signal=attack, device=device)
-    nonmember_scores = loss_scores(model, nonmembers, signal=attack, device=device)
+    member_scores = scorers[attack](model, members, device=device)
+    nonmember_scores = scorers[attack](model, nonmembers, device=device)
     return audit_scores(
         member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed, selection=selection
     )

@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ from dpaudit.observers import TrainingObserver
 from dpaudit.optim import StepCost, top_k_indices
 from dpaudit.per_sample import PerSampleGradients
 from dpaudit.run import load_run_config, open_run
+
+if TYPE_CHECKING:
+    from dpaudit.optim import MaskedSupport, Optimizer
 
 HISTOGRAM_EDGES = np.linspace(-0.05, 0.05, 201)
 SMALL_GRADIENT = 0.01
@@ -110,7 +114,7 @@ class TrainingDiagnostics(TrainingObserver):
         batch_size: int,
         seed: int,
         path: str | Path | None,
-    ):
+    ) -> None:
         self.model = model
         self.train_data = train_data
         self.held_out = held_out
@@ -122,31 +126,32 @@ class TrainingDiagnostics(TrainingObserver):
         self._version = 0
         self._previous: torch.Tensor | None = None
 
-    def begin_epoch(self, optimizer, *, epoch: int) -> None:
+    def begin_epoch(self, optimizer: Optimizer, *, epoch: int) -> None:
         self.observe_support(optimizer, epoch=epoch)
 
-    def before_update(self, optimizer, *, epoch: int) -> None:
+    def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         if epoch == self.histogram.epoch:
             gradient = optimizer.gradient_before_noise()
             if gradient is not None:
                 self.histogram.add(gradient, source=getattr(optimizer, "accumulated_statistic", DEFAULT_SOURCE))
 
-    def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
+    def after_update(self, optimizer: Optimizer, cost: StepCost | None, *, epoch: int) -> None:
         self.observe_support(optimizer, epoch=epoch)
 
-    def observe_support(self, optimizer, *, epoch: int) -> None:
+    def observe_support(self, optimizer: Optimizer, *, epoch: int) -> None:
         """Record the support's quality if it changed since the last call (after begin_epoch and each step)."""
         version = getattr(optimizer, "support_version", 0)
         if version == self._version:
             return
         self._version = version
-        mask = optimizer.support_mask()
+        masked = cast("MaskedSupport", optimizer)  # only a MaskedSupport's support_version moves from 0
+        mask = masked.support_mask()
         if mask is None:
             self._previous = None
             return
         d = parameter_count(self.model)  # the optimizer's coordinates may end with canaries
-        score = None if optimizer.score is None else optimizer.score[:d]
-        self.supports.append(self._support_quality(mask[:d], score, epoch=epoch, step=optimizer.steps_taken))
+        score = None if masked.score is None else masked.score[:d]
+        self.supports.append(self._support_quality(mask[:d], score, epoch=epoch, step=masked.steps_taken))
 
     def end_epoch(self, *, epoch: int) -> None:
         """Write what was recorded so far to ``path`` (if any)."""
@@ -221,7 +226,11 @@ class TrainingDiagnostics(TrainingObserver):
 
 
 def gradient_alignment(
-    run_dir: str | Path, *, batches: int = 20, weights: dict[str, Any] | None = None, seed: int = 0
+    run_dir: str | Path,
+    *,
+    batches: int = 20,
+    weights: dict[str, Callable[[torch.Tensor], torch.Tensor]] | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """How single-record gradients align with their batch (DP-PSAC paper, Figures 1, 3, 6), at every checkpoint.
 
@@ -235,8 +244,10 @@ def gradient_alignment(
     weights = weights or {}
     rng = np.random.default_rng(seed)
     epochs = list(load_run_config(run_dir).audit.eval_epochs)
-    norms, cosines, weighted = [], [], {name: [] for name in weights}
-    data = None
+    norms: list[np.ndarray] = []
+    cosines: list[np.ndarray] = []
+    weighted: dict[str, list[float]] = {name: [] for name in weights}
+    data: ArrayDataset | None = None
     for epoch in epochs:
         config, split, load, device = open_run(run_dir, epoch=epoch)
         model = load("target")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import nn
 
@@ -106,7 +107,7 @@ class EnsembleGradients:
         memory_budget_mb: float,
         method: str = "auto",
         factored: bool = False,
-    ):
+    ) -> None:
         if not models:
             raise DPAuditError("an ensemble needs at least one model")
         self.models = list(models)
@@ -128,7 +129,7 @@ class EnsembleGradients:
         self._all_params = (
             [values.detach().requires_grad_() for values in self.stacked] if self.method == "layers" else self.stacked
         )
-        self._call = (
+        self._call: layerwise.GradientFunction = (
             layerwise.LayerwiseGradients(base, factored=factored)
             if self.method == "layers"
             else _vmapped_gradients(base)
@@ -143,7 +144,7 @@ class EnsembleGradients:
             memory_budget_mb=memory_budget_mb,
         )
 
-    def accumulate(self, pool: RecordPool, indices: Sequence[np.ndarray], sink: Callable[..., None]) -> None:
+    def accumulate(self, pool: RecordPool, indices: Sequence[npt.NDArray[np.int64]], sink: Callable[..., None]) -> None:
         """Compute the gradients of model k on its batch ``indices[k]`` (positions in its records in ``pool``) and
         hand them to ``sink``.
 
@@ -171,10 +172,20 @@ class EnsembleGradients:
                     losses = losses.masked_fill(padding, 0.0)
                 sink(active, part_counts, grads, losses, padding)
 
-    def _chunk(self, active, images, labels, part_counts, totals):
+    def _chunk(
+        self,
+        active: list[int],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        part_counts: list[int],
+        totals: list[int],
+    ) -> tuple[list[layerwise.Gradient], torch.Tensor]:
         everyone = len(active) == len(self.models)
-        index = None if everyone else host_to_device(active, self.stacked[0].device)
-        params = self._all_params if everyone else [values.index_select(0, index) for values in self.stacked]
+        if everyone:
+            params = self._all_params
+        else:
+            index = host_to_device(active, self.stacked[0].device)
+            params = [values.index_select(0, index) for values in self.stacked]
         if self.per_sample:
             return self._call(params, images, labels)
         width = images.shape[1]
@@ -194,7 +205,7 @@ class RecordPool:
         records: (images [n_k, ...], labels [n_k]) of each model, all on one device.
     """
 
-    def __init__(self, records: Sequence[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, records: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
         images, labels = zip(*records)
         self.images = torch.cat([*images, images[0].new_zeros((1, *images[0].shape[1:]))])
         self.labels = torch.cat([*labels, labels[0].new_zeros(1)])
@@ -207,14 +218,16 @@ class RecordPool:
         start, stop = self.offsets[k], self.offsets[k] + self.sizes[k]
         return self.images[start:stop], self.labels[start:stop]
 
-    def read(self, positions: Sequence[np.ndarray], *, models: Sequence[int], width: int):
+    def read(
+        self, positions: Sequence[npt.NDArray[np.int64]], *, models: Sequence[int], width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(images [M, W, ...], labels [M, W], padding [M, W]) of record ``positions[m]`` of model ``models[m]``,
         each row padded to ``width`` with the zero record (``padding`` True there)."""
         index = np.full((len(models), width), self.zero_record, dtype=np.int64)
         for row, (k, part) in enumerate(zip(models, positions)):
             index[row, : len(part)] = self.offsets[k] + np.asarray(part)
-        index = host_to_device(index, self.images.device)
-        return self.images[index], self.labels[index], index == self.zero_record
+        on_device = host_to_device(index, self.images.device)
+        return self.images[on_device], self.labels[on_device], on_device == self.zero_record
 
 
 def resolve_method(model: nn.Module, method: str, *, name: str | None = None) -> str:
@@ -231,24 +244,31 @@ def resolve_method(model: nn.Module, method: str, *, name: str | None = None) ->
     return method
 
 
-def _vmapped_gradients(model: nn.Module):
+def _vmapped_gradients(model: nn.Module) -> layerwise.GradientFunction:
     """``f(params, images, labels[, weights]) -> (grads, losses)`` by torch.func: vmap over models (every
     argument has the model axis first) of per-sample gradients (vmap over samples) or of Σ weights·loss."""
     from torch.func import grad_and_value, vmap
 
     losses_of = model_registry.functional_losses(model)
 
-    def loss_of_one(param_values, image, label):
+    def loss_of_one(param_values: Sequence[torch.Tensor], image: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         return losses_of(param_values, image[None], label[None])[0]
 
-    def weighted_sum(param_values, images, labels, weights):
+    def weighted_sum(
+        param_values: Sequence[torch.Tensor], images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         losses = losses_of(param_values, images, labels)
         return (losses * weights).sum(), losses
 
     per_sample = vmap(vmap(grad_and_value(loss_of_one), in_dims=(None, 0, 0)))
     batch = vmap(grad_and_value(weighted_sum, has_aux=True))
 
-    def gradients(params, images, labels, weights=None):
+    def gradients(
+        params: Sequence[torch.Tensor],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[list[layerwise.Gradient], torch.Tensor]:
         if weights is None:
             grads, losses = per_sample(params, images, labels)
         else:

@@ -32,8 +32,8 @@ from typing import Any
 
 from dpaudit._atomic import TEMPORARY, replace_file
 from dpaudit._validation import DPAuditError
+from dpaudit.rundir import MANIFEST, RunDir  # MANIFEST: declared with the rest of the layout, still importable here
 
-MANIFEST = "dpaudit-run.json"
 FORMAT = "dpaudit-run/1"
 _LOCK = ".dpaudit-run.lock"
 #: the names a run writes in its own folder and in each model folder (``dpaudit.rundir``'s layout)
@@ -179,7 +179,7 @@ def check_complete(run_dir: str | os.PathLike) -> None:
     if manifest.get("complete"):
         return
     trained = ""
-    metrics = root / "target" / "metrics.json"
+    metrics = RunDir(root).target.metrics
     with contextlib.suppress(OSError, ValueError, AttributeError):
         epochs = json.loads(metrics.read_text(encoding="utf-8")).get("epoch") or []
         trained = f" (its target trained {len(epochs)} of {manifest['identity']['epochs']} epochs)"
@@ -326,7 +326,7 @@ def _previous_identity(root: Path) -> dict[str, Any] | None:
     None where there is none."""
     if (root / MANIFEST).is_file():
         return _read_manifest(root)["identity"]
-    config = root / "config.json"
+    config = RunDir(root).config
     if not config.is_file():
         return None
     try:

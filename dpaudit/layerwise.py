@@ -21,8 +21,9 @@ the vmap path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -91,13 +92,14 @@ class OuterProducts:
     outer: torch.Tensor
     inner: torch.Tensor
 
-    def __getitem__(self, key) -> OuterProducts:
+    def __getitem__(self, key: int | slice | torch.Tensor | tuple[int | slice | torch.Tensor, ...]) -> OuterProducts:
         return OuterProducts(self.outer[key], self.inner[key])
 
     def index_select(self, dim: int, index: torch.Tensor) -> OuterProducts:
         return OuterProducts(self.outer.index_select(dim, index), self.inner.index_select(dim, index))
 
     def dense(self) -> torch.Tensor:
+        """The [..., O, F] per-sample gradients."""
         return self.outer[..., :, None] * self.inner[..., None, :]
 
 
@@ -126,6 +128,23 @@ def weighted_sample_sums(grads: Sequence[torch.Tensor | OuterProducts], weights:
     ]
 
 
+#: Per-sample gradients of each parameter: a tensor, or a Linear weight's factors (``factored``).
+Gradient = torch.Tensor | OuterProducts
+
+
+class GradientFunction(Protocol):
+    """``f(params, images, labels[, weights]) -> (grads, losses)``: the call of :class:`LayerwiseGradients` (and of
+    ``dpaudit.ensemble``'s torch.func path), every argument with the model axis first."""
+
+    def __call__(
+        self,
+        params: Sequence[torch.Tensor],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[list[Gradient], torch.Tensor]: ...
+
+
 class LayerwiseGradients:
     """Cross-entropy gradients of M stacked copies of ``model`` (an ``nn.Sequential`` that ``unsupported_reason``
     accepts), per sample or of a weighted batch sum.
@@ -138,10 +157,11 @@ class LayerwiseGradients:
     ``factored``, per-sample Linear weight gradients come as :class:`OuterProducts`.
     """
 
-    def __init__(self, model: nn.Sequential, *, factored: bool = False):
+    def __init__(self, model: nn.Module, *, factored: bool = False) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"no layer-wise gradients for this model: {reason}")
+        assert isinstance(model, nn.Sequential)  # unsupported_reason refuses anything else
         names = [name for name, _ in model.named_parameters()]
         self.factored = factored
         slots = [
@@ -152,7 +172,9 @@ class LayerwiseGradients:
             }
             for index, layer in enumerate(model)
         ]
-        self.layers, self.slots = map(list, zip(*_pool_before_relu(zip(model, slots))))
+        layers, layer_slots = zip(*_pool_before_relu(zip(model, slots)))
+        self.layers: list[nn.Module] = list(layers)
+        self.slots: list[dict[str, int]] = list(layer_slots)
 
     @torch.enable_grad()
     def __call__(
@@ -161,7 +183,7 @@ class LayerwiseGradients:
         images: torch.Tensor,
         labels: torch.Tensor,
         weights: torch.Tensor | None = None,
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    ) -> tuple[list[Gradient], torch.Tensor]:
         models, width = labels.shape
         params = [p if p.is_leaf and p.requires_grad else p.detach().requires_grad_() for p in params]
         if images.dim() == 5:
@@ -169,11 +191,13 @@ class LayerwiseGradients:
             h = h.contiguous(memory_format=torch.channels_last)
         else:
             h = images.transpose(0, 1)
-        recorded = []  # (layer, its parameter slots, what its gradient needs from the forward pass, its output)
+        # (layer, its parameter slots, what its gradient needs from the forward pass, its output)
+        recorded: list[tuple[nn.Module, dict[str, int], torch.Tensor, torch.Tensor]] = []
         for layer, slots in zip(self.layers, self.slots):
             weight, bias = (params[slots[attr]] if attr in slots else None for attr in ("weight", "bias"))
             h, needed = _forward(layer, h, weight, bias, models)
             if slots:
+                assert needed is not None  # a layer with parameters keeps its input (or normalised input)
                 recorded.append((layer, slots, needed, h))
         losses = (
             F.cross_entropy(h.reshape(width * models, -1), labels.transpose(0, 1).reshape(-1), reduction="none")
@@ -183,17 +207,18 @@ class LayerwiseGradients:
         if weights is not None:
             return list(torch.autograd.grad((losses * weights).sum(), params)), losses.detach()
         output_grads = torch.autograd.grad(losses.sum(), [output for *_, output in recorded])
-        grads: list[torch.Tensor | None] = [None] * len(params)
+        grads: list[Gradient | None] = [None] * len(params)
         with torch.no_grad():
             for (layer, slots, needed, _), g in zip(recorded, output_grads):
                 # detached: a returned view of a recorded activation would keep this step's graph alive
                 values = _per_sample(layer, needed.detach(), g, models, factored=self.factored)
                 for attr, slot in slots.items():
                     grads[slot] = values[attr]
-        return grads, losses.detach()
+        # every parameter is in a layer with a rule (unsupported_reason refuses frozen ones): no slot is left None
+        return cast(list[Gradient], grads), losses.detach()
 
 
-def _pool_before_relu(layers: list[tuple[nn.Module, dict]]) -> list[tuple[nn.Module, dict]]:
+def _pool_before_relu(layers: Iterable[tuple[nn.Module, dict[str, int]]]) -> list[tuple[nn.Module, dict[str, int]]]:
     """(layer, parameter slots) pairs, every ReLU directly followed by a MaxPool2d swapped with it:
     relu(maxpool(x)) equals maxpool(relu(x)) and routes the same gradient (to the window's maximum if it is
     positive, else nowhere), with the ReLU and its backward on the pooled, smaller tensor."""
@@ -204,9 +229,12 @@ def _pool_before_relu(layers: list[tuple[nn.Module, dict]]) -> list[tuple[nn.Mod
     return layers
 
 
-def _forward(layer: nn.Module, h: torch.Tensor, weight, bias, models: int):
+def _forward(
+    layer: nn.Module, h: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, models: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Layer output on the stacked layout, and what its per-sample gradient needs (None without parameters)."""
     if isinstance(layer, nn.Conv2d):
+        assert weight is not None  # a Conv2d always has a weight
         out = F.conv2d(
             h,
             weight.reshape(-1, *weight.shape[2:]).contiguous(memory_format=torch.channels_last),
@@ -218,12 +246,14 @@ def _forward(layer: nn.Module, h: torch.Tensor, weight, bias, models: int):
         )
         return out, h
     if isinstance(layer, nn.Linear):
+        assert weight is not None  # a Linear always has a weight
         out = torch.bmm(h.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)  # [W, M, O]
         return (out if bias is None else out + bias), h
     if isinstance(layer, nn.GroupNorm):
         normalised = F.group_norm(h, models * layer.num_groups, eps=layer.eps)
         if weight is None:
             return normalised, None
+        assert bias is not None  # an affine GroupNorm has both
         shape = (1, -1, 1, 1)
         return normalised * weight.reshape(shape) + bias.reshape(shape), normalised
     if isinstance(layer, nn.Flatten):
@@ -236,18 +266,18 @@ class _FlattenChannelsLast(torch.autograd.Function):
     hands on a channels-last gradient: pooling backward runs ~4× slower on a channels-first one."""
 
     @staticmethod
-    def forward(ctx, h, models):
+    def forward(ctx: Any, h: torch.Tensor, models: int) -> torch.Tensor:
         ctx.shape = h.shape
         return h.reshape(h.shape[0], models, -1)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad.reshape(ctx.shape).contiguous(memory_format=torch.channels_last), None
 
 
 def _per_sample(
     layer: nn.Module, needed: torch.Tensor, g: torch.Tensor, models: int, *, factored: bool
-) -> dict[str, torch.Tensor | OuterProducts]:
+) -> dict[str, Gradient]:
     """Per-sample gradients [M, W, *shape] of ``layer``'s parameters from its output gradient ``g``."""
     if isinstance(layer, nn.Linear):
         weight = OuterProducts(g.transpose(0, 1), needed.transpose(0, 1))
@@ -255,7 +285,8 @@ def _per_sample(
     bias = _model_first(g.sum((-2, -1)), models)
     if isinstance(layer, nn.GroupNorm):
         return {"weight": _model_first((g * needed).sum((-2, -1)), models), "bias": bias}
-    return {"weight": _conv_weight(layer, _model_major(needed, models), _model_major(g, models)), "bias": bias}
+    conv = cast(nn.Conv2d, layer)  # the only other layer with parameters (unsupported_reason)
+    return {"weight": _conv_weight(conv, _model_major(needed, models), _model_major(g, models)), "bias": bias}
 
 
 def _model_first(per_channel: torch.Tensor, models: int) -> torch.Tensor:

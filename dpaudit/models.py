@@ -6,8 +6,9 @@ module validation. Build one with ``build_model(name, input_shape=..., num_class
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -27,12 +28,15 @@ class ModelSpec:
 
 
 _REGISTRY: Registry[ModelSpec] = Registry("model")
+_Builder = TypeVar("_Builder", bound=Callable[..., nn.Module])
 
 
-def register_model(name: str, *, description: str, image_sizes: tuple[int, ...] | None = None):
+def register_model(
+    name: str, *, description: str, image_sizes: tuple[int, ...] | None = None
+) -> Callable[[_Builder], _Builder]:
     """Decorator adding a builder ``f(*, input_shape, num_classes) -> nn.Module`` to the registry."""
 
-    def decorator(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    def decorator(builder: _Builder) -> _Builder:
         _REGISTRY.add(name, ModelSpec(name, builder, description, image_sizes))
         return builder
 
@@ -45,10 +49,11 @@ def available() -> list[str]:
 
 
 def get_spec(name: str) -> ModelSpec:
+    """The registered model ``name`` (a one-line error naming the choices if there is none)."""
     return _REGISTRY.get(name)
 
 
-def check_model_input(name: str, *, input_shape: tuple[int, int, int], num_classes: int) -> None:
+def check_model_input(name: str, *, input_shape: Sequence[int], num_classes: int) -> None:
     """Raise a one-line ``DPAuditError`` if ``name`` cannot take ``input_shape`` images."""
     spec = get_spec(name)
     if len(input_shape) != 3:
@@ -92,7 +97,7 @@ def _group_norm(channels: int) -> nn.GroupNorm:
 
 
 @register_model("mlp", description="two-layer perceptron (flattened input → 128 → classes)")
-def _mlp(*, input_shape, num_classes):
+def _mlp(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
     channels, height, width = input_shape
     return nn.Sequential(
         nn.Flatten(),
@@ -103,7 +108,7 @@ def _mlp(*, input_shape, num_classes):
 
 
 @register_model("cnn-digits", description="small CNN for 8×8 digits: 2 conv layers + linear", image_sizes=(8,))
-def _cnn_digits(*, input_shape, num_classes):
+def _cnn_digits(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
     channels = input_shape[0]
     return nn.Sequential(
         nn.Conv2d(channels, 16, kernel_size=3, padding=1),
@@ -121,7 +126,7 @@ def _cnn_digits(*, input_shape, num_classes):
     description="CNN for 28×28 and 32×32 images: 2 conv+pool blocks (GroupNorm), linear 128, linear",
     image_sizes=(28, 32),
 )
-def _cnn(*, input_shape, num_classes):
+def _cnn(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
     channels, height, _ = input_shape
     spatial = height // 4
     return nn.Sequential(
@@ -144,7 +149,7 @@ def _cnn(*, input_shape, num_classes):
     "resnet18-gn",
     description="torchvision ResNet-18 (ImageNet stem, as the DPSGD-GC/DC authors' code) with GroupNorm(min(32, c), c)",
 )
-def _resnet18_gn(*, input_shape, num_classes):
+def _resnet18_gn(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     return _resnet18(input_shape=input_shape, num_classes=num_classes, cifar_stem=False)
 
 
@@ -152,11 +157,11 @@ def _resnet18_gn(*, input_shape, num_classes):
     "resnet18-gn-cifar",
     description="ResNet-18 with GroupNorm and the CIFAR stem (3×3 conv, no max-pool)",
 )
-def _resnet18_gn_cifar(*, input_shape, num_classes):
+def _resnet18_gn_cifar(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     return _resnet18(input_shape=input_shape, num_classes=num_classes, cifar_stem=True)
 
 
-def _resnet18(*, input_shape, num_classes, cifar_stem: bool) -> nn.Module:
+def _resnet18(*, input_shape: tuple[int, int, int], num_classes: int, cifar_stem: bool) -> nn.Module:
     from dpaudit._resnet import resnet18
 
     model = resnet18(num_classes=num_classes, norm_layer=_group_norm)
@@ -174,7 +179,7 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def functional_losses(model: nn.Module):
+def functional_losses(model: nn.Module) -> Callable[[Sequence[torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]:
     """``losses(param_values, images, labels)``: per-record cross-entropy of ``model`` evaluated at
     ``param_values`` (its trainable parameters, in ``trainable_parameters`` order) with its own buffers —
     the pure function ``torch.func`` differentiates and vmaps over samples and models."""
@@ -184,7 +189,7 @@ def functional_losses(model: nn.Module):
     names = [name for name, p in model.named_parameters() if p.requires_grad]
     buffers = dict(model.named_buffers())
 
-    def losses(param_values, images, labels):
+    def losses(param_values: Sequence[torch.Tensor], images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = functional_call(model, ({**dict(zip(names, param_values)), **buffers},), (images,))
         return F.cross_entropy(logits, labels, reduction="none")
 
@@ -193,7 +198,7 @@ def functional_losses(model: nn.Module):
 
 def leaf_outputs(model: nn.Module, example: torch.Tensor) -> list[tuple[nn.Module, torch.Tensor]]:
     """(module, output) of every leaf module in a no-grad forward pass of one sample ``example``."""
-    outputs = []
+    outputs: list[tuple[nn.Module, torch.Tensor]] = []
     leaves = [m for m in model.modules() if not list(m.children())]
     hooks = [m.register_forward_hook(lambda module, _inputs, output: outputs.append((module, output))) for m in leaves]
     try:

@@ -57,12 +57,15 @@ Supported: ``DPOptimizer`` and ``DPPerLayerOptimizer`` (flat and per-layer clipp
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from dpaudit._validation import DPAuditError, check_count, check_positive, check_seed
@@ -77,8 +80,13 @@ try:  # the optional extra: ``pip install "dpaudit[opacus]"``
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError('dpaudit.opacus needs Opacus: pip install "dpaudit[opacus]"') from error
 
+if TYPE_CHECKING:
+    from opacus.accountants import IAccountant
+
 NORM_FACTOR = 1e3  # K = 1e3·C: clipping brings a canary to (about) C, as the engine's whole-run canaries
 SAMPLINGS = ("poisson", "shuffle", "sequential")
+#: How a loader samples a record (one of :data:`SAMPLINGS`).
+Sampling = Literal["poisson", "shuffle", "sequential"]
 _STREAM = 0x0FAC  # the audit's random streams: SeedSequence([seed, _STREAM]) spawns membership, presence and noise
 _SUPPORTED = (DPOptimizer, DPPerLayerOptimizer)
 
@@ -96,20 +104,27 @@ class LoaderSampling:
         steps_per_epoch: S = len(loader) of a shuffled or sequential loader (None for Poisson).
     """
 
-    scheme: str
+    scheme: Sampling
     sample_rate: float
     dataset_size: int
     batch_size: int | None = None
     steps_per_epoch: int | None = None
 
-    def batch_sizes(self) -> np.ndarray:
-        """|batch s| for s < S (shuffled and sequential loaders): b, and the remainder in the last batch."""
-        sizes = np.full(self.steps_per_epoch, self.batch_size)
-        sizes[-1] = min(self.batch_size, self.dataset_size - (self.steps_per_epoch - 1) * self.batch_size)
+    def batch_sizes(self) -> npt.NDArray[np.int64]:
+        """|batch s| for s < S (shuffled and sequential loaders): b, and the remainder in the last batch.
+
+        Raises:
+            DPAuditError: a Poisson loader (it has no fixed batches).
+        """
+        steps, size = self.steps_per_epoch, self.batch_size
+        if steps is None or size is None:
+            raise DPAuditError("a Poisson loader has no fixed batches (batch_sizes is for shuffled or sequential ones)")
+        sizes = np.full(steps, size)
+        sizes[-1] = min(size, self.dataset_size - (steps - 1) * size)
         return sizes
 
 
-def loader_sampling(data_loader) -> LoaderSampling:
+def loader_sampling(data_loader: torch.utils.data.DataLoader[Any]) -> LoaderSampling:
     """The sampling a (DP) data loader performs: Poisson (Opacus's ``UniformWithReplacementSampler``, also wrapped by
     ``BatchMemoryManager``), shuffled (``RandomSampler`` without replacement) or sequential (``SequentialSampler``).
 
@@ -127,6 +142,7 @@ def loader_sampling(data_loader) -> LoaderSampling:
         return LoaderSampling(scheme="poisson", sample_rate=float(batch_sampler.sample_rate), dataset_size=n)
     if type(batch_sampler) is torch.utils.data.BatchSampler:
         sampler = batch_sampler.sampler
+        scheme: Sampling
         if type(sampler) is torch.utils.data.SequentialSampler:
             scheme = "sequential"
         elif type(sampler) is torch.utils.data.RandomSampler and not sampler.replacement and sampler.num_samples == n:
@@ -147,14 +163,14 @@ def loader_sampling(data_loader) -> LoaderSampling:
             steps_per_epoch=steps,
         )
         rate = float(sampling.batch_sizes().sum() / (n * steps))
-        return LoaderSampling(**{**sampling.__dict__, "sample_rate": rate})
+        return dataclasses.replace(sampling, sample_rate=rate)
     raise DPAuditError(
         f"the loader's batch sampler {type(batch_sampler).__name__} is not supported: use Poisson sampling "
         "(make_private's default, also distributed=False), shuffle=True or a sequential loader"
     )
 
 
-def accountant_ledger(accountant) -> tuple[np.ndarray, np.ndarray]:
+def accountant_ledger(accountant: IAccountant) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(z_t, q_t) per step, [T] each, from an Opacus accountant's ``history`` of (noise multiplier, sample rate,
     steps) runs.
 
@@ -164,7 +180,8 @@ def accountant_ledger(accountant) -> tuple[np.ndarray, np.ndarray]:
     history = getattr(accountant, "history", None)
     if not isinstance(history, list):
         raise DPAuditError("accountant must be an Opacus accountant (with a history of (z, q, steps))")
-    z, q = [], []
+    z: list[float] = []
+    q: list[float] = []
     for entry in history:
         try:
             noise, rate, steps = entry
@@ -271,9 +288,9 @@ class CanaryAudit:
 
     def __init__(
         self,
-        optimizer,
+        optimizer: DPOptimizer,
         *,
-        data_loader,
+        data_loader: torch.utils.data.DataLoader[Any],
         num_canaries: int,
         seed: int = 0,
         norm_factor: float = NORM_FACTOR,
@@ -310,9 +327,10 @@ class CanaryAudit:
         self._probe = torch.zeros(1, device=self._device, dtype=self._dtype, requires_grad=True)
         self._all = torch.zeros(count, dtype=torch.float64, device=self._device)
         self._sum = torch.zeros(count, dtype=torch.float64, device=self._device)
-        self._batch = None  # shuffled / sequential loaders: each member's batch in the current epoch
+        # shuffled / sequential loaders: each member's batch in the current epoch
+        self._batch: npt.NDArray[np.int64] | None = None
         self._keep = bool(keep_observations)
-        self._observations: list[np.ndarray] = []
+        self._observations: list[npt.NDArray[np.float32]] = []
         self.noise_multipliers: list[float] = []  # z_t the optimizer used
         self.clip_norms: list[float] = []  # C_t (flat; ‖(C_1, …, C_L)‖ per layer)
         self.contributions: list[float] = []  # c_t, a present canary's clipped contribution
@@ -338,22 +356,24 @@ class CanaryAudit:
             del self._optimizer.pre_step
             del self._optimizer._dpaudit_canaries
 
-    def _pre_step(self, closure=None):
+    def _pre_step(self, closure: Callable[[], object] | None = None) -> bool:
         proceed = self._original_pre_step(closure)
         if proceed:  # a real step (not one BatchMemoryManager skips), noised, scaled and accounted
             self._canary_step()
         return proceed
 
-    def _present(self, step: int) -> tuple[np.ndarray, float]:
+    def _present(self, step: int) -> tuple[npt.NDArray[np.intp], float]:
         """The member canaries present at ``step`` (indices) and the step's marginal sample rate."""
         sampling = self.sampling
         members = self._member_index
         if sampling.scheme == "poisson":
             return members[self._rng.random(members.size) < sampling.sample_rate], sampling.sample_rate
-        epoch_step = step % sampling.steps_per_epoch
+        steps, size = sampling.steps_per_epoch, sampling.batch_size
+        assert steps is not None and size is not None  # set for every loader that is not Poisson
+        epoch_step = step % steps
         if self._batch is None or (sampling.scheme == "shuffle" and epoch_step == 0):
             # a record's place in a permutation of the n records, cut into the loader's batches (b per batch)
-            self._batch = self._rng.integers(0, sampling.dataset_size, size=members.size) // sampling.batch_size
+            self._batch = self._rng.integers(0, sampling.dataset_size, size=members.size) // size
         rate = float(sampling.batch_sizes()[epoch_step] / sampling.dataset_size)
         return members[self._batch == epoch_step], rate
 
@@ -372,7 +392,8 @@ class CanaryAudit:
         per_layer = isinstance(optimizer, DPPerLayerOptimizer)
         norms = optimizer.max_grad_norms if per_layer else None
         clip_norm = float(optimizer.max_grad_norm)
-        probe, canary = self._probe, self._canary
+        # Opacus sets grad_sample and summed_grad on the tensors it clips at run time; torch's stubs lack them
+        probe, canary = cast(Any, self._probe), cast(Any, self._canary)
         try:
             # the probe record, a Dirac of norm K, through the optimizer's own clipping
             inner.param_groups = [{"params": [probe]}]
@@ -422,11 +443,11 @@ class CanaryAudit:
     # ------------------------------------------------------------------------------------------
 
     @property
-    def observations(self) -> np.ndarray | None:
+    def observations(self) -> npt.NDArray[np.float32] | None:
         """[T, M] float32 x_tj where kept (``keep_observations``), else None."""
         return np.stack(self._observations) if self._keep and self._observations else None
 
-    def record(self, *, accountant) -> RunCanaryObservations:
+    def record(self, *, accountant: IAccountant) -> RunCanaryObservations:
         """The canaries' record against the accountant's ledger, in the engine's format (``save`` writes it and
         ``dpaudit audit --canary-record FILE`` scores it apart from training).
 
@@ -482,13 +503,19 @@ class CanaryAudit:
             )
         return tuple(notes)
 
-    def save(self, path: str | Path, *, accountant) -> Path:
+    def save(self, path: str | Path, *, accountant: IAccountant) -> Path:
         """Write ``record(accountant=...)`` to ``path`` (npz, with its .json sidecar) for ``dpaudit audit
         --canary-record``; returns the path."""
         return self.record(accountant=accountant).save(path)
 
     def report(
-        self, *, accountant, delta: float, confidence: float = 0.95, seed: int = 0, family_selection: str = "split"
+        self,
+        *,
+        accountant: IAccountant,
+        delta: float,
+        confidence: float = 0.95,
+        seed: int = 0,
+        family_selection: str = "split",
     ) -> OpacusAuditReport:
         """Audit the run against the user's accountant: both bounds of both threat models, its ε beside them.
 

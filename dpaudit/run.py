@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -19,8 +20,11 @@ from dpaudit._io import atomic_write_bytes, read_json, write_json
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
 from dpaudit.data import dataset_info
-from dpaudit.integrity import MANIFEST, check_complete, verify_file
+from dpaudit.integrity import check_complete, verify_file
 from dpaudit.rundir import RunDir, shadow_name
+
+if TYPE_CHECKING:
+    from dpaudit.data import HalvesSplit, MIASplit
 
 __all__ = ["RunDir", "load_checkpoint", "load_ledger", "load_run_config", "open_run", "save_checkpoint", "shadow_name"]
 
@@ -55,7 +59,9 @@ def _first_sentence(error: Exception) -> str:
     return text.splitlines()[0].split(". ")[0].rstrip(".") if text else type(error).__name__
 
 
-def open_run(run_dir: str | Path, *, epoch: int):
+def open_run(
+    run_dir: str | Path, *, epoch: int
+) -> tuple[TrainConfig, MIASplit | HalvesSplit, Callable[[str], nn.Module], torch.device]:
     """What attacks on one checkpoint epoch of a ``dpaudit train`` run need.
 
     Returns:
@@ -104,7 +110,8 @@ def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]
 
     Besides the file's own check (:func:`dpaudit.integrity.verify_file`), the target's ledger must record the run's
     planned steps: as many as its epochs take, each with the noise multiplier z the optimizer plans for it
-    (``planned_noise_multipliers``) and the sample rate q = b/n (a non-private optimizer's records none). A folder
+    (``planned_noise_multipliers``) and the sample rate q it plans to record (``planned_sample_rate``: b/n but for a
+    variant whose ledger departs on purpose; a non-private optimizer's records none). A folder
     holding a ledger alone (no config.json, no manifest: e.g. one a user wrote) has nothing to check it against and
     is read as it is.
 
@@ -118,7 +125,7 @@ def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]
 
     run = RunDir(run_dir)
     path = run.model(model).ledger
-    alone = not run.config.is_file() and not (run.path / MANIFEST).is_file()  # nothing to check a ledger against
+    alone = not run.config.is_file() and not run.manifest.is_file()  # nothing to check a ledger against
     config = None if alone else load_run_config(run_dir)
     if not path.is_file():
         raise DPAuditError(f"no privacy ledger at {path}; run `dpaudit train` first")
@@ -142,8 +149,8 @@ def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]
     elif planned.size != z.size or not np.allclose(z, planned, rtol=1e-9, atol=0):
         worst = int(np.argmax(np.abs(z - planned))) if planned.size == z.size else 0
         problem = f"noise multiplier z = {z[worst]:g} at step {worst + 1} where the run planned {planned[worst]:g}"
-    elif not np.allclose(q, batch_size / target_size, rtol=1e-9, atol=0):
-        problem = f"sample rate q = {q[0]:g} where the run's b/n is {batch_size / target_size:g}"
+    elif not np.allclose(q, spec.cls.planned_sample_rate(hyper), rtol=1e-9, atol=0):
+        problem = f"sample rate q = {q[0]:g} where the run planned {spec.cls.planned_sample_rate(hyper):g}"
     if problem:
         raise DPAuditError(f"{path} disagrees with the run's config.json: {problem}; the ledger cannot be trusted")
     return payload

@@ -7,6 +7,8 @@ Layout::
     RUN/config.json               the validated configuration and derived values (z, σ_DP, q, T/epoch)
     RUN/split.json                member / non-member indices of the target and every shadow
     RUN/attack.json               what ``dpaudit attack`` found, per checkpoint epoch
+    RUN/summary.json              what the paper figures draw from the run (``dpaudit summarize-run``)
+    RUN/audit_ATTACK.json         what ``dpaudit audit --run RUN --attack ATTACK`` found (+ .png, .pdf: its ROC)
     RUN/scores_epoch_EEEE.csv     per-record attack scores at epoch EEEE
     RUN/<model>/metrics.json      per epoch: training loss, test loss and accuracy
     RUN/<model>/ledger.json       per step: noise multiplier z, sample rate q (run-length encoded)
@@ -16,7 +18,9 @@ Layout::
     RUN/<model>/diagnostics.json  gradient histogram and support diagnostics (target only)
     RUN/<model>/epoch_EEEE.pt     state_dict at each evaluation epoch (+ epoch_EEEE.json metadata)
 
-where <model> is ``target`` or :func:`shadow_name` (``shadow_00``, …).
+where <model> is ``target`` or :func:`shadow_name` (``shadow_00``, …). Code names these files through
+:class:`RunDir` and :class:`ModelDir` only, never by a literal name (:mod:`dpaudit.integrity`'s patterns of the names a
+run owns are checked against them by a test).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TARGET = "target"
+#: The run's manifest (:mod:`dpaudit.integrity`): what marks a folder as a run's, hence a name no other tool uses.
+MANIFEST = "dpaudit-run.json"
+#: A run's summary for the paper figures (``dpaudit summarize-run``).
+SUMMARY = "summary.json"
 
 
 def shadow_name(index: int) -> str:
@@ -98,6 +106,19 @@ class RunDir:
     @property
     def attack(self) -> Path:
         return self.path / "attack.json"
+
+    @property
+    def manifest(self) -> Path:
+        """The run's manifest: its configuration, whether it completed, the SHA-256 of its files."""
+        return self.path / MANIFEST
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    def audit(self, attack: str) -> Path:
+        """What ``dpaudit audit`` found with ``attack`` (its ROC plot: the same name, .png and .pdf)."""
+        return self.path / f"audit_{attack}.json"
 
     def scores(self, epoch: int) -> Path:
         """The per-record attack scores at checkpoint ``epoch``."""

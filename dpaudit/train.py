@@ -70,7 +70,7 @@ from dpaudit.run import (  # noqa: F401 - the run-folder readers stay importable
     save_checkpoint,
     shadow_name,
 )
-from dpaudit.rundir import ModelDir
+from dpaudit.rundir import TARGET, ModelDir, RunDir
 from dpaudit.settings import ProjectionSettings
 
 STATE_FORMAT = 1
@@ -723,25 +723,30 @@ def train_configuration(
             "delta": config.privacy.delta,
             "accountant": config.privacy.accountant,
         },
-        "models": ["target"] + [shadow_name(i) for i in range(config.audit.num_shadows)],
+        "models": [TARGET] + [shadow_name(i) for i in range(config.audit.num_shadows)],
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
     }
     integrity.remove_partial_writes(out)
-    write_json(out / "config.json", summary)
-    split.save(out / "split.json")
+    write_json(RunDir(out).config, summary)
+    split.save(RunDir(out).split)
     # Per-epoch test metrics: the target's non-members (as Liang et al.), or as many test records for "halves".
     held_out = test_set.subset(
         split.target_nonmembers
         if split.nonmember_source == "test"
         else np.arange(min(config.data.target_size, len(test_set)))
     )
-    members = [("target", split.target_members)] + [
+    members = [(TARGET, split.target_members)] + [
         (shadow_name(i), shadow.members) for i, shadow in enumerate(split.shadows)
     ]
     by_size: dict[int, list[Member]] = {}
     for model_index, (name, indices) in enumerate(members):
         by_size.setdefault(len(indices), []).append(
-            Member(train_data=train_set.subset(indices), model_index=model_index, label=name, out_dir=out / name)
+            Member(
+                train_data=train_set.subset(indices),
+                model_index=model_index,
+                label=name,
+                out_dir=RunDir(out).model(name).path,
+            )
         )
     for group in by_size.values():
         train_models(

@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import (
     DPAuditError,
@@ -49,7 +52,10 @@ from dpaudit._validation import (
 )
 from dpaudit.estimate import ScoreCounts, clopper_pearson_upper
 from dpaudit.theory import accounting
-from dpaudit.theory.tradeoff import TradeoffLowerBound, group_steps, sgm_epsilon, sgm_tradeoff
+from dpaudit.theory.tradeoff import StepGroup, TradeoffLowerBound, group_steps, sgm_epsilon, sgm_tradeoff
+
+if TYPE_CHECKING:
+    import torch
 
 #: Share of each class's canaries that choose the family bound's threshold (the rest certify it), and the
 #: Clopper–Pearson level at which each candidate threshold's counts are judged while choosing. Stricter than the
@@ -90,7 +96,7 @@ _ROWS_PER_CHUNK = 1 << 20  # observations converted to scores at a time (element
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_observations(observations, steps: int | None = None) -> np.ndarray:
+def _check_observations(observations: npt.ArrayLike, steps: int | None = None) -> npt.NDArray[np.float64]:
     try:
         array = np.asarray(observations, dtype=float)
     except (TypeError, ValueError):
@@ -104,7 +110,9 @@ def _check_observations(observations, steps: int | None = None) -> np.ndarray:
     return array
 
 
-def _ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
+def _ledger(
+    noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     group_steps(noise_multipliers=noise_multipliers, sample_rates=sample_rates)  # one-line errors
     return np.asarray(noise_multipliers, dtype=float), np.asarray(sample_rates, dtype=float)
 
@@ -117,7 +125,20 @@ def _ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
 _EXP_CAP = 700.0  # step_log_ratio: the largest exponent it exponentiates (e^700 ≈ 1e304)
 
 
-def step_log_ratio(x, z, q, *, out=None, work=None):
+@overload
+def step_log_ratio(
+    x: torch.Tensor, z: float, q: float, *, out: torch.Tensor | None = None, work: torch.Tensor | None = None
+) -> torch.Tensor: ...
+@overload
+def step_log_ratio(x: npt.NDArray[np.float64], z: npt.ArrayLike, q: npt.ArrayLike) -> npt.NDArray[np.float64]: ...
+def step_log_ratio(
+    x: torch.Tensor | npt.NDArray[np.float64],
+    z: Any,  # a number for a tensor x, numbers or arrays for an array x (the overloads)
+    q: Any,
+    *,
+    out: torch.Tensor | None = None,
+    work: torch.Tensor | None = None,
+) -> torch.Tensor | npt.NDArray[np.float64]:
     """log(1 − q + q·exp((x − ½)/z²)), elementwise and stable; exactly (x − ½)/z² where q = 1.
 
     One step's term of :func:`likelihood_ratio_scores`, also summed online, step by step, by the whole-run
@@ -159,7 +180,9 @@ def step_log_ratio(x, z, q, *, out=None, work=None):
     return np.where(full, u, mixed)
 
 
-def likelihood_ratio_scores(observations, *, noise_multipliers, sample_rates) -> np.ndarray:
+def likelihood_ratio_scores(
+    observations: npt.ArrayLike, *, noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike
+) -> npt.NDArray[np.float64]:
     """Λ_i = Σ_t log(1 − q_t + q_t·exp((x_{i,t} − ½)/z_t²)): the log likelihood ratio member vs non-member.
 
     A member's x_t has density (1 − q_t)·φ_z(x_t) + q_t·φ_z(x_t − 1), a non-member's φ_z(x_t) (φ_z the
@@ -187,7 +210,7 @@ def likelihood_ratio_scores(observations, *, noise_multipliers, sample_rates) ->
     return scores
 
 
-def final_model_scores(observations) -> np.ndarray:
+def final_model_scores(observations: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Σ_t x_{i,t}: the canary coordinate's total update, the statistic of the last-iterate threat model.
 
     For plain SGD without momentum the final value of the canary's coordinate is −(learning rate)·C times
@@ -207,8 +230,12 @@ def final_model_scores(observations) -> np.ndarray:
 
 
 def spread_scores(
-    *, noise_std, observations=None, standardised_sum=None, standardised_sum_of_squares=None
-) -> np.ndarray:
+    *,
+    noise_std: npt.ArrayLike,
+    observations: npt.ArrayLike | None = None,
+    standardised_sum: npt.ArrayLike | None = None,
+    standardised_sum_of_squares: npt.ArrayLike | None = None,
+) -> npt.NDArray[np.float64]:
     """S_j = Σ_t (y_tj − ȳ_j)² with y_tj = x_tj/σ_t: each canary's spread over the steps, a test of the noise's
     independence across steps.
 
@@ -277,13 +304,15 @@ class SimulatedScores:
         nonmember_sum: Σ_t x_t of the non-members.
     """
 
-    member_lr: np.ndarray
-    nonmember_lr: np.ndarray
-    member_sum: np.ndarray
-    nonmember_sum: np.ndarray
+    member_lr: npt.NDArray[np.float64]
+    nonmember_lr: npt.NDArray[np.float64]
+    member_sum: npt.NDArray[np.float64]
+    nonmember_sum: npt.NDArray[np.float64]
 
 
-def _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
+def _simulated_steps(
+    members: int, nonmembers: int, noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike, seed: int
+) -> Iterator[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
     """Yield (t, member x_t, non-member x_t) step by step; the one random stream of both simulators."""
     z, q = _ledger(noise_multipliers, sample_rates)
     members = check_count("members", members, allow_zero=False)
@@ -298,8 +327,8 @@ def _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed)
 
 
 def simulate_observations(
-    *, members: int, nonmembers: int, noise_multipliers, sample_rates, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
+    *, members: int, nonmembers: int, noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike, seed: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Draw the observations of the whole-run canary game exactly (float64).
 
     At step t, in this order from ``np.random.default_rng(seed)``: the members' Bernoulli(q_t) presences
@@ -321,9 +350,9 @@ def simulate_observations(
         DPAuditError: a bad ledger, counts < 1, a negative or non-integer seed.
     """
     steps = np.asarray(noise_multipliers).size
-    member_obs = nonmember_obs = None
+    member_obs = nonmember_obs = np.empty((0, steps))  # replaced at the first step (a ledger has at least one)
     for t, member_x, nonmember_x in _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
-        if member_obs is None:
+        if t == 0:
             member_obs = np.empty((member_x.size, steps))
             nonmember_obs = np.empty((nonmember_x.size, steps))
         member_obs[:, t] = member_x
@@ -331,7 +360,9 @@ def simulate_observations(
     return member_obs, nonmember_obs
 
 
-def simulate_scores(*, members: int, nonmembers: int, noise_multipliers, sample_rates, seed: int) -> SimulatedScores:
+def simulate_scores(
+    *, members: int, nonmembers: int, noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike, seed: int
+) -> SimulatedScores:
     """Simulate the game and return Λ and Σ_t x_t of every canary, streaming over steps (memory O(M + N)).
 
     Same random stream as :func:`simulate_observations`: the result equals
@@ -351,9 +382,9 @@ def simulate_scores(*, members: int, nonmembers: int, noise_multipliers, sample_
         DPAuditError: a bad ledger, counts < 1, a negative or non-integer seed.
     """
     z, q = _ledger(noise_multipliers, sample_rates)
-    sums = None
+    sums: list[npt.NDArray[np.float64]] = []  # filled at the first step (a ledger has at least one)
     for t, member_x, nonmember_x in _simulated_steps(members, nonmembers, noise_multipliers, sample_rates, seed):
-        if sums is None:
+        if not sums:
             sums = [
                 np.zeros(member_x.size),
                 np.zeros(nonmember_x.size),
@@ -420,7 +451,7 @@ class _Hypotheses:
     """The grid of hypotheses H_s of one ledger: increasing noise scales s, and their trade-off lower bounds,
     each built when first asked for (:meth:`curve`): a bound needs the curves of a bisection, not the grid's."""
 
-    def __init__(self, groups: tuple, delta: float, scales: np.ndarray):
+    def __init__(self, groups: tuple[StepGroup, ...], delta: float, scales: npt.NDArray[np.float64]) -> None:
         self.groups, self.delta, self.scales = groups, delta, scales
         self._curves: dict[int, TradeoffLowerBound] = {}
 
@@ -436,7 +467,7 @@ class _Hypotheses:
         return _profile_epsilon(self.curve(0), self.delta)
 
 
-def _scaled(groups, scale: float) -> tuple[np.ndarray, np.ndarray]:
+def _scaled(groups: tuple[StepGroup, ...], scale: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per-step (z·scale, q) arrays of grouped steps."""
     counts = [count for _, _, count in groups]
     z = np.repeat([g[0] * scale for g in groups], counts)
@@ -444,17 +475,17 @@ def _scaled(groups, scale: float) -> tuple[np.ndarray, np.ndarray]:
     return z, q
 
 
-def _epsilon_of_scale(groups, scale: float, delta: float) -> float:
+def _epsilon_of_scale(groups: tuple[StepGroup, ...], scale: float, delta: float) -> float:
     z, q = _scaled(groups, scale)
     return sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta, discretization=HYPOTHESIS_DISCRETIZATION)
 
 
-def _rdp_epsilon_of_scale(groups, scale: float, delta: float) -> float:
+def _rdp_epsilon_of_scale(groups: tuple[StepGroup, ...], scale: float, delta: float) -> float:
     z, q = _scaled(groups, scale)
     return accounting.epsilon(noise_multiplier=z, sample_rate=q, delta=delta)
 
 
-def _curve(groups, scale: float) -> TradeoffLowerBound:
+def _curve(groups: tuple[StepGroup, ...], scale: float) -> TradeoffLowerBound:
     z, q = _scaled(groups, scale)
     return sgm_tradeoff(
         noise_multipliers=z,
@@ -471,7 +502,7 @@ def _profile_epsilon(curve: TradeoffLowerBound, delta: float) -> float:
 
 
 @lru_cache(maxsize=8)
-def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
+def _hypotheses(groups: tuple[StepGroup, ...], delta: float, grid: int) -> _Hypotheses:
     """Build (once per ledger, δ and grid size) the hypotheses H_s and their trade-off lower bounds.
 
     The noise scales span s_min, with ε(s_min) ≈ min(4·ε_run, 30) (at least 1.25·ε_run), to s_max with
@@ -489,7 +520,7 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
     def scout_epsilon(scale: float) -> float:
         return ratio * _rdp_epsilon_of_scale(groups, scale, delta)
 
-    table = {1.0: eps_pld}  # the scout table s → ε(s)
+    table: dict[float, float] = {1.0: eps_pld}  # the scout table s → ε(s)
     eps_run = max(table[1.0], 4 * EPSILON_GRID_FLOOR)
     eps_hi = max(min(4 * eps_run, EPSILON_GRID_CAP), 1.25 * eps_run)
     ends = ((1 / math.sqrt(2), lambda eps: eps >= eps_hi), (math.sqrt(2), lambda eps: eps <= EPSILON_GRID_FLOOR))
@@ -512,7 +543,7 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
     usable = scout_eps > 0  # ε decreases in s: interpolate log s against log ε (ascending ε)
     order = np.argsort(scout_eps[usable])
 
-    def scale_at(epsilons):
+    def scale_at(epsilons: npt.ArrayLike) -> npt.NDArray[np.float64]:
         return np.exp(np.interp(np.log(epsilons), np.log(scout_eps[usable][order]), np.log(scout[usable][order])))
 
     s_min, s_max = scale_at([eps_hi, EPSILON_GRID_FLOOR])
@@ -522,7 +553,7 @@ def _hypotheses(groups: tuple, delta: float, grid: int) -> _Hypotheses:
 
 
 @lru_cache(maxsize=256)
-def _reported_epsilon(groups: tuple, scale: float, delta: float) -> float:
+def _reported_epsilon(groups: tuple[StepGroup, ...], scale: float, delta: float) -> float:
     """A lower estimate of the true ε at δ of H_scale (what the bound reports).
 
     dp_accounting's lower (optimistic, privacy-buckets) PLD rounds each step's privacy loss down by less
@@ -536,7 +567,9 @@ def _reported_epsilon(groups: tuple, scale: float, delta: float) -> float:
     return min(lower, upper)
 
 
-def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -> tuple[int, np.ndarray]:
+def _first_rejected(
+    hypotheses: _Hypotheses, fpr: npt.NDArray[np.float64], fnr: npt.NDArray[np.float64]
+) -> tuple[int, npt.NDArray[np.bool_]]:
     """The smallest noise scale's index whose hypothesis some point (FPR, FNR) rejects (the grid's size if none),
     and which points reject it.
 
@@ -558,7 +591,9 @@ def _first_rejected(hypotheses: _Hypotheses, fpr: np.ndarray, fnr: np.ndarray) -
     return lo, rejecting
 
 
-def _split(scores: np.ndarray, share: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _split(
+    scores: npt.NDArray[np.float64], share: float, rng: np.random.Generator
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(selection part, certifying part) of one class: a permutation drawn from ``rng``, its first
     round(share·n) scores (at least one, at most n − 1) and the rest."""
     order = rng.permutation(scores.size)
@@ -566,7 +601,15 @@ def _split(scores: np.ndarray, share: float, rng: np.random.Generator) -> tuple[
     return scores[order[:size]], scores[order[size:]]
 
 
-def _best_candidate(hypotheses: _Hypotheses, fp, n_nonmembers, fn, n_members, youden, level: float) -> int:
+def _best_candidate(
+    hypotheses: _Hypotheses,
+    fp: npt.NDArray[np.int64],
+    n_nonmembers: int,
+    fn: npt.NDArray[np.int64],
+    n_members: int,
+    youden: npt.NDArray[np.float64],
+    level: float,
+) -> int:
     """The candidate threshold whose Clopper–Pearson upper bounds (at ``level`` each) on FPR and FNR reject the
     smallest noise scale; ties (or nothing rejected) go to the largest TPR − FPR, then the last candidate."""
     fpr_u = np.asarray(clopper_pearson_upper(fp, n_nonmembers, alpha=level), dtype=float)
@@ -577,7 +620,9 @@ def _best_candidate(hypotheses: _Hypotheses, fp, n_nonmembers, fn, n_members, yo
 
 
 @lru_cache(maxsize=16)
-def _ledger_reference(groups: tuple, statistic: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ledger_reference(
+    groups: tuple[StepGroup, ...], statistic: str
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Candidate thresholds and their (FPR, FNR) on a simulation of the ledger's own mechanism: the quantiles of
     ``LEDGER_REFERENCE_SIZE`` simulated canaries per side (seed ``LEDGER_REFERENCE_SEED``), cached per ledger."""
     z, q = _scaled(groups, 1.0)
@@ -599,7 +644,14 @@ def _ledger_reference(groups: tuple, statistic: str) -> tuple[np.ndarray, np.nda
     return cuts, fpr, fnr
 
 
-def _ledger_threshold(groups, statistic, hypotheses, n_members: int, n_nonmembers: int, level: float) -> float:
+def _ledger_threshold(
+    groups: tuple[StepGroup, ...],
+    statistic: str,
+    hypotheses: _Hypotheses,
+    n_members: int,
+    n_nonmembers: int,
+    level: float,
+) -> float:
     """The threshold chosen on the ledger's simulation: each candidate judged by the counts its simulated rates
     predict on ``n_members`` and ``n_nonmembers`` certifying canaries, at Clopper–Pearson ``level``."""
     cuts, fpr, fnr = _ledger_reference(groups, statistic)
@@ -610,18 +662,18 @@ def _ledger_threshold(groups, statistic, hypotheses, n_members: int, n_nonmember
 
 
 def family_lower_bound(
-    member_scores,
-    nonmember_scores,
+    member_scores: npt.ArrayLike,
+    nonmember_scores: npt.ArrayLike,
     *,
-    noise_multipliers,
-    sample_rates,
+    noise_multipliers: npt.ArrayLike,
+    sample_rates: npt.ArrayLike,
     delta: float,
     confidence: float = 0.95,
     seed: int = 0,
     grid: int = 192,
     selection_share: float = SELECTION_SHARE,
     selection_alpha: float = SELECTION_ALPHA,
-    selection=None,
+    selection: str | Sequence[npt.ArrayLike] | None = None,
     statistic: str | None = None,
 ) -> FamilyBound:
     """Lower bound on ε: the largest ε whose composed-SGM hypothesis the scores reject, at confidence 1 − α.
@@ -707,6 +759,7 @@ def family_lower_bound(
     hypotheses = _hypotheses(groups, delta, grid)
 
     if ledger_selection:  # chosen before any score is read: every score certifies
+        assert statistic is not None  # checked above: one of STATISTICS
         certify_m, certify_n = members, nonmembers
         cut = _ledger_threshold(groups, statistic, hypotheses, members.size, nonmembers.size, selection_alpha)
     else:

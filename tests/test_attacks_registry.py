@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dpaudit._validation import DPAuditError
-from dpaudit.attacks import ATTACKS, get_attack, read_scores_csv
+from dpaudit.attacks import ATTACKS, Attack, AttackScores, get_attack, read_scores_csv, register_attack
 from dpaudit.cli import build_parser
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "params.schema.yaml"
@@ -61,6 +61,12 @@ def test_specs_are_consistent():
         "canary-spread",
     ]
     assert ATTACKS["canary"].claim_key == "epsilon_mechanism" and ATTACKS["loss"].claim_key == "epsilon_run"
+    # the statistic a family bound reads: Λ of every iterate, the final model; none for the spread over the steps
+    assert {name: attack.family_statistic for name, attack in ATTACKS.items() if attack.family_statistic} == {
+        "canary-run": "all-iterates",
+        "canary-final": "final-model",
+    }
+    assert [name for name, attack in ATTACKS.items() if attack.model_scorer is not None] == ["loss", "confidence"]
     with pytest.raises(
         DPAuditError, match="unknown attack 'lira'; choose from: canary, canary-final, canary-run, canary-spread"
     ):
@@ -118,3 +124,68 @@ def test_canary_scores_carry_the_mechanism_claim(tmp_path):
     assert found.selection == "gaussian" and found.epsilon_run is None
     assert found.epsilon_mechanism == observed.mechanism_epsilon(delta=1e-5)
     assert found.audited_steps == 3 and found.mechanism.startswith("one Gaussian step")
+
+
+def test_the_family_statistics_are_those_of_the_family_bound():
+    from dpaudit.attacks import FAMILY_STATISTICS
+    from dpaudit.whole_run import STATISTICS
+
+    assert FAMILY_STATISTICS == STATISTICS
+
+
+def _constant(run_dir, *, epoch, delta):
+    return AttackScores(members=np.ones(4), nonmembers=np.zeros(4))
+
+
+@pytest.fixture
+def restored_attacks():
+    import dpaudit.attacks
+
+    before = dict(dpaudit.attacks._ATTACKS)
+    yield
+    dpaudit.attacks._ATTACKS.clear()
+    dpaudit.attacks._ATTACKS.update(before)
+
+
+def test_register_attack_adds_a_checked_record(tmp_path, restored_attacks):
+    attack = register_attack(name="always-one", description="members score 1, the rest 0", scorer=_constant)
+    assert ATTACKS["always-one"] is attack and list(ATTACKS)[-1] == "always-one"
+    assert attack == Attack("always-one", "members score 1, the rest 0", _constant)
+    found = attack.scores(_run_folder(tmp_path / "run", planned_epsilon=1.5), epoch=2, delta=1e-5)
+    assert found.epsilon_run == 1.5 and found.members.tolist() == [1, 1, 1, 1]
+    with pytest.raises(TypeError):  # keyword-only
+        register_attack("positional", "no", _constant)
+    with pytest.raises(TypeError):
+        ATTACKS["x"] = attack  # read-only: registration goes through register_attack
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"name": "loss"}, "attack 'loss' is already registered (dpaudit.attacks.ATTACKS); choose another name"),
+        ({"name": "scores"}, "attack name 'scores' is reserved"),
+        ({"name": "My_Attack"}, "attack name 'My_Attack' must be lowercase letters, digits and single hyphens"),
+        ({"name": "a--b"}, "attack name 'a--b' must be lowercase letters"),
+        ({"description": "two\nlines"}, "attack 'mine': description must be one non-empty line of text"),
+        ({"description": " "}, "attack 'mine': description must be one non-empty line of text"),
+        ({"needs": ""}, "attack 'mine': needs must be one non-empty line of text"),
+        ({"scorer": "loss"}, "attack 'mine': scorer must be a function, got 'loss'"),
+        ({"model_scorer": 3}, "attack 'mine': model_scorer must be a function, got 3"),
+        ({"whole_run": 1}, "attack 'mine': whole_run must be True or False, got 1"),
+        ({"claim": "epsilon"}, "unknown claim of attack 'mine' 'epsilon'; choose from: mechanism, run"),
+        ({"family_statistic": "final-model"}, "attack 'mine': a family_statistic needs whole_run=True"),
+        ({"family_statistic": "spread", "whole_run": True}, "unknown family_statistic of attack 'mine' 'spread'"),
+    ],
+)
+def test_register_attack_refuses_a_bad_record_in_one_line(change, message, restored_attacks):
+    fields = {"name": "mine", "description": "a test attack", "scorer": _constant, **change}
+    with pytest.raises(DPAuditError) as error:
+        register_attack(**fields)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert list(ATTACKS)[-1] == "canary-spread"
+
+
+def test_a_scorer_that_returns_no_attack_scores_is_named(tmp_path, restored_attacks):
+    register_attack(name="sloppy", description="returns a tuple", scorer=lambda run, *, epoch, delta: ([1.0], [0.0]))
+    with pytest.raises(DPAuditError, match="the scorer of attack 'sloppy' returned tuple, not dpaudit.attacks.Attack"):
+        ATTACKS["sloppy"].scores(_run_folder(tmp_path / "run"), epoch=1, delta=1e-5)

@@ -135,6 +135,7 @@ def test_theory_command_reproduces_figure1_value(capsys):
                 "2",
                 "--eta",
                 "0.2",
+                "--json",
             ]
         )
         == 0
@@ -146,7 +147,7 @@ def test_theory_command_reproduces_figure1_value(capsys):
 def test_theory_flags_the_one_sided_bound_beside_the_exact_accountant(capsys):
     # the DPSGD-GC/DC paper's experimental parameters: z = σb/C = 0.01, q = b/n = 0.01
     argv = ["theory", "dpsgd-gc", "--steps", "1,3", "--alpha", "1.1", "--C", "20", "--sigma", "0.002"]
-    assert main(argv + ["--n", "10000", "--b", "100", "--delta", "1e-5"]) == 0
+    assert main(argv + ["--n", "10000", "--b", "100", "--delta", "1e-5", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert "one direction only" in payload["caveat"]
     assert payload["epsilon_rdp"] == pytest.approx([220.0, 660.0])  # 2αC²T/(nbσ²)
@@ -156,7 +157,7 @@ def test_theory_flags_the_one_sided_bound_beside_the_exact_accountant(capsys):
     assert exact["epsilon_rdp"] == pytest.approx([exact["per_step_rdp"] * t for t in (1, 3)])
     assert exact["epsilon_dp_at_alpha"][0] == pytest.approx(exact["per_step_rdp"] + math.log(1e5) / 0.1)
     argv = ["theory", "feldman2018", "--steps", "1", "--alpha", "1.1", "--C", "2", "--sigma", "4", "--b", "2"]
-    assert main(argv) == 0
+    assert main(argv + ["--json"]) == 0
     assert "caveat" not in json.loads(capsys.readouterr().out)  # only the one-sided bounds carry it
 
 
@@ -178,6 +179,7 @@ def test_theory_epochs_and_conditions(capsys):
                 "8",
                 "--b",
                 "2",
+                "--json",
             ]
         )
         == 0
@@ -194,14 +196,106 @@ def test_attack_on_missing_run_is_one_line(tmp_path, capsys):
 
 
 def test_list_commands(capsys):
-    for what in ("datasets", "models", "optim", "bounds"):
+    for what in ("datasets", "models", "optim", "bounds", "attacks", "settings"):
         assert main(["list", what]) == 0
     out = capsys.readouterr().out
     assert "dpsgd-dc" in out and "resnet18-gn" in out and "cifar10" in out and "kong-ribero2024" in out
+    assert "lira-online" in out and "clip_norm" in out
+
+
+@pytest.mark.parametrize("what", ["attacks", "optim", "settings", "bounds"])
+def test_list_rows_align_and_match_their_json(what, capsys):
+    """Each row is its name, padded to one column past the longest name, then its text; --json lists the same
+    entries in the same order."""
+    assert main(["list", what]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert main(["list", what, "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    names = [entry["name"] for entry in entries]
+    assert len(rows) == len(entries) > 1 and len(set(names)) == len(names)
+    column = max(map(len, names)) + 2
+    for row, name in zip(rows, names):
+        assert row[:column] == name.ljust(column) and row[column] != " ", row
+
+
+def test_list_json_holds_each_registry_record(capsys):
+    from dpaudit import optim
+    from dpaudit.attacks import ATTACKS
+    from dpaudit.settings import SETTINGS
+
+    assert main(["list", "attacks", "--json"]) == 0
+    attacks = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert list(attacks) == list(ATTACKS)
+    assert attacks["canary-final"]["family_statistic"] == "final-model" and attacks["canary"]["claim"] == "mechanism"
+    assert [name for name, entry in attacks.items() if entry["scores_a_model"]] == ["loss", "confidence"]
+    assert main(["list", "settings", "--json"]) == 0
+    settings = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert list(settings) == list(SETTINGS)
+    assert settings["lr"]["default"] == SETTINGS["lr"].default and settings["lr"]["choices"] is None
+    assert any(entry["choices"] for entry in settings.values())
+    assert main(["list", "optim"]) == 0
+    rows = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+    for name in optim.available():  # "no DP claim" once, where it applies
+        said = rows[name].count("no DP claim")
+        assert said == (0 if optim.get_spec(name).dp_claim else 1), rows[name]
+
+
+def test_results_on_stdout_status_on_stderr_json_on_request(tmp_path, capsys):
+    scores = tmp_path / "scores.csv"
+    scores.write_text("score,is_member\n" + "".join(f"{i / 40 + (i % 2)},{i % 2}\n" for i in range(40)))
+    out = tmp_path / "audit.json"
+    assert main(["audit", "--scores", str(scores), "--out", str(out), "--no-plot"]) == 0
+    text = capsys.readouterr()
+    assert text.err == f"wrote {out}\n" and "ε̂" in text.out and "wrote" not in text.out
+    assert main(["audit", "--scores", str(scores), "--out", str(out), "--no-plot", "--json"]) == 0
+    text = capsys.readouterr()
+    [payload] = json.loads(text.out)
+    assert payload == json.loads(out.read_text()) and payload["attack"] == "scores"
+    # members score above every non-member here: AUC 1
+    assert payload["report"]["auc"] == 1.0 and text.err == f"wrote {out}\n"
+
+    common = ["--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"]
+    assert main(["calibrate", "--target-epsilon", "2", *common, "--json"]) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert main(["calibrate", "--target-epsilon", "2", *common]) == 0
+    assert capsys.readouterr().out.startswith(f"z = {calibrated['noise_multiplier']:.6g}: ε = ")
+    z = str(calibrated["noise_multiplier"])
+    assert main(["epsilon", "--noise-multiplier", z, *common, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["epsilon"]["rdp"] == pytest.approx(calibrated["epsilon"], rel=1e-12)
+    assert main(["epsilon", "--noise-multiplier", z, *common]) == 0
+    assert capsys.readouterr().out.startswith(f"ε = {calibrated['epsilon']:.6g} at δ = 1e-05 (rdp accountant")
+
+
+def test_theory_prints_a_table_without_json(capsys):
+    argv = ["theory", "dpsgd-gc", "--steps", "1,3", "--alpha", "1.1", "--C", "20", "--sigma", "0.002"]
+    argv += ["--n", "10000", "--b", "100", "--delta", "1e-5"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "dpsgd-gc at α = 1.1 (C = 20, sigma = 0.002, n = 10000, b = 100)"
+    assert lines[1].split()[:2] == ["T", "ε_RDP"] and "exact ε_RDP" in lines[1]
+    assert lines[2].split()[:2] == ["1", "220"] and lines[3].split()[:2] == ["3", "660"]  # 2αC²T/(nbσ²)
+    assert any(line.startswith("caveat: one direction only") for line in lines)
+    assert main(["theory", "alpha-star", "--q", "0.01", "--sigma", "5"]) == 0
+    assert capsys.readouterr().out.startswith("α*(q = 0.01, σ = 5) = ")
+
+
+def test_python_m_dpaudit_without_torch():
+    """``python -m dpaudit`` is the command; its --help imports no torch (-X importtime lists every import)."""
+    import importlib.metadata
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dpaudit", "--help"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("usage: dpaudit")
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")]
+    assert "dpaudit.cli" in imported and not [name for name in imported if name.split(".")[0] == "torch"]
+    version = subprocess.run([sys.executable, "-m", "dpaudit", "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == f"dpaudit {importlib.metadata.version('dpaudit')}"
 
 
 def test_epsilon_output_says_when_prv_fell_back_to_rdp(capsys):
-    argv = ["epsilon", "--noise-multiplier", "0.5", "--sample-rate", "0.1", "--accountants", "rdp,prv", "--steps"]
+    argv = ["epsilon", "--json", "--noise-multiplier", "0.5", "--sample-rate", "0.1", "--accountants", "rdp,prv"]
+    argv.append("--steps")
     assert main(argv + ["10000"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["epsilon"]["prv"] == payload["epsilon"]["rdp"]  # the RDP bound, reported as such
@@ -296,3 +390,13 @@ def test_train_labels_its_planned_epsilon(dp_claim, sampling, expected):
     )
     assert _planned_epsilon_lines(derived, config) == expected
     assert _planned_epsilon_lines({**derived, "planned_epsilon": None}, config) == []
+
+
+def test_a_missing_optional_dependency_is_one_line_naming_its_extra():
+    from dpaudit.cli import user_error
+
+    missing_torch = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert user_error(missing_torch) == (
+        'this command needs torch, which the core install leaves out: pip install "dpaudit[train]"'
+    )
+    assert user_error(ModuleNotFoundError("No module named 'numpyx'", name="numpyx")) is None  # a bug, not an extra

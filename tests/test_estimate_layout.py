@@ -193,13 +193,30 @@ def test_shared_checks_keep_their_messages():
     assert check_confidence(0.75) == 0.25 and check_seed(np.int64(3)) == 3 and check_delta(0) == 0.0
 
 
-def test_theory_delta_check_keeps_its_own_wording():
-    from dpaudit.theory.dpsgd_dc import rdp_to_dp
+def test_theory_checks_delta_as_everything_else_does():
+    """One check of δ ∈ (0, 1), one wording: the bounds' conversions use check_delta(allow_zero=False)."""
+    from dpaudit.theory.dpsgd_dc import dp_from_linear_rdp, rdp_to_dp
 
-    with pytest.raises(DPAuditError, match="delta must be finite and > 0, got 0"):
-        rdp_to_dp(epsilon_rdp=1.0, alpha=2.0, delta=0)
-    with pytest.raises(DPAuditError, match=r"delta must lie in \(0, 1\), got 1"):
-        rdp_to_dp(epsilon_rdp=1.0, alpha=2.0, delta=1)
+    for delta, message in ((0, r"delta must lie in \(0, 1\), got 0"), (1, r"delta must lie in \(0, 1\), got 1")):
+        with pytest.raises(DPAuditError, match=message):
+            rdp_to_dp(epsilon_rdp=1.0, alpha=2.0, delta=delta)
+        with pytest.raises(DPAuditError, match=message):
+            dp_from_linear_rdp(slope=0.01, delta=delta)
+    with pytest.raises(DPAuditError, match="delta must be a number, got False"):
+        rdp_to_dp(epsilon_rdp=1.0, alpha=2.0, delta=False)
+    with pytest.raises(DPAuditError, match="delta must be finite and ≥ 0, got -0.5"):
+        rdp_to_dp(epsilon_rdp=1.0, alpha=2.0, delta=-0.5)
+
+
+def test_each_checker_name_has_one_meaning():
+    """``check_alpha`` checks a significance level α ∈ (0, 1); a Rényi order α > 1 is ``check_order``."""
+    from dpaudit import _validation
+    from dpaudit.theory import _params
+
+    assert _params.check_order(1.5) == 1.5 and not hasattr(_params, "check_alpha")
+    with pytest.raises(DPAuditError, match=r"alpha must be finite and > 1 \(Rényi order\), got 0.5"):
+        _params.check_order(0.5)
+    assert _validation.check_alpha(0.05) == 0.05 and not hasattr(_validation, "check_order")
 
 
 def _private_estimate_imports(path: Path) -> list[str]:

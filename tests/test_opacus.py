@@ -25,7 +25,7 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.attacks.canary_run import RunCanaryObservations  # noqa: E402
-from dpaudit.opacus import CanaryAudit, accountant_ledger, loader_sampling  # noqa: E402
+from dpaudit.opacus import CanaryAudit, LoaderSampling, accountant_ledger, loader_sampling  # noqa: E402
 
 N = 1797  # digits
 
@@ -356,6 +356,16 @@ def test_refusals():
         audit.record(accountant=PRVAccountant())
     with pytest.raises(DPAuditError, match="history"):
         audit.record(accountant=object())
+
+
+def test_batch_sizes_of_a_poisson_loader_is_a_one_line_error():
+    """A Poisson loader has no fixed batches: ``batch_sizes`` says so instead of numpy's TypeError on None."""
+    poisson = LoaderSampling(scheme="poisson", sample_rate=0.1, dataset_size=100)
+    with pytest.raises(DPAuditError, match="Poisson loader has no fixed batches"):
+        poisson.batch_sizes()
+    # 10 records in batches of 4: 4, 4 and the remaining 2
+    shuffled = LoaderSampling(scheme="shuffle", sample_rate=0.3, dataset_size=10, batch_size=4, steps_per_epoch=3)
+    assert shuffled.batch_sizes().tolist() == [4, 4, 2]
 
 
 def test_saved_record_loads_with_the_engine_loader(tmp_path):

@@ -160,6 +160,29 @@ def test_an_edited_ledger_is_refused_even_with_its_hash_rewritten(run, capsys):
     assert f"where the run planned {planned:g}" in line
 
 
+def test_a_ledger_that_departs_on_purpose_is_read_and_an_edited_rate_is_not(tmp_path, capsys):
+    """dpsgd-gc-understated-q's ledger records q/4 by design (the auditor validation's negative control): its run's
+    ledger is what its optimizer plans, so it is read; the same rate written into a plain dpsgd-gc run's ledger is
+    an edit. (The default pipeline's audit_run_bug jobs failed on the first, before the plan knew of the variant.)"""
+    from dpaudit.optim import UNDERSTATED_SAMPLE_RATE_FACTOR
+    from dpaudit.run import load_ledger
+
+    variant, plain = tmp_path / "understated", tmp_path / "plain"
+    assert train(variant, "--optimizer", "dpsgd-gc-understated-q") == 0
+    assert train(plain) == 0
+    recorded = {run["sample_rate"] for run in load_ledger(variant)["runs"]}
+    (q,) = {run["sample_rate"] for run in load_ledger(plain)["runs"]}
+    assert recorded == {q / UNDERSTATED_SAMPLE_RATE_FACTOR}
+    ledger = plain / "target" / "ledger.json"
+    payload = json.loads(ledger.read_text())
+    for entry in payload["runs"]:
+        entry["sample_rate"] = q / UNDERSTATED_SAMPLE_RATE_FACTOR
+    ledger.write_text(json.dumps(payload))
+    integrity.record_write(ledger)
+    assert main(["epsilon", "--run", str(plain)]) == 2
+    assert f"sample rate q = {q / UNDERSTATED_SAMPLE_RATE_FACTOR:g} where the run planned {q:g}" in error_line(capsys)
+
+
 def test_an_interrupted_run_is_refused_wherever_it_is_read(tmp_path, monkeypatch, capsys):
     out = tmp_path / "cut"
     with monkeypatch.context() as patch:

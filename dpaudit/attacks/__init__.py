@@ -3,9 +3,11 @@
 :data:`ATTACKS` holds one :class:`Attack` per name, in the order the command line lists them: what a run needs
 for it (shadow models, paired halves, canaries, the scores of ``dpaudit attack``), how it scores the run's target
 (:meth:`Attack.scores` → :class:`AttackScores`: member and non-member scores, and the ε the run claims against
-them) and which claimed ε an audit compares with. The command line (``dpaudit audit``, the reproduction's
-``validation``), the run summaries (:func:`dpaudit.summary.summarize_run`) and the workflow schema (a test checks its
-``attacks`` enums) all read it, so adding an attack is one entry in :data:`ATTACKS`.
+them), which claimed ε an audit compares with, and which whole-run statistic its scores are. The command line
+(``dpaudit audit``, ``dpaudit list attacks``, the reproduction's ``validation``), :func:`dpaudit.audit.audit_model`,
+the run summaries (:func:`dpaudit.summary.summarize_run`) and the workflow schema (a test checks its ``attacks``
+enums) all read it, so adding an attack is one call of :func:`register_attack`, from inside dpaudit or from a plugin
+module of your own (:mod:`dpaudit.plugins`).
 
 Importing this package loads no torch: each scorer imports its module (which does) when it first runs, and the
 shadow-model attack's names load on first use.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +37,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _SHADOW_NAMES = ("AttackResult", "ShadowAttackConfig", "attack_run", "shadow_attack")
 
-__all__ = ["ATTACKS", "Attack", "AttackScores", "get_attack", "read_scores_csv", *_SHADOW_NAMES]
+__all__ = ["ATTACKS", "Attack", "AttackScores", "get_attack", "read_scores_csv", "register_attack", *_SHADOW_NAMES]
+
+#: The whole-run statistics a family bound reads scores as (``statistic`` of
+#: :func:`dpaudit.whole_run.family_lower_bound`; a test keeps this equal to ``dpaudit.whole_run.STATISTICS``).
+FAMILY_STATISTICS = ("all-iterates", "final-model")
+#: What an attack may claim against it: the run's composed ε or the ε of the mechanism each trial faces.
+CLAIMS = ("run", "mechanism")
+#: Names an audit's JSON already gives to audits without a registered attack (``--scores``, ``--canary-record``).
+RESERVED_NAMES = ("scores", "canary-record")
+_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,13 +81,15 @@ class AttackScores:
 
 @dataclass(frozen=True)
 class Attack:
-    """One membership-inference attack on a ``dpaudit train`` run.
+    """One membership-inference attack on a ``dpaudit train`` run (register one with :func:`register_attack`).
 
     Attributes:
-        name: its name in ``dpaudit audit --attack`` and in params.yaml's ``audit.attacks``.
+        name: its name in ``dpaudit audit --attack`` and in params.yaml's ``audit.attacks``: lowercase letters,
+            digits and single hyphens, starting with a letter (it names the file ``audit_<name>.json``).
         description: one line.
         scorer: ``scorer(run_dir, *, epoch, delta) -> AttackScores``, without ``epsilon_run`` (which
-            :meth:`scores` adds).
+            :meth:`scores` adds); ``run_dir`` is a ``pathlib.Path``, ``epoch`` the checkpoint epoch (None for a
+            whole-run attack), ``delta`` the audit's δ.
         needs: what the run needs beyond a plain ``dpaudit train``, as ``dpaudit audit --help`` says it; None:
             nothing.
         needs_shadows: it scores the target with the run's shadow models; the attacks without them are those a
@@ -83,6 +97,16 @@ class Attack:
         whole_run: it scores the whole run (every step) instead of one checkpoint epoch.
         claim: the ε the run claims against it: "run" (the composed ε of the whole run, ``epsilon_run``) or
             "mechanism" (the ε of the mechanism each trial faces, ``epsilon_mechanism``).
+        family_statistic: for whole-run canary scores that come with a ledger (:attr:`AttackScores.ledger`), the
+            statistic the family lower bound reads them as (:data:`FAMILY_STATISTICS`: "all-iterates", Λ of
+            every iterate, or "final-model", the final model only, which also reports the last-iterate heuristic
+            ε); None: no family bound (every other attack, and a statistic outside the family such as the
+            spread over the steps).
+        model_scorer: ``model_scorer(model, records, *, device) -> scores``: the per-record scores (higher =
+            member) of a model in memory, for :func:`dpaudit.audit.audit_model`; None: the attack needs a run.
+
+    Raises:
+        DPAuditError: one line naming the field, for a record that breaks any of the above.
     """
 
     name: str
@@ -92,6 +116,33 @@ class Attack:
     needs_shadows: bool = False
     whole_run: bool = False
     claim: str = "run"
+    family_statistic: str | None = None
+    model_scorer: Callable[..., np.ndarray] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise DPAuditError(
+                f"attack name {brief(self.name)} must be lowercase letters, digits and single hyphens, starting "
+                "with a letter (e.g. 'my-attack')"
+            )
+        where = f"attack {self.name!r}"
+        for key in ("description", "needs"):
+            text = getattr(self, key)
+            if (text is not None or key == "description") and (
+                not isinstance(text, str) or not text.strip() or "\n" in text
+            ):
+                raise DPAuditError(f"{where}: {key} must be one non-empty line of text, got {brief(text)}")
+        for key in ("scorer", "model_scorer"):
+            if not callable(getattr(self, key)) and (key == "scorer" or getattr(self, key) is not None):
+                raise DPAuditError(f"{where}: {key} must be a function, got {brief(getattr(self, key))}")
+        for key in ("needs_shadows", "whole_run"):
+            if not isinstance(getattr(self, key), bool):
+                raise DPAuditError(f"{where}: {key} must be True or False, got {brief(getattr(self, key))}")
+        check_choice(f"claim of {where}", self.claim, CLAIMS)
+        if self.family_statistic is not None:
+            check_choice(f"family_statistic of {where}", self.family_statistic, FAMILY_STATISTICS)
+            if not self.whole_run:
+                raise DPAuditError(f"{where}: a family_statistic needs whole_run=True (it reads a run's ledger)")
 
     @property
     def claim_key(self) -> str:
@@ -109,10 +160,19 @@ class Attack:
 
         Returns:
             The scores, with ``epsilon_run`` read from the run's config.json.
+
+        Raises:
+            DPAuditError: the scorer returned something other than :class:`AttackScores` (a plugin's bug, named
+                in one line).
         """
         run = Path(run_dir)
         planned = read_json(RunDir(run).config)["derived"].get("planned_epsilon")
-        return replace(self.scorer(run, epoch=epoch, delta=delta), epsilon_run=planned)
+        found = self.scorer(run, epoch=epoch, delta=delta)
+        if not isinstance(found, AttackScores):
+            raise DPAuditError(
+                f"the scorer of attack {self.name!r} returned {type(found).__name__}, not dpaudit.attacks.AttackScores"
+            )
+        return replace(found, epsilon_run=planned)
 
 
 _MEMBER_VALUES = {"0": 0, "1": 1, "false": 0, "true": 1}
@@ -211,6 +271,15 @@ def _lira_scorer(variant: str) -> Callable[..., AttackScores]:
     return scorer
 
 
+def _model_scorer(signal: str) -> Callable[..., np.ndarray]:
+    def model_scorer(model: Any, records: Any, *, device: Any = "cpu") -> np.ndarray:
+        from dpaudit.attacks.loss import loss_scores
+
+        return loss_scores(model, records, signal=signal, device=device)
+
+    return model_scorer
+
+
 def _shadow_scores(run: Path, *, epoch: int, delta: float) -> AttackScores:
     path = RunDir(run).scores(epoch)
     if not path.is_file():
@@ -258,69 +327,142 @@ def _run_canary_scorer(statistic: str) -> Callable[..., AttackScores]:
 _HALVES = "runs trained with --split-design halves"
 _WHOLE_RUN_CANARIES = "after training with --canaries M --canary-design whole-run"
 
-#: Every attack by name, in the order ``dpaudit audit --attack`` and the workflow schema list them.
-ATTACKS: Mapping[str, Attack] = MappingProxyType(
-    {
-        attack.name: attack
-        for attack in (
-            Attack("loss", "−cross-entropy of the target at a checkpoint (Yeom et al. 2018)", _loss_scorer("loss")),
-            Attack("confidence", "true-class probability of the target at a checkpoint", _loss_scorer("confidence")),
-            Attack(
-                "shadow",
-                "the DPSGD-GC/DC paper's shadow-model attack (scores written by `dpaudit attack`)",
-                _shadow_scores,
-                needs="after `dpaudit attack`",
-                needs_shadows=True,
-            ),
-            Attack(
-                "lira-online",
-                "LiRA (Carlini et al. 2022), in and out Gaussians from the shadows",
-                _lira_scorer("online"),
-                needs=_HALVES,
-                needs_shadows=True,
-            ),
-            Attack(
-                "lira-offline",
-                "LiRA (Carlini et al. 2022), the out Gaussian alone",
-                _lira_scorer("offline"),
-                needs=_HALVES,
-                needs_shadows=True,
-            ),
-            Attack(
-                "canary",
-                "white-box gradient canaries, every audited step of the run",
-                _canary_scores,
-                needs="after training with --canaries M",
-                whole_run=True,
-                claim="mechanism",
-            ),
-            Attack(
-                "canary-run",
-                "whole-run canaries, every iterate seen: the log likelihood ratio of member against non-member",
-                _run_canary_scorer("all"),
-                needs=_WHOLE_RUN_CANARIES,
-                whole_run=True,
-                claim="run",
-            ),
-            Attack(
-                "canary-final",
-                "whole-run canaries, the final model only: the canary coordinate's total update",
-                _run_canary_scorer("final"),
-                needs=_WHOLE_RUN_CANARIES,
-                whole_run=True,
-                claim="run",
-            ),
-            Attack(
-                "canary-spread",
-                "whole-run canaries, white box, every iterate: each canary's spread over the steps, a test of the "
-                "noise's independence across steps",
-                _run_canary_scorer("spread"),
-                needs=_WHOLE_RUN_CANARIES,
-                whole_run=True,
-                claim="run",
-            ),
-        )
-    }
+_ATTACKS: dict[str, Attack] = {}
+#: Every attack by name, in the order of registration (``dpaudit audit --attack``, ``dpaudit list attacks`` and the
+#: workflow schema list them so): dpaudit's own, then those of plugins. Read-only: add one with
+#: :func:`register_attack`.
+ATTACKS: Mapping[str, Attack] = MappingProxyType(_ATTACKS)
+
+
+def register_attack(
+    *,
+    name: str,
+    description: str,
+    scorer: Callable[..., AttackScores],
+    needs: str | None = None,
+    needs_shadows: bool = False,
+    whole_run: bool = False,
+    claim: str = "run",
+    family_statistic: str | None = None,
+    model_scorer: Callable[..., np.ndarray] | None = None,
+) -> Attack:
+    """Add an attack to :data:`ATTACKS`, from dpaudit or from outside it, and return its record.
+
+    Once registered (before the command line is built: at the import of a plugin module, see
+    :mod:`dpaudit.plugins`), ``dpaudit audit --run RUN --attack NAME`` scores runs with it, ``dpaudit list
+    attacks`` lists it and, with a ``model_scorer``, :func:`dpaudit.audit.audit_model` accepts it.
+
+    Args:
+        name: lowercase letters, digits and single hyphens, starting with a letter; not a registered name, nor
+            one of :data:`RESERVED_NAMES`.
+        description: one line, shown by ``dpaudit list attacks``.
+        scorer: ``scorer(run_dir: Path, *, epoch: int | None, delta: float) -> AttackScores``: the member and
+            non-member scores (higher = member) of the run's target at checkpoint ``epoch`` (None when
+            ``whole_run``); δ is the audit's.
+        needs, needs_shadows, whole_run, claim, family_statistic, model_scorer: as the fields of
+            :class:`Attack`.
+
+    Returns:
+        The validated :class:`Attack`.
+
+    Raises:
+        DPAuditError: one line, for a name already registered or reserved, or a field :class:`Attack` refuses.
+
+    Example:
+        >>> import numpy as np
+        >>> from dpaudit import DPAuditError
+        >>> from dpaudit.attacks import AttackScores, register_attack
+        >>> def constant(run_dir, *, epoch, delta):  # every record scores 0: an attack that finds nothing
+        ...     return AttackScores(members=np.zeros(3), nonmembers=np.zeros(3))
+        >>> try:
+        ...     register_attack(name="loss", description="the same name again", scorer=constant)
+        ... except DPAuditError as error:
+        ...     print(error)
+        attack 'loss' is already registered (dpaudit.attacks.ATTACKS); choose another name
+    """
+    attack = Attack(
+        name=name,
+        description=description,
+        scorer=scorer,
+        needs=needs,
+        needs_shadows=needs_shadows,
+        whole_run=whole_run,
+        claim=claim,
+        family_statistic=family_statistic,
+        model_scorer=model_scorer,
+    )
+    if name in _ATTACKS:
+        raise DPAuditError(f"attack {name!r} is already registered (dpaudit.attacks.ATTACKS); choose another name")
+    if name in RESERVED_NAMES:
+        raise DPAuditError(f"attack name {name!r} is reserved (an audit's JSON names its own {name!r} audits)")
+    _ATTACKS[name] = attack
+    return attack
+
+
+register_attack(
+    name="loss",
+    description="−cross-entropy of the target at a checkpoint (Yeom et al. 2018)",
+    scorer=_loss_scorer("loss"),
+    model_scorer=_model_scorer("loss"),
+)
+register_attack(
+    name="confidence",
+    description="true-class probability of the target at a checkpoint",
+    scorer=_loss_scorer("confidence"),
+    model_scorer=_model_scorer("confidence"),
+)
+register_attack(
+    name="shadow",
+    description="the DPSGD-GC/DC paper's shadow-model attack (scores written by `dpaudit attack`)",
+    scorer=_shadow_scores,
+    needs="after `dpaudit attack`",
+    needs_shadows=True,
+)
+register_attack(
+    name="lira-online",
+    description="LiRA (Carlini et al. 2022), in and out Gaussians from the shadows",
+    scorer=_lira_scorer("online"),
+    needs=_HALVES,
+    needs_shadows=True,
+)
+register_attack(
+    name="lira-offline",
+    description="LiRA (Carlini et al. 2022), the out Gaussian alone",
+    scorer=_lira_scorer("offline"),
+    needs=_HALVES,
+    needs_shadows=True,
+)
+register_attack(
+    name="canary",
+    description="white-box gradient canaries, every audited step of the run",
+    scorer=_canary_scores,
+    needs="after training with --canaries M",
+    whole_run=True,
+    claim="mechanism",
+)
+register_attack(
+    name="canary-run",
+    description="whole-run canaries, every iterate seen: the log likelihood ratio of member against non-member",
+    scorer=_run_canary_scorer("all"),
+    needs=_WHOLE_RUN_CANARIES,
+    whole_run=True,
+    family_statistic="all-iterates",
+)
+register_attack(
+    name="canary-final",
+    description="whole-run canaries, the final model only: the canary coordinate's total update",
+    scorer=_run_canary_scorer("final"),
+    needs=_WHOLE_RUN_CANARIES,
+    whole_run=True,
+    family_statistic="final-model",
+)
+register_attack(
+    name="canary-spread",
+    description="whole-run canaries, white box, every iterate: each canary's spread over the steps, a test of the "
+    "noise's independence across steps",
+    scorer=_run_canary_scorer("spread"),
+    needs=_WHOLE_RUN_CANARIES,
+    whole_run=True,
 )
 
 

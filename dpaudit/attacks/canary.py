@@ -74,8 +74,10 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from dpaudit._io import atomic_write_bytes, read_json, write_json
@@ -85,6 +87,9 @@ from dpaudit.estimate import gdp_epsilon
 from dpaudit.integrity import verify_file
 from dpaudit.observers import TrainingObserver
 from dpaudit.optim import ProjectedNoise, StepCost, projected_dimension
+
+if TYPE_CHECKING:
+    from dpaudit.optim import MaskedSupport, Optimizer
 
 ALIGNED_SPECTRUM = 3  # a projection-aligned canary tensor keeps p ≥ 3m singular directions; the canaries take the top m
 
@@ -106,9 +111,9 @@ class CanaryObservations:
             `scores` keeps one trial per step, canary 0's.
     """
 
-    bits: np.ndarray
-    observations: np.ndarray
-    noise_multipliers: np.ndarray
+    bits: npt.NDArray[np.bool_]
+    observations: npt.NDArray[np.float64]
+    noise_multipliers: npt.NDArray[np.float64]
     clip_norm: float
     design: str = "dirac"
     independent_canaries: bool = True
@@ -119,7 +124,7 @@ class CanaryObservations:
         canaries, else "split" (the support's 0/1 scores; noise levels, 0 where the noise depends on the batch)."""
         return "gaussian" if self.design in ("dirac", "projection-aligned") else "split"
 
-    def audited_steps(self) -> np.ndarray:
+    def audited_steps(self) -> npt.NDArray[np.bool_]:
         """[T] bool: the steps at the run's smallest z, whose trials face the mechanism `mechanism_epsilon` names.
 
         A step with a larger z is a weaker mechanism: pooling its trials keeps the audit valid but dilutes it,
@@ -130,7 +135,7 @@ class CanaryObservations:
             return np.ones(self.bits.shape[0], dtype=bool)
         return z <= z.min() * (1 + 1e-9)
 
-    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(member scores, non-member scores) of the audited steps: observations with bit 1 and with bit 0, of
         every canary, or of canary 0 alone where the canaries of a step are not independent trials."""
         steps = self.audited_steps()
@@ -149,6 +154,7 @@ class CanaryObservations:
         return gdp_epsilon(mu=mu, delta=delta)
 
     def save(self, path: str | Path) -> Path:
+        """Write the arrays to ``path`` (npz) and the settings to its .json sidecar, each atomically."""
         path = Path(path)
         write_json(
             path.with_suffix(".json"),
@@ -168,6 +174,7 @@ class CanaryObservations:
 
     @classmethod
     def load(cls, path: str | Path) -> CanaryObservations:
+        """Read a ``save``d file."""
         path = Path(path)
         if not path.is_file():
             raise DPAuditError(f"no canary observations at {path}; train with --canaries M")
@@ -183,9 +190,9 @@ class CanaryObservations:
         return cls(bits, observations, z, clip_norm, design, independent_canaries=independent)
 
 
-def _npz_bytes(**arrays: np.ndarray) -> bytes:
+def _npz_bytes(**arrays: npt.NDArray[Any]) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]  # array names, never savez's own keyword allow_pickle
     return buffer.getvalue()
 
 
@@ -202,6 +209,11 @@ def canary_dimension(
     while projected_dimension(dimension, rate=reduction_rate, convention=reduction_convention) < needed:
         dimension += 1
     return dimension
+
+
+def _masked(optimizer: Optimizer) -> MaskedSupport:
+    """The optimizer of a support-design run: TrainConfig admits AdaDPIGU and the two-phase sparse ones only."""
+    return cast("MaskedSupport", optimizer)
 
 
 class GradientCanaries(TrainingObserver):
@@ -232,13 +244,13 @@ class GradientCanaries(TrainingObserver):
         count: int,
         clip_norm: float,
         seed: int,
-        device,
-        dtype,
+        device: torch.device | str,
+        dtype: torch.dtype,
         design: str = "dirac",
         dimension: int | None = None,
         norm_factor: float = 1e3,
         path: str | Path | None = None,
-    ):
+    ) -> None:
         check_choice("canary design", design, CANARY_DESIGNS)
         self.count = count
         self.design = design
@@ -246,13 +258,13 @@ class GradientCanaries(TrainingObserver):
         self.norm = norm_factor * clip_norm
         self.clip_norm = clip_norm
         self.rng = np.random.default_rng([seed, 0xCA2A])
-        self._bits: list[np.ndarray] = []
-        self._observations: list[np.ndarray] = []
+        self._bits: list[npt.NDArray[np.bool_]] = []
+        self._observations: list[npt.NDArray[np.float64]] = []
         self._noise: list[float] = []
-        self._current: np.ndarray | None = None
+        self._current: npt.NDArray[np.bool_] | None = None
         self._aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (A, V [m, d], s [m])
-        self._fixed_bits: np.ndarray | None = None  # support design: b_j for every dense step
-        self._support: np.ndarray | None = None  # support design: the learned support at the canaries
+        self._fixed_bits: npt.NDArray[np.bool_] | None = None  # support design: b_j for every dense step
+        self._support: npt.NDArray[np.float64] | None = None  # support design: the learned support at the canaries
         self._projected = False  # whether the optimizer projects (``ProjectedNoise``): set by ``after_update``
         self.path = Path(path) if path is not None else None
 
@@ -266,7 +278,7 @@ class GradientCanaries(TrainingObserver):
         """The canary tensor, the optimizer's last parameter."""
         return (self.parameter,)
 
-    def accumulate(self, optimizer, grads: Sequence[torch.Tensor], *, records: int) -> list[torch.Tensor]:
+    def accumulate(self, optimizer: Optimizer, grads: Sequence[torch.Tensor], *, records: int) -> list[torch.Tensor]:
         """The records' gradients (zeroed for the noise-scale design) and their zero gradients at the canary
         tensor, a coordinate no loss touches."""
         if self.zeroes_records:  # the noise-scale audit's dataset: records with zero gradients
@@ -274,11 +286,12 @@ class GradientCanaries(TrainingObserver):
         shape = (records, *self.parameter.shape) if optimizer.per_sample else self.parameter.shape
         return list(grads) + [self.parameter.new_zeros(shape)]
 
-    def directions(self, optimizer) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def directions(self, optimizer: Optimizer) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(v_j as rows [m, d], scales s_j [m]) this step, or None for Dirac canaries (v_j = e_j, s_j = 1)."""
         if self.design != "projection-aligned":
             return None
-        matrix = optimizer.matrices()[-1]  # the canary tensor is the optimizer's last parameter
+        # TrainConfig admits this design for ProjectedNoise optimizers only; the canary tensor is the last parameter
+        matrix = cast(ProjectedNoise, optimizer).matrices()[-1]
         if self._aligned is None or self._aligned[0] is not matrix:
             left, singular, _ = torch.linalg.svd(matrix.double(), full_matrices=False)
             self._aligned = (
@@ -288,11 +301,11 @@ class GradientCanaries(TrainingObserver):
             )
         return self._aligned[1], self._aligned[2]
 
-    def before_update(self, optimizer, *, epoch: int) -> None:
+    def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         """Draw this step's bits and feed the included canaries to the optimizer as extra records."""
         if self.design != "support":
             bits = self.rng.random(self.count) < 0.5
-        elif optimizer.mask is None:  # a dense step: the same canaries in every one
+        elif _masked(optimizer).mask is None:  # a dense step: the same canaries in every one
             if self._fixed_bits is None:
                 self._fixed_bits = self.rng.random(self.count) < 0.5
             bits = self._fixed_bits
@@ -319,26 +332,31 @@ class GradientCanaries(TrainingObserver):
             zeros = [torch.zeros_like(p) for p in model_params]
             optimizer.accumulate(zeros + [rows.sum(0) / optimizer.hyper.expected_batch_size])
 
-    def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
+    def after_update(self, optimizer: Optimizer, cost: StepCost | None, *, epoch: int) -> None:
         """Record each canary's score in the released update (before momentum) and the step's z
         (``cost.noise_multiplier``)."""
         z = float(cost.noise_multiplier) if cost is not None else 0.0
         if self.design == "support":
             if self._support is None:  # a dense step the canaries were in (or out of)
                 self._noise.append(z)
-                if optimizer.mask is not None:  # chosen after this step
-                    self._support = optimizer.mask[-1].detach().double().cpu().numpy().copy()
+                mask = _masked(optimizer).mask
+                if mask is not None:  # chosen after this step
+                    self._support = mask[-1].detach().double().cpu().numpy().copy()
             return
         self._projected = isinstance(optimizer, ProjectedNoise)
-        update = optimizer.last_update[-1].detach()
+        released = optimizer.last_update
+        assert released is not None  # kept for an observer that reads_updates
+        update = released[-1].detach()
         if self.design == "dirac":
             scores = update
         elif self.design == "noise-scale":  # the model's coordinates: no record moves them (zeroed gradients)
-            model = torch.cat([part.detach().reshape(-1) for part in optimizer.last_update[:-1]])
+            model = torch.cat([part.detach().reshape(-1) for part in released[:-1]])
             scores = model.double().pow(2).mean().sqrt().reshape(1)
         else:  # the directions of the step just taken (cached before it; the next step may redraw A)
+            assert self._aligned is not None  # set by directions() in before_update
             _, directions, scales = self._aligned
             scores = directions @ update / scales
+        assert self._current is not None  # drawn by before_update
         self._observations.append(scores.double().cpu().numpy().copy())
         self._bits.append(self._current)
         self._noise.append(z)
@@ -349,10 +367,14 @@ class GradientCanaries(TrainingObserver):
             self.result().save(self.path)
 
     def result(self) -> CanaryObservations:
+        """The observations so far."""
         if self.design == "support":
             if self._support is None:  # an epoch end before the support is chosen
                 bits, observations = np.zeros((0, self.count), dtype=bool), np.zeros((0, self.count))
             else:
+                # the support is learned after dense steps (TrainConfig admits AdaDPIGU and two-phase optimizers
+                # only), whose bits were drawn then
+                assert self._fixed_bits is not None
                 bits, observations = self._fixed_bits[None, :], self._support[None, :]
             return CanaryObservations(bits, observations, np.array(self._noise), self.clip_norm, self.design)
         return CanaryObservations(

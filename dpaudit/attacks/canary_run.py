@@ -72,8 +72,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from dpaudit._device import host_to_device, one_cpu_thread
@@ -86,6 +88,9 @@ from dpaudit.optim import StepCost
 from dpaudit.rundir import RunDir
 from dpaudit.theory.tradeoff import group_steps
 from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, spread_scores, step_log_ratio
+
+if TYPE_CHECKING:
+    from dpaudit.optim import Optimizer, PrivateOptimizer
 
 DESIGN = "whole-run"
 NORM_FACTOR = 1e3  # K = 1e3·C: clipping (or normalising) brings a canary to (about) C, as GradientCanaries
@@ -130,20 +135,20 @@ class RunCanaryObservations:
         standardised_sum_of_squares: [M] float64 Σ_t x_tj²/σ_t²; None where ``standardised_sum`` is.
     """
 
-    members: np.ndarray
-    noise_multipliers: np.ndarray
-    sample_rates: np.ndarray
-    noise_std: np.ndarray
+    members: npt.NDArray[np.bool_]
+    noise_multipliers: npt.NDArray[np.float64]
+    sample_rates: npt.NDArray[np.float64]
+    noise_std: npt.NDArray[np.float64]
     clip_norm: float
     magnitude: float
     contribution: float
     batch_size: int
     sampling: str
-    all_iterates_scores: np.ndarray
-    final_model_scores: np.ndarray
-    observations: np.ndarray | None = None
-    standardised_sum: np.ndarray | None = None
-    standardised_sum_of_squares: np.ndarray | None = None
+    all_iterates_scores: npt.NDArray[np.float64]
+    final_model_scores: npt.NDArray[np.float64]
+    observations: npt.NDArray[np.float32] | None = None
+    standardised_sum: npt.NDArray[np.float64] | None = None
+    standardised_sum_of_squares: npt.NDArray[np.float64] | None = None
 
     @property
     def steps(self) -> int:
@@ -151,7 +156,9 @@ class RunCanaryObservations:
         return int(np.size(self.noise_std))
 
     @staticmethod
-    def statistics_of(observations: np.ndarray, *, noise_std, sample_rates) -> tuple[np.ndarray, np.ndarray]:
+    def statistics_of(
+        observations: npt.ArrayLike, *, noise_std: npt.ArrayLike, sample_rates: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(Λ, Σ_t x_t), each [M] float64, recomputed from [T, M] observations: the statistics of
         :func:`dpaudit.whole_run.likelihood_ratio_scores` (with the noise std σ_t and the sample rates q_t) and
         :func:`dpaudit.whole_run.final_model_scores`; NaN where one is undefined (non-finite observations, σ_t = 0),
@@ -160,7 +167,7 @@ class RunCanaryObservations:
         count, steps = by_canary.shape
         if steps == 0:
             return np.zeros(count), np.zeros(count)
-        statistics = []
+        statistics: list[npt.NDArray[np.float64]] = []
         for statistic in (
             lambda: likelihood_ratio_scores(by_canary, noise_multipliers=noise_std, sample_rates=sample_rates),
             lambda: final_model_scores(by_canary),
@@ -172,7 +179,9 @@ class RunCanaryObservations:
         return statistics[0], statistics[1]
 
     @staticmethod
-    def spread_sums_of(observations: np.ndarray, *, noise_std) -> tuple[np.ndarray, np.ndarray]:
+    def spread_sums_of(
+        observations: npt.ArrayLike, *, noise_std: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(Σ_t x_t/σ_t, Σ_t x_t²/σ_t²), each [M] float64, recomputed from [T, M] observations (zeros for no step):
         the sums of :func:`dpaudit.whole_run.spread_scores`."""
         by_canary = np.asarray(observations, dtype=float).T  # [M, T]
@@ -182,7 +191,7 @@ class RunCanaryObservations:
             standardised = by_canary / np.asarray(noise_std, dtype=float)
         return standardised.sum(axis=1), np.square(standardised).sum(axis=1)
 
-    def spread(self) -> np.ndarray:
+    def spread(self) -> npt.NDArray[np.float64]:
         """[M] S_j = Σ_t (x_tj/σ_t − mean)², each canary's spread over the steps
         (:func:`dpaudit.whole_run.spread_scores`), from the sums summed online.
 
@@ -200,7 +209,7 @@ class RunCanaryObservations:
             standardised_sum_of_squares=self.standardised_sum_of_squares,
         )
 
-    def scores(self, statistic: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, statistic: str = "all") -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(member scores, non-member scores), one per canary.
 
         Args:
@@ -258,7 +267,8 @@ class RunCanaryObservations:
             arrays["standardised_sum_of_squares"] = np.asarray(self.standardised_sum_of_squares, dtype=float)
         if self.observations is not None:
             arrays["observations"] = self.observations.astype(np.float32, copy=False)
-        return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))
+        # the keys are array names, never savez's own keyword allow_pickle
+        return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]
 
     @classmethod
     def load(cls, path: str | Path) -> RunCanaryObservations:
@@ -273,7 +283,8 @@ class RunCanaryObservations:
         verify_file(path)
         try:
             with np.load(path, allow_pickle=False) as data:
-                arrays = {name: data[name] for name in ("members", "noise_multipliers", "sample_rates", "noise_std")}
+                names = ("members", "noise_multipliers", "sample_rates", "noise_std")
+                arrays: dict[str, Any] = {name: data[name] for name in names}  # the fields, by name
                 arrays["observations"] = data["observations"] if "observations" in data.files else None
                 if "all_iterates_scores" in data.files:
                     arrays["all_iterates_scores"] = data["all_iterates_scores"]
@@ -290,7 +301,7 @@ class RunCanaryObservations:
                         arrays["observations"], noise_std=arrays["noise_std"]
                     )
             sidecar = read_json(path.with_suffix(".json"))
-            settings = {
+            settings: dict[str, Any] = {
                 "clip_norm": float(sidecar["clip_norm"]),
                 "magnitude": float(sidecar["magnitude"]),
                 "contribution": float(sidecar["contribution"]),
@@ -346,13 +357,13 @@ class RunCanaries(TrainingObserver):
         clip_norm: float,
         seed: int,
         sampling: str,
-        device,
-        dtype,
+        device: torch.device | str,
+        dtype: torch.dtype,
         norm_factor: float = NORM_FACTOR,
         path: str | Path | None = None,
         save_every: float = SAVE_EVERY_SECONDS,
         keep_observations: bool | None = None,
-    ):
+    ) -> None:
         check_choice("sampling", sampling, SAMPLING_SCHEMES)
         if norm_factor < 1:
             raise DPAuditError(f"norm_factor must be ≥ 1 (a canary's norm K ≥ C); got {norm_factor}")
@@ -385,7 +396,7 @@ class RunCanaries(TrainingObserver):
         # per step
         self._noise_multipliers: list[float] = []
         self._sample_rates: list[float] = []
-        self._slots: np.ndarray | None = None  # shuffle: each member's batch of this epoch
+        self._slots: npt.NDArray[np.int64] | None = None  # shuffle: each member's batch of this epoch
         self._step_in_epoch = 0
         self._recorded = 0  # steps whose observations are in ``_observations``
         self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
@@ -396,7 +407,7 @@ class RunCanaries(TrainingObserver):
         """The canary block, the optimizer's last parameter."""
         return (self.parameter,)
 
-    def attach(self, optimizer) -> None:
+    def attach(self, optimizer: Optimizer) -> None:
         """Make the canary block the optimizer's audit block (its noise stream of its own), read the
         normalisation c = φ(K)·K and b from it, and decide whether to keep the observations (T·M)."""
         if optimizer.params[-1] is not self.parameter:
@@ -404,7 +415,8 @@ class RunCanaries(TrainingObserver):
         generator = torch.Generator(device=self.parameter.device).manual_seed(self._noise_seed)
         optimizer.set_audit_block(1, generator=generator)  # a one-line error for optimizers that cannot keep one
         hyper = optimizer.hyper
-        self.contribution = optimizer.dirac_contribution(self.magnitude)
+        # set_audit_block succeeded: a PrivateOptimizer (the only optimizers that take Dirac records)
+        self.contribution = cast("PrivateOptimizer", optimizer).dirac_contribution(self.magnitude)
         self.batch_size = hyper.expected_batch_size
         self.epochs = hyper.epochs
         steps = hyper.steps_per_epoch * hyper.epochs
@@ -416,7 +428,7 @@ class RunCanaries(TrainingObserver):
         if self.keeps_observations:
             self._observations = np.zeros((steps, self.count), dtype=np.float32)
 
-    def begin_epoch(self, optimizer, *, epoch: int) -> None:
+    def begin_epoch(self, optimizer: Optimizer, *, epoch: int) -> None:
         """Shuffled batches: put each member in one batch of the epoch, as a record of the permutation."""
         self._step_in_epoch = 0
         if self.sampling == "shuffle":
@@ -426,18 +438,20 @@ class RunCanaries(TrainingObserver):
             sizes[-1] = n - (steps - 1) * b
             self._slots = self.rng.choice(steps, size=self._member_coordinates.size, p=sizes / n)
 
-    def present(self, optimizer) -> np.ndarray:
+    def present(self, optimizer: Optimizer) -> npt.NDArray[np.intp]:
         """The coordinates of the members in this step's batch (draws from the sampling stream)."""
         members = self._member_coordinates.size
+        drawn: npt.NDArray[np.int64] | npt.NDArray[np.bool_]  # which members: indices, or a mask over them
         if self.sampling == "poisson":  # each member independently with probability q: a uniform subset of
             # Binomial(members, q) members (fewer draws than one uniform per member)
             count = self.rng.binomial(members, optimizer.hyper.sample_rate)
             drawn = self.rng.choice(members, size=count, replace=False, shuffle=False)  # distinct, in no order
         else:
+            assert self._slots is not None  # begin_epoch drew this epoch's batch of each member
             drawn = self._slots == self._step_in_epoch
         return self._member_coordinates[drawn]
 
-    def before_update(self, optimizer, *, epoch: int) -> None:
+    def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         """The members in this step's batch join it as Dirac records, through the optimizer's own weighting."""
         coordinates = self.present(optimizer)
         self._step_in_epoch += 1
@@ -447,9 +461,11 @@ class RunCanaries(TrainingObserver):
                     coordinates=host_to_device(coordinates, self.parameter.device), magnitude=self.magnitude
                 )
 
-    def after_update(self, optimizer, cost: StepCost | None, *, epoch: int) -> None:
+    def after_update(self, optimizer: Optimizer, cost: StepCost | None, *, epoch: int) -> None:
         """Normalise the released update at the canary block (x = u·b/c, float32), add the step's terms to the
         two statistics (float64, on the block's device), keep x where asked, and record the step's z and q."""
+        # a private optimizer (attach) returns a cost, and keeps last_update for an observer that reads_updates
+        assert cost is not None and optimizer.last_update is not None
         update = optimizer.last_update[-1].detach().float()
         scale = self.batch_size / self.contribution
         z, q = float(cost.noise_multiplier), float(cost.sample_rate)
@@ -474,7 +490,11 @@ class RunCanaries(TrainingObserver):
         self._noise_multipliers.append(z)
         self._sample_rates.append(q)
 
-    def _noise_std(self, z):
+    @overload
+    def _noise_std(self, z: float) -> float: ...
+    @overload
+    def _noise_std(self, z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]: ...
+    def _noise_std(self, z: float | npt.NDArray[np.float64]) -> float | npt.NDArray[np.float64]:
         """σ_t = z_t·C/c: the noise std of the normalised observations at noise multiplier ``z``."""
         return z * self.clip_norm / self.contribution
 

@@ -108,7 +108,7 @@ def lira_scores(
         return (target - mean_out) / std_out
     mean_in, std_in = _side_statistics(shadows, shadow_in, variance)
 
-    def log_normal(x, mean, std):
+    def log_normal(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
         return -0.5 * ((x - mean) / std) ** 2 - np.log(std)
 
     return log_normal(target, mean_in, std_in) - log_normal(target, mean_out, std_out)

@@ -262,6 +262,7 @@ def attack_run(
     from dpaudit.data import dataset_info, load_dataset, load_split
     from dpaudit.inference import predict_logits
     from dpaudit.run import load_checkpoint, load_run_config, shadow_name
+    from dpaudit.rundir import TARGET, RunDir
 
     run = Path(run_dir)
     train_config = load_run_config(run)
@@ -273,7 +274,7 @@ def attack_run(
             raise DPAuditError(
                 f"epoch {epoch} has no checkpoint; evaluation epochs are {list(train_config.audit.eval_epochs)}"
             )
-    split = load_split(run / "split.json")
+    split = load_split(RunDir(run).split)
     info = dataset_info(train_config.data.dataset)
     train_set = load_dataset(train_config.data.dataset, split="train", root=train_config.data.data_root)
     test_set = load_dataset(train_config.data.dataset, split="test", root=train_config.data.data_root)
@@ -284,7 +285,7 @@ def attack_run(
     )
 
     def features(model_dir: str, epoch: int, member_data, nonmember_data):
-        load_checkpoint(run / model_dir / f"epoch_{epoch:04d}.pt", network)
+        load_checkpoint(RunDir(run).model(model_dir).checkpoint(epoch), network)
         network.to(device)
         logits = np.concatenate(
             [predict_logits(network, d.images, device=device) for d in (member_data, nonmember_data)]
@@ -300,7 +301,7 @@ def attack_run(
             for i, s in enumerate(split.shadows)
         ]
         target_parts = features(
-            "target", epoch, train_set.subset(split.target_members), nonmember_set.subset(split.target_nonmembers)
+            TARGET, epoch, train_set.subset(split.target_members), nonmember_set.subset(split.target_nonmembers)
         )
         result = shadow_attack(
             shadow_features=np.concatenate([p[0] for p in shadow_parts]),
@@ -315,9 +316,9 @@ def attack_run(
         )
         results.append(result)
         record_ids = np.concatenate([split.target_members, split.target_nonmembers])
-        write_scores(out / f"scores_epoch_{epoch:04d}.csv", result, record_ids)
+        write_scores(RunDir(out).scores(epoch), result, record_ids)
     write_json(
-        out / "attack.json",
+        RunDir(out).attack,
         {"attack": "shadow-model (Liang et al.)", "config": asdict(config), "results": [r.summary() for r in results]},
     )
     return results

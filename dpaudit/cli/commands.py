@@ -11,15 +11,18 @@ import contextlib
 import itertools
 import json
 import os
+import sys
 import textwrap
 import warnings
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import ATTACKS, read_scores_csv
 from dpaudit.config import TrainConfig
 from dpaudit.integrity import check_distinct_runs
+from dpaudit.rundir import RunDir
 
 _TRAIN_EXAMPLE = """example (target + 3 shadows, the DPSGD-GC/DC paper's σ_DP and C, on digits):
   dpaudit train --dataset digits --model cnn-digits --optimizer dpsgd-gc --sigma-dp 0.002 \\
@@ -241,8 +244,75 @@ def _cmd_theory(args: argparse.Namespace) -> int:
         if caveat:
             payload["caveat"] = caveat
             payload.update(_exact_accountant(params, steps, delta=args.delta))
-    print(json.dumps(payload, indent=2, allow_nan=True, ensure_ascii=False))
+    if args.json:
+        _print_json(payload)
+    else:
+        print("\n".join(_theory_text(payload)))
     return 0
+
+
+def _theory_text(payload: dict) -> list[str]:
+    """``dpaudit theory``'s result as text: the bound's ε per T (and the exact accountant's beside a one-sided
+    bound), its conditions, its caveat."""
+    if "alpha_star" in payload:
+        return [f"α*(q = {payload['q']:g}, σ = {payload['sigma']:g}) = {payload['alpha_star']:.6g}"]
+    given = ", ".join(f"{key} = {value:g}" for key, value in payload["params"].items() if key != "alpha")
+    order = "" if payload["alpha"] is None else f" at α = {payload['alpha']:g}"
+    lines = [f"{payload['bound']}{order}" + (f" ({given})" if given else "")]
+    columns = {"T": payload["steps"], "ε_RDP": payload["epsilon_rdp"]}
+    at = f"at δ = {payload['delta']:g}" if "delta" in payload else ""
+    if "epsilon_dp_at_alpha" in payload:
+        columns[f"ε {at}"] = payload["epsilon_dp_at_alpha"]
+    exact = payload.get("exact_accountant")
+    if isinstance(exact, dict):
+        columns["exact ε_RDP"] = exact["epsilon_rdp"]
+        if "epsilon_dp_at_alpha" in exact:
+            columns[f"exact ε {at}"] = exact["epsilon_dp_at_alpha"]
+    lines += _table(columns)
+    conditions = payload["conditions_violated"]
+    if isinstance(conditions, str):
+        lines.append(f"conditions {conditions}")
+    else:
+        lines += [f"condition violated: {item}" for item in conditions] or ["conditions: all hold"]
+    if "caveat" in payload:
+        lines.append(f"caveat: {payload['caveat']}")
+    if isinstance(exact, dict):
+        lines.append(
+            f"exact accountant: {exact['mechanism']}; per step RDP {exact['per_step_rdp']:.6g} "
+            f"(the bound's: {exact['bound_per_step_rdp']:.6g})"
+        )
+    elif exact is not None:
+        lines.append(f"exact accountant {exact}")
+    return lines
+
+
+def _table(columns: dict[str, list]) -> list[str]:
+    """Right-aligned columns under their headers, numbers to 6 significant digits."""
+    cells = {
+        header: [f"{value:.6g}" if isinstance(value, float) else str(value) for value in values]
+        for header, values in columns.items()
+    }
+    widths = {header: max(len(header), *map(len, values)) for header, values in cells.items()}
+    rows = zip(*cells.values())
+    return ["  ".join(f"{header:>{widths[header]}}" for header in cells)] + [
+        "  ".join(f"{cell:>{widths[header]}}" for header, cell in zip(cells, row)) for row in rows
+    ]
+
+
+def _print_json(payload) -> None:
+    """A command's result as one JSON document on stdout (``--json``)."""
+    print(json.dumps(payload, indent=2, ensure_ascii=False))
+
+
+def _status(message: str) -> None:
+    """A status line ("wrote …") on stderr: stdout holds a command's results alone."""
+    print(message, file=sys.stderr)
+
+
+def _add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help=f"print {what} as one JSON document on stdout instead of text"
+    )
 
 
 def _exact_accountant(params: dict, steps: list[int], *, delta: float | None) -> dict:
@@ -320,19 +390,22 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
             )
             for name in args.accountants
         }
-        print(
-            json.dumps(
-                {
-                    "noise_multiplier": args.noise_multiplier,
-                    "sample_rate": args.sample_rate,
-                    "steps": args.steps,
-                    "delta": args.delta,
-                    "epsilon": payload,
-                    "notes": _fallback_notes(caught),
-                },
-                ensure_ascii=False,
-            )
-        )
+        result = {
+            "noise_multiplier": args.noise_multiplier,
+            "sample_rate": args.sample_rate,
+            "steps": args.steps,
+            "delta": args.delta,
+            "epsilon": payload,
+            "notes": _fallback_notes(caught),
+        }
+        if args.json:
+            _print_json(result)
+            return 0
+        mechanism = f"z = {args.noise_multiplier:g}, q = {args.sample_rate:g}, T = {args.steps}"
+        for name, value in payload.items():
+            print(f"ε = {value:.6g} at δ = {args.delta:g} ({name} accountant; {mechanism})")
+        for note in result["notes"]:
+            print(f"note: {note}")
         return 0
     from dpaudit.run import load_ledger
 
@@ -372,7 +445,12 @@ def _epsilon_report(args: argparse.Namespace, caught: list) -> int:
             f"shuffled batches: the accountants assume Poisson sampling; their ε is a {POISSON_ON_SHUFFLED_LABEL}"
         )
         notes.append(f"ε (shuffled): {SHUFFLED_UPPER_LABEL}, composed over the epochs")
-    write_json(args.out or args.run / args.model / "epsilon.json", result)
+    out = args.out or RunDir(args.run).model(args.model).epsilon
+    write_json(out, result)
+    _status(f"wrote {out}")
+    if args.json:
+        _print_json(result)
+        return 0
     print(f"{'epoch':>6} " + " ".join(f"{name:>12}" for name in columns))
     for row, epoch in enumerate(epochs):
         print(f"{epoch:>6} " + " ".join(f"{values[row]:>12.4f}" for values in columns.values()))
@@ -399,21 +477,25 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             accountant=args.accountant,
             **_accounting_options(args),
         )
+    result = {
+        "noise_multiplier": z,
+        "epsilon": achieved,
+        "target_epsilon": args.target_epsilon,
+        "delta": args.delta,
+        "sample_rate": args.sample_rate,
+        "steps": args.steps,
+        "accountant": args.accountant,
+        "notes": _fallback_notes(caught),
+    }
+    if args.json:
+        _print_json(result)
+        return 0
     print(
-        json.dumps(
-            {
-                "noise_multiplier": z,
-                "epsilon": achieved,
-                "target_epsilon": args.target_epsilon,
-                "delta": args.delta,
-                "sample_rate": args.sample_rate,
-                "steps": args.steps,
-                "accountant": args.accountant,
-                "notes": _fallback_notes(caught),
-            },
-            ensure_ascii=False,
-        )
+        f"z = {z:.6g}: ε = {achieved:.6g} at δ = {args.delta:g} (target ε = {args.target_epsilon:g}; "
+        f"q = {args.sample_rate:g}, T = {args.steps}, {args.accountant} accountant)"
     )
+    for note in result["notes"]:
+        print(f"note: {note}")
     return 0
 
 
@@ -428,30 +510,107 @@ def _add_accounting_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eps-error", type=float, default=0.01, help="PRV accountant ε error (default: 0.01)")
 
 
+#: What ``dpaudit list`` lists, in the order its help names them.
+LISTS = ("attacks", "bounds", "datasets", "models", "optim", "settings")
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
-    if args.what == "datasets":
+    rows = _list_rows(args.what)
+    if args.json:
+        _print_json(rows)
+        return 0
+    width = max((len(row["name"]) for row in rows), default=0) + 2
+    for row in rows:
+        print(f"{row['name']:{width}}{_list_text(args.what, row)}".rstrip())
+    return 0
+
+
+def _list_rows(what: str) -> list[dict]:
+    """The entries of one registry as JSON-ready records, each with its ``name`` first."""
+    if what == "attacks":
+        return [
+            {
+                "name": attack.name,
+                "description": attack.description,
+                "needs": attack.needs,
+                "needs_shadows": attack.needs_shadows,
+                "whole_run": attack.whole_run,
+                "claim": attack.claim,
+                "family_statistic": attack.family_statistic,
+                "scores_a_model": attack.model_scorer is not None,
+            }
+            for attack in ATTACKS.values()
+        ]
+    if what == "settings":
+        return _setting_rows()
+    if what == "datasets":
         from dpaudit.data import available_datasets, dataset_info
 
+        rows = []
         for name in available_datasets():
             info = dataset_info(name)
-            print(
-                f"{name:15} {info.input_shape}  classes={info.num_classes}  train={info.train_size}  "
-                f"test={info.test_size}"
+            rows.append(
+                {
+                    "name": name,
+                    "input_shape": list(info.input_shape),
+                    "num_classes": info.num_classes,
+                    "train_size": info.train_size,
+                    "test_size": info.test_size,
+                }
             )
-    elif args.what == "bounds":
+        return rows
+    if what == "bounds":
         from dpaudit.theory import available_bounds, bound_parameters, get_bound
 
-        for name in available_bounds():
-            caveat = get_bound(name).caveat
-            note = f"  ({caveat.split(':')[0]}: see `dpaudit theory {name}`)" if caveat else ""
-            print(f"{name:24} {', '.join(bound_parameters(name))}{note}")
-    else:
-        registry = __import__(f"dpaudit.{args.what}", fromlist=["available"])
-        for name in registry.available():
-            spec = registry.get_spec(name)
-            claim = "" if getattr(spec, "dp_claim", True) else "  [no DP claim]"
-            print(f"{name:20} {spec.description}{claim}")
-    return 0
+        return [
+            {"name": name, "parameters": list(bound_parameters(name)), "caveat": get_bound(name).caveat}
+            for name in available_bounds()
+        ]
+    if what == "models":
+        from dpaudit import models
+
+        return [{"name": name, "description": models.get_spec(name).description} for name in models.available()]
+    from dpaudit import optim  # torch: optimizers register as their classes are defined
+
+    return [
+        {"name": name, "description": optim.get_spec(name).description, "dp_claim": optim.get_spec(name).dp_claim}
+        for name in optim.available()
+    ]
+
+
+def _setting_rows() -> list[dict]:
+    """Every setting of ``dpaudit train`` that the settings registry declares: name, default, accepted choices
+    (None: any value of its type and range) and help, in the registry's order."""
+    from dpaudit.settings import SETTINGS
+
+    return [
+        {
+            "name": setting.name,
+            "default": setting.default,
+            "choices": None if setting.choices is None else list(setting.choices),
+            "help": setting.help,
+        }
+        for setting in SETTINGS.values()
+    ]
+
+
+def _list_text(what: str, row: dict) -> str:
+    """One entry of ``dpaudit list`` after its name."""
+    if what == "datasets":
+        shape = tuple(row["input_shape"])
+        return f"{shape}  classes={row['num_classes']}  train={row['train_size']}  test={row['test_size']}"
+    if what == "bounds":
+        caveat = row["caveat"]
+        note = f"  ({caveat.split(':')[0]}: see `dpaudit theory {row['name']}`)" if caveat else ""
+        return ", ".join(row["parameters"]) + note
+    if what == "attacks":
+        return row["description"] + (f" — {row['needs']}" if row["needs"] else "")
+    if what == "settings":
+        choices = f"; one of {', '.join(row['choices'])}" if row["choices"] else ""
+        return f"{row['help']} (default: {row['default']}{choices})"
+    if what == "optim" and not row["dp_claim"] and "no DP claim" not in row["description"]:
+        return f"{row['description']} (no DP claim)"
+    return row["description"]
 
 
 def _run_scores(args: argparse.Namespace, attack: str, runs=None):
@@ -499,16 +658,20 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if args.scores is not None:
         members, nonmembers = read_scores_csv(args.scores)
         out = args.out or args.scores.with_name(args.scores.stem + "_audit.json")
-        _audit_one(args, members, nonmembers, attack=None, epoch=None, theory={}, source=str(args.scores), out=out)
+        payload = _audit_one(
+            args, members, nonmembers, attack=None, epoch=None, theory={}, source=str(args.scores), out=out
+        )
+        if args.json:
+            _print_json([payload])
         return 0
     if args.out is not None and len(args.attack) > 1:
         raise DPAuditError("--out names one file: give one --attack, or --out-dir for several")
     chooser = "--selection-run" if args.selection_run is not None else "--family-selection ledger"
     if args.selection_run is not None or args.family_selection == "ledger":
-        plain = [attack for attack in args.attack if not ATTACKS[attack].whole_run or attack == "canary-spread"]
+        plain = [attack for attack in args.attack if ATTACKS[attack].family_statistic is None]
         if plain:
             raise DPAuditError(
-                f"{chooser} chooses the family bound's threshold of canary-run and canary-final only, not {plain[0]}"
+                f"{chooser} chooses the family bound's threshold of {_family_attacks(' and ')} only, not {plain[0]}"
             )
     if args.selection_run is not None:
         if set(map(Path.resolve, args.selection_run)) & set(map(Path.resolve, args.run)):
@@ -517,6 +680,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
         both = [*args.run, *args.selection_run]
         check_distinct_runs(both, configs=[load_run_config(run).to_dict() for run in both])
+    payloads = []
     for attack in args.attack:  # one process for all attacks of a run: the pipeline starts torch once
         members, nonmembers, epoch, theory = _run_scores(args, attack)
         if args.selection_run is not None:
@@ -524,18 +688,27 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             if not same_ledger(first=other["ledger"], second=theory["ledger"]):
                 raise DPAuditError("--selection-run needs runs of the same ledger (z_t, q_t) as --run")
             theory["selection_scores"] = tuple(selection)
-        out = args.out or (args.out_dir or args.run[0]) / f"audit_{attack}.json"
-        _audit_one(
-            args,
-            members,
-            nonmembers,
-            attack=attack,
-            epoch=epoch,
-            theory=theory,
-            source=" ".join(str(run) for run in args.run),
-            out=out,
+        out = args.out or RunDir(args.out_dir or args.run[0]).audit(attack)
+        payloads.append(
+            _audit_one(
+                args,
+                members,
+                nonmembers,
+                attack=attack,
+                epoch=epoch,
+                theory=theory,
+                source=" ".join(str(run) for run in args.run),
+                out=out,
+            )
         )
+    if args.json:
+        _print_json(payloads)
     return 0
+
+
+def _family_attacks(joined: str) -> str:
+    """The attacks whose scores a family bound reads (those with a ``family_statistic``), joined by ``joined``."""
+    return joined.join(name for name, attack in ATTACKS.items() if attack.family_statistic is not None)
 
 
 def _audit_canary_record(args: argparse.Namespace) -> int:
@@ -558,34 +731,42 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
         family_selection=args.family_selection,
     )
     out = args.out or args.canary_record.with_name(args.canary_record.stem + "_audit.json")
-    write_json(out, {"source": str(args.canary_record), "attack": "canary-record", "whole_run": report.to_dict()})
+    payload = {"source": str(args.canary_record), "attack": "canary-record", "whole_run": report.to_dict()}
+    write_json(out, payload)
     if not args.no_plot:
         from dpaudit.plot import plot_roc
 
         curves = {"all iterates": report.all_iterates.to_dict(), "final model": report.final_model.to_dict()}
         plot_roc(curves, stem=out.with_suffix(""), title=f"whole-run canaries: {args.canary_record.name}")
-    print(report.summary())
-    print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+    _status(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+    if args.json:
+        _print_json([payload])
+    else:
+        print(report.summary())
     return 0
 
 
-def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> None:
+def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out) -> dict:
+    """Audit one attack's scores: write its JSON (and ROC plot) to ``out``, print its summary unless ``--json``,
+    and return the JSON's payload. Whole-run canary scores (those that come with a ledger) are audited by
+    :func:`dpaudit.audit.audit_whole_run` on the statistic the attack's record names."""
     import numpy as np
 
     from dpaudit._io import write_json
-    from dpaudit.audit import audit_scores, audit_whole_run
+    from dpaudit.audit import AuditReport, WholeRunReport, audit_scores, audit_whole_run
 
     selection = args.selection or theory.get("selection") or "split"
     ledger = theory.pop("ledger", None)
     selection_scores = theory.pop("selection_scores", "ledger" if args.family_selection == "ledger" else None)
+    whole_run: WholeRunReport | None = None
     if ledger is None:
-        report = audit_scores(
+        report: AuditReport = audit_scores(
             members, nonmembers, delta=args.delta, confidence=args.confidence, seed=args.seed, selection=selection
         )
     else:  # whole-run canaries: the assumption-free bound and the family bound of one statistic, and the claim
-        statistic = _WHOLE_RUN_STATISTIC[attack]
+        statistic = _whole_run_statistic(attack)
         if selection_scores is None:  # the family bound's threshold: on a held-out share of these canaries
-            family_selection = "split"
+            family_selection: Any = "split"
         elif isinstance(selection_scores, str):  # "ledger"
             family_selection = selection_scores
         else:  # on the scores of --selection-run
@@ -604,7 +785,7 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
         )
         report = getattr(whole_run, statistic)
     payload = {"source": source, "attack": attack or "scores", "epoch": epoch, **theory, "report": report.to_dict()}
-    if ledger is not None:
+    if whole_run is not None:
         steps = int(np.asarray(ledger["noise_multipliers"], dtype=float).size)
         payload["whole_run"] = _whole_run_claims(whole_run, attack=attack, steps=steps, selection=selection_scores)
     write_json(out, payload)
@@ -613,22 +794,29 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
         from dpaudit.plot import plot_roc
 
         plot_roc({label: payload["report"]}, stem=out.with_suffix(""), title=f"{label} attack: {source}")
+    _status(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+    if args.json:
+        return payload
     print(report.summary())
     for key in ("epsilon_run", "epsilon_mechanism"):
         if theory.get(key) is not None:
             print(f"theoretical ε ({key.split('_')[1]}) = {theory[key]:.4g}")
-    if ledger is not None:
-        whole_run = payload["whole_run"]
-        family = whole_run["family"]
+    if whole_run is not None:
+        claims = payload["whole_run"]
+        family = claims["family"]
         if family is not None:
             caveat = "capped: the strongest hypothesis" if family["capped"] else "if the run is a subsampled SGM"
             print(f"family bound: ε ≥ {family['epsilon']:.4g} at {100 * args.confidence:g} % ({caveat})")
-        print(f"the ledger claims ε = {whole_run['epsilon_pld']:.4g} (PLD), {whole_run['epsilon_rdp']:.4g} (RDP)")
-    print(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))
+        print(f"the ledger claims ε = {claims['epsilon_pld']:.4g} (PLD), {claims['epsilon_rdp']:.4g} (RDP)")
+    return payload
 
 
-#: The statistic of :func:`dpaudit.audit.audit_whole_run` that each whole-run canary attack scores.
-_WHOLE_RUN_STATISTIC = {"canary-run": "all_iterates", "canary-final": "final_model", "canary-spread": "spread"}
+def _whole_run_statistic(attack: str) -> str:
+    """The statistic of :class:`dpaudit.audit.WholeRunReport` a whole-run canary attack's scores are: the family
+    statistic its record names (``Attack.family_statistic``), else the spread over the steps (a test of the noise's
+    independence, with no family bound)."""
+    statistic = ATTACKS[attack].family_statistic
+    return "spread" if statistic is None else statistic.replace("-", "_")
 
 
 def _whole_run_claims(report, *, attack: str, steps: int, selection=None) -> dict:
@@ -642,7 +830,7 @@ def _whole_run_claims(report, *, attack: str, steps: int, selection=None) -> dic
 
     from dpaudit.whole_run import FAMILY_LABEL
 
-    statistic = _WHOLE_RUN_STATISTIC[attack]
+    statistic = _whole_run_statistic(attack)
     family = None if statistic == "spread" else getattr(report, f"{statistic}_family")
     if selection is None:
         chosen_on = "held-out share of these canaries"
@@ -760,14 +948,14 @@ def add_audit(commands: argparse._SubParsersAction) -> None:
         type=Path,
         nargs="+",
         metavar="RUN",
-        help="canary-run/canary-final: independent run(s) of the same configuration (another seed) on which the "
+        help=f"{_family_attacks('/')}: independent run(s) of the same configuration (another seed) on which the "
         "family bound chooses its threshold, so that every canary of --run certifies it (default: a held-out share)",
     )
     audit.add_argument(
         "--family-selection",
         choices=("split", "ledger"),
         default="split",
-        help="canary-run/canary-final/--canary-record: where the family bound chooses its threshold: on a held-out "
+        help=f"{_family_attacks('/')}/--canary-record: where the family bound chooses its threshold: on a held-out "
         "share of the canaries (split, default) or, before any score is read, on a simulation of the mechanism the "
         "ledger claims (ledger: every canary certifies; no second run needed)",
     )
@@ -778,6 +966,7 @@ def add_audit(commands: argparse._SubParsersAction) -> None:
     )
     audit.add_argument("--out-dir", type=Path, help="folder for DIR/audit_ATTACK.json, one per attack")
     audit.add_argument("--no-plot", action="store_true", help="skip the ROC plot (PNG + PDF beside the JSON)")
+    _add_json_argument(audit, "a list of the audits' payloads (what each JSON file holds)")
     audit.set_defaults(handler=_cmd_audit)
 
 
@@ -829,6 +1018,7 @@ def add_theory(commands: argparse._SubParsersAction) -> None:
     ):
         theory.add_argument(f"--{name}", type=float, help=text)
     theory.add_argument("--delta", type=float, help="also convert to (ε, δ)-DP at this α (Mironov 2017)")
+    _add_json_argument(theory, "the bound's values, parameters and conditions")
     theory.set_defaults(handler=_cmd_theory)
 
 
@@ -861,6 +1051,7 @@ def add_epsilon(commands: argparse._SubParsersAction) -> None:
     )
     eps.add_argument("--out", type=Path, help="JSON to write (default: RUN/MODEL/epsilon.json)")
     _add_accounting_arguments(eps)
+    _add_json_argument(eps, "ε per accountant (with --run: what RUN/MODEL/epsilon.json holds)")
     eps.set_defaults(handler=_cmd_epsilon)
 
 
@@ -872,11 +1063,19 @@ def add_calibrate(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--steps", type=int, required=True, help="number of steps T")
     calibrate.add_argument("--accountant", choices=("rdp", "prv"), default="rdp", help="accountant (default: rdp)")
     _add_accounting_arguments(calibrate)
+    _add_json_argument(calibrate, "z, the ε it achieves and the inputs")
     calibrate.set_defaults(handler=_cmd_calibrate)
 
 
 def add_list(commands: argparse._SubParsersAction) -> None:
     """Declare ``dpaudit list`` and its handler."""
-    listing = commands.add_parser("list", help="list datasets, models, optimizers or bounds")
-    listing.add_argument("what", choices=("datasets", "models", "optim", "bounds"))
+    listing = commands.add_parser(
+        "list",
+        help="list the registered attacks, bounds, datasets, models, optimizers or train settings",
+        description="List what is registered (plugins included): attacks (`dpaudit audit --attack`), bounds "
+        "(`dpaudit theory`), datasets, models, optim (optimizers) or settings (`dpaudit train`'s optimizer "
+        "and privacy settings).",
+    )
+    listing.add_argument("what", choices=LISTS)
+    _add_json_argument(listing, "the entries (a list of objects, each with its name)")
     listing.set_defaults(handler=_cmd_list)

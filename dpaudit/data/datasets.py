@@ -116,9 +116,7 @@ class ArrayDataset:
                 f"subset indices must be a 1-D sequence of integers, got shape {index.shape} dtype {index.dtype}"
             )
         if index.size and (index.min() < 0 or index.max() >= len(self)):
-            raise DPAuditError(
-                f"subset indices must lie in [0, {len(self)}), got range [{index.min()}, {index.max()}]"
-            )
+            raise DPAuditError(f"subset indices must lie in [0, {len(self)}), got range [{index.min()}, {index.max()}]")
         return ArrayDataset(self.name, self.images[index], self.labels[index], self.num_classes)
 
 
@@ -305,9 +303,7 @@ def load_dataset(
                 raise DatasetNotFoundError(
                     f"dataset {what} ({split}) still missing after download: looked for {missing}"
                 )
-            raise DatasetNotFoundError(
-                f"dataset {what} ({split}) not found: looked for {missing}; {DOWNLOAD_HINT}"
-            )
+            raise DatasetNotFoundError(f"dataset {what} ({split}) not found: looked for {missing}; {DOWNLOAD_HINT}")
         if name in _IDX_FOLDERS:
             images, labels = _load_idx_dataset(name, root_path, split, emnist_split, info)
         elif name == "cifar10":
@@ -333,7 +329,8 @@ def _load_digits(split: str) -> tuple[np.ndarray, np.ndarray]:
     import importlib.util
 
     spec = importlib.util.find_spec("sklearn")
-    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if spec else None
+    locations = spec.submodule_search_locations if spec else None  # the package's folder(s)
+    path = Path(locations[0]) / "datasets" / "data" / "digits.csv.gz" if locations else None
     if path is None or not path.is_file():
         raise DatasetNotFoundError(f"scikit-learn's digits file not found ({path}); reinstall scikit-learn")
     with gzip.open(path, "rt") as stream:
@@ -446,9 +443,7 @@ def read_idx(path: str | os.PathLike, *, ndim: int) -> np.ndarray:
     shape = struct.unpack(f">{ndim}I", raw[4:header])
     expected = int(np.prod(shape, dtype=np.int64))
     if len(raw) - header != expected:
-        raise DPAuditError(
-            f"{path}: expected {expected} data bytes for shape {shape}, got {len(raw) - header}"
-        )
+        raise DPAuditError(f"{path}: expected {expected} data bytes for shape {shape}, got {len(raw) - header}")
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
 
@@ -461,9 +456,7 @@ def _load_idx_dataset(
     images = read_idx(image_path, ndim=3)
     _, height, width = info.input_shape
     if images.shape[1:] != (height, width):
-        raise DPAuditError(
-            f"{image_path}: expected {height}×{width} images, got {images.shape[1]}×{images.shape[2]}"
-        )
+        raise DPAuditError(f"{image_path}: expected {height}×{width} images, got {images.shape[1]}×{images.shape[2]}")
     labels = read_idx(label_path, ndim=1).astype(np.int64)
     if len(labels) != len(images):
         raise DPAuditError(f"{label_path}: expected {len(images)} labels (one per image), got {len(labels)}")
@@ -495,8 +488,18 @@ _PICKLE_ALLOWED: Mapping[tuple[str, str], str] = MappingProxyType(
             (module, type_name): f"builtins:{type_name}"
             for module in ("builtins", "__builtin__")
             for type_name in (
-                "bool", "bytearray", "bytes", "complex", "dict", "float", "frozenset", "int", "list",
-                "set", "str", "tuple",
+                "bool",
+                "bytearray",
+                "bytes",
+                "complex",
+                "dict",
+                "float",
+                "frozenset",
+                "int",
+                "list",
+                "set",
+                "str",
+                "tuple",
             )
         },
     }
@@ -613,9 +616,7 @@ def _load_svhn(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_label_range(path: Path, labels: np.ndarray, num_classes: int) -> None:
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise DPAuditError(
-            f"{path}: expected labels in [0, {num_classes}), got [{labels.min()}, {labels.max()}]"
-        )
+        raise DPAuditError(f"{path}: expected labels in [0, {num_classes}), got [{labels.min()}, {labels.max()}]")
 
 
 def _to_unit_float(images: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ def _check_disjoint(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray) -> N
         )
 
 
-def _check_identity(split) -> None:
+def _check_identity(split: MIASplit | HalvesSplit) -> None:
     """Validate a split's dataset name, trial and seed (normalising the integers in place)."""
     if not isinstance(split.dataset, str) or not split.dataset:
         raise DPAuditError(f"dataset must be a non-empty string, got {split.dataset!r}")

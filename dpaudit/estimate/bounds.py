@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import (
     DPAuditError,
@@ -149,7 +150,13 @@ class ThresholdSelection(ABC):
 
     @abstractmethod
     def lower_bound(
-        self, members: np.ndarray, nonmembers: np.ndarray, *, delta: float, alpha: float, seed: int
+        self,
+        members: npt.NDArray[np.float64],
+        nonmembers: npt.NDArray[np.float64],
+        *,
+        delta: float,
+        alpha: float,
+        seed: int,
     ) -> EpsilonBound:
         """The certified lower bound on ε for checked scores (see :func:`epsilon_lower_bound`).
 
@@ -200,14 +207,22 @@ class _HeldOutSelection(ThresholdSelection):
         """``n`` minus :meth:`selection_size`."""
         return n - self.selection_size(n)
 
-    def split(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def split(self, n: int, rng: np.random.Generator) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """(selection part, certifying part): indices of a random permutation of ``n`` scores drawn from ``rng``,
         its first :meth:`selection_size` and the rest."""
         order = rng.permutation(n)
         size = self.selection_size(n)
         return order[:size], order[size:]
 
-    def _certify_cut(self, cut, members, nonmembers, delta, alpha, seed) -> EpsilonBound:
+    def _certify_cut(
+        self,
+        cut: float,
+        members: npt.NDArray[np.float64],
+        nonmembers: npt.NDArray[np.float64],
+        delta: float,
+        alpha: float,
+        seed: int,
+    ) -> EpsilonBound:
         alpha_fp, alpha_fn = self.side_alphas(alpha)
         fp = int(np.count_nonzero(nonmembers >= cut))
         fn = int(np.count_nonzero(members < cut))
@@ -247,7 +262,13 @@ class SplitSelection(_HeldOutSelection):
         return n // 2
 
     def lower_bound(
-        self, members: np.ndarray, nonmembers: np.ndarray, *, delta: float, alpha: float, seed: int
+        self,
+        members: npt.NDArray[np.float64],
+        nonmembers: npt.NDArray[np.float64],
+        *,
+        delta: float,
+        alpha: float,
+        seed: int,
     ) -> EpsilonBound:
         """The bound of the threshold chosen on the selection halves, certified on the other halves."""
         rng = np.random.default_rng(seed)
@@ -291,7 +312,13 @@ class GaussianSelection(_HeldOutSelection):
         return max(1, int(n * self.fraction))
 
     def lower_bound(
-        self, members: np.ndarray, nonmembers: np.ndarray, *, delta: float, alpha: float, seed: int
+        self,
+        members: npt.NDArray[np.float64],
+        nonmembers: npt.NDArray[np.float64],
+        *,
+        delta: float,
+        alpha: float,
+        seed: int,
     ) -> EpsilonBound:
         """The bound of the threshold the normal fits choose, certified on the remaining scores."""
         from scipy import stats
@@ -339,7 +366,7 @@ class BonferroniSelection(ThresholdSelection):
         """All ``n`` scores certify."""
         return n
 
-    def band(self, counts: ScoreCounts, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    def band(self, counts: ScoreCounts, alpha: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Clopper–Pearson upper bounds on FPR and FNR at every threshold of ``counts``, valid
         simultaneously with probability ≥ 1 − α.
 
@@ -386,7 +413,13 @@ class BonferroniSelection(ThresholdSelection):
         )
 
     def lower_bound(
-        self, members: np.ndarray, nonmembers: np.ndarray, *, delta: float, alpha: float, seed: int = 0
+        self,
+        members: npt.NDArray[np.float64],
+        nonmembers: npt.NDArray[np.float64],
+        *,
+        delta: float,
+        alpha: float,
+        seed: int = 0,
     ) -> EpsilonBound:
         """:meth:`lower_bound_from_counts` of the scores' counts (``seed`` is unused)."""
         counts = ScoreCounts.from_scores(member_scores=members, nonmember_scores=nonmembers)
@@ -432,8 +465,8 @@ def resolve_selection(
 
 
 def epsilon_lower_bound(
-    member_scores,
-    nonmember_scores,
+    member_scores: npt.ArrayLike,
+    nonmember_scores: npt.ArrayLike,
     *,
     delta: float,
     confidence: float = 0.95,

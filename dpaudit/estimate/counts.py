@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import DPAuditError, check_alpha, check_counts, check_delta, check_scores
 
@@ -20,7 +22,7 @@ from dpaudit._validation import DPAuditError, check_alpha, check_counts, check_d
 # ----------------------------------------------------------------------------------------------
 
 
-def _cp_upper(k, n, alpha):
+def _cp_upper(k: npt.ArrayLike, n: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
     """One-sided Clopper–Pearson upper bound u: P[Binom(n, u) ≤ k] = α; u = 1 where k = n."""
     from scipy import special
 
@@ -33,7 +35,7 @@ def _cp_upper(k, n, alpha):
     return np.where(full, 1.0, upper)
 
 
-def _cp_lower(k, n, alpha):
+def _cp_lower(k: npt.ArrayLike, n: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
     """One-sided Clopper–Pearson lower bound l: P[Binom(n, l) ≥ k] = α; l = 0 where k = 0."""
     from scipy import special
 
@@ -45,7 +47,7 @@ def _cp_lower(k, n, alpha):
     return np.where(zero, 0.0, lower)
 
 
-def _kov_epsilon(fpr, fnr, delta: float) -> np.ndarray:
+def _kov_epsilon(fpr: npt.ArrayLike, fnr: npt.ArrayLike, delta: float) -> npt.NDArray[np.float64]:
     """max(0, ln((1−δ−FPR)/FNR), ln((1−δ−FNR)/FPR)), elementwise (Kairouz, Oh & Viswanath 2015).
 
     A ratio whose denominator is 0 or whose numerator is ≤ 0 is left out (treated as −inf), so the
@@ -82,7 +84,11 @@ def _certify(
 # ----------------------------------------------------------------------------------------------
 
 
-def clopper_pearson_upper(k, n, *, alpha: float):
+@overload
+def clopper_pearson_upper(k: int, n: int, *, alpha: float) -> float: ...
+@overload
+def clopper_pearson_upper(k: npt.ArrayLike, n: npt.ArrayLike, *, alpha: float) -> float | npt.NDArray[np.float64]: ...
+def clopper_pearson_upper(k: npt.ArrayLike, n: npt.ArrayLike, *, alpha: float) -> float | npt.NDArray[np.float64]:
     """Exact one-sided Clopper–Pearson upper confidence bound on a binomial proportion.
 
     The bound u at level α solves P[Binom(n, u) ≤ k] = α, i.e. u = Beta⁻¹(1 − α; k + 1, n − k), so
@@ -105,7 +111,11 @@ def clopper_pearson_upper(k, n, *, alpha: float):
     return float(upper) if upper.ndim == 0 else upper
 
 
-def clopper_pearson_lower(k, n, *, alpha: float):
+@overload
+def clopper_pearson_lower(k: int, n: int, *, alpha: float) -> float: ...
+@overload
+def clopper_pearson_lower(k: npt.ArrayLike, n: npt.ArrayLike, *, alpha: float) -> float | npt.NDArray[np.float64]: ...
+def clopper_pearson_lower(k: npt.ArrayLike, n: npt.ArrayLike, *, alpha: float) -> float | npt.NDArray[np.float64]:
     """Exact one-sided Clopper–Pearson lower confidence bound on a binomial proportion.
 
     The bound l at level α solves P[Binom(n, l) ≥ k] = α, i.e. l = Beta⁻¹(α; k, n − k + 1), so
@@ -150,14 +160,14 @@ class ScoreCounts:
         n_nonmembers: N, the number of non-member scores.
     """
 
-    thresholds: np.ndarray
-    tp: np.ndarray
-    fp: np.ndarray
+    thresholds: npt.NDArray[np.float64]
+    tp: npt.NDArray[np.int64]
+    fp: npt.NDArray[np.int64]
     n_members: int
     n_nonmembers: int
 
     @classmethod
-    def from_scores(cls, *, member_scores, nonmember_scores) -> ScoreCounts:
+    def from_scores(cls, *, member_scores: npt.ArrayLike, nonmember_scores: npt.ArrayLike) -> ScoreCounts:
         """Count TP and FP at every distinct threshold (ties handled by ≥).
 
         Build it once per pair of score sets and read every metric from it: the ROC
@@ -188,22 +198,22 @@ class ScoreCounts:
         return cls(thresholds, tp, fp, int(members.size), int(nonmembers.size))
 
     @property
-    def fpr(self) -> np.ndarray:
+    def fpr(self) -> npt.NDArray[np.float64]:
         """False-positive rate FP/N per threshold (non-decreasing)."""
         return self.fp / self.n_nonmembers
 
     @property
-    def tpr(self) -> np.ndarray:
+    def tpr(self) -> npt.NDArray[np.float64]:
         """True-positive rate TP/P per threshold (non-decreasing)."""
         return self.tp / self.n_members
 
     @property
-    def fn(self) -> np.ndarray:
+    def fn(self) -> npt.NDArray[np.int64]:
         """False negatives P − TP per threshold: members with score < threshold."""
         return self.n_members - self.tp
 
     @property
-    def fnr(self) -> np.ndarray:
+    def fnr(self) -> npt.NDArray[np.float64]:
         """False-negative rate FN/P per threshold (non-increasing)."""
         return self.fn / self.n_members
 

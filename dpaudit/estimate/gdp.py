@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import check_confidence, check_delta, check_positive, check_scores
 from dpaudit.estimate.bounds import BonferroniSelection
@@ -166,7 +167,9 @@ class GDPEstimate:
         )
 
 
-def epsilon_gdp(member_scores, nonmember_scores, *, delta: float, confidence: float = 0.95) -> GDPEstimate:
+def epsilon_gdp(
+    member_scores: npt.ArrayLike, nonmember_scores: npt.ArrayLike, *, delta: float, confidence: float = 0.95
+) -> GDPEstimate:
     """Gaussian-DP ε estimate of Nasr et al. (2023), "Tight auditing of differentially private ML".
 
     At every threshold, FPR_u and FNR_u are Clopper–Pearson upper bounds from the same simultaneous

@@ -10,11 +10,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import DPAuditError, check_confidence, check_count, check_delta, check_positive, check_scores
 
 
-def _check_one_run_counts(guesses, correct, canaries) -> tuple[int, int, int]:
+def _check_one_run_counts(guesses: int, correct: int, canaries: int) -> tuple[int, int, int]:
     m = check_count("canaries", canaries, allow_zero=False)
     r = check_count("guesses", guesses, allow_zero=False)
     v = check_count("correct", correct, allow_zero=True)
@@ -130,7 +131,9 @@ class OneRunBound:
         return self.epsilon
 
 
-def epsilon_one_run_scores(scores, is_member, *, delta: float, confidence: float = 0.95, guesses: int) -> OneRunBound:
+def epsilon_one_run_scores(
+    scores: npt.ArrayLike, is_member: npt.ArrayLike, *, delta: float, confidence: float = 0.95, guesses: int
+) -> OneRunBound:
     """One-run ε lower bound guessing IN for the ``guesses`` highest scores (k₋ = 0, no OUT guesses).
 
     ``guesses`` must be fixed by the caller before looking at these scores and labels (e.g. from a

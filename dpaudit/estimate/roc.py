@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Sequence
+from typing import Any, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import (
     DPAuditError,
@@ -24,14 +27,22 @@ from dpaudit._validation import (
 from dpaudit.estimate.counts import ScoreCounts
 
 
-def _rates(name: str, values) -> np.ndarray:
+def _rates(name: str, values: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """A rate or an array of rates as floats (the range is checked by the caller); booleans, text, None and
     dicts refused."""
     refused = f"{name} must be a rate in [0, 1] or an array of rates, got {brief(values)}"
     return real_array(values, refused=refused) + 0.0  # −0.0 → 0.0: a zero rate is +inf, never log(−inf) = NaN
 
 
-def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
+@overload
+def empirical_epsilon(fpr: float, fnr: float, *, delta: float = 1e-5) -> float: ...
+@overload
+def empirical_epsilon(
+    fpr: npt.ArrayLike, fnr: npt.ArrayLike, *, delta: float = 1e-5
+) -> float | npt.NDArray[np.float64]: ...
+def empirical_epsilon(
+    fpr: npt.ArrayLike, fnr: npt.ArrayLike, *, delta: float = 1e-5
+) -> float | npt.NDArray[np.float64]:
     """Empirical ε̂ of an attack from its false-positive and false-negative rates (Liang et al., eq. 20).
 
     ε̂ = max{ log((1 − δ − FPR) / FNR), log((1 − δ − FNR) / FPR) }  (Kairouz, Oh & Viswanath 2015).
@@ -71,7 +82,7 @@ def empirical_epsilon(fpr, fnr, *, delta: float = 1e-5):
     return result
 
 
-def error_rates(predicted_member, is_member) -> tuple[float, float]:
+def error_rates(predicted_member: npt.ArrayLike, is_member: npt.ArrayLike) -> tuple[float, float]:
     """FPR and FNR of binary membership predictions.
 
     Args:
@@ -92,7 +103,9 @@ def error_rates(predicted_member, is_member) -> tuple[float, float]:
     return fpr, fnr
 
 
-def roc_curve(member_scores, nonmember_scores) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def roc_curve(
+    member_scores: npt.ArrayLike, nonmember_scores: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """ROC curve over every distinct threshold, predicting "member" when score ≥ threshold.
 
     Args:
@@ -111,7 +124,7 @@ def roc_curve(member_scores, nonmember_scores) -> tuple[np.ndarray, np.ndarray, 
     return counts.fpr, counts.tpr, counts.thresholds.copy()
 
 
-def auc(member_scores, nonmember_scores) -> float:
+def auc(member_scores: npt.ArrayLike, nonmember_scores: npt.ArrayLike) -> float:
     """Area under the ROC curve: P[member score > non-member score] + ½ P[tie] (Mann–Whitney).
 
     Args:
@@ -127,7 +140,7 @@ def auc(member_scores, nonmember_scores) -> float:
     return ScoreCounts.from_scores(member_scores=member_scores, nonmember_scores=nonmember_scores).auc()
 
 
-def _check_fprs(fprs) -> tuple[float, ...]:
+def _check_fprs(fprs: float | Sequence[float] | npt.NDArray[Any]) -> tuple[float, ...]:
     try:
         values = tuple(float(value) for value in np.atleast_1d(np.asarray(fprs, dtype=float)))
     except (TypeError, ValueError):
@@ -137,7 +150,12 @@ def _check_fprs(fprs) -> tuple[float, ...]:
     return values
 
 
-def tpr_at_fpr(member_scores, nonmember_scores, *, fprs=(0.001, 0.01)) -> dict[float, float]:
+def tpr_at_fpr(
+    member_scores: npt.ArrayLike,
+    nonmember_scores: npt.ArrayLike,
+    *,
+    fprs: float | Sequence[float] | npt.NDArray[Any] = (0.001, 0.01),
+) -> dict[float, float]:
     """TPR of the best deterministic threshold whose FPR does not exceed each target.
 
     Convention: for each target f the result is max{TPR(t) : FPR(t) ≤ f} over the thresholds of
@@ -162,7 +180,7 @@ def tpr_at_fpr(member_scores, nonmember_scores, *, fprs=(0.001, 0.01)) -> dict[f
     return {target: counts.tpr_at(target) for target in targets}
 
 
-def epsilon_point(member_scores, nonmember_scores, *, delta: float) -> float:
+def epsilon_point(member_scores: npt.ArrayLike, nonmember_scores: npt.ArrayLike, *, delta: float) -> float:
     """Eq. 20 point estimate ε̂ = max over thresholds of max{ln((1−δ−FPR)/FNR), ln((1−δ−FNR)/FPR)}.
 
     This is a plug-in *estimate* on the observed rates, not a confidence bound. A ratio with a zero
@@ -201,8 +219,8 @@ _NULL_CHUNK_ELEMENTS = 4_000_000  # permutations x scores per block: bounds the 
 
 def epsilon_point_null(
     *,
-    member_scores,
-    nonmember_scores,
+    member_scores: npt.ArrayLike,
+    nonmember_scores: npt.ArrayLike,
     delta: float,
     permutations: int = NULL_PERMUTATIONS,
     quantile: float = NULL_QUANTILE,
@@ -309,13 +327,23 @@ def epsilon_point_null_at_threshold(
 
 
 @functools.lru_cache(maxsize=64)
-def _untied_null(n_members: int, n_nonmembers: int, delta: float, permutations: int, quantile: float, seed: int):
+def _untied_null(
+    n_members: int, n_nonmembers: int, delta: float, permutations: int, quantile: float, seed: int
+) -> float:
     """:func:`_null_level` of scores without ties (cached: every checkpoint of a run has the same P and N)."""
     ends = np.arange(n_members + n_nonmembers)
     return _null_level(ends, n_members, n_nonmembers, delta, permutations, quantile, seed)
 
 
-def _null_level(ends, n_members, n_nonmembers, delta, permutations, quantile, seed) -> float:
+def _null_level(
+    ends: npt.NDArray[np.intp],
+    n_members: int,
+    n_nonmembers: int,
+    delta: float,
+    permutations: int,
+    quantile: float,
+    seed: int,
+) -> float:
     """The ``quantile`` of eq. 20 over ``permutations`` relabellings of scores ranked in descending order whose
     blocks of ties end at positions ``ends``."""
     pooled_size = n_members + n_nonmembers

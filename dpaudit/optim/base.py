@@ -197,6 +197,11 @@ class Optimizer:
         """z of every step of the whole run (``hyper.epochs`` epochs), as the ledger will record it."""
         return hyper.noise_multiplier * cls.noise_schedule(hyper)
 
+    @classmethod
+    def planned_sample_rate(cls, hyper: Hyperparameters) -> float:
+        """q of every step, as the ledger will record it (q = b/n; a variant whose ledger departs says so here)."""
+        return hyper.sample_rate
+
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 

@@ -278,6 +278,10 @@ class DPSGDUnderstatedSampleRate(DPSGD):
         cost = super().step(realized_batch_size=realized_batch_size)
         return cost._replace(sample_rate=cost.sample_rate / UNDERSTATED_SAMPLE_RATE_FACTOR)
 
+    @classmethod
+    def planned_sample_rate(cls, hyper: Hyperparameters) -> float:
+        return super().planned_sample_rate(hyper) / UNDERSTATED_SAMPLE_RATE_FACTOR
+
 
 @register(
     "dpsgd-gc-reused-noise",

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import DPAuditError, check_positive, check_positive_int
 
@@ -18,8 +19,9 @@ POSITIVE_FLOATS = ("C", "sigma", "eta", "D", "L")
 POSITIVE_INTS = ("n", "b")
 
 
-def check_alpha(alpha: float) -> float:
-    """Return the Rényi order α as a float if it is finite and > 1."""
+def check_order(alpha: float) -> float:
+    """Return the Rényi order α as a float if it is finite and > 1 (not a significance level:
+    :func:`dpaudit._validation.check_alpha` checks those)."""
     try:
         value = float(alpha)
     except (TypeError, ValueError):
@@ -34,7 +36,7 @@ def check_params(params: Mapping[str, float]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in params.items():
         if key == "alpha":
-            out[key] = check_alpha(value)
+            out[key] = check_order(value)
         elif key in POSITIVE_FLOATS:
             out[key] = check_positive(key, value)
         elif key in POSITIVE_INTS:
@@ -48,7 +50,7 @@ def check_params(params: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def as_nonneg_array(name: str, value, unit: str) -> np.ndarray:
+def as_nonneg_array(name: str, value: npt.ArrayLike, unit: str) -> npt.NDArray[np.float64]:
     """``value`` as a float array, every entry finite and ≥ 0 (``unit`` names what it counts, for the error)."""
     try:
         arr = np.asarray(value, dtype=float)
@@ -69,7 +71,7 @@ def check_q(q: float) -> float:
     return value
 
 
-def shape_like(values: np.ndarray, template: np.ndarray):
+def shape_like(values: npt.NDArray[np.float64], template: npt.NDArray[np.float64]) -> float | npt.NDArray[np.float64]:
     """A float for a 0-d ``template``, else ``values`` unchanged."""
     return float(values) if template.ndim == 0 else values
 

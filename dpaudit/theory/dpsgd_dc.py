@@ -26,11 +26,14 @@ Everything here is pure numpy and deterministic.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
-from dpaudit._validation import DPAuditError, check_choice, check_positive
+from dpaudit._validation import DPAuditError, check_choice, check_delta, check_positive
 from dpaudit.theory._params import as_nonneg_array, check_params
 from dpaudit.theory.accounting import linear_rdp_to_epsilon, rdp_subsampled_gaussian, rdp_to_epsilon_per_order
 from dpaudit.theory.bounds import (
@@ -62,23 +65,24 @@ __all__ = [
     "sgm_rdp_bound",
 ]
 
+_Label = TypeVar("_Label")  # the keys of normalize_global's curves
+
 # --------------------------------------------------------------------------------------------
 # RDP → (ε, δ)-DP at the bounds' order
 # --------------------------------------------------------------------------------------------
 
 
-def _check_delta_open(delta: float) -> float:
-    """δ in the open interval (0, 1), in this module's wording: 0, a negative δ or ``False`` reads
-    "delta must be finite and > 0". Not :func:`dpaudit._validation.check_delta` (``allow_zero=False``),
-    which has the same interval but words δ = 0 as "must lie in (0, 1)" and refuses booleans as
-    "must be a number"; each keeps its messages."""
-    value = check_positive("delta", delta)
-    if value >= 1:
-        raise DPAuditError(f"delta must lie in (0, 1), got {delta!r}")
-    return value
-
-
-def rdp_to_dp(*, epsilon_rdp, alpha, delta: float):
+@overload
+def rdp_to_dp(*, epsilon_rdp: float, alpha: float, delta: float) -> float: ...
+@overload
+def rdp_to_dp(
+    *, epsilon_rdp: npt.NDArray[Any] | Sequence[float], alpha: npt.ArrayLike, delta: float
+) -> npt.NDArray[np.float64]: ...
+@overload
+def rdp_to_dp(
+    *, epsilon_rdp: npt.ArrayLike, alpha: npt.NDArray[Any] | Sequence[float], delta: float
+) -> npt.NDArray[np.float64]: ...
+def rdp_to_dp(*, epsilon_rdp: npt.ArrayLike, alpha: npt.ArrayLike, delta: float) -> float | npt.NDArray[np.float64]:
     """Convert (α, ε_RDP)-RDP to (ε_DP, δ)-DP: ε_DP = ε_RDP + log(1/δ)/(α − 1) (Mironov 2017, Lemma 2.4).
 
     The classic conversion of :func:`dpaudit.theory.accounting.rdp_to_epsilon_per_order`, read at the given
@@ -90,9 +94,9 @@ def rdp_to_dp(*, epsilon_rdp, alpha, delta: float):
         delta: DP δ in (0, 1).
 
     Returns:
-        ε_DP: a float for scalar inputs, else a broadcast array.
+        ε_DP: a float for scalar (or 0-d) inputs, else a broadcast array.
     """
-    delta = _check_delta_open(delta)
+    delta = check_delta(delta, allow_zero=False)
     eps = as_nonneg_array("epsilon_rdp", epsilon_rdp, "RDP ε")
     try:
         alpha_arr = np.asarray(alpha, dtype=float)
@@ -124,7 +128,7 @@ def dp_from_linear_rdp(*, slope: float, delta: float) -> tuple[float, float]:
         (ε_DP, α_opt).
     """
     c = check_positive("slope", slope)
-    delta = _check_delta_open(delta)
+    delta = check_delta(delta, allow_zero=False)
     return linear_rdp_to_epsilon(slope=c, delta=delta)
 
 
@@ -182,7 +186,7 @@ def one_step_check(*, alpha: float, C: float, sigma: float, n: int, b: int) -> O
     p = check_params(dict(alpha=alpha, C=C, sigma=sigma, n=n, b=b))
     z = p["sigma"] * p["b"] / p["C"]
     q = p["b"] / p["n"]
-    paper = float(rdp_bound("dpsgd-gc", 1.0, **p))
+    paper = float(rdp_bound("dpsgd-gc", 1.0, alpha=p["alpha"], C=p["C"], sigma=p["sigma"], n=p["n"], b=p["b"]))
     exact = float(rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=[p["alpha"]])[0])
     a = p["alpha"]
     return OneStepCheck(
@@ -202,7 +206,15 @@ def one_step_check(*, alpha: float, C: float, sigma: float, n: int, b: int) -> O
 # --------------------------------------------------------------------------------------------
 
 
-def epochs_to_steps(*, epochs, n: int, b: int, mode: str = "ceil"):
+@overload
+def epochs_to_steps(*, epochs: float, n: int, b: int, mode: str = "ceil") -> float: ...
+@overload
+def epochs_to_steps(
+    *, epochs: npt.NDArray[Any] | Sequence[float], n: int, b: int, mode: str = "ceil"
+) -> npt.NDArray[np.float64] | npt.NDArray[np.int64]: ...
+def epochs_to_steps(
+    *, epochs: float | npt.NDArray[Any] | Sequence[float], n: int, b: int, mode: str = "ceil"
+) -> float | npt.NDArray[np.float64] | npt.NDArray[np.int64]:
     """Number of iterations T after E epochs (Fig. 2/4 captions).
 
     Args:
@@ -212,7 +224,8 @@ def epochs_to_steps(*, epochs, n: int, b: int, mode: str = "ceil"):
         mode: ``"ceil"``: T = ⌈n/b⌉·E (paper); ``"exact"``: T = E·n/b as a float (authors' plotting code).
 
     Returns:
-        T with the shape of ``epochs`` (a Python number for scalar input).
+        T with the shape of ``epochs`` (a Python number for scalar or 0-d input; integers for integer epochs and
+        ``mode="ceil"``).
     """
     check_choice("mode", mode, ("ceil", "exact"))
     p = check_params(dict(n=n, b=b))

@@ -15,14 +15,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import check_positive
-from dpaudit.theory._params import check_alpha, check_q, fmt
+from dpaudit.theory._params import check_order, check_q, fmt
 
 __all__ = ["alpha_star", "sgm_conditions", "sgm_rdp_bound"]
 
 
-def _alpha_feasible(alpha: np.ndarray, q: float, sigma: float) -> np.ndarray:
+def _alpha_feasible(alpha: npt.NDArray[np.float64], q: float, sigma: float) -> npt.NDArray[np.bool_]:
     """Both conditions (i) and (ii) of eq. 33 for α > 1 (vectorised)."""
     alpha = np.asarray(alpha, dtype=float)
     K = np.log1p(1.0 / (q * (alpha - 1.0)))
@@ -89,7 +90,7 @@ def sgm_rdp_bound(*, alpha: float, q: float, sigma: float) -> float:
     Returns:
         ε_RDP at order α.
     """
-    alpha = check_alpha(alpha)
+    alpha = check_order(alpha)
     q = check_q(q)
     sigma = check_positive("sigma", sigma)
     return 2.0 * alpha * q**2 / sigma**2
@@ -106,7 +107,7 @@ def sgm_conditions(*, alpha: float, q: float, sigma: float) -> list[str]:
     Returns:
         One human-readable line per violated condition.
     """
-    alpha = check_alpha(alpha)
+    alpha = check_order(alpha)
     q = check_q(q)
     sigma = check_positive("sigma", sigma)
     return sgm_violations(alpha, q, sigma, q_name="q", sigma_name="σ")

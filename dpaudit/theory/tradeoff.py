@@ -28,10 +28,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import DPAuditError, check_choice, check_count, check_delta, check_positive, check_ratio
+
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 #: One group of identical steps: (noise multiplier z, sample rate q, number of steps).
 StepGroup = tuple[float, float, int]
@@ -39,6 +44,8 @@ StepGroup = tuple[float, float, int]
 #: δ below which the profile's lines no longer help a test (see :func:`sgm_tradeoff`).
 _PROFILE_DELTA_FLOOR = 1e-12
 
+#: Which side of the true privacy-loss distribution a PLD estimates (see :func:`sgm_pld`).
+Estimate = Literal["upper", "lower"]
 _ESTIMATES = ("upper", "lower")
 
 
@@ -47,7 +54,9 @@ _ESTIMATES = ("upper", "lower")
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarray]:
+def _check_ledger(
+    noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     arrays = []
     for name, values in (("noise_multipliers", noise_multipliers), ("sample_rates", sample_rates)):
         try:
@@ -71,7 +80,7 @@ def _check_ledger(noise_multipliers, sample_rates) -> tuple[np.ndarray, np.ndarr
     return z, q
 
 
-def group_steps(*, noise_multipliers, sample_rates) -> tuple[StepGroup, ...]:
+def group_steps(*, noise_multipliers: npt.ArrayLike, sample_rates: npt.ArrayLike) -> tuple[StepGroup, ...]:
     """Group a run's steps into (z, q, count) triples of identical steps (composition does not depend on order).
 
     Args:
@@ -94,7 +103,9 @@ def group_steps(*, noise_multipliers, sample_rates) -> tuple[StepGroup, ...]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _pld_of_groups(groups: tuple[StepGroup, ...], discretization: float, estimate: str = "upper"):
+def _pld_of_groups(
+    groups: tuple[StepGroup, ...], discretization: float, estimate: str = "upper"
+) -> PrivacyLossDistribution:
     """The composed PLD of checked groups: one self-composition per group, then one composition per group."""
     from dp_accounting.pld import privacy_loss_distribution as pld_module
 
@@ -122,7 +133,13 @@ def _pld_of_groups(groups: tuple[StepGroup, ...], discretization: float, estimat
     return composed
 
 
-def sgm_pld(*, noise_multipliers, sample_rates, discretization: float = 1e-3, estimate: str = "upper"):
+def sgm_pld(
+    *,
+    noise_multipliers: npt.ArrayLike,
+    sample_rates: npt.ArrayLike,
+    discretization: float = 1e-3,
+    estimate: Estimate = "upper",
+) -> PrivacyLossDistribution:
     """Privacy-loss distribution of the composed Poisson-subsampled Gaussian mechanism (both adjacencies).
 
     Each distinct (z, q) builds ``dp_accounting``'s ``from_gaussian_mechanism(standard_deviation=z,
@@ -150,7 +167,12 @@ def sgm_pld(*, noise_multipliers, sample_rates, discretization: float = 1e-3, es
 
 
 def sgm_epsilon(
-    *, noise_multipliers, sample_rates, delta: float, discretization: float = 1e-3, estimate: str = "upper"
+    *,
+    noise_multipliers: npt.ArrayLike,
+    sample_rates: npt.ArrayLike,
+    delta: float,
+    discretization: float = 1e-3,
+    estimate: Estimate = "upper",
 ) -> float:
     """ε at δ of the composed Poisson-subsampled Gaussian mechanism, from its PLD (the tightest accountant).
 
@@ -178,8 +200,13 @@ def sgm_epsilon(
 
 
 def sgm_delta(
-    *, noise_multipliers, sample_rates, epsilons, discretization: float = 1e-3, estimate: str = "upper"
-) -> np.ndarray:
+    *,
+    noise_multipliers: npt.ArrayLike,
+    sample_rates: npt.ArrayLike,
+    epsilons: npt.ArrayLike,
+    discretization: float = 1e-3,
+    estimate: Estimate = "upper",
+) -> npt.NDArray[np.float64]:
     """The privacy profile δ(ε) = max(H_{e^ε}(P‖Q), H_{e^ε}(Q‖P)) of the composed Poisson-subsampled Gaussian.
 
     Args:
@@ -230,13 +257,13 @@ class TradeoffLowerBound:
         deltas: δ(ε) on that grid.
     """
 
-    breakpoints: np.ndarray
-    slopes: np.ndarray
-    intercepts: np.ndarray
-    epsilons: np.ndarray
-    deltas: np.ndarray
+    breakpoints: npt.NDArray[np.float64]
+    slopes: npt.NDArray[np.float64]
+    intercepts: npt.NDArray[np.float64]
+    epsilons: npt.NDArray[np.float64]
+    deltas: npt.NDArray[np.float64]
 
-    def fnr_lower(self, fpr) -> np.ndarray:
+    def fnr_lower(self, fpr: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """β(FPR): the smallest FNR any test of the mechanism can have at this FPR (FPR in [0, 1]).
 
         Args:
@@ -249,7 +276,7 @@ class TradeoffLowerBound:
         index = np.searchsorted(self.breakpoints, a, side="left")
         return self.slopes[index] * a + self.intercepts[index]
 
-    def rejects(self, fpr, fnr, *, tolerance: float = 1e-12) -> np.ndarray:
+    def rejects(self, fpr: npt.ArrayLike, fnr: npt.ArrayLike, *, tolerance: float = 1e-12) -> npt.NDArray[np.bool_]:
         """True where (FPR, FNR) lies strictly below the curve: no test of such a mechanism achieves it.
 
         Args:
@@ -263,7 +290,9 @@ class TradeoffLowerBound:
         return np.asarray(fnr, dtype=float) < self.fnr_lower(fpr) - tolerance
 
 
-def _upper_envelope(slopes: np.ndarray, intercepts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _upper_envelope(
+    slopes: npt.NDArray[np.float64], intercepts: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Upper envelope of lines y = m·x + c (max over lines): (breakpoints, slopes, intercepts) in order of x."""
     order = np.lexsort((intercepts, slopes))  # by slope, then intercept
     m_sorted, c_sorted = slopes[order], intercepts[order]
@@ -288,7 +317,11 @@ def _upper_envelope(slopes: np.ndarray, intercepts: np.ndarray) -> tuple[np.ndar
 
 
 def sgm_tradeoff(
-    *, noise_multipliers, sample_rates, epsilon_step: float = 0.01, discretization: float = 1e-2
+    *,
+    noise_multipliers: npt.ArrayLike,
+    sample_rates: npt.ArrayLike,
+    epsilon_step: float = 0.01,
+    discretization: float = 1e-2,
 ) -> TradeoffLowerBound:
     """A lower bound on the symmetrised trade-off curve of the composed Poisson-subsampled Gaussian.
 
@@ -315,7 +348,9 @@ def sgm_tradeoff(
     return _tradeoff_of_groups(groups, step, discretization)
 
 
-def _tradeoff_of_groups(groups: tuple[StepGroup, ...], epsilon_step: float, discretization: float):
+def _tradeoff_of_groups(
+    groups: tuple[StepGroup, ...], epsilon_step: float, discretization: float
+) -> TradeoffLowerBound:
     pld = _pld_of_groups(groups, discretization)
     top = math.inf
     floor = _PROFILE_DELTA_FLOOR

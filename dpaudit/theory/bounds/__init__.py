@@ -12,6 +12,10 @@ Adding a bound is adding one :class:`Bound` to one of those modules' ``BOUNDS``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
 
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.theory._params import as_nonneg_array, check_params, shape_like
@@ -58,7 +62,9 @@ def condition_parameters(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (*bound.parameters, *bound.condition_parameters), bound.optional_condition_parameters
 
 
-def _collect(name: str, params: Mapping[str, float], required: Sequence[str], optional: Sequence[str] = ()):
+def _collect(
+    name: str, params: Mapping[str, float], required: Sequence[str], optional: Sequence[str] = ()
+) -> dict[str, float]:
     missing = [k for k in required if k not in params]
     extra = [k for k in params if k not in required and k not in optional]
     if missing:
@@ -100,7 +106,29 @@ def check_conditions(name: str, /, **params: float) -> list[str]:
     return bound.violations(p)
 
 
-def rdp_bound(name: str, T, /, *, check_conditions: bool = True, variant: str | None = None, **params: float):
+@overload
+def rdp_bound(
+    name: str, T: float, /, *, check_conditions: bool = True, variant: str | None = None, **params: float
+) -> float: ...
+@overload
+def rdp_bound(
+    name: str,
+    T: npt.NDArray[Any] | Sequence[float],
+    /,
+    *,
+    check_conditions: bool = True,
+    variant: str | None = None,
+    **params: float,
+) -> npt.NDArray[np.float64]: ...
+def rdp_bound(
+    name: str,
+    T: float | npt.NDArray[Any] | Sequence[float],
+    /,
+    *,
+    check_conditions: bool = True,
+    variant: str | None = None,
+    **params: float,
+) -> float | npt.NDArray[np.float64]:
     """RDP ε at order α after T iterations for one of the bounds of Liang et al.'s Figure 1 (vectorised over T).
 
     Bounds (σ = σ_DP; A = 2αC²/(nbσ²), A' = 8αC²/(n²σ²), B = α(1+ηL)²D²/(2η²σ²)):
@@ -130,7 +158,7 @@ def rdp_bound(name: str, T, /, *, check_conditions: bool = True, variant: str | 
             D, m as the bound needs).
 
     Returns:
-        ε_RDP at order α: a float for scalar T, else an array with T's shape.
+        ε_RDP at order α: a float for scalar (or 0-d) T, else an array with T's shape.
     """
     bound = get_bound(name)
     p = _collect(name, params, bound.parameters)

@@ -6,8 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-Evaluate = Callable[[np.ndarray, Mapping[str, float]], np.ndarray]
+Evaluate = Callable[[npt.NDArray[np.float64], Mapping[str, float]], npt.NDArray[np.float64]]
 """(T, params) → RDP ε at order ``params["alpha"]`` after T iterations (T a float array ≥ 0, params checked)."""
 
 Violations = Callable[[Mapping[str, float]], list[str]]

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit.theory._params import fmt
 from dpaudit.theory.bounds.base import Bound
@@ -34,11 +35,11 @@ def _step_size_violations(p: Mapping[str, float]) -> list[str]:
     return []
 
 
-def _feldman(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _feldman(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     return 2.0 * p["alpha"] * p["C"] ** 2 * T / (p["b"] ** 2 * p["sigma"] ** 2)
 
 
-def _mironov(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _mironov(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     return 8.0 * p["alpha"] * p["C"] ** 2 * T / (p["n"] ** 2 * p["sigma"] ** 2)
 
 
@@ -49,7 +50,7 @@ def _mironov_violations(p: Mapping[str, float]) -> list[str]:
     return sgm_violations(p["alpha"], q, sigma_sgm, q_name="q = b/n", sigma_name="σ' = bσ/(2C)")
 
 
-def _altschuler_talwar(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _altschuler_talwar(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     alpha, C, sigma, n = p["alpha"], p["C"], p["sigma"], p["n"]
     return 8.0 * alpha * C**2 / (n**2 * sigma**2) * np.minimum(T, p["D"] * n / (p["eta"] * C))
 
@@ -76,13 +77,13 @@ def _kong_ribero_growth(p: Mapping[str, float]) -> float:
     return math.sqrt(1.0 + 2.0 * eta * m * (1.0 + m / (2.0 * (L + m))))
 
 
-def _kong_ribero_figure(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _kong_ribero_figure(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     alpha, C, sigma, b, eta, D = (p[k] for k in ("alpha", "C", "sigma", "b", "eta", "D"))
     value = alpha / (2.0 * sigma**2 * eta**2) * (math.sqrt(2.0) * D * _kong_ribero_growth(p) + 2.0 * eta * C / b) ** 2
     return np.full_like(T, value)
 
 
-def _kong_ribero_table(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _kong_ribero_table(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     alpha, C, sigma, b, eta, D = (p[k] for k in ("alpha", "C", "sigma", "b", "eta", "D"))
     value = alpha / (eta**2 * sigma**2) * (D * _kong_ribero_growth(p) + eta * C / b) ** 2
     return np.full_like(T, value)
@@ -100,11 +101,11 @@ def _trivial_text_value(p: Mapping[str, float]) -> float:
     return 2.0 * alpha * (D + eta * C / b) ** 2 / sigma**2
 
 
-def _trivial_figure(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _trivial_figure(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     return np.full_like(T, _trivial_text_value(p) / p["eta"] ** 2)
 
 
-def _trivial_text(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _trivial_text(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
     return np.full_like(T, _trivial_text_value(p))
 
 

@@ -31,9 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaudit.theory._params import check_params, fmt
-from dpaudit.theory.bounds.base import Bound
+from dpaudit.theory.bounds.base import Bound, Evaluate
 from dpaudit.theory.sgm import alpha_star
 
 __all__ = ["BOUNDS", "ONE_DIRECTION_CAVEAT", "DCCap", "dc_cap"]
@@ -146,15 +147,15 @@ def _strong_violations(p: Mapping[str, float], beta: float) -> list[str]:
     return out
 
 
-def _gc(strengthened: bool):
-    def evaluate(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _gc(strengthened: bool) -> Evaluate:
+    def evaluate(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
         return _per_step(p, strengthened) * T
 
     return evaluate
 
 
-def _dc(strengthened: bool):
-    def evaluate(T: np.ndarray, p: Mapping[str, float]) -> np.ndarray:
+def _dc(strengthened: bool) -> Evaluate:
+    def evaluate(T: npt.NDArray[np.float64], p: Mapping[str, float]) -> npt.NDArray[np.float64]:
         cap = _cap_from(_per_step(p, strengthened), _last_step_shift(p))
         return np.minimum(cap.A * T, cap.cap)
 
