@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -65,7 +65,6 @@ __all__ = [
     "sgm_rdp_bound",
 ]
 
-_Label = TypeVar("_Label")  # the keys of normalize_global's curves
 
 # --------------------------------------------------------------------------------------------
 # RDP → (ε, δ)-DP at the bounds' order
