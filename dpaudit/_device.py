@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -40,7 +40,7 @@ def one_cpu_thread(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def padding_mask(counts: list[int], width: int, device: torch.device) -> torch.Tensor:
+def padding_mask(counts: Sequence[int], width: int, device: torch.device) -> torch.Tensor:
     """[M, W] booleans on ``device``: True in the rows from ``counts[m]`` on, the padding of model m's batch."""
     return host_to_device(torch.arange(width)[None, :] >= torch.tensor(counts)[:, None], device)
 

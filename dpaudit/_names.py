@@ -2,7 +2,7 @@
 
 The registries themselves (:mod:`dpaudit.optim`, :mod:`dpaudit.models`) load torch. Once one is loaded, its function
 here returns the registry's names, those a user registered included; before that, the built-in ones listed here
-(``tests/test_cli_parser.py`` checks the lists against the registries).
+(``tests/cli/test_cli_parser.py`` checks the lists against the registries).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -490,7 +490,7 @@ def audit_whole_run(
     sigma = z if noise_std is None else np.asarray(noise_std, dtype=float)
     ledger = {"noise_multipliers": sigma, "sample_rates": q}  # the observations' mechanism
     if statistics is not None:
-        names = _WHOLE_RUN_STATISTICS
+        names: tuple[str, ...] = _WHOLE_RUN_STATISTICS
         if isinstance(statistics, Mapping):
             unknown = [name for name in statistics if name not in _WHOLE_RUN_STATISTICS]
             if unknown or not statistics:
@@ -535,26 +535,38 @@ def audit_whole_run(
         missing = [name for name in scores if name != "spread" and name not in chosen_on]
         if missing:
             raise DPAuditError(f"family_selection gives no selection scores for the {missing[0]} statistic")
-    options = {"delta": delta, "confidence": confidence, "seed": seed}
     reports: dict[str, Any] = dict.fromkeys(
         ("all_iterates", "all_iterates_family", "final_model", "final_model_family")
     )
     for name, statistic in scores.items():
         member_scores, nonmember_scores = statistic[flags], statistic[~flags]
-        reports[name] = audit_scores(member_scores, nonmember_scores, **options, selection=selection)
+        reports[name] = audit_scores(
+            member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed, selection=selection
+        )
         if name != "spread":  # the family bound tests within the subsampled-Gaussian family: Λ and Σ_t x_t only
+            chooser: str | tuple[Any, ...] | None = None
+            statistic_name = None
             if chosen_on is not None:
-                chooser = {"selection": tuple(chosen_on[name])}
+                chooser = tuple(chosen_on[name])
             elif family_selection == "ledger":
-                chooser = {"selection": "ledger", "statistic": name.replace("_", "-")}
-            else:
-                chooser = {}
+                chooser, statistic_name = "ledger", name.replace("_", "-")
             reports[f"{name}_family"] = family_lower_bound(
-                member_scores, nonmember_scores, **ledger, **options, **chooser
+                member_scores,
+                nonmember_scores,
+                noise_multipliers=sigma,
+                sample_rates=q,
+                delta=delta,
+                confidence=confidence,
+                seed=seed,
+                selection=chooser,
+                statistic=statistic_name,
             )
+    claims = ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate="final_model" in scores)
     return WholeRunReport(
         **reports,
-        **ledger_claims(noise_multipliers=z, sample_rates=q, delta=delta, last_iterate="final_model" in scores),
+        epsilon_pld=claims["epsilon_pld"],
+        epsilon_rdp=claims["epsilon_rdp"],
+        epsilon_last_iterate=claims["epsilon_last_iterate"],
         delta=delta,
         confidence=float(confidence),
     )
@@ -564,7 +576,15 @@ def audit_whole_run(
 _WHOLE_RUN_STATISTICS = ("all_iterates", "final_model", "spread")
 
 
-def ledger_claims(*, noise_multipliers, sample_rates, delta: float, last_iterate: bool) -> dict[str, float | None]:
+class LedgerClaims(TypedDict):
+    """The ε a ledger claims (:func:`ledger_claims`), in nats."""
+
+    epsilon_pld: float
+    epsilon_rdp: float
+    epsilon_last_iterate: float | None
+
+
+def ledger_claims(*, noise_multipliers, sample_rates, delta: float, last_iterate: bool) -> LedgerClaims:
     """The ε that a run's ledger claims at δ, each labelled by its key.
 
     Args:
@@ -582,8 +602,10 @@ def ledger_claims(*, noise_multipliers, sample_rates, delta: float, last_iterate
 
     z, q = (tuple(np.asarray(values, dtype=float).tolist()) for values in (noise_multipliers, sample_rates))
     constant = len(set(z)) == 1 and len(set(q)) == 1
+    claims = _accountant_claims(z, q, float(delta))
     return {
-        **_accountant_claims(z, q, float(delta)),
+        "epsilon_pld": claims["epsilon_pld"],
+        "epsilon_rdp": claims["epsilon_rdp"],
         "epsilon_last_iterate": last_iterate_epsilon(noise_multiplier=z[0], sample_rate=q[0], steps=len(z), delta=delta)
         if last_iterate and constant
         else None,
@@ -718,16 +740,17 @@ def validation_flag(
             noise_multipliers=canaries.noise_multipliers, sample_rates=canaries.sample_rates, delta=delta
         )
     confidence = 1.0 - false_alarm / len(VALIDATION_BOUNDS)
-    options = {"delta": delta, "confidence": confidence, "seed": seed}
     family = family_lower_bound(
         members_lr,
         nonmembers_lr,
         noise_multipliers=canaries.noise_std,
         sample_rates=canaries.sample_rates,
-        **options,
+        delta=delta,
+        confidence=confidence,
+        seed=seed,
     )
-    all_iterates = audit_scores(members_lr, nonmembers_lr, **options)
-    spread = audit_scores(members_spread, nonmembers_spread, **options)
+    all_iterates = audit_scores(members_lr, nonmembers_lr, delta=delta, confidence=confidence, seed=seed)
+    spread = audit_scores(members_spread, nonmembers_spread, delta=delta, confidence=confidence, seed=seed)
     bounds = {
         "all_iterates_family": float(family.epsilon),
         "all_iterates": float(all_iterates.epsilon_lower),

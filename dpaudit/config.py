@@ -22,7 +22,7 @@ from dpaudit._names import model_names, optimizer_names
 from dpaudit._validation import DPAuditError, check_choice, check_positive, check_positive_int, check_probability
 from dpaudit.data import HalvesSplit, MIASplit, available_datasets, dataset_info, make_halves_split, make_mia_split
 from dpaudit.data.splits import SPLIT_DESIGNS
-from dpaudit.settings import SETTINGS, OptimizerSettings, TwoPhaseSettings, setting_field
+from dpaudit.settings import SETTINGS, OptimizerSettings, ProjectionSettings, TwoPhaseSettings, setting_field
 
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 # dpaudit.attacks.canary, and "whole-run": dpaudit.attacks.canary_run
@@ -36,7 +36,7 @@ DEVICES = ("auto", "cpu", "cuda")
 _PRIVATE_SETTINGS = ("clip_norm", "sigma_dp", "noise_multiplier", "target_epsilon")
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpaudit.optim import Hyperparameters
+    from dpaudit.optim import Hyperparameters, Optimizer
 
 
 def _option(
@@ -379,7 +379,7 @@ class TrainConfig:
             SETTINGS["warmup_budget_fraction"].check(settings.warmup_budget_fraction)
             warmup_sigma_dp = settings.warmup_sigma_dp
         if privacy.target_epsilon is not None:
-            sigma_dp, warmup_sigma_dp = self._calibrated_noise(spec.cls)
+            sigma_dp, warmup_sigma_dp = self._calibrated_noise(spec.cls, target_epsilon=privacy.target_epsilon)
         if privacy.noise_multiplier is not None:
             check_positive("noise_multiplier", privacy.noise_multiplier, allow_zero=True)
             if privacy.clip_norm is None:
@@ -399,7 +399,7 @@ class TrainConfig:
         config.make_split()
         return config
 
-    def _with_family_settings(self, optimizer_cls) -> TrainConfig:
+    def _with_family_settings(self, optimizer_cls: type[Optimizer]) -> TrainConfig:
         """This config with its optimizer's family settings: the family's defaults for the base
         ``OptimizerSettings``; settings of another family are a one-line DPAuditError."""
         settings, wanted = self.optimizer.settings, optimizer_cls.settings_type
@@ -412,7 +412,7 @@ class TrainConfig:
             )
         return replace(self, optimizer=replace(self.optimizer, settings=wanted()))
 
-    def _check_canary_design(self, optimizer_cls) -> None:
+    def _check_canary_design(self, optimizer_cls: type[Optimizer]) -> None:
         design, canaries, name = self.audit.canary_design, self.audit.canaries, self.optimizer.name
         check_choice("canary_design", design, CANARY_DESIGNS)
         if design == "projection-aligned":
@@ -423,8 +423,12 @@ class TrainConfig:
                     f"canary_design 'projection-aligned' aligns canaries with a random projection; "
                     f"{name} has none (use dp2-sgd, d2p2-sgd or their variants)"
                 )
-            settings = self.optimizer.settings  # ProjectionSettings
-            if settings.reduction_convention == "paper" and settings.reduction_rate >= 1:
+            settings = self.optimizer.settings  # ProjectionSettings (``_with_family_settings``: the class's)
+            if (
+                isinstance(settings, ProjectionSettings)
+                and settings.reduction_convention == "paper"
+                and settings.reduction_rate >= 1
+            ):
                 raise DPAuditError(
                     "canary_design 'projection-aligned' needs a projection that keeps coordinates "
                     "(reduction_rate < 1 with the paper convention)"
@@ -464,8 +468,9 @@ class TrainConfig:
                 f"number per step); set canaries to 1, not {canaries}"
             )
 
-    def _calibrated_noise(self, optimizer_cls) -> tuple[float, float | None]:
-        """(σ_DP, warm-up σ_DP) whose run has ε = target_epsilon at δ (this optimizer's schedule, q = b/n).
+    def _calibrated_noise(self, optimizer_cls: type[Optimizer], *, target_epsilon: float) -> tuple[float, float | None]:
+        """(σ_DP, warm-up σ_DP) whose run has ε = ``target_epsilon`` (the privacy settings') at δ (this optimizer's
+        schedule, q = b/n).
 
         Two-phase optimizers: σ_1 meets ε1 = warmup_budget_fraction · ε for the warm-up alone, then σ_2 is
         the smallest noise whose composition with the warm-up meets ε (TP-TopK's Section 7.3 budget split,
@@ -475,31 +480,40 @@ class TrainConfig:
         from dpaudit.theory import calibrate_noise
 
         privacy = self.privacy
-        SETTINGS["target_epsilon"].check(privacy.target_epsilon)
+        SETTINGS["target_epsilon"].check(target_epsilon)
         if privacy.clip_norm is None:
             raise DPAuditError("target_epsilon needs clip_norm (C) to give σ_DP = z·C/b")
         SETTINGS["clip_norm"].check(privacy.clip_norm)
         hyper = self.hyperparameters(self.data.target_size)
-        options = {"delta": privacy.delta, "sample_rate": hyper.sample_rate, "accountant": privacy.accountant}
+        delta, sample_rate, accountant = privacy.delta, hyper.sample_rate, privacy.accountant
         to_sigma_dp = privacy.clip_norm / self.optimizer.batch_size  # σ_DP = z·C/b
         schedule = optimizer_cls.noise_schedule(hyper)
         if not issubclass(optimizer_cls, TwoPhaseSparse):
-            return calibrate_noise(
-                target_epsilon=privacy.target_epsilon, noise_schedule=schedule, **options
-            ) * to_sigma_dp, None
+            z = calibrate_noise(
+                target_epsilon=target_epsilon,
+                noise_schedule=schedule,
+                delta=delta,
+                sample_rate=sample_rate,
+                accountant=accountant,
+            )
+            return z * to_sigma_dp, None
         warmup = hyper.warmup_steps
         if not 1 <= warmup < len(schedule):
             raise DPAuditError(f"the warm-up must leave steps for phase 2: T1 = {warmup} of T = {len(schedule)}")
         z1 = calibrate_noise(
-            target_epsilon=hyper.settings.warmup_budget_fraction * privacy.target_epsilon,
+            target_epsilon=hyper.settings.warmup_budget_fraction * target_epsilon,
             noise_schedule=schedule[:warmup],
-            **options,
+            delta=delta,
+            sample_rate=sample_rate,
+            accountant=accountant,
         )
         z2 = calibrate_noise(
-            target_epsilon=privacy.target_epsilon,
+            target_epsilon=target_epsilon,
             noise_schedule=schedule[warmup:],
-            preceding=(np.full(warmup, z1), hyper.sample_rate),
-            **options,
+            preceding=(np.full(warmup, z1), sample_rate),
+            delta=delta,
+            sample_rate=sample_rate,
+            accountant=accountant,
         )
         return z2 * to_sigma_dp, z1 * to_sigma_dp
 

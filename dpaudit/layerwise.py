@@ -13,7 +13,7 @@ follow in closed form (as Opacus's grad samplers do):
   M·W groups, one per model and sample), ∂ℓ_i/∂b = Σ_positions g_i;
 - GroupNorm: ∂ℓ_i/∂γ = Σ_positions g_i x̂_i, ∂ℓ_i/∂β = Σ_positions g_i.
 
-This is the same gradient ``vmap(vmap(grad))`` computes (``tests/test_layerwise.py`` compares them), in
+This is the same gradient ``vmap(vmap(grad))`` computes (``tests/engine/test_layerwise.py`` compares them), in
 less time on a CPU (``speedup_vs_ensemble_functorch`` in ``benchmarks/ensemble.py``): the forward and
 backward passes run on the stacked layout once instead of per sample. Models of other kinds (ResNet) keep
 the vmap path.

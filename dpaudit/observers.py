@@ -58,9 +58,11 @@ class TrainingObserver(Protocol):
     def attach(self, optimizer: Optimizer) -> None:
         """The model's optimizer is built (before any resume restores its state); its parameters end with the
         observers' ``parameters``."""
+        return None  # (an explicit body: not abstract)
 
     def begin_epoch(self, optimizer: Optimizer, *, epoch: int) -> None:
         """Epoch ``epoch`` (1-based) starts; ``optimizer.begin_epoch`` has run."""
+        return None
 
     def accumulate(
         self, optimizer: Optimizer, grads: Sequence[torch.Tensor], *, records: int
@@ -71,10 +73,13 @@ class TrainingObserver(Protocol):
 
     def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         """The batch's gradients are accumulated; ``optimizer.step`` comes next."""
+        return None
 
     def after_update(self, optimizer: Optimizer, cost: StepCost | None, *, epoch: int) -> None:
         """``optimizer.step`` has run and returned ``cost``: the step's noise multiplier z, sample rate q and
         accounting phase, or None for a non-private optimizer."""
+        return None
 
     def end_epoch(self, *, epoch: int) -> None:
         """The epoch is over: write what was recorded so far (so an interrupted run keeps it)."""
+        return None

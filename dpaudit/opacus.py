@@ -242,6 +242,8 @@ class OpacusAuditReport:
     def summary(self) -> str:
         """A few lines of text: the accountant's ε, both bounds of both threat models, the verdict."""
         run = self.whole_run
+        # an audit of the observations has every statistic's report (``audit_whole_run``)
+        assert run.all_iterates is not None and run.final_model is not None
         level = f"{100 * run.confidence:g} %"
         family = run.all_iterates_family
         capped = " (capped: the grid's strongest hypothesis)" if family.capped else ""
@@ -550,6 +552,7 @@ class CanaryAudit:
         claimed = float(accountant.get_epsilon(delta=delta))
         mechanism = str(accountant.mechanism()) if hasattr(accountant, "mechanism") else type(accountant).__name__
         findings = []
+        assert whole_run.all_iterates is not None  # an audit of the observations has every statistic's report
         family = whole_run.all_iterates_family
         if family.noise_scale <= 1.0:
             findings.append(

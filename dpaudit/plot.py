@@ -38,7 +38,9 @@ RC_PARAMS = {
     "svg.fonttype": "none",
 }
 
-_FALLBACK = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]  # 10 strong, then 10 pale
+# tab20 is a ListedColormap of 20 RGB tuples (the checker knows only a Colormap)
+_TAB20: tuple[tuple[float, float, float], ...] = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]
+_FALLBACK = _TAB20[0::2] + _TAB20[1::2]  # 10 strong, then 10 pale
 
 
 def series_style(key: str, index: int = 0, styles: Mapping[str, dict] | None = None) -> dict:

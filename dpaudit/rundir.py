@@ -7,7 +7,7 @@ Layout::
     RUN/config.json               the validated configuration and derived values (z, σ_DP, q, T/epoch)
     RUN/split.json                member / non-member indices of the target and every shadow
     RUN/attack.json               what ``dpaudit attack`` found, per checkpoint epoch
-    RUN/summary.json              what the paper figures draw from the run (``dpaudit summarize-run``)
+    RUN/summary.json              what the paper figures draw from the run (``dpaudit.summary.summarize_run``)
     RUN/audit_ATTACK.json         what ``dpaudit audit --run RUN --attack ATTACK`` found (+ .png, .pdf: its ROC)
     RUN/scores_epoch_EEEE.csv     per-record attack scores at epoch EEEE
     RUN/<model>/metrics.json      per epoch: training loss, test loss and accuracy
@@ -31,7 +31,7 @@ from pathlib import Path
 TARGET = "target"
 #: The run's manifest (:mod:`dpaudit.integrity`): what marks a folder as a run's, hence a name no other tool uses.
 MANIFEST = "dpaudit-run.json"
-#: A run's summary for the paper figures (``dpaudit summarize-run``).
+#: A run's summary for the paper figures (``dpaudit train --summarize``, ``dpaudit.summary.summarize_run``).
 SUMMARY = "summary.json"
 
 

@@ -274,16 +274,18 @@ def own_fields(cls: type) -> list[Field]:
     return [item for item in fields(cls) if item.name in own]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptimizerSettings:
     """The settings an optimizer family reads besides ``lr``, ``momentum`` and the privacy settings: none here.
 
     The base of every family's settings, and the settings of the optimizers without any (``sgd``, ``dpsgd-gc`` and
-    its controls, ``auto-v``). An optimizer class names its family's as ``settings_type``.
+    its controls, ``auto-v``). An optimizer class names its family's as ``settings_type`` (and, for a type checker,
+    declares ``hyper: Hyperparameters[ItsSettings]``). The settings are keyword-only: a family with two bases
+    orders its fields as neither does.
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DomainSettings(OptimizerSettings):
     """DPSGD-DC's ℓ2 ball K = {θ : ‖θ − c‖ ≤ D} (dpsgd-dc).
 
@@ -296,7 +298,7 @@ class DomainSettings(OptimizerSettings):
     domain_center: str = setting_field("domain_center")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PSACSettings(OptimizerSettings):
     """The regulariser of the DP-PSAC paper's per-sample weights (auto-s, nsgd, dp-psac, dp-psac-batch-noise).
 
@@ -307,7 +309,7 @@ class PSACSettings(OptimizerSettings):
     r: float = setting_field("r")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AutomaticClippingSettings(OptimizerSettings):
     """Automatic clipping C/(‖g‖ + γ) of the D2P2-SGD paper (dpsgd-auto; the family's other optimizers add to it).
 
@@ -318,7 +320,7 @@ class AutomaticClippingSettings(OptimizerSettings):
     gamma: float = setting_field("gamma")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DynamicNoiseSettings(AutomaticClippingSettings):
     """Automatic clipping and the dynamic noise schedule z·k^(−a) (d2p-sgd; with a projection: d2p2-sgd).
 
@@ -331,7 +333,7 @@ class DynamicNoiseSettings(AutomaticClippingSettings):
     noise_decay_unit: str = setting_field("noise_decay_unit")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProjectionSettings(AutomaticClippingSettings):
     """Automatic clipping and the random projection onto R^p (dp2-sgd, dp2-sgd-as-published; with dynamic noise:
     d2p2-sgd).
@@ -347,12 +349,12 @@ class ProjectionSettings(AutomaticClippingSettings):
     projection_refresh: str = setting_field("projection_refresh")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DynamicProjectionSettings(ProjectionSettings, DynamicNoiseSettings):
     """Automatic clipping, the dynamic noise schedule and the random projection (d2p2-sgd, d2p2-sgd-as-published)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SparseSettings(OptimizerSettings):
     """The active ratio of the TP-TopK paper's coordinate-sparse optimizers (on-topk, on-rand, and the two-phase
     tp-topk, tp-rand).
@@ -364,7 +366,7 @@ class SparseSettings(OptimizerSettings):
     active_ratio: float = setting_field("active_ratio")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TwoPhaseSettings(SparseSettings):
     """The dense DP warm-up of the two-phase sparse optimizers (tp-topk, tp-rand).
 
@@ -379,7 +381,7 @@ class TwoPhaseSettings(SparseSettings):
     warmup_sigma_dp: float | None = setting_field("warmup_sigma_dp")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImportanceMaskSettings(OptimizerSettings):
     """AdaDPIGU's importance mask and per-record sparsification (adadpigu-code, and adadpigu).
 
@@ -396,7 +398,7 @@ class ImportanceMaskSettings(OptimizerSettings):
     standardise_constant: float = setting_field("standardise_constant")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AdaDPIGUSettings(ImportanceMaskSettings):
     """AdaDPIGU's importance mask and its running statistics α, β of the released updates (adadpigu).
 

@@ -15,12 +15,12 @@ import numpy as np
 
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import ATTACKS
-from dpaudit.rundir import RunDir
+from dpaudit.rundir import SUMMARY, RunDir
 
 __all__ = ["SUMMARY_ATTACKS", "SUMMARY_FILE", "summarize_run"]
 
 #: The file :func:`summarize_run` writes into the run folder.
-SUMMARY_FILE = "summary.json"
+SUMMARY_FILE = SUMMARY  # the file name, declared with the run folder's layout
 
 #: The attacks a run summary can hold (what the paper figures draw), in the order it holds them.
 SUMMARY_ATTACKS = ("loss", "canary", "canary-run")
@@ -156,5 +156,5 @@ def summarize_run(
             summary[name] = {
                 str(epoch): report(attack.scores(run, epoch=epoch, delta=delta)) for epoch in config.audit.eval_epochs
             }
-    write_json(run / SUMMARY_FILE, summary)
+    write_json(RunDir(run).summary, summary)
     return summary

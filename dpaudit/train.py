@@ -35,6 +35,7 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,9 @@ class EpochMetrics:
     epoch: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
-    test_loss: list[float] = field(default_factory=list)
-    test_accuracy: list[float] = field(default_factory=list)
-    train_accuracy: list[float] = field(default_factory=list)
+    test_loss: list[float | None] = field(default_factory=list)
+    test_accuracy: list[float | None] = field(default_factory=list)
+    train_accuracy: list[float | None] = field(default_factory=list)
     elapsed_seconds: list[float] = field(default_factory=list)
 
 
@@ -173,6 +174,8 @@ def _observers(
         return []
     observers: list[TrainingObserver] = []
     if config.audit.canaries and config.audit.canary_design == "whole-run":
+        # whole-run canaries need a private optimizer (``TrainConfig``), whose ``check`` requires C
+        assert config.privacy.clip_norm is not None, "whole-run canaries need clip_norm (C)"
         observers.append(
             RunCanaries(
                 count=config.audit.canaries,
@@ -280,7 +283,7 @@ class _ModelRun:
             observer.begin_epoch(self.optimizer, epoch=epoch)
         self._batch_losses = []
 
-    def accumulate(self, grads: list[torch.Tensor], losses: torch.Tensor) -> None:
+    def accumulate(self, grads: Sequence[torch.Tensor], losses: torch.Tensor) -> None:
         """Feed one chunk of gradients (per-sample, or a share of the batch mean) to the optimizer, through the
         observers (the canaries' coordinates, the noise-scale audit's zeroed records)."""
         for observer in self.observers:
@@ -370,12 +373,14 @@ class _ModelRun:
 
     def write_progress(self) -> None:
         """Write the metrics and the privacy ledger of the epochs trained so far."""
+        assert self.out is not None, "a run with an output folder"
         write_json(self.out.metrics, {"model": self.label, **asdict(self.metrics)})
         write_json(self.out.ledger, self.ledger.to_dict())
 
     def save_state(self, epoch: int) -> None:
         """Write everything the run after ``epoch`` depends on to ``state_EEEE.pt`` (atomically), and the metrics and
         ledger files up to it."""
+        assert self.out is not None, "a run with an output folder"
         self.write_progress()
         state = {
             "format": STATE_FORMAT,
@@ -430,8 +435,9 @@ def _resume(runs: list[_ModelRun]) -> int:
     saved = [run.saved_states() for run in runs]
     for epoch in sorted(set.intersection(*(set(states) for states in saved)), reverse=True):
         states = [run.load_state(states[epoch]) for run, states in zip(runs, saved)]
-        if all(state is not None for state in states):
-            for run, state in zip(runs, states):
+        found = [state for state in states if state is not None]
+        if len(found) == len(states):
+            for run, state in zip(runs, found):
                 run.restore_state(state)
                 run.drop_states(keep=epoch)
             return epoch
@@ -490,6 +496,7 @@ def train_models(
     done = _resume(runs) if keeps_state else 0
     name = label or ("+".join(run.label for run in runs) if len(runs) <= 2 else f"{runs[0].label}+{len(runs) - 1}")
     if done:
+        assert runs[0].out is not None  # ``done``: resumed from saved states
         print(
             f"dpaudit: resuming {name} after epoch {done} of {config.optimizer.epochs} "
             f"(saved in {runs[0].out.path.parent})",
@@ -645,13 +652,13 @@ def _accumulate_batch(
     """One model's gradients of one batch, fed to its optimizer in chunks of ``microbatch_size`` records."""
     if len(index) == 0:
         return
-    index = host_to_device(index, run.images.device)
+    rows = host_to_device(index, run.images.device)
     if per_sample is None:
-        losses = F.cross_entropy(run.model(run.images[index]), run.labels[index], reduction="none")
-        grads = torch.autograd.grad(losses.mean(), run.params)
-        run.accumulate([g.detach() for g in grads], losses.detach())
+        losses = F.cross_entropy(run.model(run.images[rows]), run.labels[rows], reduction="none")
+        mean_grads = torch.autograd.grad(losses.mean(), run.params)
+        run.accumulate([g.detach() for g in mean_grads], losses.detach())
         return
-    for chunk in torch.split(index, microbatch_size):
+    for chunk in torch.split(rows, microbatch_size):
         grads, losses = per_sample(run.images[chunk], run.labels[chunk])
         run.accumulate(grads, losses)
 
@@ -835,10 +842,10 @@ def check_memory(config: TrainConfig, *, available: int | None = None) -> None:
             f"{COPIES} for each of {models}×{size} parameters",
         )
     )
-    for needed, setting, values in needs:
+    for needed, setting, what in needs:
         if needed > available:
             raise DPAuditError(
-                f"{setting} needs about {needed / 2**30:.3g} GiB of float32 values ({values}), more than the "
+                f"{setting} needs about {needed / 2**30:.3g} GiB of float32 values ({what}), more than the "
                 f"{available / 2**30:.3g} GiB free here; lower it"
             )
 

@@ -124,6 +124,7 @@ audits = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.integration
 @fuzz(120)
 @given(arguments=spoiled(audits))
 def test_audit_scores_gives_a_report_or_one_line(arguments):
@@ -204,6 +205,7 @@ def calibrations(draw) -> dict:
     return arguments
 
 
+@pytest.mark.integration
 @fuzz(60)
 @given(arguments=spoiled(calibrations()))
 def test_calibrate_noise_gives_a_noise_multiplier_or_one_line(arguments):
@@ -384,6 +386,7 @@ def command_lines(draw):
     return argv
 
 
+@pytest.mark.integration
 @fuzz(150)
 @given(argv=command_lines())
 def test_command_line_gives_a_status_or_a_usage_error(scratch, argv):

@@ -9,12 +9,12 @@ import tomllib
 from pathlib import Path
 
 import yaml
+from support import ROOT
 
 import dpaudit
 from dpaudit.integrity import MODEL_FILES, MODEL_FOLDERS, RUN_FILES
 from dpaudit.rundir import TARGET, ModelDir, RunDir, shadow_name
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dpaudit"
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dpaudit"
+from support import ROOT
+
+PACKAGE = ROOT / "dpaudit"
 ENGINE = {"dpaudit.train", "dpaudit.cli", "dpaudit.cli.commands"}  # the engine itself, and the command that starts it
 
 

@@ -22,6 +22,7 @@ from opacus.accountants import PRVAccountant  # noqa: E402
 from opacus.data_loader import DPDataLoader  # noqa: E402
 from opacus.optimizers import DPOptimizer  # noqa: E402
 from opacus.utils.batch_memory_manager import BatchMemoryManager  # noqa: E402
+from support import ROOT  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.attacks.canary_run import RunCanaryObservations  # noqa: E402
@@ -234,6 +235,7 @@ CANARIES = 4000  # ≈ 2000 per side, ≈ 1000 per certifying half: Clopper–Pe
 CLAIMED_NOISE, CLAIMED_BATCH, STEPS = 0.3, 180, 10  # 1797 records in ⌈1797/180⌉ = 10 batches: q = 1/10
 
 
+@pytest.mark.integration
 def test_correct_setup_is_not_flagged_and_reports_both_bounds():
     """The correct set-up: Poisson loader (q = 1/10), Poisson accountant (PRV), z = 0.3, T = 10. The canaries then
     play exactly the composed subsampled Gaussian the accountant records, so the family test rejects the claimed
@@ -252,6 +254,7 @@ def test_correct_setup_is_not_flagged_and_reports_both_bounds():
     assert family.n_members + family.n_nonmembers == CANARIES and not by_ledger.flagged, by_ledger.summary()
 
 
+@pytest.mark.integration
 def test_shuffled_loader_with_the_poisson_accountant_is_flagged():
     """Misconfiguration: a shuffled loader (poisson_sampling=False, b = 180, 10 batches, 1 epoch) accounted as Poisson
     with q = 1/10 over T = 10 steps, z = 0.3.
@@ -313,6 +316,7 @@ def test_expected_batch_size_that_does_not_match_the_sampler_is_flagged():
     assert not audit.report(accountant=accountant, delta=1e-5).flagged
 
 
+@pytest.mark.integration
 def test_noise_multiplier_changed_after_the_accountant_recorded_it_is_flagged():
     """Misconfiguration: the accountant's hook records z = 0.3 (the value the optimizer was configured with) but the
     optimizer's noise_multiplier is 0.15; Poisson q = 1/10, T = 10.
@@ -422,9 +426,8 @@ def test_example_certifies_most_of_the_accountants_epsilon(tmp_path):
     accountant's ε. Why 0.8 is reachable: the canaries are the composed subsampled Gaussian itself, and on exact
     simulations of that game at ε = 4, T = 200 the family bound reaches ≈ 0.95 of ε with 10⁵ per side (the
     whole_run_ceiling benchmark); the correct run is also not flagged."""
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "examples" / "opacus_audit.py"
+    script = ROOT / "examples" / "opacus_audit.py"
     done = subprocess.run(
         [sys.executable, str(script), "--out", str(tmp_path / "roc")], capture_output=True, text=True, cwd=tmp_path
     )

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import ROOT
 
 from dpaudit._validation import DPAuditError
 from dpaudit.config import GROUPS, OptimizerConfig, PrivacyConfig, TrainConfig
 from dpaudit.settings import FAMILIES, SETTINGS, Setting, own_fields, schema_fragment
 
-ROOT = Path(__file__).resolve().parents[1]
 # keys of a paper experiment's run that are not optimizer settings: the run's structure
 RUN_STRUCTURE_KEYS = {
     "optimizer",

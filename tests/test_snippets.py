@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.S)
 # a trailing comment that starts with a number (optionally "≈"): the value the expression gives

@@ -151,6 +151,7 @@ def _check_claim(flag, epsilon: float) -> None:
     assert flag.epsilon_claimed == pytest.approx(epsilon, rel=0.02)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("bug", "epsilon"), [("shuffle-as-poisson", 32.0), ("understated-q", 4.0)])
 def test_a_whole_run_audit_flags_the_bug_and_not_its_twin(bug, epsilon, tmp_path_factory):
     twin = _twin(epsilon)
@@ -164,6 +165,7 @@ def test_a_whole_run_audit_flags_the_bug_and_not_its_twin(bug, epsilon, tmp_path
     assert not _flagged(twin_flag), twin_flag.summary()
 
 
+@pytest.mark.integration
 def test_a_whole_run_audit_flags_reused_noise_by_the_spread_over_the_steps(tmp_path_factory):
     twin = _twin(4.0)
     bug_flag, bug = _audit(_bug("reused-noise", twin, 4.0), tmp_path_factory)

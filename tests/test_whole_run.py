@@ -284,6 +284,7 @@ def _coverage(epsilon, repetitions, per_side, seed_base=0):
     return family_fail, generic_fail, two_run_fail, ledger_fail, total / repetitions
 
 
+@pytest.mark.integration
 def test_coverage_of_the_bounds_fast():
     # 40 repetitions, 2,000 canaries per side, ε_PLD = 2 (q = 0.1, T = 100, δ = 1e-5). A correct 95 % bound
     # exceeds the truth with probability ≤ 5 %; _max_failures(40) = 7 failures are allowed, which a correct
@@ -328,6 +329,7 @@ def test_two_run_family_bound_certifies_on_every_score_and_checks_its_selection(
         family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection=([1.0, 2.0], [np.nan, 0.0]))
 
 
+@pytest.mark.integration
 def test_the_ledger_chooses_the_threshold_before_any_score_is_read():
     ledger, runs = _two_runs()
     chosen = [
@@ -352,6 +354,7 @@ def test_the_ledger_chooses_the_threshold_before_any_score_is_read():
         family_lower_bound(runs[0].member_lr, runs[0].nonmember_lr, **ledger, selection="split")
 
 
+@pytest.mark.integration
 def test_family_bound_detects_under_stated_noise():
     # The run really used half the noise the ledger claims: its true ε is far above the claimed one, and
     # the family bound (tested against the claimed ledger's family) must exceed the claimed ε.
@@ -498,6 +501,7 @@ def test_importing_the_modules_stays_light():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.integration
 def test_audit_whole_run_reports_both_threat_models_beside_the_theory():
     import dpaudit
 
@@ -646,6 +650,7 @@ def test_audit_whole_run_rejects_mismatched_shapes_in_one_line():
         dpaudit.audit_whole_run(members=flags, statistics=(np.zeros(3),), **ledger)
 
 
+@pytest.mark.integration
 def test_audit_whole_run_claims_the_ledgers_epsilon_and_scores_with_the_observed_noise():
     import dpaudit
 

@@ -3,17 +3,17 @@
     python tools/engine_fingerprint.py                            # this tree's fingerprints
     python tools/engine_fingerprint.py --trees OLD_TREE NEW_TREE  # each tree's, and which cases differ
 
-A change meant to make the engine faster without touching its arithmetic should leave every trained bit as
-it was, and then a pipeline's committed outputs stay those of the new engine too. Each case trains 4 models
-together (``engine: ensemble``) for 12 Poisson steps on ``digits`` records with 20 canaries on the target (the
-workload of ``tests/test_ensemble.py``, whose helpers it imports: install with ``[dev]``), and hashes
-(SHA-256) every model's parameters, per-epoch training losses and privacy ledger. The cases: every registered
-optimizer; DP-SGD with momentum, with one model × one sample per gradient call (a tiny ``memory_budget_mb``),
-with the target's training diagnostics, and on the 32×32 CNN (random images); D2P-SGD with shuffled batches;
-the pipeline's other canary designs (noise-scale, support). With ``--trees``, each tree (a checkout, e.g.
-``git worktree add /tmp/old COMMIT``) is put first on ``PYTHONPATH`` and runs this script (with this
-script's tests) without ``--trees``; an optimizer registered in one tree only is reported as missing from
-the other.
+A change meant to make the engine faster without touching its arithmetic should leave every trained bit as it was,
+and then a pipeline's committed outputs stay those of the new engine too. Each case trains 4 models together
+(``engine: ensemble``) for 12 Poisson steps on ``digits`` records with 20 canaries on the target (the workload of
+``tests/engine/test_ensemble.py``, whose helpers it imports from ``tests/support.py``: install with ``[dev]``), and
+hashes (SHA-256) every model's parameters, per-epoch training losses and privacy ledger. The cases: every
+registered optimizer; DP-SGD with momentum, with one model × one sample per gradient call (a tiny
+``memory_budget_mb``), with the target's training diagnostics, and on the 32×32 CNN (random images); D2P-SGD with
+shuffled batches; the pipeline's other canary designs (noise-scale, support). With ``--trees``, each tree (a
+checkout, e.g. ``git worktree add /tmp/old COMMIT``) is put first on ``PYTHONPATH`` and runs this script (with this
+script's tests) without ``--trees``; an optimizer registered in one tree only is reported as missing from the
+other.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # e
 
 
 def cases() -> dict[str, tuple[str, dict]]:
-    """(optimizer, settings beyond ``tests/test_ensemble.py``'s) of every case, by name."""
+    """(optimizer, settings beyond ``support.engine_config``'s) of every case, by name."""
     from dpaudit import optim
 
     named = {name: (name, {}) for name in optim.available()}
@@ -66,12 +66,12 @@ def random_images_members():
 
 def fingerprint(optimizer: str, settings: dict) -> str:
     """SHA-256 of the parameters, per-epoch losses and ledgers of ``MODELS`` models trained together."""
-    from test_ensemble import _config, _members  # the workload the ensemble-vs-one-at-a-time test trains
+    from support import digit_members, engine_config  # the workload the ensemble-vs-one-at-a-time test trains
 
     from dpaudit.train import train_models
 
-    config = _config(optimizer, engine="ensemble", **{"canaries": 20, **settings})
-    members = _members(MODELS) if config.to_dict()["dataset"] == "digits" else random_images_members()
+    config = engine_config(optimizer, engine="ensemble", **{"canaries": 20, **settings})
+    members = digit_members(MODELS) if config.to_dict()["dataset"] == "digits" else random_images_members()
     digest = hashlib.sha256()
     for trained in train_models(config=config, members=members, test_data=None, progress=False):
         for parameter in trained.model.parameters():

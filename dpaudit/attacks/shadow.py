@@ -101,20 +101,22 @@ def _fit_mlps(datasets: list[tuple[np.ndarray, np.ndarray, int]], config: Shadow
     decay, the first step's buffer) is applied only to the models that have a batch at that step, so every model
     follows the same trajectory as ``torch.optim.SGD`` on it alone (up to floating-point summation order).
     """
-    models, generators = [], []
+    models: list[nn.Module] = []
+    layers: list[tuple[nn.Linear, nn.Linear]] = []  # each model's two linear layers
+    generators = []
     for _, _, seed in datasets:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            models.append(
-                nn.Sequential(nn.Linear(datasets[0][0].shape[1], config.hidden), nn.ReLU(), nn.Linear(config.hidden, 2))
-            )
+            first, second = nn.Linear(datasets[0][0].shape[1], config.hidden), nn.Linear(config.hidden, 2)
+            models.append(nn.Sequential(first, nn.ReLU(), second))
+            layers.append((first, second))
         generators.append(torch.Generator().manual_seed(seed))
     # stacked parameters [K, …], in the (in, out) layout bmm needs
     params = [
-        torch.stack([m[0].weight.detach().T for m in models]),
-        torch.stack([m[0].bias.detach() for m in models]),
-        torch.stack([m[2].weight.detach().T for m in models]),
-        torch.stack([m[2].bias.detach() for m in models]),
+        torch.stack([first.weight.detach().T for first, _ in layers]),
+        torch.stack([first.bias.detach() for first, _ in layers]),
+        torch.stack([second.weight.detach().T for _, second in layers]),
+        torch.stack([second.bias.detach() for _, second in layers]),
     ]
     params = [p.clone().requires_grad_(True) for p in params]
     buffers = [torch.zeros_like(p) for p in params]
@@ -149,11 +151,11 @@ def _fit_mlps(datasets: list[tuple[np.ndarray, np.ndarray, int]], config: Shadow
                     buffer.copy_(torch.where(on, config.momentum * buffer + direction, buffer))
                     p.sub_(torch.where(on, config.lr * buffer, torch.zeros_like(p)))
     with torch.no_grad():
-        for k, model in enumerate(models):
-            model[0].weight.copy_(params[0][k].T)
-            model[0].bias.copy_(params[1][k])
-            model[2].weight.copy_(params[2][k].T)
-            model[2].bias.copy_(params[3][k])
+        for k, (first, second) in enumerate(layers):
+            first.weight.copy_(params[0][k].T)
+            first.bias.copy_(params[1][k])
+            second.weight.copy_(params[2][k].T)
+            second.bias.copy_(params[3][k])
     return models
 
 

@@ -622,7 +622,7 @@ def _run_scores(args: argparse.Namespace, attack: str, runs=None):
     pooled = pool_attack_scores(
         runs=args.run if runs is None else runs, attack=attack, epoch=args.epoch, delta=args.delta
     )
-    theory = {"epsilon_run": pooled.epsilon_run}
+    theory: dict[str, Any] = {"epsilon_run": pooled.epsilon_run}
     if pooled.epsilon_mechanism is not None:
         theory["epsilon_mechanism"] = pooled.epsilon_mechanism
         theory["mechanism"] = pooled.mechanism
@@ -736,6 +736,8 @@ def _audit_canary_record(args: argparse.Namespace) -> int:
     if not args.no_plot:
         from dpaudit.plot import plot_roc
 
+        # an audit of the observations has every statistic's report (``audit_whole_run``)
+        assert report.all_iterates is not None and report.final_model is not None
         curves = {"all iterates": report.all_iterates.to_dict(), "final model": report.final_model.to_dict()}
         plot_roc(curves, stem=out.with_suffix(""), title=f"whole-run canaries: {args.canary_record.name}")
     _status(f"wrote {out}" + ("" if args.no_plot else f" and {out.with_suffix('.png')}"))

@@ -129,7 +129,7 @@ class ArrayDataset:
 DATASET_STATS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = MappingProxyType(
     {
         # Mean/std of all 1,797 scikit-learn digits (values / 16, all pixels pooled, float64, population
-        # std). Hard-coded; tests/test_data.py recomputes them from load_digits() and checks the match.
+        # std). Hard-coded; tests/data/test_data.py recomputes them from load_digits() and checks the match.
         "digits": ((0.30526028624095713,), (0.3760492217920148,)),
         # The PyTorch MNIST example's constants (training set, 60,000 images).
         "mnist": ((0.1307,), (0.3081,)),
@@ -176,7 +176,7 @@ DIGITS_SIZE = 1797
 DIGITS_TEST_SIZE = 599
 DIGITS_SPLIT_SEED = 0
 # Its test images as a bit mask (np.packbits, hex): the split `train_test_split(arange(1797), test_size=599,
-# stratify=labels, random_state=0)` gives (tests/test_data.py recomputes it), stored so that loading digits
+# stratify=labels, random_state=0)` gives (tests/data/test_data.py recomputes it), stored so that loading digits
 # does not import scikit-learn (≈ 1.4 s in every pipeline job).
 _DIGITS_TEST_MASK_HEX = (
     "482004c8b52630c009166121d742450c5a000c1122a40028062c1e081108960a009019320430fca092c396e442284adab044"

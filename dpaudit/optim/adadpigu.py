@@ -33,24 +33,39 @@ class AdaDPIGU(MaskedSupport):
     noisy_importance: ClassVar[bool] = True
     adaptive_statistics: ClassVar[bool] = True
     settings_type: ClassVar[type[ImportanceMaskSettings]] = AdaDPIGUSettings
+    hyper: Hyperparameters[ImportanceMaskSettings]
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        hyper: Hyperparameters[ImportanceMaskSettings],
+        *,
+        generator: torch.Generator,
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self._importance = [torch.zeros_like(p) for p in self.params]
         self.alpha = [torch.zeros_like(p) for p in self.params]
         self.beta = [torch.ones_like(p) for p in self.params]
         self.example_k = max(1, math.floor(hyper.settings.example_topk_fraction * self.dimension))
 
+    @staticmethod
+    def _statistics(settings: ImportanceMaskSettings) -> AdaDPIGUSettings:
+        """The settings of α and β, which a class with ``adaptive_statistics`` reads (its ``settings_type``:
+        ``check``)."""
+        assert isinstance(settings, AdaDPIGUSettings), "adaptive statistics read AdaDPIGUSettings"
+        return settings
+
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[ImportanceMaskSettings]) -> None:
         super().check(hyper)
         settings = hyper.settings
         SETTINGS["retention_ratio"].check(settings.retention_ratio)
         SETTINGS["example_topk_fraction"].check(settings.example_topk_fraction)
         if cls.adaptive_statistics:
+            statistics = cls._statistics(settings)
             for name, value in (
-                ("ema_mean_decay (γ1)", settings.ema_mean_decay),
-                ("ema_variance_decay (γ2)", settings.ema_variance_decay),
+                ("ema_mean_decay (γ1)", statistics.ema_mean_decay),
+                ("ema_variance_decay (γ2)", statistics.ema_variance_decay),
             ):
                 if not 0 <= value < 1:
                     raise DPAuditError(f"{name} must be in [0, 1); got {value}")
@@ -85,15 +100,16 @@ class AdaDPIGU(MaskedSupport):
             keep = torch.zeros_like(flat).scatter_(1, torch.topk(flat.abs(), self.example_k, dim=1).indices, 1.0)
             flat = flat * keep
         norms = flat.norm(dim=1)
-        flat = flat * torch.clamp(self.hyper.clip_norm / (norms + CLIP_EPSILON), max=1.0)[:, None]
+        flat = flat * torch.clamp(self.clip_norm / (norms + CLIP_EPSILON), max=1.0)[:, None]
         for total, part in zip(self._sum, flat.sum(0).split([p.numel() for p in self.params])):
             total.add_(part.view_as(total))
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
-        pretraining = self.mask is None
-        if pretraining:
-            released = self._release(self.hyper.sigma_dp)
+        mask = self.mask
+        pretraining = mask is None
+        if mask is None:
+            released = self._release(self.sigma_dp)
             clean = [total / max(realized_batch_size, 1) for total in self._sum]
             for importance, value in zip(self._importance, released if self.noisy_importance else clean):
                 importance.add_(value.abs())
@@ -103,12 +119,11 @@ class AdaDPIGU(MaskedSupport):
         else:
             scale = self._scale()
             released = [
-                m * (value * s + a)
-                for value, s, a, m in zip(self._release(self.hyper.sigma_dp), scale, self.alpha, self.mask)
+                m * (value * s + a) for value, s, a, m in zip(self._release(self.sigma_dp), scale, self.alpha, mask)
             ]
             self._apply(released)
             if self.adaptive_statistics:
-                settings = self.hyper.settings
+                settings = self._statistics(self.hyper.settings)
                 for alpha, beta, value in zip(self.alpha, self.beta, released):
                     deviation = (value - alpha) ** 2
                     alpha.mul_(settings.ema_mean_decay).add_((1 - settings.ema_mean_decay) * value)
@@ -123,6 +138,7 @@ class AdaDPIGU(MaskedSupport):
             for velocity in self._velocity:
                 velocity.zero_()
         self._set_support(top_k_indices(self.score, math.floor(self.hyper.settings.retention_ratio * self.dimension)))
+        assert self.mask is not None  # a support is a mask
         for param, m in zip(self.params, self.mask):
             param.mul_(m)
 

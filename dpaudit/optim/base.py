@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, cast
 
 import numpy as np
 import torch
@@ -22,9 +22,10 @@ from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import dense
 from dpaudit.optim.stacked import StackedRows
-from dpaudit.settings import SETTINGS, OptimizerSettings
+from dpaudit.settings import SETTINGS, ImportanceMaskSettings, OptimizerSettings, TwoPhaseSettings
 
-SettingsT = TypeVar("SettingsT", bound=OptimizerSettings)
+# covariant: a Hyperparameters is frozen, so one with a family's settings is one with the settings of its bases
+SettingsT = TypeVar("SettingsT", bound=OptimizerSettings, covariant=True)
 
 
 class StepCost(NamedTuple):
@@ -109,19 +110,19 @@ class Hyperparameters(Generic[SettingsT]):
     expected_batch_size: int
     dataset_size: int
     epochs: int = 1
-    momentum: float = SETTINGS["momentum"].default
+    momentum: float = cast(float, SETTINGS["momentum"].default)  # a float: OptimizerConfig.momentum's default
     clip_norm: float | None = None
     sigma_dp: float | None = None
     settings: SettingsT = field(default_factory=OptimizerSettings)  # type: ignore[assignment]
 
     @property
-    def pretrain_steps(self) -> int:
+    def pretrain_steps(self: Hyperparameters[ImportanceMaskSettings]) -> int:
         """T_pre = round((T_pre/T)·T) with T = E·ceil(n/b) (T_pre of AdaDPIGU's Algorithm 1, Section 4; the settings'
         ``pretrain_fraction``: :class:`dpaudit.settings.ImportanceMaskSettings`)."""
         return round(self.settings.pretrain_fraction * self.steps_per_epoch * self.epochs)
 
     @property
-    def warmup_steps(self) -> int:
+    def warmup_steps(self: Hyperparameters[TwoPhaseSettings]) -> int:
         """T_1 = round((E_1/E)·T) with T = E·ceil(n/b) (T_1 of TP-TopK's Algorithm 1; E_1/E: its Section 7.3, the
         settings' ``warmup_fraction``: :class:`dpaudit.settings.TwoPhaseSettings`)."""
         return round(self.settings.warmup_fraction * self.steps_per_epoch * self.epochs)
@@ -136,7 +137,9 @@ class Hyperparameters(Generic[SettingsT]):
 
     @property
     def noise_multiplier(self) -> float:
-        """z = σ_DP · b / C, the noise multiplier before any schedule."""
+        """z = σ_DP · b / C, the noise multiplier before any schedule (private optimizers, whose ``check`` requires
+        σ_DP and C)."""
+        assert self.sigma_dp is not None and self.clip_norm is not None, "a private optimizer's settings"
         return sigma_dp_to_noise_multiplier(
             sigma_dp=self.sigma_dp, batch_size=self.expected_batch_size, clip_norm=self.clip_norm
         )
@@ -153,6 +156,8 @@ class Optimizer:
     per_sample: ClassVar[bool] = True
     # the settings this class reads besides lr and momentum (and, if private, the privacy settings): ``hyper.settings``
     settings_type: ClassVar[type[OptimizerSettings]] = OptimizerSettings
+    # its hyperparameters; a class that reads a family's settings declares ``hyper: Hyperparameters[ItsSettings]``
+    hyper: Hyperparameters[OptimizerSettings]
     record_updates: bool = False
     last_update: list[torch.Tensor] | None = None
     # the audit block (``set_audit_block``): how many of the last parameters it holds, and its noise stream
@@ -238,7 +243,7 @@ class Optimizer:
         raise DPAuditError(f"{type(self).__name__} cannot keep an audit block (whole-run canaries)")
 
     @classmethod
-    def stack_rows(cls, optimizers: Sequence[Optimizer], params: Sequence[torch.Tensor]) -> None:
+    def stack_rows(cls, optimizers: Sequence[Self], params: Sequence[torch.Tensor]) -> None:
         """Keep the gradient sums of an ensemble's K optimizers as rows of [K, *shape] tensors, like ``params``.
 
         Args:
@@ -268,7 +273,7 @@ class Optimizer:
     @classmethod
     def accumulate_together(
         cls,
-        optimizers: Sequence[Optimizer],
+        optimizers: Sequence[Self],
         grads: Sequence[torch.Tensor],
         counts: Sequence[int],
         padding: torch.Tensor | None = None,
@@ -288,9 +293,7 @@ class Optimizer:
         raise NotImplementedError
 
     @classmethod
-    def step_together(
-        cls, optimizers: Sequence[Optimizer], realized_batch_sizes: Sequence[int]
-    ) -> list[StepCost | None]:
+    def step_together(cls, optimizers: Sequence[Self], realized_batch_sizes: Sequence[int]) -> list[StepCost | None]:
         """``step`` for M optimizers of this class and equal hyperparameters (an ensemble); their returns in
         order. Subclasses may do it in one vectorised pass."""
         return [optimizer.step(realized_batch_size=size) for optimizer, size in zip(optimizers, realized_batch_sizes)]
@@ -323,6 +326,7 @@ class Optimizer:
     def _apply_to(self, part: slice, updates: list[torch.Tensor]) -> None:
         """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``."""
         if self.record_updates:
+            assert self.last_update is not None  # ``_apply`` started it
             self.last_update.extend(update.detach().clone() for update in updates)
         # torch._foreach_*: one call per list instead of one per tensor (the per-call overhead dominates
         # small models trained as an ensemble)

@@ -8,9 +8,11 @@ DP-PSAC and a data-dependent-noise control) are each a few lines on top.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 import torch
 
@@ -19,7 +21,7 @@ from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
 from dpaudit.optim.stacked import _stacked_rows
-from dpaudit.settings import SETTINGS, DomainSettings, PSACSettings
+from dpaudit.settings import SETTINGS, DomainSettings, OptimizerSettings, PSACSettings
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
 AUTO_V_EPSILON = 1e-12  # Auto-V's C / ‖g‖ (DP-PSAC paper, Section 3) gets a guard at ‖g‖ = 0 (dpaudit's choice)
@@ -27,7 +29,8 @@ AUTO_V_EPSILON = 1e-12  # Auto-V's C / ‖g‖ (DP-PSAC paper, Section 3) gets a
 
 def _flat_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """Per-sample ℓ2 norms over all parameter tensors together ("flat" clipping)."""
-    return torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads))
+    # summed left to right, as ``sum`` would (without its leading 0, which types as an int)
+    return torch.sqrt(functools.reduce(operator.add, [g.flatten(1).pow(2).sum(1) for g in grads]))
 
 
 class PrivateOptimizer(Optimizer):
@@ -46,12 +49,24 @@ class PrivateOptimizer(Optimizer):
         return (lr, momentum, "clip_norm", "sigma_dp", "noise_multiplier", "target_epsilon", *family)
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[Any]) -> None:
         super().check(hyper)
         if hyper.clip_norm is None or hyper.sigma_dp is None:
             raise DPAuditError("DP optimizers need clip_norm (C) and sigma_dp, noise_multiplier or target_epsilon")
         SETTINGS["clip_norm"].check(hyper.clip_norm)
         SETTINGS["sigma_dp"].check(hyper.sigma_dp)
+
+    @property
+    def clip_norm(self) -> float:
+        """C, the per-sample ℓ2 clipping threshold (``check`` requires it of a private optimizer)."""
+        assert self.hyper.clip_norm is not None, "check: DP optimizers need clip_norm (C)"
+        return self.hyper.clip_norm
+
+    @property
+    def sigma_dp(self) -> float:
+        """σ_DP, the std of the noise on the averaged clipped gradient (``check`` requires it)."""
+        assert self.hyper.sigma_dp is not None, "check: DP optimizers need sigma_dp"
+        return self.hyper.sigma_dp
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -99,7 +114,13 @@ class PrivateOptimizer(Optimizer):
         self.audit_generator = generator
 
     @classmethod
-    def accumulate_together(cls, optimizers, grads, counts, padding=None) -> None:
+    def accumulate_together(
+        cls,
+        optimizers: Sequence[Self],
+        grads: Sequence[torch.Tensor],
+        counts: Sequence[int],
+        padding: torch.Tensor | None = None,
+    ) -> None:
         # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
         if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
             return super().accumulate_together(optimizers, grads, counts, padding)
@@ -117,7 +138,7 @@ class PrivateOptimizer(Optimizer):
 
     @classmethod
     @torch.no_grad()
-    def step_together(cls, optimizers, realized_batch_sizes) -> list[StepCost | None]:
+    def step_together(cls, optimizers: Sequence[Self], realized_batch_sizes: Sequence[int]) -> list[StepCost | None]:
         # The plain update (no momentum, no recorded release, no constraint) of the models that take it, when they
         # are consecutive rows of one ``stack_rows`` stack: each model's own noise draw, then the arithmetic of
         # ``step`` on the [M, *shape] stacks, one call per operation for all M models.
@@ -141,17 +162,19 @@ class PrivateOptimizer(Optimizer):
             or cls._apply is not Optimizer._apply
         ):
             return super().step_together(optimizers, realized_batch_sizes)
-        (factor,), hyper = factors, group[0].hyper
+        (factor,), hyper, sigma_dp = factors, group[0].hyper, group[0].sigma_dp
         noise, noise_rows = rows.noise()
         for optimizer, row in zip(group, noise_rows):
             optimizer._step_noise(out=row)
         updates = torch._foreach_div(rows.sums, hyper.expected_batch_size)
-        torch._foreach_add_(updates, noise, alpha=hyper.sigma_dp * factor)
+        torch._foreach_add_(updates, noise, alpha=sigma_dp * factor)
         torch._foreach_add_(rows.params, updates, alpha=-hyper.lr)
         torch._foreach_zero_(rows.sums)
         for optimizer in group:
             optimizer.steps_taken += 1
-        costs = dict.fromkeys(plain, StepCost(hyper.noise_multiplier * factor, hyper.sample_rate))
+        costs: dict[int, StepCost | None] = dict.fromkeys(
+            plain, StepCost(hyper.noise_multiplier * factor, hyper.sample_rate)
+        )
         others = [m for m in range(len(optimizers)) if m not in costs]
         costs.update(
             zip(
@@ -180,7 +203,7 @@ class PrivateOptimizer(Optimizer):
         self._draw_noise(noise[model:], generator=self.audit_generator)
         return noise
 
-    def _noisy_mean(self, *, b: float, std: float) -> list[torch.Tensor]:
+    def _noisy_mean(self, *, b: float, std: float) -> Sequence[torch.Tensor]:
         """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
         noise = self._step_noise().split([total.numel() for total in self._sum])
         noise = [values.view_as(total) for values, total in zip(noise, self._sum)]
@@ -208,7 +231,7 @@ class PrivateOptimizer(Optimizer):
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
         factor = self.noise_factor()
-        b, sigma = self.hyper.expected_batch_size, self.hyper.sigma_dp * factor
+        b, sigma = self.hyper.expected_batch_size, self.sigma_dp * factor
         self._apply(self._noisy_mean(b=b, std=sigma))
         self.after_step()
         return StepCost(self.hyper.noise_multiplier * factor, self.hyper.sample_rate)
@@ -226,7 +249,7 @@ class DPSGD(PrivateOptimizer):
     """θ ← θ − η (Σ clip_C(g_i) / b + N(0, σ_DP² I))."""
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return (self.hyper.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
+        return (self.clip_norm / (norms + CLIP_EPSILON)).clamp(max=1.0)
 
 
 @register(
@@ -279,7 +302,7 @@ class DPSGDUnderstatedSampleRate(DPSGD):
         return cost._replace(sample_rate=cost.sample_rate / UNDERSTATED_SAMPLE_RATE_FACTOR)
 
     @classmethod
-    def planned_sample_rate(cls, hyper: Hyperparameters) -> float:
+    def planned_sample_rate(cls, hyper: Hyperparameters[Any]) -> float:
         return super().planned_sample_rate(hyper) / UNDERSTATED_SAMPLE_RATE_FACTOR
 
 
@@ -300,7 +323,9 @@ class DPSGDReusedNoise(DPSGD):
     what the whole-run canaries observe. The ledger records the calibrated z at every step (what it claims).
     """
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[OptimizerSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self._reused_noise: torch.Tensor | None = None  # the first step's N(0, I) draw, all coordinates
 
@@ -321,14 +346,17 @@ class DPSGDDomainConstrained(DPSGD):
     """DPSGD-GC followed by θ ← Π_K(θ), K = {θ : ‖θ − c‖ ≤ D}, c = 0 or θ_0, jointly over all parameters."""
 
     settings_type = DomainSettings
+    hyper: Hyperparameters[DomainSettings]
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[DomainSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self.center = [p.detach().clone() for p in self.params] if hyper.settings.domain_center == "init" else None
         self.after_step()  # θ_0 ∈ K
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[DomainSettings]) -> None:
         super().check(hyper)
         if hyper.settings.domain_radius is None:
             raise DPAuditError("dpsgd-dc needs domain_radius (D)")
@@ -340,9 +368,11 @@ class DPSGDDomainConstrained(DPSGD):
         params = self.params[: len(self.params) - self.audit_parameters]  # the model's: an audit block is apart
         offsets = params if self.center is None else [p - c for p, c in zip(params, self.center)]
         norm = math.sqrt(sum(float(o.pow(2).sum()) for o in offsets))
-        if norm > self.hyper.settings.domain_radius:
-            scale = self.hyper.settings.domain_radius / norm
-            centers = self.center or [None] * len(params)
+        radius = self.hyper.settings.domain_radius
+        assert radius is not None, "check: dpsgd-dc needs domain_radius (D)"
+        if norm > radius:
+            scale = radius / norm
+            centers: Sequence[torch.Tensor | None] = self.center or [None] * len(params)
             for param, center in zip(params, centers):
                 if center is None:
                     param.mul_(scale)
@@ -370,14 +400,15 @@ class AutoS(PrivateOptimizer):
     """φ(s) = C / (s + r); ‖φ(s)g‖ = C·s/(s + r) < C."""
 
     settings_type = PSACSettings
+    hyper: Hyperparameters[PSACSettings]
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[PSACSettings]) -> None:
         super().check(hyper)
         SETTINGS["r"].check(hyper.settings.r)
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return auto_s_factor(norms, r=self.hyper.settings.r, clip_norm=self.hyper.clip_norm)
+        return auto_s_factor(norms, r=self.hyper.settings.r, clip_norm=self.clip_norm)
 
 
 register("nsgd", dp_claim=True, description="alias of auto-s (NSGD, Yang et al. 2022)")(AutoS)
@@ -388,7 +419,7 @@ class AutoV(PrivateOptimizer):
     """φ(s) = C / s (with a 1e-12 guard); every clipped gradient has norm C."""
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return self.hyper.clip_norm / (norms + AUTO_V_EPSILON)
+        return self.clip_norm / (norms + AUTO_V_EPSILON)
 
 
 @register(
@@ -398,7 +429,7 @@ class DPPSAC(AutoS):
     """φ(s) = C / (s + r/(s + r)) = C (s + r) / (s² + r s + r); ‖φ(s)g‖ = C (1 − r/(s² + rs + r)) < C."""
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return psac_factor(norms, r=self.hyper.settings.r, clip_norm=self.hyper.clip_norm)
+        return psac_factor(norms, r=self.hyper.settings.r, clip_norm=self.clip_norm)
 
 
 @register(
@@ -414,7 +445,9 @@ class DPPSACBatchNoise(DPPSAC):
 
     pure_factors = False  # factors() tracks the batch's largest clipped norm
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[PSACSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self._largest = 0.0
         self._dirac_records = 0  # this batch's Dirac records (whole-run canaries): records of the realised batch

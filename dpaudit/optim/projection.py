@@ -33,34 +33,43 @@ class AutomaticClipping(PrivateOptimizer):
 
     dynamic: ClassVar[bool] = False
     settings_type = AutomaticClippingSettings
+    hyper: Hyperparameters[AutomaticClippingSettings]
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[AutomaticClippingSettings]) -> None:
         super().check(hyper)
         names = ("gamma", "noise_decay_exponent", "noise_decay_unit") if cls.dynamic else ("gamma",)
         for name in names:
             SETTINGS[name].check(getattr(hyper.settings, name))
 
     def factors(self, norms: torch.Tensor) -> torch.Tensor:
-        return self.hyper.clip_norm / (norms + self.hyper.settings.gamma)
+        return self.clip_norm / (norms + self.hyper.settings.gamma)
+
+    @staticmethod
+    def _decay(settings: AutomaticClippingSettings) -> DynamicNoiseSettings:
+        """The schedule's settings, which a ``dynamic`` class reads (its ``settings_type``: ``check``)."""
+        assert isinstance(settings, DynamicNoiseSettings), "a dynamic class reads DynamicNoiseSettings"
+        return settings
 
     @classmethod
-    def noise_schedule(cls, hyper: Hyperparameters) -> np.ndarray:
+    def noise_schedule(cls, hyper: Hyperparameters[AutomaticClippingSettings]) -> np.ndarray:
         steps = hyper.steps_per_epoch * hyper.epochs
         if not cls.dynamic:
             return np.ones(steps)
+        decay = cls._decay(hyper.settings)
         k = (
             np.arange(steps) // hyper.steps_per_epoch + 1
-            if hyper.settings.noise_decay_unit == "epoch"
+            if decay.noise_decay_unit == "epoch"
             else np.arange(1, steps + 1)
         )
-        return k.astype(float) ** -hyper.settings.noise_decay_exponent
+        return k.astype(float) ** -decay.noise_decay_exponent
 
     def noise_factor(self) -> float:
         if not self.dynamic:
             return 1.0
-        k = self.epoch if self.hyper.settings.noise_decay_unit == "epoch" else self.steps_taken + 1
-        return float(k) ** -self.hyper.settings.noise_decay_exponent
+        decay = self._decay(self.hyper.settings)
+        k = self.epoch if decay.noise_decay_unit == "epoch" else self.steps_taken + 1
+        return float(k) ** -decay.noise_decay_exponent
 
 
 @register(
@@ -78,6 +87,7 @@ class DPSGDAuto(AutomaticClipping):
 class D2PSGD(AutomaticClipping):
     dynamic = True
     settings_type = DynamicNoiseSettings
+    hyper: Hyperparameters[DynamicNoiseSettings]
 
 
 def projected_dimension(d: int, *, rate: float, convention: str) -> int:
@@ -97,9 +107,12 @@ class ProjectedNoise(AutomaticClipping):
 
     clip_after_projection: ClassVar[bool] = True
     settings_type = ProjectionSettings
+    hyper: Hyperparameters[ProjectionSettings]
     transient_state = (*Optimizer.transient_state, "_matrices", "_matrices_step")  # redrawn from the seed on use
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[ProjectionSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self.kept = [
             projected_dimension(
@@ -117,7 +130,7 @@ class ProjectedNoise(AutomaticClipping):
         return None if self.clip_after_projection else super().gradient_before_noise()
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[AutomaticClippingSettings]) -> None:  # AutomaticClipping's: by name
         super().check(hyper)
         for name in ("reduction_rate", "reduction_convention", "projection_refresh"):
             SETTINGS[name].check(getattr(hyper.settings, name))
@@ -151,7 +164,7 @@ class ProjectedNoise(AutomaticClipping):
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
         factor = self.noise_factor()
-        b, sigma = self.hyper.expected_batch_size, self.hyper.sigma_dp * factor
+        b, sigma = self.hyper.expected_batch_size, self.sigma_dp * factor
         updates = []
         for param, total, a, p in zip(self.params, self._sum, self.matrices(), self.kept):
             released = total if self.clip_after_projection else total.flatten() @ a / math.sqrt(p)
@@ -177,6 +190,7 @@ class DP2SGD(ProjectedNoise):
 class D2P2SGD(ProjectedNoise):
     dynamic = True
     settings_type = DynamicProjectionSettings
+    hyper: Hyperparameters[DynamicProjectionSettings]
 
 
 @register(

@@ -17,7 +17,7 @@ import torch
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
 from dpaudit.optim.clipping import DPSGD
-from dpaudit.settings import SETTINGS, SparseSettings, TwoPhaseSettings
+from dpaudit.settings import SETTINGS, OptimizerSettings, SparseSettings, TwoPhaseSettings
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -37,7 +37,9 @@ class MaskedSupport(DPSGD):
     (flat) is the ranking the current support came from, if learned; the engine's diagnostics read them.
     """
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[OptimizerSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self.mask: list[torch.Tensor] | None = None
         self.score: torch.Tensor | None = None
@@ -87,13 +89,22 @@ class TwoPhaseSparse(MaskedSupport):
 
     learned: ClassVar[bool] = True
     settings_type = TwoPhaseSettings
+    hyper: Hyperparameters[TwoPhaseSettings]
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[TwoPhaseSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self._squares = [torch.zeros_like(p) for p in self.params]
 
+    @property
+    def warmup_sigma_dp(self) -> float:
+        """σ_1, the warm-up's σ_DP (``check`` requires it)."""
+        assert self.hyper.settings.warmup_sigma_dp is not None, "check: two-phase optimizers need warmup_sigma_dp"
+        return self.hyper.settings.warmup_sigma_dp
+
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[TwoPhaseSettings]) -> None:
         super().check(hyper)
         settings = hyper.settings
         SETTINGS["active_ratio"].check(settings.active_ratio)
@@ -107,10 +118,12 @@ class TwoPhaseSparse(MaskedSupport):
         SETTINGS["warmup_sigma_dp"].check(settings.warmup_sigma_dp)
 
     @classmethod
-    def planned_noise_multipliers(cls, hyper: Hyperparameters) -> np.ndarray:
+    def planned_noise_multipliers(cls, hyper: Hyperparameters[TwoPhaseSettings]) -> np.ndarray:
         total = hyper.steps_per_epoch * hyper.epochs
+        sigma_1, clip_norm = hyper.settings.warmup_sigma_dp, hyper.clip_norm
+        assert sigma_1 is not None and clip_norm is not None, "check: two-phase optimizers need σ_1 and C"
         warmup = sigma_dp_to_noise_multiplier(
-            sigma_dp=hyper.settings.warmup_sigma_dp, batch_size=hyper.expected_batch_size, clip_norm=hyper.clip_norm
+            sigma_dp=sigma_1, batch_size=hyper.expected_batch_size, clip_norm=clip_norm
         )
         return np.concatenate(
             [np.full(hyper.warmup_steps, warmup), np.full(total - hyper.warmup_steps, hyper.noise_multiplier)]
@@ -119,7 +132,7 @@ class TwoPhaseSparse(MaskedSupport):
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
         warmup = self.steps_taken < self.hyper.warmup_steps
-        sigma = self.hyper.settings.warmup_sigma_dp if warmup else self.hyper.sigma_dp
+        sigma = self.warmup_sigma_dp if warmup else self.sigma_dp
         released = self._release(sigma)
         if warmup:
             for squares, value in zip(self._squares, released):
@@ -128,13 +141,13 @@ class TwoPhaseSparse(MaskedSupport):
         if warmup and self.steps_taken == self.hyper.warmup_steps:
             self._choose_support()
         z = sigma_dp_to_noise_multiplier(
-            sigma_dp=sigma, batch_size=self.hyper.expected_batch_size, clip_norm=self.hyper.clip_norm
+            sigma_dp=sigma, batch_size=self.hyper.expected_batch_size, clip_norm=self.clip_norm
         )
         return StepCost(z, self.hyper.sample_rate, "warmup" if warmup else "train")
 
     def _choose_support(self) -> None:
         # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
-        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.hyper.settings.warmup_sigma_dp**2
+        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.warmup_sigma_dp**2
         k = math.floor(self.hyper.settings.active_ratio * self.dimension)
         order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
         if self._velocity is not None:
@@ -169,14 +182,17 @@ class OnlineSparse(MaskedSupport):
 
     learned: ClassVar[bool] = True
     settings_type = SparseSettings
+    hyper: Hyperparameters[SparseSettings]
 
-    def __init__(self, params, hyper, *, generator):
+    def __init__(
+        self, params: Sequence[torch.Tensor], hyper: Hyperparameters[SparseSettings], *, generator: torch.Generator
+    ) -> None:
         super().__init__(params, hyper, generator=generator)
         self._squares = [torch.zeros_like(p) for p in self.params]
         self._epoch_steps = 0
 
     @classmethod
-    def check(cls, hyper: Hyperparameters) -> None:
+    def check(cls, hyper: Hyperparameters[SparseSettings]) -> None:
         super().check(hyper)
         SETTINGS["active_ratio"].check(hyper.settings.active_ratio)
         if hyper.epochs < 2:
@@ -191,7 +207,7 @@ class OnlineSparse(MaskedSupport):
     def begin_epoch(self, epoch: int) -> None:
         super().begin_epoch(epoch)
         if self.learned and self._epoch_steps:
-            fresh = _flat(self._squares) / self._epoch_steps - self.hyper.sigma_dp**2
+            fresh = _flat(self._squares) / self._epoch_steps - self.sigma_dp**2
             active = self.support_mask()
             self.score = (
                 fresh if self.score is None or active is None else torch.where(active.bool(), fresh, self.score)
@@ -204,12 +220,16 @@ class OnlineSparse(MaskedSupport):
             if self.mask is not None:
                 self._set_support(None)
             return
-        order = top_k_indices(self.score, k) if self.learned else self._random_order(epoch)[:k]
+        if self.learned:
+            assert self.score is not None  # scored from the dense first epoch on
+            order = top_k_indices(self.score, k)
+        else:
+            order = self._random_order(epoch)[:k]
         self._set_support(order)
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
-        released = self._release(self.hyper.sigma_dp)
+        released = self._release(self.sigma_dp)
         for squares, value in zip(self._squares, released):
             squares.add_(value * value)
         self._epoch_steps += 1

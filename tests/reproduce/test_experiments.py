@@ -255,6 +255,7 @@ def test_matched_epsilon_tables_give_each_methods_whole_run_twin_first(tmp_path)
     assert "| 1 | dp-psac | 50.0 | 1.00 | – | – |" in text and "another noise draw" in text.splitlines()[0]
 
 
+@pytest.mark.integration
 def test_figures_draw_the_null_level_beside_every_point_estimate(tmp_path, monkeypatch):
     """Every summary figure that plots the loss attack's point estimate draws its null level at the same x, and an
     old summary without the field draws "n/a" in the legend instead of failing."""
@@ -295,6 +296,7 @@ def test_adadpigu_table3_reproduces_the_papers_noise_levels(tmp_path):
     )
 
 
+@pytest.mark.integration
 def test_psac_closed_form_figures(tmp_path):
     entry = FIGURES["dp_psac/figure2"](out_dir=tmp_path)
     assert entry["claims"][0]["verdict"] == "holds"
@@ -319,6 +321,7 @@ def _check_claims(entry):
         assert claim["test"] and claim["numbers"], claim
 
 
+@pytest.mark.integration
 def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp_path):
     """The paper figures drawn from run summaries alone: every claim carries numbers, a test and a verdict."""
     rng = np.random.default_rng(0)
@@ -415,6 +418,7 @@ def test_psac_lazy_region_tie_at_theta_zero_is_not_a_contradiction(tmp_path):
     assert claim["numbers"]["farther_at_theta"] == [] and -1e-4 < claim["numbers"]["smallest_gap"] < 0
 
 
+@pytest.mark.integration
 def test_every_claim_of_the_diagnostics_figures_has_a_verdict_a_test_and_numbers(tmp_path, monkeypatch):
     """The figures drawn from a run's diagnostics (gradient histogram, TP-TopK supports, gradient alignment), on
     hand-made diagnostics: every claim carries numbers, a test and a verdict."""

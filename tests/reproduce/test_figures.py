@@ -63,6 +63,7 @@ def test_figures_are_byte_identical_when_redrawn(tmp_path):
         assert (tmp_path / "a" / f"figure5{suffix}").read_bytes() == (tmp_path / "b" / f"figure5{suffix}").read_bytes()
 
 
+@pytest.mark.integration
 def test_manifest_merges_entries(tmp_path, capsys):
     for name in ("dpsgd_dc/figure1", "dpsgd_dc/figure5"):
         main(["figure", name, "--out", str(tmp_path)])
@@ -246,6 +247,7 @@ def test_an_inconclusive_claim_over_several_comparisons_counts_them():
     assert "| u |" in text and "| w |" in text
 
 
+@pytest.mark.integration
 def test_theorem_3_3_3_4_are_flagged_one_sided(tmp_path):
     for name in ("dpsgd_dc/figure1", "dpsgd_dc/figure5", "dpsgd_dc/table1"):
         assert "one direction of add/remove adjacency only" in FIGURES[name](out_dir=tmp_path)["caveat"]

@@ -22,6 +22,7 @@ def _audit_file(folder, attack, shift, theory, *, old=False, n=400):
     return path
 
 
+@pytest.mark.integration
 def test_audit_table_draws_lower_bounds_and_rocs(tmp_path, capsys):
     files = []
     for name, strength in (("dpsgd-gc", 1.0), ("tp-topk", 0.5)):
@@ -92,6 +93,7 @@ def test_tpr_at_a_tenth_of_a_percent_fpr_is_given_only_where_the_sample_resolves
     assert "n/a" not in resolved_only  # no note where every row is resolved
 
 
+@pytest.mark.integration
 def test_no_claim_optimizer_is_left_out_of_the_lower_bound_claim_and_marked(tmp_path):
     """adadpigu-code makes no DP claim: its ε̂ above its (claimed) ε neither breaks "no optimizer exceeds its ε"
     nor goes unnoticed (listed apart, drawn as "no DP claim")."""
@@ -144,6 +146,7 @@ def _validation_run(root, optimizer, eps, dp_claim, shift, design=None):
     return files
 
 
+@pytest.mark.integration
 def test_validation_flags_broken_variants_and_counts_false_alarms(tmp_path, capsys):
     files = []
     for eps in (1, 4):
@@ -228,6 +231,7 @@ def _ladder_run(root, section, run, *, optimizer, noise_multiplier, attacks):
     return files
 
 
+@pytest.mark.integration
 def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monkeypatch):
     from reproduce.figures import ladder
 

@@ -49,6 +49,7 @@ def _gc_runs(root, *, ordered):
     return runs
 
 
+@pytest.mark.integration
 def test_figure2_claims_hold_and_fail_with_the_data(tmp_path):
     good = FIGURES["dpsgd_dc/figure2"](out_dir=tmp_path / "good", runs=_gc_runs(tmp_path / "g", ordered=True))
     assert [c["verdict"] for c in good["claims"][:3]] == ["holds", "holds", "holds"]
@@ -72,6 +73,7 @@ def test_figure2_claims_hold_and_fail_with_the_data(tmp_path):
     assert "both adjacency directions" in good["exact_accountant"]
 
 
+@pytest.mark.integration
 def test_figure2_pairs_the_trials_that_share_members_and_seeds(tmp_path):
     """Each trial shifts both batch sizes alike (its members and seeds), b = 10 lies 0.10 ± 0.02 above b = 40: paired
     by trial the difference is decided (t_2 interval 0.10 ± 4.30 · 0.0115); compared as independent samples
@@ -110,6 +112,7 @@ def test_figure4_loss_ordering(tmp_path):
     assert [c["verdict"] for c in entry["claims"]] == ["holds", "holds"]
 
 
+@pytest.mark.integration
 def test_figure3_claims(tmp_path):
     runs = []
     for trial in range(2):

@@ -6,16 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from test_cli import TRAIN
-from test_resume import comparable
+from support import ROOT, TRAIN_ARGS, comparable
 
 from dpaudit.cli import build_parser as library_parser
 from reproduce.cli import build_parser, main
 
-ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_COMMANDS = [
     "summarize-run",
     "audit-table",
@@ -67,7 +64,7 @@ def test_batch_checks_every_command_before_running_one(capsys):
 
 def test_batch_runs_commands_in_one_process_exactly_as_separate_ones(tmp_path, capsys):
     one, two = tmp_path / "one", tmp_path / "two"
-    command = " ".join(TRAIN[1:])
+    command = " ".join(TRAIN_ARGS[1:])
     assert (
         main(
             [
@@ -85,7 +82,7 @@ def test_batch_runs_commands_in_one_process_exactly_as_separate_ones(tmp_path, c
     # the second run, trained after another in the same process, equals the run trained alone in a fresh process
     alone = tmp_path / "alone"
     subprocess.run(
-        [sys.executable, "-m", "dpaudit.cli", *TRAIN, "--seed", "7", "--out", str(alone)],
+        [sys.executable, "-m", "dpaudit.cli", *TRAIN_ARGS, "--seed", "7", "--out", str(alone)],
         check=True,
         capture_output=True,
     )
@@ -97,7 +94,7 @@ def test_batch_runs_commands_in_one_process_exactly_as_separate_ones(tmp_path, c
 
 def test_batch_checks_every_command_before_running_and_names_the_one_that_fails(tmp_path, capsys):
     run = tmp_path / "run"
-    command = " ".join(TRAIN[1:])
+    command = " ".join(TRAIN_ARGS[1:])
     assert main(["batch", f"train {command} --out {run}", "train --epochs 2"]) == 2  # --out missing
     assert "batch command 2 has bad arguments" in capsys.readouterr().err and not run.exists()
     assert main(["batch", f"train {command} --out {run}", f"attack --run {tmp_path / 'missing'}"]) == 2

@@ -20,10 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 PROGRAMS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sacct", "squeue", "scancel")

@@ -7,13 +7,14 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from test_resume import comparable
+from support import ROOT, comparable
 
-ROOT = Path(__file__).resolve().parents[2]
+# every test here starts Snakemake (a dry run or a pipeline) in a subprocess: CI's second step
+pytestmark = pytest.mark.integration
+
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
@@ -400,7 +401,7 @@ def test_editing_a_run_setting_reruns_exactly_its_jobs(smoke_part, tmp_path):
 def test_an_interrupted_pipeline_resumes_training_and_ends_as_if_never_interrupted(workflow_copy, tmp_path):
     """Ctrl-C (SIGINT to Snakemake and its job) once a DPSGD-GC/DC run has saved epoch 3 or later of 40; `snakemake`
     again resumes the run and writes the same files as an uninterrupted pipeline."""
-    from test_resume import assert_same_results, wait_for_saved_epoch
+    from support import assert_same_results, wait_for_saved_epoch
 
     # one trial: the job trains every trial of its configuration
     (workflow_copy / "longer.yaml").write_text(

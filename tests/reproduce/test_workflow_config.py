@@ -6,17 +6,16 @@ import inspect
 import re
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from jsonschema import Draft202012Validator
+from support import ROOT
 
 from dpaudit import DPAuditError
 from reproduce.figures import FIGURE_SPECS, FIGURES
 from reproduce.pipeline_config import StrictValidator, check_pipeline_config
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 

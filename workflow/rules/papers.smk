@@ -4,6 +4,7 @@
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
 from reproduce.experiments import experiment_trials, plan_experiments
 from reproduce.figures import FIGURE_SPECS
+from reproduce.figures._paper import PAPERS as PAPER_FOLDERS  # folder → paper title
 
 PAPERS = config["papers"]
 PAPER_RESOURCES = section_resources(PAPERS)  # of the training jobs
@@ -109,22 +110,12 @@ def paper_outputs(paper):
     return [output for name in PAPER_FIGURES if name.startswith(paper + "/") for output in paper_figure_outputs(name)]
 
 
-# one paper's figures and tables alone, e.g. `snakemake --cores all paper_d2p2_sgd`
-rule paper_adadpigu:
-    input:
-        paper_outputs("adadpigu"),
+# one paper's figures and tables alone, e.g. `snakemake --cores all paper_d2p2_sgd`: a `paper_<folder>` target for
+# each paper of reproduce.figures._paper.PAPERS, whose figures are FIGURE_SPECS' names under "<folder>/"
+for _paper in PAPER_FOLDERS:
 
-
-rule paper_tp_topk:
-    input:
-        paper_outputs("tp_topk"),
-
-
-rule paper_dp_psac:
-    input:
-        paper_outputs("dp_psac"),
-
-
-rule paper_d2p2_sgd:
-    input:
-        paper_outputs("d2p2_sgd"),
+    rule:
+        name:
+            f"paper_{_paper}"
+        input:
+            paper_outputs(_paper),

@@ -7,7 +7,7 @@ from dataclasses import MISSING, fields
 
 import pytest
 import torch
-from test_optim import hyperparameters_for
+from support import hyperparameters_for
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError

@@ -5,7 +5,7 @@ import re
 
 import pytest
 import torch
-from test_ensemble import _config, _members
+from support import digit_members, engine_config
 
 from dpaudit import train
 from dpaudit.attacks.canary import GradientCanaries
@@ -48,21 +48,21 @@ def _train(config, members):
 
 
 def test_the_target_observes_canaries_then_diagnostics_and_shadows_nothing():
-    config = _config("dpsgd-gc", canaries=20, diagnostics=True)
-    target, shadow = _members(2)
+    config = engine_config("dpsgd-gc", canaries=20, diagnostics=True)
+    target, shadow = digit_members(2)
     seeds = dict(noise_seed=1, sampling_seed=2, device=torch.device("cpu"), dtype=torch.float32, out=None)
     model = torch.nn.Linear(2, 2)
     observers = train._observers(config, target, model=model, held_out=None, **seeds)
     assert [type(observer) for observer in observers] == [GradientCanaries, TrainingDiagnostics]
     assert all(isinstance(observer, TrainingObserver) for observer in observers)
     assert train._observers(config, shadow, model=model, held_out=None, **seeds) == []
-    assert train._observers(_config("dpsgd-gc"), target, model=model, held_out=None, **seeds) == []
+    assert train._observers(engine_config("dpsgd-gc"), target, model=model, held_out=None, **seeds) == []
 
 
 @pytest.mark.parametrize("engine", ["ensemble", "sequential"])
 def test_an_observer_sees_every_hook_in_order_and_changes_nothing(engine, monkeypatch):
-    config = _config("dpsgd-gc", engine=engine, canaries=20, diagnostics=True, epochs=2)
-    plain = _train(config, _members(2))
+    config = engine_config("dpsgd-gc", engine=engine, canaries=20, diagnostics=True, epochs=2)
+    plain = _train(config, digit_members(2))
     recorder = Recorder()
     built = train._observers
 
@@ -70,7 +70,7 @@ def test_an_observer_sees_every_hook_in_order_and_changes_nothing(engine, monkey
         return built(config, member, **kwargs) + ([recorder] if member.model_index == 0 else [])
 
     monkeypatch.setattr(train, "_observers", with_recorder)
-    observed = _train(config, _members(2))
+    observed = _train(config, digit_members(2))
     for a, b in zip(plain, observed):
         assert a.ledger.to_dict() == b.ledger.to_dict()
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from support import TRAIN_ARGS
 
 from dpaudit.cli import main
 
@@ -29,36 +30,8 @@ def test_light_import_and_instant_help():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-TRAIN = [
-    "train",
-    "--dataset",
-    "digits",
-    "--model",
-    "cnn-digits",
-    "--optimizer",
-    "dpsgd-gc",
-    "--sigma-dp",
-    "0.002",
-    "--clip-norm",
-    "20",
-    "--batch-size",
-    "50",
-    "--lr",
-    "0.1",
-    "--epochs",
-    "2",
-    "--sampling",
-    "shuffle",
-    "--num-shadows",
-    "1",
-    "--target-size",
-    "100",
-    "--quiet",
-]
-
-
 def test_train_then_attack(tmp_path, capsys):
-    assert main(TRAIN + ["--out", str(tmp_path / "run")]) == 0
+    assert main(TRAIN_ARGS + ["--out", str(tmp_path / "run")]) == 0
     assert "trained 2 models" in capsys.readouterr().out
     assert main(["attack", "--run", str(tmp_path / "run"), "--attack-epochs", "5", "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -90,7 +63,7 @@ def test_config_file_with_flag_override(tmp_path, capsys):
 )
 def test_bad_input_is_one_line_before_training(tmp_path, capsys, change, message):
     out = tmp_path / "run"
-    assert main(TRAIN + change + ["--out", str(out)]) == 2
+    assert main(TRAIN_ARGS + change + ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dpaudit: error:") and message in err and "\n" not in err
     assert not out.exists()
@@ -106,7 +79,7 @@ def test_bad_input_is_one_line_before_training(tmp_path, capsys, change, message
 )
 def test_unknown_names_are_refused_by_the_flags_choices(tmp_path, capsys, change, message):
     with pytest.raises(SystemExit) as info:
-        main(TRAIN + change + ["--out", str(tmp_path / "run")])
+        main(TRAIN_ARGS + change + ["--out", str(tmp_path / "run")])
     assert info.value.code == 2
     assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
 

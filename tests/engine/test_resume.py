@@ -1,96 +1,41 @@
 """No lost work: an interrupted training run resumes after its last saved epoch and ends bit-identical."""
 
-import json
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from test_ensemble import _config, _members
+from support import assert_same_results, engine_config, interrupt_at_save, train_into, wait_for_saved_epoch
 
 from dpaudit import optim
 from dpaudit._state import capture, decode, encode, restore
 from dpaudit._validation import DPAuditError
-from dpaudit.train import _ModelRun, train_models
 
 
-def _files(folder):
-    return sorted(path.relative_to(folder) for path in folder.rglob("*") if path.is_file())
-
-
-TIMED = ("metrics.json", "summary.json")  # per-epoch wall-clock seconds (a summary copies them)
-
-
-def comparable(path, data: bytes):
-    """A run file's contents less what differs between identical runs: the wall-clock seconds of metrics.json and
-    summary.json, and the manifest's hashes of those files (the files it lists stay compared)."""
-    if path.name in TIMED:
-        return {k: v for k, v in json.loads(data).items() if k != "elapsed_seconds"}
-    if path.name == "dpaudit-run.json":
-        manifest = json.loads(data)
-        manifest["files"] = {k: (None if k.endswith(TIMED) else v) for k, v in manifest["files"].items()}
-        return manifest
-    return data
-
-
-def assert_same_results(first, second):
-    """Every file under the two folders is the same (metrics.json and dpaudit-run.json: but for wall-clock seconds)."""
-    assert _files(first) == _files(second)
-    for path in _files(first):
-        assert comparable(path, (first / path).read_bytes()) == comparable(path, (second / path).read_bytes()), path
-
-
-def saved_epoch(folder):
-    """The latest epoch whose training state is saved in a model's folder (0: none); each save replaces the last."""
-    return max((int(path.stem.split("_")[1]) for path in folder.glob("state_*.pt")), default=0)
-
-
-def wait_for_saved_epoch(process, folder, epoch, *, timeout=300):
-    """Wait until ``folder`` holds a training state of ``epoch`` or later, or ``process`` ends."""
-    deadline = time.monotonic() + timeout
-    while process.poll() is None and time.monotonic() < deadline and saved_epoch(folder) < epoch:
-        time.sleep(0.01)
-
-
-def _train_into(folder, config, **kwargs):
-    members = [replace(member, out_dir=folder / member.label) for member in _members(2)]
-    return train_models(config=config, members=members, test_data=None, progress=False, state_every=0, **kwargs)
-
-
-def _interrupt(monkeypatch, *, epoch, model_index):
-    """Make the engine stop (as a kill would) when model ``model_index`` is about to save epoch ``epoch``."""
-    save = _ModelRun.save_state
-
-    def save_or_stop(run, at):
-        if (at, run.model_index) == (epoch, model_index):
-            raise KeyboardInterrupt
-        save(run, at)
-
-    monkeypatch.setattr(_ModelRun, "save_state", save_or_stop)
-
-
+@pytest.mark.integration
 @pytest.mark.parametrize("optimizer", optim.available())
 def test_every_optimizer_resumes_bit_identically(optimizer, tmp_path, monkeypatch, capsys):
     """Interrupted between the two models' saves of epoch 2: both resume after epoch 1 (the last epoch both saved),
     with momentum, canaries, diagnostics and a checkpoint before the interruption."""
-    config = _config(optimizer, momentum=0.5, canaries=20, diagnostics=True, histogram_epoch=1, eval_epochs=(1, 3))
-    _train_into(tmp_path / "whole", config)
+    config = engine_config(
+        optimizer, momentum=0.5, canaries=20, diagnostics=True, histogram_epoch=1, eval_epochs=(1, 3)
+    )
+    train_into(tmp_path / "whole", config)
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=2, model_index=1)
+        interrupt_at_save(patch, epoch=2, model_index=1)
         with pytest.raises(KeyboardInterrupt):
-            _train_into(tmp_path / "cut", config)
+            train_into(tmp_path / "cut", config)
     states = sorted(str(path.relative_to(tmp_path / "cut")) for path in (tmp_path / "cut").rglob("state_*.pt"))
     assert states == ["m0/state_0001.pt", "m0/state_0002.pt", "m1/state_0001.pt"]
     capsys.readouterr()
-    _train_into(tmp_path / "cut", config)
+    train_into(tmp_path / "cut", config)
     assert "resuming m0+m1 after epoch 1 of 3" in capsys.readouterr().err
     assert_same_results(tmp_path / "whole", tmp_path / "cut")  # the state files are gone from both
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "optimizer, changes",
     [
@@ -108,47 +53,47 @@ def test_every_optimizer_resumes_bit_identically(optimizer, tmp_path, monkeypatc
     ids=["sequential-engine", "aligned-canaries-run", "aligned-canaries-step", "support-canaries"],
 )
 def test_other_settings_resume_bit_identically(optimizer, changes, tmp_path, monkeypatch):
-    config = _config(optimizer, **changes)
-    _train_into(tmp_path / "whole", config)
+    config = engine_config(optimizer, **changes)
+    train_into(tmp_path / "whole", config)
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=2, model_index=0)
+        interrupt_at_save(patch, epoch=2, model_index=0)
         with pytest.raises(KeyboardInterrupt):
-            _train_into(tmp_path / "cut", config)
-    _train_into(tmp_path / "cut", config)
+            train_into(tmp_path / "cut", config)
+    train_into(tmp_path / "cut", config)
     assert_same_results(tmp_path / "whole", tmp_path / "cut")
 
 
 def test_state_of_another_configuration_or_restart_trains_from_the_start(tmp_path, monkeypatch, capsys):
-    config = _config("dpsgd-gc")
+    config = engine_config("dpsgd-gc")
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=2, model_index=0)
+        interrupt_at_save(patch, epoch=2, model_index=0)
         with pytest.raises(KeyboardInterrupt):
-            _train_into(tmp_path / "cut", config)
+            train_into(tmp_path / "cut", config)
     changed = config.replaced(lr=0.1)
-    _train_into(tmp_path / "fresh", changed)
+    train_into(tmp_path / "fresh", changed)
     capsys.readouterr()
-    _train_into(tmp_path / "cut", changed)
+    train_into(tmp_path / "cut", changed)
     assert "resuming" not in capsys.readouterr().err
     assert_same_results(tmp_path / "fresh", tmp_path / "cut")
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=2, model_index=0)
+        interrupt_at_save(patch, epoch=2, model_index=0)
         with pytest.raises(KeyboardInterrupt):
-            _train_into(tmp_path / "again", changed)
-    _train_into(tmp_path / "again", changed, resume=False)
+            train_into(tmp_path / "again", changed)
+    train_into(tmp_path / "again", changed, resume=False)
     assert "resuming" not in capsys.readouterr().err
     assert_same_results(tmp_path / "fresh", tmp_path / "again")
 
 
 def test_a_corrupted_state_is_a_one_line_error_naming_it(tmp_path, monkeypatch):
-    config = _config("dpsgd-gc")
+    config = engine_config("dpsgd-gc")
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=2, model_index=0)
+        interrupt_at_save(patch, epoch=2, model_index=0)
         with pytest.raises(KeyboardInterrupt):
-            _train_into(tmp_path, config)
+            train_into(tmp_path, config)
     state = tmp_path / "m1" / "state_0001.pt"
     state.write_bytes(state.read_bytes()[:100])
     with pytest.raises(DPAuditError, match=r"cannot load training state .*m1/state_0001\.pt: .*delete it") as error:
-        _train_into(tmp_path, config)
+        train_into(tmp_path, config)
     assert "\n" not in str(error.value)
 
 
@@ -218,6 +163,7 @@ TRAIN = [
 ]
 
 
+@pytest.mark.integration
 def test_a_killed_dpaudit_train_resumes_where_it_stopped(tmp_path):
     """SIGKILL a real `dpaudit train` once epoch 3 or later is saved; the same command again resumes and ends as the
     uninterrupted run did."""

@@ -10,8 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from test_ensemble import _config, _members
-from test_resume import _interrupt, _train_into, assert_same_results
+from support import assert_same_results, digit_members, engine_config, interrupt_at_save, train_into
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
@@ -49,7 +48,7 @@ def test_the_supported_optimizers_weight_each_record_by_a_function_of_its_norm()
 
 def _optimizer(name: str) -> optim.Optimizer:
     params = [torch.zeros(shape) for shape in SHAPES] + [torch.zeros(M)]
-    hyper = _config(name).hyperparameters(60)
+    hyper = engine_config(name).hyperparameters(60)
     return optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(0))
 
 
@@ -106,7 +105,7 @@ def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
 @pytest.mark.parametrize("name", REFUSED)
 def test_the_design_is_refused_for_other_optimizers_before_training(name):
     with pytest.raises(DPAuditError, match="canary_design 'whole-run' supports optimizers that clip") as error:
-        _config(name, canaries=100, canary_design="whole-run")
+        engine_config(name, canaries=100, canary_design="whole-run")
     message = str(error.value)
     assert "\n" not in message and f"; {name} " in message and "is not supported yet" in message
     assert f"({', '.join(SUPPORTED)})" in message
@@ -114,7 +113,7 @@ def test_the_design_is_refused_for_other_optimizers_before_training(name):
 
 def test_too_few_whole_run_canaries_are_refused_before_training():
     with pytest.raises(DPAuditError, match=r"^canary_design 'whole-run' needs at least 10 canaries .*; got 3$"):
-        _config("dpsgd-gc", canaries=3, canary_design="whole-run")
+        engine_config("dpsgd-gc", canaries=3, canary_design="whole-run")
 
 
 @pytest.mark.parametrize(
@@ -131,18 +130,18 @@ def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(nam
     """The target (and a shadow trained beside it) get the same records, noise and updates: the canary block has
     a noise stream of its own and the records' gradients are not touched."""
     plain = train_models(
-        config=_config(name, engine=engine, **changes), members=_members(2), test_data=None, progress=False
+        config=engine_config(name, engine=engine, **changes), members=digit_members(2), test_data=None, progress=False
     )
-    config = _config(name, engine=engine, canaries=300, canary_design="whole-run", **changes)
-    audited = train_models(config=config, members=_members(2), test_data=None, progress=False)
+    config = engine_config(name, engine=engine, canaries=300, canary_design="whole-run", **changes)
+    audited = train_models(config=config, members=digit_members(2), test_data=None, progress=False)
     for a, b in zip(plain, audited):
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
         assert a.metrics.train_loss == b.metrics.train_loss and a.ledger.to_dict() == b.ledger.to_dict()
 
 
 def _observed(tmp_path, name: str, **changes) -> RunCanaryObservations:
-    config = _config(name, canaries=500, canary_design="whole-run", epochs=4, **changes)
-    member = replace(_members(1)[0], out_dir=tmp_path / "target")
+    config = engine_config(name, canaries=500, canary_design="whole-run", epochs=4, **changes)
+    member = replace(digit_members(1)[0], out_dir=tmp_path / "target")
     train_models(config=config, members=[member], test_data=None, progress=False)
     return RunCanaryObservations.load(tmp_path / "target" / "canaries_run.npz")
 
@@ -313,6 +312,7 @@ def _family_of(found, **options):
     return family_lower_bound(found.members, found.nonmembers, **ledger, delta=1e-5, **options)
 
 
+@pytest.mark.integration
 def test_the_registered_attacks_audit_the_run(digits_run, capsys):
     run = digits_run / "canaries"
     planned = json.loads((run / "config.json").read_text())["derived"]["planned_epsilon"]
@@ -360,6 +360,7 @@ def test_a_second_run_chooses_the_family_threshold_and_every_canary_certifies(di
     assert "--selection-run goes with --run" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_the_ledger_chooses_the_family_threshold_and_every_canary_certifies(digits_run, capsys):
     run, other, out = digits_run / "canaries", digits_run / "canaries_seed1", digits_run / "ledger.json"
     command = ["audit", "--run", str(run), "--attack", "canary-final", "--no-plot", "--out", str(out)]
@@ -404,22 +405,22 @@ def test_the_ledger_chooses_the_family_threshold_and_every_canary_certifies(digi
 def test_whole_run_canaries_resume_bit_identically(sampling, keep, tmp_path, monkeypatch):
     if not keep:  # the statistics alone, summed online: in the training state
         monkeypatch.setattr(canary_run, "KEEP_OBSERVATIONS_MAX_VALUES", 0)
-    config = _config("dpsgd-gc", canaries=50, canary_design="whole-run", momentum=0.5, sampling=sampling)
-    _train_into(tmp_path / "whole", config)
+    config = engine_config("dpsgd-gc", canaries=50, canary_design="whole-run", momentum=0.5, sampling=sampling)
+    train_into(tmp_path / "whole", config)
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=2, model_index=0)
+        interrupt_at_save(patch, epoch=2, model_index=0)
         with pytest.raises(KeyboardInterrupt):
-            _train_into(tmp_path / "cut", config)
-    _train_into(tmp_path / "cut", config)
+            train_into(tmp_path / "cut", config)
+    train_into(tmp_path / "cut", config)
     assert (tmp_path / "whole" / "m0" / "canaries_run.npz").is_file()
     assert (RunCanaryObservations.load(tmp_path / "whole" / "m0" / "canaries_run.npz").observations is None) != keep
     assert_same_results(tmp_path / "whole", tmp_path / "cut")
 
 
 def test_no_canaries_is_no_observer_and_the_cli_trains_the_design(tmp_path):
-    member = Member(train_data=_members(1)[0].train_data, model_index=0, out_dir=tmp_path / "none")
+    member = Member(train_data=digit_members(1)[0].train_data, model_index=0, out_dir=tmp_path / "none")
     train_models(
-        config=_config("dpsgd-gc", canary_design="whole-run"), members=[member], test_data=None, progress=False
+        config=engine_config("dpsgd-gc", canary_design="whole-run"), members=[member], test_data=None, progress=False
     )
     assert not (tmp_path / "none" / "canaries_run.npz").exists()
     flags = "--dataset digits --model mlp --epochs 1 --batch-size 30 --target-size 120 --num-shadows 0"
@@ -455,7 +456,7 @@ def test_no_canaries_is_no_observer_and_the_cli_trains_the_design(tmp_path):
 def test_the_observer_needs_its_block_last():
     canaries = RunCanaries(count=4, clip_norm=1.0, seed=0, sampling="poisson", device="cpu", dtype=torch.float32)
     optimizer = optim.get_spec("dpsgd-gc").cls(
-        [canaries.parameter, torch.zeros(3)], _config("dpsgd-gc").hyperparameters(60), generator=torch.Generator()
+        [canaries.parameter, torch.zeros(3)], engine_config("dpsgd-gc").hyperparameters(60), generator=torch.Generator()
     )
     with pytest.raises(DPAuditError, match="last parameter"):
         canaries.attach(optimizer)

@@ -5,11 +5,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from support import digit_members, engine_config
 
 from dpaudit import optim
 from dpaudit._state import capture
 from dpaudit._validation import DPAuditError
-from dpaudit.config import TrainConfig
 from dpaudit.data import load_dataset
 from dpaudit.ensemble import (
     CPU_CALL_ACTIVATION_BYTES,
@@ -22,69 +22,18 @@ from dpaudit.ensemble import (
 from dpaudit.models import build_model
 from dpaudit.train import Member, train_models
 
-# settings each optimizer needs beyond the common ones (T = 3 epochs × 4 steps = 12 steps)
-EXTRA = {
-    "dpsgd-dc": {"domain_radius": 3.0},
-    "tp-topk": {"warmup_fraction": 0.34},
-    "tp-rand": {"warmup_fraction": 0.34},
-    "adadpigu": {"pretrain_fraction": 0.34},
-    "adadpigu-code": {"pretrain_fraction": 0.34},
-    "dp2-sgd": {"lr": 0.01},
-    "d2p2-sgd": {"lr": 0.01},
-    "dp2-sgd-as-published": {"lr": 0.01},
-    "d2p2-sgd-as-published": {"lr": 0.01},
-}
-
-
-def _config(optimizer: str, **changes) -> TrainConfig:
-    values = dict(
-        dataset="digits",
-        model="cnn-digits",
-        optimizer=optimizer,
-        epochs=3,
-        batch_size=15,
-        lr=0.2,
-        clip_norm=1.0,
-        sigma_dp=0.02,
-        sampling="poisson",
-        target_size=60,
-        num_shadows=0,
-        diagnostics=False,
-        seed=5,
-        device="cpu",
-        microbatch_size=8,
-    )
-    if not issubclass(optim.get_spec(optimizer).cls, optim.PrivateOptimizer):  # not its settings: left out
-        del values["sigma_dp"]
-        if not changes.get("canaries"):  # C scales the white-box canaries only
-            del values["clip_norm"]
-    values.update(EXTRA.get(optimizer, {}))
-    values.update(changes)
-    return TrainConfig.from_dict(values).validated()
-
-
-def _members(count: int):
-    """Digits with a little continuous jitter: integer pixels make exact max-pool ties, where two equally
-    valid sub-gradients are picked by floating-point noise (a different kernel may pick the other one)."""
-    digits = load_dataset("digits")
-    jitter = np.random.default_rng(0).normal(0, 1e-2, digits.images.shape).astype(np.float32)
-    data = replace(digits, images=digits.images + jitter)
-    return [
-        Member(train_data=data.subset(np.arange(60 * k, 60 * (k + 1))), model_index=k, label=f"m{k}")
-        for k in range(count)
-    ]
-
 
 def _train(config, members):
     return train_models(config=config, members=members, test_data=None, progress=False)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("optimizer", optim.available())
 def test_ensemble_trains_the_same_models_as_one_at_a_time(optimizer):
     """Poisson batches of unequal sizes (padding), microbatch chunks, the target's canaries: 12 steps, 3 models."""
-    members = _members(3)
-    together = _train(_config(optimizer, engine="ensemble", canaries=20), members)
-    alone = [_train(_config(optimizer, engine="sequential", canaries=20), [member])[0] for member in members]
+    members = digit_members(3)
+    together = _train(engine_config(optimizer, engine="ensemble", canaries=20), members)
+    alone = [_train(engine_config(optimizer, engine="sequential", canaries=20), [member])[0] for member in members]
     for ensemble_model, single_model in zip(together, alone):
         assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
         for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
@@ -94,9 +43,9 @@ def test_ensemble_trains_the_same_models_as_one_at_a_time(optimizer):
 
 
 def test_chunking_under_a_tiny_budget_gives_the_same_models():
-    members = _members(3)
-    whole = _train(_config("dpsgd-gc", memory_budget_mb=2048), members)
-    pieces = _train(_config("dpsgd-gc", memory_budget_mb=1e-6), members)  # one model × one sample per call
+    members = digit_members(3)
+    whole = _train(engine_config("dpsgd-gc", memory_budget_mb=2048), members)
+    pieces = _train(engine_config("dpsgd-gc", memory_budget_mb=1e-6), members)  # one model × one sample per call
     for a_model, b_model in zip(whole, pieces):
         for a, b in zip(a_model.model.parameters(), b_model.model.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -189,8 +138,8 @@ def test_stacked_sums_are_rows_saved_alone_and_checked():
 
 
 def test_ensemble_checkpoints_hold_one_model(tmp_path):
-    members = [replace(member, out_dir=tmp_path / member.label) for member in _members(3)]
-    _train(_config("dpsgd-gc"), members)
+    members = [replace(member, out_dir=tmp_path / member.label) for member in digit_members(3)]
+    _train(engine_config("dpsgd-gc"), members)
     sizes = {member.label: (tmp_path / member.label / "epoch_0003.pt").stat().st_size for member in members}
     parameters = sum(p.numel() for p in build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10).parameters())
     assert max(sizes.values()) < 4 * parameters * 1.5  # one model's float32 values, not the stacked three
@@ -198,13 +147,13 @@ def test_ensemble_checkpoints_hold_one_model(tmp_path):
 
 def test_engine_choices_are_validated():
     with pytest.raises(DPAuditError, match="engine"):
-        _config("dpsgd-gc", engine="parallel")
+        engine_config("dpsgd-gc", engine="parallel")
     with pytest.raises(DPAuditError, match="engine: sequential"):
-        _config("dpsgd-gc", grad_sample="opacus")
+        engine_config("dpsgd-gc", grad_sample="opacus")
     with pytest.raises(DPAuditError, match="equal training-set sizes"):
         data = load_dataset("digits")
         train_models(
-            config=_config("dpsgd-gc"),
+            config=engine_config("dpsgd-gc"),
             test_data=None,
             progress=False,
             members=[
@@ -229,10 +178,11 @@ def cuda_without_tf32():
 @pytest.mark.gpu
 @pytest.mark.parametrize("optimizer", optim.available())
 def test_ensemble_trains_the_same_models_as_one_at_a_time_on_cuda(optimizer, cuda_without_tf32):
-    members = _members(3)
-    together = _train(_config(optimizer, device="cuda", canaries=20), members)
+    members = digit_members(3)
+    together = _train(engine_config(optimizer, device="cuda", canaries=20), members)
     alone = [
-        _train(_config(optimizer, device="cuda", engine="sequential", canaries=20), [member])[0] for member in members
+        _train(engine_config(optimizer, device="cuda", engine="sequential", canaries=20), [member])[0]
+        for member in members
     ]
     for ensemble_model, single_model in zip(together, alone):
         assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
@@ -247,9 +197,9 @@ def test_two_cuda_runs_keep_the_ledger_and_close_parameters():
     runs agree to within floating-point nondeterminism (not necessarily bit for bit)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    config = _config("dpsgd-gc", device="cuda", epochs=5)
-    first, second = _train(config, _members(3)), _train(config, _members(3))
-    on_cpu = _train(_config("dpsgd-gc", device="cpu", epochs=5), _members(3))
+    config = engine_config("dpsgd-gc", device="cuda", epochs=5)
+    first, second = _train(config, digit_members(3)), _train(config, digit_members(3))
+    on_cpu = _train(engine_config("dpsgd-gc", device="cpu", epochs=5), digit_members(3))
     for a_model, b_model, cpu_model in zip(first, second, on_cpu):
         assert a_model.ledger.to_dict() == b_model.ledger.to_dict() == cpu_model.ledger.to_dict()
         for a, b in zip(a_model.model.parameters(), b_model.model.parameters()):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import ROOT
 
 import dpaudit.attacks
 import dpaudit.plugins
@@ -21,7 +22,7 @@ from dpaudit._validation import DPAuditError
 from dpaudit.cli import main
 from dpaudit.rundir import RunDir
 
-DEVELOPMENT = Path(__file__).resolve().parents[1] / "docs" / "development.md"
+DEVELOPMENT = ROOT / "docs" / "development.md"
 PLUGIN_MODULES = ("my_optimizers_plugin",)  # the plugin modules the tests import by name (files: dpaudit_plugin_*)
 
 
@@ -95,8 +96,8 @@ def test_the_documented_attack_plugin_reaches_dpaudit_audit(trained_run, tmp_pat
     from dpaudit.run import open_run
 
     run_config, split, load, _ = open_run(trained_run, epoch=4)
-    train = load_dataset(run_config.dataset, split="train", root=run_config.data_root)
-    held_out = load_dataset(run_config.dataset, split=split.nonmember_source, root=run_config.data_root)
+    train = load_dataset(run_config.data.dataset, split="train", root=run_config.data.data_root)
+    held_out = load_dataset(run_config.data.dataset, split=split.nonmember_source, root=run_config.data.data_root)
     report = audit_model(
         load("target"), train.subset(split.target_members), held_out.subset(split.target_nonmembers), attack="margin"
     )

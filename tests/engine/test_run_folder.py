@@ -7,8 +7,7 @@ import stat
 
 import numpy as np
 import pytest
-from test_cli import TRAIN
-from test_resume import _interrupt
+from support import TRAIN_ARGS, interrupt_at_save
 
 from dpaudit import integrity
 from dpaudit._validation import DPAuditError
@@ -17,7 +16,7 @@ from dpaudit.summary import summarize_run
 
 
 def train(out, *extra):
-    return main([*TRAIN, "--device", "cpu", *extra, "--out", str(out)])
+    return main([*TRAIN_ARGS, "--device", "cpu", *extra, "--out", str(out)])
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +185,7 @@ def test_a_ledger_that_departs_on_purpose_is_read_and_an_edited_rate_is_not(tmp_
 def test_an_interrupted_run_is_refused_wherever_it_is_read(tmp_path, monkeypatch, capsys):
     out = tmp_path / "cut"
     with monkeypatch.context() as patch:
-        _interrupt(patch, epoch=1, model_index=0)
+        interrupt_at_save(patch, epoch=1, model_index=0)
         assert train(out, "--state-every", "0") == 130
     capsys.readouterr()
     for argv in (

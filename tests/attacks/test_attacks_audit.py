@@ -241,6 +241,7 @@ def test_missing_canaries_file_is_a_clear_error(tmp_path):
         CanaryObservations.load(tmp_path / "target" / "canaries.npz")
 
 
+@pytest.mark.integration
 def test_audit_command_from_a_run_and_from_a_score_file(tmp_path, capsys):
     from dpaudit.cli import main
 

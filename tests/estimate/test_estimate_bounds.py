@@ -365,6 +365,7 @@ def _naive_same_data_bound(members, nonmembers, delta, alpha):
     return max(0.0, float(np.max(np.maximum(first, second))))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mu, delta, confidence, repetitions", [(2.0, 1e-5, 0.95, 200), (0.0, 1e-5, 0.8, 400)])
 def test_coverage_of_lower_bounds(mu, delta, confidence, repetitions):
     # μ = 2 is the brief's setting (true ε ≈ 10, far above what 200 scores per class can certify);

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_optim import hyperparameters_for
+from support import hyperparameters_for
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
@@ -286,6 +286,7 @@ def test_target_epsilon_calibrates_the_planned_run(name):
     assert planned_epsilon(config) == pytest.approx(4.0, abs=0.01)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(set(PAPER_OPTIMIZERS + NO_CLAIM_VARIANTS) - {"dpsgd-gc"}))
 def test_each_optimizer_trains_on_digits_through_the_cli(tmp_path, capsys, name):
     out = tmp_path / name

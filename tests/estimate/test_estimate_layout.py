@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import ROOT
 
 import dpaudit.estimate as estimate
 from dpaudit._validation import (
@@ -33,8 +34,6 @@ from dpaudit.estimate import (
     ThresholdSelection,
     resolve_selection,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 #: Every name dpaudit.estimate exported before it became a package.
 FORMER_PUBLIC = (

@@ -1,26 +1,14 @@
 """One optimizer step against a hand computation; clipping and projection invariants."""
 
 import math
-from dataclasses import fields
 
 import pytest
 import torch
+from support import hyperparameters_for
 from torch import nn
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
-from dpaudit.optim import Hyperparameters
-from dpaudit.settings import SETTINGS
-
-
-def hyperparameters_for(cls: type[optim.Optimizer], **values) -> Hyperparameters:
-    """``Hyperparameters`` of optimizer class ``cls`` from flat values: its family's settings (``cls.settings_type``)
-    go into ``settings``; settings of other families among ``values`` are left out."""
-    own = {item.name for item in fields(Hyperparameters)}
-    family = {item.name for item in fields(cls.settings_type)}
-    assert set(values) <= own | set(SETTINGS), sorted(set(values) - own - set(SETTINGS))
-    settings = cls.settings_type(**{key: value for key, value in values.items() if key in family})
-    return Hyperparameters(**{key: value for key, value in values.items() if key in own}, settings=settings)
 
 
 def _tiny_params():

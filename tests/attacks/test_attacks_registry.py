@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support import ROOT
 
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import ATTACKS, Attack, AttackScores, get_attack, read_scores_csv, register_attack
 from dpaudit.cli import build_parser
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "params.schema.yaml"
+SCHEMA = ROOT / "workflow" / "schemas" / "params.schema.yaml"
 
 
 def _audit_schema() -> dict:
@@ -73,6 +74,7 @@ def test_specs_are_consistent():
         get_attack("lira")
 
 
+@pytest.mark.integration
 def test_importing_the_registry_loads_no_torch():
     code = (
         "import sys, dpaudit.attacks, dpaudit.summary;"

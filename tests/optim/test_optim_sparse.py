@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_optim import hyperparameters_for
+from support import hyperparameters_for
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
