@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 from dpaudit._validation import (
@@ -133,7 +134,7 @@ def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray
 
 
 def rdp_subsampled_gaussian(
-    *, noise_multiplier: float, sample_rate: float, orders: Sequence[float] = DEFAULT_ORDERS
+    *, noise_multiplier: float, sample_rate: float, orders: npt.ArrayLike = DEFAULT_ORDERS
 ) -> np.ndarray:
     """RDP of one Poisson-subsampled Gaussian step at each order (add/remove-one neighbours).
 
@@ -168,7 +169,7 @@ def _rdp_cached(noise_multiplier: float, sample_rate: float, orders: tuple[float
 
 
 def rdp_to_epsilon(
-    *, rdp: np.ndarray, orders: Sequence[float], delta: float, conversion: str = "improved"
+    *, rdp: np.ndarray, orders: npt.ArrayLike, delta: float, conversion: str = "improved"
 ) -> tuple[float, float]:
     """Convert an RDP curve to (ε, best order α) at δ.
 
@@ -353,12 +354,12 @@ def _table_epsilon(
 
 def epsilon(
     *,
-    noise_multiplier: float | Sequence[float],
-    sample_rate: float | Sequence[float],
+    noise_multiplier: float | npt.ArrayLike,
+    sample_rate: float | npt.ArrayLike,
     steps: int | None = None,
     delta: float,
     accountant: str = "rdp",
-    orders: Sequence[float] = DEFAULT_ORDERS,
+    orders: npt.ArrayLike = DEFAULT_ORDERS,
     conversion: str = "improved",
     eps_error: float = 0.01,
 ) -> float:
@@ -400,8 +401,8 @@ class AccountingFallbackWarning(UserWarning):
 
 def prv_grid(
     *,
-    noise_multiplier: float | Sequence[float],
-    sample_rate: float | Sequence[float],
+    noise_multiplier: float | npt.ArrayLike,
+    sample_rate: float | npt.ArrayLike,
     steps: int | None = None,
     delta: float,
     eps_error: float = 0.01,
@@ -452,7 +453,7 @@ def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error:
 
 
 def _prv_epsilon(
-    table: list[tuple[float, float, int]], *, delta: float, eps_error: float, orders: Sequence[float], conversion: str
+    table: list[tuple[float, float, int]], *, delta: float, eps_error: float, orders: npt.ArrayLike, conversion: str
 ) -> float:
     grid = _prv_grid(table, delta=delta, eps_error=eps_error)
     z, q = min(z for z, _, _ in table), max(q for _, q, _ in table)
@@ -495,7 +496,7 @@ def _rdp_epsilon(
     table: list[tuple[float, float, int]],
     *,
     delta: float,
-    orders: Sequence[float],
+    orders: npt.ArrayLike,
     conversion: str,
     finite: bool = True,
 ) -> float:
@@ -511,7 +512,7 @@ def _rdp_epsilon(
     return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
 
 
-def rdp_epsilon_floor(*, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved") -> float:
+def rdp_epsilon_floor(*, delta: float, orders: npt.ArrayLike = DEFAULT_ORDERS, conversion: str = "improved") -> float:
     """The smallest ε the RDP accountant can report at δ with these orders (RDP → 0, infinite noise).
 
     Args:
@@ -530,16 +531,16 @@ def calibrate_noise(
     *,
     target_epsilon: float,
     delta: float,
-    sample_rate: float | Sequence[float],
+    sample_rate: float | npt.ArrayLike,
     steps: int | None = None,
     accountant: str = "rdp",
-    orders: Sequence[float] = DEFAULT_ORDERS,
+    orders: npt.ArrayLike = DEFAULT_ORDERS,
     conversion: str = "improved",
-    noise_schedule: Sequence[float] | None = None,
+    noise_schedule: npt.ArrayLike | None = None,
     eps_error: float = 0.01,
     tolerance: float = 1e-5,
     grid: float | None = None,
-    preceding: tuple[Sequence[float], Sequence[float]] | None = None,
+    preceding: tuple[npt.ArrayLike, npt.ArrayLike] | None = None,
 ) -> float:
     """Smallest noise multiplier z whose run meets ``target_epsilon`` at δ.
 
@@ -690,7 +691,7 @@ def _check_reachable(
     *,
     delta: float,
     accountant: str,
-    orders: Sequence[float],
+    orders: npt.ArrayLike,
     conversion: str,
     eps_error: float,
     preceding: list[tuple[float, float, int]],
@@ -736,7 +737,7 @@ def _preceding_table(preceding) -> list[tuple[float, float, int]]:
     return _steps_table(z, q, None)
 
 
-def _check_orders(orders: Sequence[float]) -> np.ndarray:
+def _check_orders(orders: npt.ArrayLike) -> np.ndarray:
     """The Rényi orders as a 1-D float array: non-empty, each in (1, 10⁶], their integer orders' series at most
     :data:`_MAX_ORDER_TERMS` terms together (the sums at integer α hold α + 1 terms each)."""
     refused = f"orders must be a non-empty sequence of Rényi orders 1 < α ≤ {_MAX_ORDER:g}"
@@ -764,7 +765,7 @@ def ledger_epsilons(
     accountant: str = "rdp",
     epochs: Sequence[int] | None = None,
     logging: str = "epoch-end",
-    orders: Sequence[float] = DEFAULT_ORDERS,
+    orders: npt.ArrayLike = DEFAULT_ORDERS,
     conversion: str = "improved",
     eps_error: float = 0.01,
 ) -> list[float]:
