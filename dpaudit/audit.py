@@ -228,6 +228,13 @@ def audit_scores(
     Raises:
         DPAuditError: empty or non-finite scores, fewer than 2 scores in a class, δ outside (0, 1),
             confidence outside (0, 1), a bad seed.
+
+    Examples:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> report = audit_scores(rng.normal(2, 1, 1000), rng.normal(0, 1, 1000), delta=1e-5, confidence=0.95)
+        >>> bool(0 < report.epsilon_lower <= report.epsilon_ceiling)
+        True
     """
     members = check_scores("member_scores", member_scores)
     nonmembers = check_scores("nonmember_scores", nonmember_scores)
@@ -460,6 +467,19 @@ def audit_whole_run(
         DPAuditError: both or neither of ``observations`` and ``statistics``, a bad shape, non-finite statistics,
             an unknown or no statistic name, fewer than 2 canaries in a class, a bad ledger, δ or confidence, a bad
             ``family_selection`` or ``selection``.
+
+    Examples:
+        400 canaries over T = 50 steps at z = 1, q = 0.2 (a member adds 1 to its coordinate when sampled):
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> members = rng.random(400) < 0.5
+        >>> observations = (members[:, None] & (rng.random((400, 50)) < 0.2)) + rng.normal(0, 1, (400, 50))
+        >>> report = audit_whole_run(
+        ...     observations, members, noise_multipliers=np.ones(50), sample_rates=np.full(50, 0.2), delta=1e-5
+        ... )
+        >>> bool(report.all_iterates.epsilon_lower <= report.epsilon_pld <= report.epsilon_rdp)
+        True
     """
     # the accountants load scipy: imported on first use, so that ``import dpaudit.audit`` stays light
     from dpaudit.theory.tradeoff import group_steps

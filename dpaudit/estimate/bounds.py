@@ -555,6 +555,13 @@ def epsilon_ceiling(
 
     Raises:
         DPAuditError: bad sizes, δ outside [0, 1), confidence outside (0, 1), unknown selection.
+
+    Examples:
+        The most any attack can certify with 720 members and 720 non-members, half of them held out for the
+        threshold:
+
+        >>> round(epsilon_ceiling(n_members=720, n_nonmembers=720, delta=1e-5, confidence=0.95, selection="split"), 2)
+        4.58
     """
     n_mem = check_count("n_members", n_members, allow_zero=False)
     n_non = check_count("n_nonmembers", n_nonmembers, allow_zero=False)

@@ -184,6 +184,13 @@ class ScoreCounts:
 
         Raises:
             DPAuditError: empty input or non-finite scores.
+
+        Examples:
+            Of the 9 (member, non-member) pairs, 7 have the member scored higher: AUC = 7/9.
+
+            >>> counts = ScoreCounts.from_scores(member_scores=[1, 2, 3], nonmember_scores=[0, 0.5, 2.5])
+            >>> round(counts.auc(), 4)
+            0.7778
         """
         members = check_scores("member_scores", member_scores)
         nonmembers = check_scores("nonmember_scores", nonmember_scores)

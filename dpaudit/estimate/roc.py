@@ -58,6 +58,12 @@ def empirical_epsilon(
 
     Returns:
         ε̂ as a float for scalar input, else a numpy array broadcast over ``fpr`` and ``fnr``.
+
+    Examples:
+        FPR 0.05 and FNR 0.30: the larger of log((1 − δ − 0.05)/0.30) ≈ 1.15 and log((1 − δ − 0.30)/0.05) ≈ 2.64:
+
+        >>> round(empirical_epsilon(0.05, 0.30, delta=1e-5), 4)
+        2.639
     """
     if isinstance(delta, bool) or not (isinstance(delta, (int, float, np.integer, np.floating)) and 0 <= delta < 1):
         raise DPAuditError(f"delta must lie in [0, 1), got {brief(delta)}")
@@ -203,6 +209,17 @@ def epsilon_point(member_scores: npt.ArrayLike, nonmember_scores: npt.ArrayLike,
 
     Raises:
         DPAuditError: empty or non-finite scores, δ outside [0, 1).
+
+    Examples:
+        Scores two standard deviations apart; the point estimate means something only above its no-signal level:
+
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> members, nonmembers = rng.normal(2, 1, 1000), rng.normal(0, 1, 1000)
+        >>> point = epsilon_point(members, nonmembers, delta=1e-5)
+        >>> null = epsilon_point_null(member_scores=members, nonmember_scores=nonmembers, delta=1e-5)
+        >>> bool(point > null)
+        True
     """
     members = check_scores("member_scores", member_scores)
     nonmembers = check_scores("nonmember_scores", nonmember_scores)

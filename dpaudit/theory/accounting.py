@@ -385,6 +385,12 @@ def epsilon(
     Raises:
         DPAuditError: one line naming a bad argument (σ ≤ 0, q outside (0, 1], δ outside (0, 1), …), or
             the settings whose PRV grid would exceed :data:`PRV_MEMORY_BUDGET`.
+
+    Examples:
+        DP-SGD on MNIST (Abadi et al.): z = 1.1, b = 256 of n = 60,000, 60 epochs:
+
+        >>> round(epsilon(noise_multiplier=1.1, sample_rate=256 / 60000, steps=14062, delta=1e-5), 2)
+        2.6
     """
     table = _steps_table(noise_multiplier, sample_rate, steps)
     delta, orders, eps_error = _check_options(
@@ -562,6 +568,15 @@ def calibrate_noise(
 
     Returns:
         z such that ε(z) ≤ target_epsilon, within ``tolerance`` (relative) of the smallest such z.
+
+    Examples:
+        The z that spends ε = 3 in 4,687 steps at q = 512/60,000, and the ε it gives back:
+
+        >>> z = calibrate_noise(target_epsilon=3, delta=1e-5, sample_rate=512 / 60000, steps=4687)
+        >>> round(z, 3)
+        1.123
+        >>> round(epsilon(noise_multiplier=z, sample_rate=512 / 60000, steps=4687, delta=1e-5), 3)
+        3.0
     """
     target_epsilon = _positive("target_epsilon (ε)", target_epsilon)
     tolerance = _positive("tolerance", tolerance)
@@ -782,6 +797,18 @@ def ledger_epsilons(
     Returns:
         ε per requested epoch; +inf throughout for a run that made no DP claim and recorded no steps
         (non-private training). Each costs what the ledger's runs of identical steps cost, not its step count.
+
+    Examples:
+        A ledger of one epoch of 10 identical steps claims what 10 such steps give:
+
+        >>> from dpaudit.ledger import PrivacyLedger
+        >>> ledger = PrivacyLedger()
+        >>> for _ in range(10):
+        ...     ledger.record(noise_multiplier=1.0, sample_rate=0.1)
+        >>> ledger.end_epoch()
+        >>> ten_steps = epsilon(noise_multiplier=1.0, sample_rate=0.1, steps=10, delta=1e-5)
+        >>> ledger_epsilons(ledger, delta=1e-5) == [ten_steps]
+        True
     """
     check_choice("logging", logging, EPOCH_LOGGING)
     ledger, ends, epochs = _ledger_epochs(ledger, delta=delta, epochs=epochs)
