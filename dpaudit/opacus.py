@@ -73,12 +73,12 @@ from dpaudit.attacks.canary_run import RunCanaryObservations
 from dpaudit.audit import WholeRunReport, audit_whole_run
 from dpaudit.whole_run import step_log_ratio
 
-try:  # the optional extra: ``pip install "dpaudit[opacus]"``
+try:  # the optional extra: ``pip install "dpaudit[train]"``
     from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
     from opacus.utils.batch_memory_manager import BatchSplittingSampler
     from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError('dpaudit.opacus needs Opacus: pip install "dpaudit[opacus]"') from error
+    raise ImportError('dpaudit.opacus needs Opacus: pip install "dpaudit[train]"') from error
 
 if TYPE_CHECKING:
     from opacus.accountants import IAccountant

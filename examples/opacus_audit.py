@@ -6,7 +6,7 @@ report, after training, the whole-run lower bounds on ε beside the accountant's
 models are written to opacus_audit_roc.png (and .pdf).
 
 Usage: python examples/opacus_audit.py [--canaries 200000] [--epsilon 4] [--out opacus_audit]
-Needs: pip install "dpaudit[opacus]" (Opacus, torch, scikit-learn, matplotlib).
+Needs: pip install "dpaudit[train]" (Opacus, torch, scikit-learn, matplotlib).
 """
 
 from __future__ import annotations

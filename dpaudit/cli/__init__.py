@@ -123,7 +123,9 @@ def _plugin_arguments(argv: list[str]) -> list[str]:
 
 
 # the optional dependencies (pyproject.toml's extras) a command may need beyond the core install
-_EXTRA_OF = {name: "train" for name in ("torch", "torchvision", "opacus", "sklearn", "yaml", "tqdm")}
+_EXTRA_OF = {name: "train" for name in ("torch", "torchvision", "opacus", "sklearn", "yaml", "tqdm")} | {
+    "matplotlib": "plot"
+}
 
 
 def user_error(error: BaseException) -> str | None:

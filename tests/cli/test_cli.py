@@ -372,4 +372,6 @@ def test_a_missing_optional_dependency_is_one_line_naming_its_extra():
     assert user_error(missing_torch) == (
         'this command needs torch, which the core install leaves out: pip install "dpaudit[train]"'
     )
+    missing_plots = ModuleNotFoundError("No module named 'matplotlib.pyplot'", name="matplotlib.pyplot")
+    assert user_error(missing_plots).endswith('pip install "dpaudit[plot]"')
     assert user_error(ModuleNotFoundError("No module named 'numpyx'", name="numpyx")) is None  # a bug, not an extra
