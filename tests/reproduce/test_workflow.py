@@ -341,6 +341,9 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     dvc = [sys.executable, "-m", "dvc"]
     subprocess.run([*dvc, "init", "-q"], cwd=workflow_copy, check=True)
     subprocess.run([*dvc, "config", "core.analytics", "false"], cwd=workflow_copy, check=True)
+    # the stage depends on the library's code too (dvc.yaml: dpaudit/), compiled Python aside (.dvcignore)
+    shutil.copytree(ROOT / "dpaudit", workflow_copy / "dpaudit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".dvcignore", workflow_copy / ".dvcignore")
 
     def repro():
         result = subprocess.run([*dvc, "repro"], cwd=workflow_copy, capture_output=True, text=True, timeout=600)
@@ -374,6 +377,15 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
     assert (workflow_copy / "results/dpsgd_dc/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
+    # a change of the library's code is a change of the stage, compiled Python is not
+    (workflow_copy / "dpaudit" / "__pycache__").mkdir(exist_ok=True)
+    (workflow_copy / "dpaudit" / "__pycache__" / "stray.pyc").write_bytes(b"x")
+    status = subprocess.run([*dvc, "status"], cwd=workflow_copy, capture_output=True, text=True, check=True).stdout
+    assert "modified:" not in status, status
+    with open(workflow_copy / "dpaudit" / "stats.py", "a", encoding="utf-8") as stream:
+        stream.write("\n")
+    status = subprocess.run([*dvc, "status"], cwd=workflow_copy, capture_output=True, text=True, check=True).stdout
+    assert "modified:" in status and "dpaudit" in status, status
 
 
 def test_editing_a_run_setting_reruns_exactly_its_jobs(smoke_part, tmp_path):
