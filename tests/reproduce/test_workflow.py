@@ -370,10 +370,12 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
         for step in re.findall(r"'train [^']*'", line)
     ]
     # the new D = 5 runs (2 batch sizes × 2 trials), d2p2-sgd in the optimizer and cross-optimizer audit
-    # sections (both take optimizers.runs) and the 4 d2p2-sgd paper runs (they start from its tuned lr)
-    assert len(trained) == 2 * 2 + 2 + 4, "\n".join(trained)
+    # sections (both take optimizers.runs), its broken variant in the validation section (a variant takes its
+    # twin's settings) and the 4 d2p2-sgd paper runs (they start from its tuned lr)
+    assert len(trained) == 2 * 2 + 2 + 1 + 4, "\n".join(trained)
     assert sum("--domain-radius 5.0" in line for line in trained) == 4
-    assert sum("--optimizer d2p2-sgd" in line and "--lr 0.01" in line for line in trained) == 2 + 4
+    assert sum("--optimizer d2p2-sgd " in line and "--lr 0.01" in line for line in trained) == 2 + 4
+    assert sum("--optimizer d2p2-sgd-as-published " in line and "--lr 0.01" in line for line in trained) == 1
     assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
     assert (workflow_copy / "results/dpsgd_dc/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config
     assert "Nothing to be done" in repro() or "didn't change" in repro()
