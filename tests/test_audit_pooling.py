@@ -5,7 +5,7 @@ that every number pooled is known."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +19,17 @@ from dpaudit.audit import PooledScores, pool_attack_scores, same_ledger
 
 
 @dataclass
+class _Audit:
+    eval_epochs: tuple[int, ...] = (2, 5)
+
+
+@dataclass
 class _Config:
+    """What pool_attack_scores reads of a run's TrainConfig: its identity, seed, trial and checkpoint epochs."""
+
     seed: int
     trial: int
-    eval_epochs: tuple[int, ...] = (2, 5)
+    audit: _Audit = field(default_factory=_Audit)
 
     def to_dict(self):
         return {"seed": self.seed, "trial": self.trial}
