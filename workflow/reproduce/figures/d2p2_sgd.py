@@ -20,7 +20,7 @@ WHOLE_RUN_LABEL = "whole-run canaries, 95 % lower (family bound, all iterates)"
 TUNED_REDUCTION = 0.3  # the paper's and optimizers.runs' reduction rate
 # The paper's reported privacy loss at its own parameters (z = 3, B = 1024, 40 epochs, δ = 1e-5, PRV accountant,
 # ε logged after the first step of epoch 40): (dataset, n) → (static, dynamic). Reproduced from the privacy ledger
-# by tests/test_accounting.py::test_d2p2_reported_privacy_loss, which also checks these constants.
+# by tests/theory/test_accounting.py::test_d2p2_reported_privacy_loss, which also checks these constants.
 PAPER_PRIVACY = {("Fashion-MNIST", 60000): (1.07, 2.75), ("SVHN", 73257): (0.96, 2.45)}
 PAPER_Z = 3.0
 
