@@ -469,15 +469,15 @@ def audit_whole_run(
             ``family_selection`` or ``selection``.
 
     Examples:
-        400 canaries over T = 50 steps at z = 1, q = 0.2 (a member adds 1 to its coordinate when sampled):
+        200 member and 200 non-member canaries over T = 50 steps at z = 1, q = 0.2, drawn by the simulation of
+        the game (:func:`dpaudit.whole_run.simulate_observations`):
 
         >>> import numpy as np
-        >>> rng = np.random.default_rng(0)
-        >>> members = rng.random(400) < 0.5
-        >>> observations = (members[:, None] & (rng.random((400, 50)) < 0.2)) + rng.normal(0, 1, (400, 50))
-        >>> report = audit_whole_run(
-        ...     observations, members, noise_multipliers=np.ones(50), sample_rates=np.full(50, 0.2), delta=1e-5
-        ... )
+        >>> from dpaudit.whole_run import simulate_observations
+        >>> ledger = {"noise_multipliers": np.ones(50), "sample_rates": np.full(50, 0.2)}
+        >>> member_obs, nonmember_obs = simulate_observations(members=200, nonmembers=200, seed=0, **ledger)
+        >>> members = np.arange(400) < 200
+        >>> report = audit_whole_run(np.concatenate([member_obs, nonmember_obs]), members, delta=1e-5, **ledger)
         >>> bool(report.all_iterates.epsilon_lower <= report.epsilon_pld <= report.epsilon_rdp)
         True
     """

@@ -30,19 +30,17 @@ def main() -> int:
     import numpy as np
 
     import dpaudit
+    from dpaudit.whole_run import simulate_observations
 
     rng = np.random.default_rng(0)
     report = dpaudit.audit_scores(rng.normal(1, 1, 2000), rng.normal(0, 1, 2000), delta=1e-5)
     epsilon = dpaudit.theory.epsilon(noise_multiplier=1.1, sample_rate=0.01, steps=1000, delta=1e-5)
-    # a whole run of T steps at noise multiplier z and sample rate q: canary j, a member with probability ½,
-    # adds 1 to its coordinate in the steps that sample it; every release adds N(0, z²)
-    steps, z, q, canaries = 50, 1.0, 0.2, 400
-    members = rng.random(canaries) < 0.5
-    present = members[:, None] & (rng.random((canaries, steps)) < q)
-    observations = present + rng.normal(0.0, z, (canaries, steps))
-    whole = dpaudit.audit_whole_run(
-        observations, members, noise_multipliers=np.full(steps, z), sample_rates=np.full(steps, q), delta=1e-5
-    )
+    # the whole-run canary game of T = 50 steps at z = 1, q = 0.2, drawn by the library's own simulation
+    ledger = {"noise_multipliers": np.ones(50), "sample_rates": np.full(50, 0.2)}
+    member_obs, nonmember_obs = simulate_observations(members=200, nonmembers=200, seed=0, **ledger)
+    observations = np.concatenate([member_obs, nonmember_obs])
+    members = np.arange(len(observations)) < len(member_obs)
+    whole = dpaudit.audit_whole_run(observations, members, delta=1e-5, **ledger)
     loaded = [name for name in ("torch", "snakemake", "dvc", "matplotlib") if name in sys.modules]
     if loaded:
         print(f"the core entry points imported {', '.join(loaded)}", file=sys.stderr)
