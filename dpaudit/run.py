@@ -141,6 +141,7 @@ def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]
     hyper = config.hyperparameters(config.data.target_size)
     z, q = ledger.per_step()
     planned = np.asarray(spec.cls.planned_noise_multipliers(hyper), dtype=float).reshape(-1)
+    planned_q = spec.cls.planned_sample_rate(hyper)
     epochs, batch_size, target_size = config.optimizer.epochs, config.optimizer.batch_size, config.data.target_size
     steps = epochs * math.ceil(target_size / batch_size)
     problem = None
@@ -149,8 +150,8 @@ def load_ledger(run_dir: str | Path, *, model: str = "target") -> dict[str, Any]
     elif planned.size != z.size or not np.allclose(z, planned, rtol=1e-9, atol=0):
         worst = int(np.argmax(np.abs(z - planned))) if planned.size == z.size else 0
         problem = f"noise multiplier z = {z[worst]:g} at step {worst + 1} where the run planned {planned[worst]:g}"
-    elif not np.allclose(q, spec.cls.planned_sample_rate(hyper), rtol=1e-9, atol=0):
-        problem = f"sample rate q = {q[0]:g} where the run planned {spec.cls.planned_sample_rate(hyper):g}"
+    elif not np.allclose(q, planned_q, rtol=1e-9, atol=0):
+        problem = f"sample rate q = {q[0]:g} where the run planned {planned_q:g}"
     if problem:
         raise DPAuditError(f"{path} disagrees with the run's config.json: {problem}; the ledger cannot be trusted")
     return payload
