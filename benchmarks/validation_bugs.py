@@ -16,8 +16,9 @@ shared by the three pairs). Each run is audited against its own ledger (what it 
 ``dpaudit.audit.validation_flag``: it is flagged when one of three lower bounds exceeds the claimed ε (the PLD ε of
 that ledger): the family bound and the assumption-free bound on the log likelihood ratio Λ of all iterates, and the
 assumption-free bound on each canary's spread over the steps (``dpaudit.whole_run.spread_scores``, a test of the
-noise's independence across steps), each at confidence 1 − 0.05/3 (Bonferroni: a correct run is flagged with
-probability at most 5 %). ``flagged_by`` names the bounds above the claim. For the two bugs whose run is not the
+noise's independence across steps), and a test of the canaries' presence (how many the run's sampler drew at each
+step) against the ledger's sample rates, each at level 0.05/4 (Bonferroni: a correct run is flagged with
+probability at most 5 %). ``flagged_by`` names the checks that flag it. For the two bugs whose run is not the
 mechanism its ledger describes (shuffling, the understated q), a family bound above the claim rejects "the run is at
 least as private as the Poisson-subsampled Gaussian its ledger describes" (which is what the claim rests on); it is
 not a lower bound on that run's own ε. The assumption-free bounds are.
@@ -35,9 +36,13 @@ import time
 from pathlib import Path
 
 DELTA = 1e-5
-# the most probability with which a correct run is flagged (the three bounds each at 1 − FALSE_ALARM/3)
+# the most probability with which a correct run is flagged (the four checks each at level FALSE_ALARM/4)
 FALSE_ALARM = 0.05
 BUGS = ("shuffle-as-poisson", "understated-q", "reused-noise")
+FLAG_RULE = (
+    "validation_flag: any of the family and assumption-free bounds on Λ and the assumption-free bound on the spread "
+    "over the steps above the claimed ε, or the canaries' presence refuting the ledger's q; each at false_alarm/4"
+)
 
 
 def base_config(*, epsilon: float, per_side: int, epochs: int, seed: int, batch_size: int = 36):
@@ -116,6 +121,7 @@ def audit_run(config, out: Path, *, seed: int = 0) -> dict:
         "spread_ceiling": flag.spread.epsilon_ceiling,
         "auc_all_iterates": flag.all_iterates.auc,
         "auc_spread": flag.spread.auc,
+        "presence_p_value": flag.presence_p_value,
         "flagged": flag.flagged,
         "flagged_by": list(flag.flagged_by),
         "seconds_training": seconds,
@@ -152,8 +158,7 @@ def main() -> None:
             {
                 "machine": platform.machine(),
                 "delta": DELTA,
-                "flag_rule": "validation_flag: any of the family and assumption-free bounds on Λ and the "
-                "assumption-free bound on the spread over the steps above the claimed ε, each at 1 − false_alarm/3",
+                "flag_rule": FLAG_RULE,
                 "false_alarm": FALSE_ALARM,
                 "canaries_per_side": args.per_side,
                 "epochs": args.epochs,

@@ -647,6 +647,9 @@ def _accountant_claims(z: tuple, q: tuple, delta: float) -> dict[str, float]:
 
 #: The three lower bounds of :func:`validation_flag`, in the order ``ValidationFlag.flagged_by`` lists them.
 VALIDATION_BOUNDS = ("all_iterates_family", "all_iterates", "spread")
+#: The checks of :func:`validation_flag`: the three bounds, then the test of the canaries' presence against the
+#: ledger's sample rates (where the run recorded which canaries its sampler drew).
+VALIDATION_CHECKS = (*VALIDATION_BOUNDS, "presence")
 
 
 @dataclass(frozen=True, eq=False)
@@ -654,18 +657,23 @@ class ValidationFlag:
     """Whether a whole-run canary audit flags a run as breaking its claimed ε (:func:`validation_flag`).
 
     Attributes:
-        flagged: True when any of the three lower bounds exceeds ``epsilon_claimed``.
-        flagged_by: the names of the bounds that exceed it, in :data:`VALIDATION_BOUNDS` order (empty when not
+        flagged: True when any of the three lower bounds exceeds ``epsilon_claimed``, or the canaries' presence
+            refutes the ledger's sample rates.
+        flagged_by: the names of the checks that flag it, in :data:`VALIDATION_CHECKS` order (empty when not
             flagged): "all_iterates_family" (the family bound on Λ), "all_iterates" (the assumption-free bound on
-            Λ), "spread" (the assumption-free bound on the spread over the steps).
+            Λ), "spread" (the assumption-free bound on the spread over the steps), "presence" (the run's sampler
+            drew the canaries at other rates than the ledger's: ``presence_p_value`` below 1 − ``confidence``).
         bounds: each bound's ε (nats, a lower bound at ``confidence``), by name.
         epsilon_claimed: the ε the run claims (nats, at ``delta``), which the bounds are compared with.
         delta: δ of every ε.
-        confidence: 1 − α of each bound: 1 − ``false_alarm``/3 (Bonferroni over the three).
+        confidence: 1 − α of each check: 1 − ``false_alarm``/k (Bonferroni over the k checks: 4, or 3 where the
+            run did not record its canaries' presence).
         false_alarm: the most probability with which a run that keeps its claim is flagged.
         all_iterates_family: the :class:`dpaudit.whole_run.FamilyBound` on Λ (its ``capped`` flag included).
         all_iterates: the :class:`AuditReport` of Λ.
         spread: the :class:`AuditReport` of the spread over the steps.
+        presence_p_value: two-sided p-value of the canaries' presence under the ledger's sample rates
+            (``RunCanaryObservations.presence_p_value``); None where the run did not record it.
     """
 
     flagged: bool
@@ -678,6 +686,7 @@ class ValidationFlag:
     all_iterates_family: Any = field(repr=False)
     all_iterates: AuditReport = field(repr=False)
     spread: AuditReport = field(repr=False)
+    presence_p_value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy of the flag, the bounds and the claim (not the full reports)."""
@@ -690,15 +699,18 @@ class ValidationFlag:
             "delta": self.delta,
             "confidence": self.confidence,
             "false_alarm": self.false_alarm,
+            "presence_p_value": self.presence_p_value,
         }
 
     def summary(self) -> str:
         """One line for logs and reports."""
         bounds = ", ".join(f"{name} {value:.2f}" for name, value in self.bounds.items())
         verdict = f"flagged by {', '.join(self.flagged_by)}" if self.flagged else "not flagged"
+        p_value = self.presence_p_value
+        presence = "" if p_value is None else f"; presence at the ledger's q: p = {p_value:.3g}"
         return (
             f"{verdict}: claimed ε = {self.epsilon_claimed:.2f} at δ = {self.delta:g}; lower bounds on ε at "
-            f"{100 * self.confidence:.4g} % each ({bounds}; false alarms ≤ {100 * self.false_alarm:g} %)"
+            f"{100 * self.confidence:.4g} % each ({bounds}{presence}; false alarms ≤ {100 * self.false_alarm:g} %)"
         )
 
 
@@ -714,7 +726,10 @@ def validation_flag(
     Clopper–Pearson bound; on the spread over the steps (:func:`dpaudit.whole_run.spread_scores`, a test of the
     noise's independence across steps that sees one noise draw reused at every step), the assumption-free bound
     alone (it is no test within the subsampled-Gaussian family). The run is flagged when any exceeds the claim.
-    Each bound's threshold is chosen on a held-out half of the canaries (seeded by ``seed``).
+    Each bound's threshold is chosen on a held-out half of the canaries (seeded by ``seed``). Where the run
+    recorded how many canaries its sampler drew at each step, a fourth check tests that against the ledger's
+    sample rates (``RunCanaryObservations.presence_p_value``; a sampler departing from the ledger in either
+    direction is flagged), and each check gets ``false_alarm``/4.
 
     Args:
         canaries: a ``dpaudit.attacks.canary_run.RunCanaryObservations`` (with the spread's sums), or the output
@@ -759,7 +774,8 @@ def validation_flag(
         epsilon = sgm_epsilon(
             noise_multipliers=canaries.noise_multipliers, sample_rates=canaries.sample_rates, delta=delta
         )
-    confidence = 1.0 - false_alarm / len(VALIDATION_BOUNDS)
+    presence = canaries.presence_p_value() if hasattr(canaries, "presence_p_value") else None
+    confidence = 1.0 - false_alarm / (len(VALIDATION_CHECKS) if presence is not None else len(VALIDATION_BOUNDS))
     family = family_lower_bound(
         members_lr,
         nonmembers_lr,
@@ -777,6 +793,8 @@ def validation_flag(
         "spread": float(spread.epsilon_lower),
     }
     flagged_by = tuple(name for name in VALIDATION_BOUNDS if bounds[name] > epsilon)
+    if presence is not None and presence < 1.0 - confidence:
+        flagged_by += ("presence",)
     return ValidationFlag(
         flagged=bool(flagged_by),
         flagged_by=flagged_by,
@@ -788,6 +806,7 @@ def validation_flag(
         all_iterates_family=family,
         all_iterates=all_iterates,
         spread=spread,
+        presence_p_value=presence,
     )
 
 
@@ -885,6 +904,7 @@ __all__ = [
     "PooledScores",
     "REPORT_FPRS",
     "VALIDATION_BOUNDS",
+    "VALIDATION_CHECKS",
     "ValidationFlag",
     "WholeRunReport",
     "audit_scores",

@@ -27,6 +27,8 @@ from dpaudit.settings import SETTINGS, OptimizerSettings, ProjectionSettings, Tw
 SAMPLING_SCHEMES = ("poisson", "shuffle")
 # dpaudit.attacks.canary, and "whole-run": dpaudit.attacks.canary_run
 CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale", "whole-run")
+#: how whole-run canaries share the run's randomness (``AuditConfig.canary_randomness``)
+CANARY_RANDOMNESS = ("joint", "derived")
 # fewer whole-run canaries leave a class with < 2 canaries too often (probability 2·11/2¹⁰ ≈ 2 % at 10)
 WHOLE_RUN_MIN_CANARIES = 10
 GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
@@ -151,6 +153,14 @@ class AuditConfig:
             canary a member with probability ½, drawn once, and a member sampled into the batches as a record
             is; ``dpaudit.attacks.canary_run``; the optimizers that weight each record's gradient by a function
             of its norm only: the DP-SGD family, Auto-S/NSGD, Auto-V, DP-PSAC, DPSGD-Auto, D2P-SGD).
+        canary_randomness: how whole-run canaries share the target's randomness. Either way their presence comes
+            from the run's own sampler call and their noise from the model's noise generator, through the same
+            code, so a bug in the model's sampling or noise is a bug in the canaries' observations. "joint": one
+            draw for records and canaries (one uniform per record and canary per step; one normal draw for the
+            model's and the canaries' coordinates), so the model's later batches and noise differ from a run
+            without canaries; "derived": the canaries' values come from generators seeded by the state each of
+            the model's draws leaves (a function of the model's stream that the model never draws from), so the
+            model trains bit for bit as without canaries.
         num_shadows: number of shadow models.
         shadow_size: members per shadow (default ``target_size``).
         split_design: "disjoint" (target non-members from the test split, shadows on disjoint train
@@ -172,6 +182,13 @@ class AuditConfig:
         '1) or "whole-run" (each canary a member with probability ½ of the whole run, against its composed ε; '
         "optimizers that weight each record by a function of its norm)",
         choices=CANARY_DESIGNS,
+    )
+    canary_randomness: str = _option(
+        "joint",
+        'how whole-run canaries share the run\'s sampler and noise generator: "joint" (one draw for records and '
+        'canaries) or "derived" (from generators seeded by the state of each of the model\'s draws: the model trains '
+        "bit for bit as without canaries)",
+        choices=CANARY_RANDOMNESS,
     )
     num_shadows: int = _option(3, "number of shadow models")
     shadow_size: int | None = _option(None, "members per shadow (default: target_size)")
@@ -245,6 +262,7 @@ FLAT_KEYS: tuple[str, ...] = (
     "histogram_epoch",
     "canaries",
     "canary_design",
+    "canary_randomness",
     "sampling",
     "eval_epochs",
     "target_size",
@@ -415,6 +433,12 @@ class TrainConfig:
     def _check_canary_design(self, optimizer_cls: type[Optimizer]) -> None:
         design, canaries, name = self.audit.canary_design, self.audit.canaries, self.optimizer.name
         check_choice("canary_design", design, CANARY_DESIGNS)
+        check_choice("canary_randomness", self.audit.canary_randomness, CANARY_RANDOMNESS)
+        if self.audit.canary_randomness != "joint" and not (design == "whole-run" and canaries):
+            raise DPAuditError(
+                f"canary_randomness {self.audit.canary_randomness!r} is read by whole-run canaries only "
+                "(canary_design 'whole-run' with canaries > 0); leave it at 'joint'"
+            )
         if design == "projection-aligned":
             from dpaudit.optim import ProjectedNoise
 

@@ -7,6 +7,8 @@ the step hooks attached to its optimizer (``attach_step_hook``)::
     begin_epoch(optimizer, epoch=e)                    after ``optimizer.begin_epoch(e)``
     grads = accumulate(optimizer, grads, records=r)    each chunk of gradients, before ``optimizer.accumulate``
                                                        (if an observer of the model ``sees_gradients``)
+    sampled(present)                                   (an observer with ``extra_records``) which of them the
+                                                       run's sampler put in this step's batch
     before_update(optimizer, epoch=e)                  the batch is accumulated; before ``optimizer.step``
     after_update(optimizer, cost, epoch=e)             after the step (``cost``: what ``step`` returned)
     end_epoch(epoch=e)                                 the epoch is over: write what was recorded so far
@@ -27,6 +29,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import torch
 
     from dpaudit.optim import Optimizer, StepCost
@@ -45,11 +49,15 @@ class TrainingObserver(Protocol):
             momentum), which the optimizer then keeps.
         parameters: tensors the optimizer updates after the model's parameters (coordinates no loss touches,
             such as the canary tensor); ``accumulate`` must append their gradients.
+        extra_records: records the observer adds to the run (the whole-run canaries), which the run's own sampler
+            draws with the model's records, by the same call and rule (``dpaudit.sampling.sample_batches``); one
+            observer of a model at most has them.
     """
 
     name: ClassVar[str]
     sees_gradients: ClassVar[bool] = False
     reads_updates: ClassVar[bool] = False
+    extra_records: int = 0
 
     @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
@@ -70,6 +78,11 @@ class TrainingObserver(Protocol):
         """The gradients of a chunk of ``records`` records (per-sample, or a share of the batch mean if the
         optimizer is not ``per_sample``), as ``optimizer.accumulate`` should receive them."""
         return grads
+
+    def sampled(self, present: npt.NDArray[np.intp]) -> None:
+        """The indices (in [0, ``extra_records``)) of the observer's extra records that the run's sampler put in
+        this step's batch; called before ``before_update``, at every step, by a model whose observer has them."""
+        return None
 
     def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         """The batch's gradients are accumulated; ``optimizer.step`` comes next."""

@@ -549,8 +549,12 @@ class CanaryAudit:
             seed=seed,
             family_selection=family_selection,
         )
-        claimed = float(accountant.get_epsilon(delta=delta))
         mechanism = str(accountant.mechanism()) if hasattr(accountant, "mechanism") else type(accountant).__name__
+        try:  # Opacus's PRV accountant answers a large δ with ε < 0 (its estimate's error); no mechanism has ε < 0
+            claimed = max(0.0, float(accountant.get_epsilon(delta=delta)))
+        except (ValueError, ArithmeticError) as error:
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise DPAuditError(f"the {mechanism} accountant gives no ε at δ = {delta:g}: {first}") from None
         findings = []
         assert whole_run.all_iterates is not None  # an audit of the observations has every statistic's report
         family = whole_run.all_iterates_family

@@ -35,7 +35,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from dpaudit.run import (  # noqa: F401 - the run-folder readers stay importable
     shadow_name,
 )
 from dpaudit.rundir import TARGET, ModelDir, RunDir
+from dpaudit.sampling import batch_indices, sample_batches, steps_per_epoch  # noqa: F401 - batch_indices: public here
 from dpaudit.settings import ProjectionSettings
 
 STATE_FORMAT = 1
@@ -127,24 +128,6 @@ def model_seeds(*, seed: int, trial: int, model_index: int) -> tuple[int, int, i
     return int(state[0]), int(state[1]), int(state[2])
 
 
-def steps_per_epoch(*, dataset_size: int, batch_size: int) -> int:
-    """ceil(n / b): the steps of one epoch, for both sampling schemes (T = ceil(n/b)·E)."""
-    return math.ceil(dataset_size / batch_size)
-
-
-def batch_indices(*, dataset_size: int, batch_size: int, sampling: str, rng: np.random.Generator):
-    """Yield the index arrays of one epoch's batches."""
-    steps = steps_per_epoch(dataset_size=dataset_size, batch_size=batch_size)
-    if sampling == "shuffle":
-        order = rng.permutation(dataset_size)
-        for step in range(steps):
-            yield order[step * batch_size : (step + 1) * batch_size]
-    else:
-        rate = batch_size / dataset_size
-        for _ in range(steps):
-            yield np.flatnonzero(rng.random(dataset_size) < rate)
-
-
 @dataclass(frozen=True)
 class Member:
     """One model of an ensemble: its training records, its index (0: target) and where its files go."""
@@ -184,6 +167,7 @@ def _observers(
                 sampling=config.optimizer.sampling,
                 device=device,
                 dtype=dtype,
+                joint=config.audit.canary_randomness == "joint",
                 path=out.canaries_run if out is not None else None,
             )
         )
@@ -258,6 +242,11 @@ class _ModelRun:
         self.optimizer.record_updates = any(observer.reads_updates for observer in self.observers)
         for observer in self.observers:
             observer.attach(self.optimizer)
+        # the observer whose records (whole-run canaries) the run's sampler draws with the model's, if any
+        with_records = [observer for observer in self.observers if observer.extra_records]
+        assert len(with_records) <= 1, "one observer of a model at most adds records"
+        self._record_observer = with_records[0] if with_records else None
+        self._extra_present: np.ndarray | None = None  # the extra records in this step's batch
         self.rng = np.random.default_rng(sampling_seed)
         self.images = torch.from_numpy(member.train_data.images).to(device)
         self.labels = torch.from_numpy(member.train_data.labels).to(device)
@@ -269,13 +258,20 @@ class _ModelRun:
         self._loss_sum: torch.Tensor | None = None
         self._batch_losses: list[tuple[torch.Tensor, int]] = []  # (loss sum, records) of each batch
 
-    def batches(self):
-        return batch_indices(
+    def batches(self) -> Iterator[np.ndarray]:
+        """Yield the record indices of one epoch's batches; the extra records (an observer's) each batch holds are
+        drawn by the same sampler call and handed to that observer before the step (``before_update``)."""
+        observer = self._record_observer
+        for records, extra in sample_batches(
             dataset_size=len(self.train_data),
             batch_size=self.config.optimizer.batch_size,
             sampling=self.config.optimizer.sampling,
             rng=self.rng,
-        )
+            extra=observer.extra_records if observer is not None else 0,
+            joint=self.config.audit.canary_randomness == "joint",
+        ):
+            self._extra_present = extra
+            yield records
 
     def begin_epoch(self, epoch: int) -> None:
         self.optimizer.begin_epoch(epoch)
@@ -303,6 +299,9 @@ class _ModelRun:
         if len(index) and self._loss_sum is not None:
             self._batch_losses.append((self._loss_sum, len(index)))
         self._loss_sum = None
+        if self._record_observer is not None:
+            assert self._extra_present is not None  # ``batches`` drew this step's
+            self._record_observer.sampled(self._extra_present)
         for observer in self.observers:
             observer.before_update(self.optimizer, epoch=epoch)
 

@@ -467,6 +467,10 @@ class _Hypotheses:
         return _profile_epsilon(self.curve(0), self.delta)
 
 
+#: the noise scales s (of the ledger's z) the family bound's scout may try: beyond them ε(s) is numerically 0 or ∞
+SCALE_RANGE = (2.0**-40, 2.0**40)
+
+
 def _scaled(groups: tuple[StepGroup, ...], scale: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per-step (z·scale, q) arrays of grouped steps."""
     counts = [count for _, _, count in groups]
@@ -515,10 +519,17 @@ def _hypotheses(groups: tuple[StepGroup, ...], delta: float, grid: int) -> _Hypo
     with under-stated noise lands). The grid depends on the ledger only, never on the scores.
     """
     eps_pld = _epsilon_of_scale(groups, 1.0, delta)
-    ratio = eps_pld / max(_rdp_epsilon_of_scale(groups, 1.0, delta), sys.float_info.min)
+    rdp_at_one = _rdp_epsilon_of_scale(groups, 1.0, delta)
+    # where either ε is 0 at s = 1 (a δ so large that ε reaches 0) the rescaled RDP says nothing: PLD alone
+    ratio = eps_pld / rdp_at_one if rdp_at_one > 0 else 0.0
 
     def scout_epsilon(scale: float) -> float:
-        return ratio * _rdp_epsilon_of_scale(groups, scale, delta)
+        if not 0 < ratio < math.inf:
+            return _epsilon_of_scale(groups, scale, delta)
+        try:
+            return ratio * _rdp_epsilon_of_scale(groups, scale, delta)
+        except DPAuditError:  # RDP infinite at every order (z near 0): no finite ε there
+            return math.inf
 
     table: dict[float, float] = {1.0: eps_pld}  # the scout table s → ε(s)
     eps_run = max(table[1.0], 4 * EPSILON_GRID_FLOOR)
@@ -528,6 +539,13 @@ def _hypotheses(groups: tuple[StepGroup, ...], delta: float, grid: int) -> _Hypo
         scale, eps = 1.0, table[1.0]
         while not reached(eps):
             scale *= factor
+            if not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+                goal = f"up to {eps_hi:.3g}" if factor < 1 else f"down to {EPSILON_GRID_FLOOR:g}"
+                raise DPAuditError(
+                    f"the family bound cannot place its hypotheses at δ = {delta:g}: no noise scale in "
+                    f"[{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}] of the ledger's brings its ε {goal} "
+                    "(choose a δ nearer the usual 1e-5)"
+                )
             eps = table[scale] = scout_epsilon(scale)
     scout = np.array(sorted(table))
     scout_eps = np.array([table[s] for s in scout])

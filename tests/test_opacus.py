@@ -252,6 +252,12 @@ def test_correct_setup_is_not_flagged_and_reports_both_bounds():
     by_ledger = audit.report(accountant=engine.accountant, delta=1e-5, family_selection="ledger")
     family = by_ledger.whole_run.all_iterates_family
     assert family.n_members + family.n_nonmembers == CANARIES and not by_ledger.flagged, by_ledger.summary()
+    # any δ in (0, 1): a number in bounded memory (PRV answers ε < 0 at large δ: the claim is read as 0), or one line
+    for delta in (0.3, 0.5):
+        large = audit.report(accountant=engine.accountant, delta=delta)
+        assert large.epsilon_accountant >= 0 and not large.flagged, large.summary()
+    with pytest.raises(DPAuditError, match=r"^the (family bound|prv accountant) [^\n]* at δ = 1e-300[^\n]*$"):
+        audit.report(accountant=engine.accountant, delta=1e-300)
 
 
 @pytest.mark.integration

@@ -877,3 +877,53 @@ def test_the_bisection_finds_the_scale_a_scan_of_every_hypothesis_finds():
     np.testing.assert_array_equal(rejecting, scan == smallest)
     for point in range(0, fpr.size, 40):  # one point at a time, as the certifying half is checked
         assert _first_rejected(hypotheses, fpr[point : point + 1], fnr[point : point + 1])[0] == scan[point]
+
+
+@pytest.mark.parametrize("delta", [0.3, 0.5, 0.9])
+def test_the_whole_run_audit_answers_at_any_large_delta(delta):
+    """At δ this large the composed mechanism's ε is small or 0 (PLD) while the RDP conversion may read 0 too: the
+    family bound's hypotheses are then placed by PLD alone, and the audit returns numbers in bounded memory."""
+    from dpaudit import audit_whole_run
+    from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores
+
+    rng = np.random.default_rng(1)
+    z, q = np.ones(20), np.full(20, 0.2)
+    members = rng.random(400) < 0.5
+    x = (rng.random((400, 20)) < q) * members[:, None] + rng.normal(0, 1, (400, 20))
+    report = audit_whole_run(
+        statistics=(likelihood_ratio_scores(x, noise_multipliers=z, sample_rates=q), final_model_scores(x)),
+        members=members,
+        noise_multipliers=z,
+        sample_rates=q,
+        delta=delta,
+    )
+    epsilon = sgm_epsilon(noise_multipliers=z, sample_rates=q, delta=delta)
+    assert 0 <= report.all_iterates_family.epsilon <= epsilon + 1e-9 or report.all_iterates_family.capped
+    assert 0 <= report.all_iterates.epsilon_lower < math.inf
+
+
+def test_a_delta_the_family_bound_cannot_resolve_is_one_line():
+    from dpaudit import audit_whole_run
+
+    rng = np.random.default_rng(2)
+    members = rng.random(200) < 0.5
+    scores = rng.normal(size=200) + members
+    with pytest.raises(DPAuditError, match=r"^the family bound cannot place its hypotheses at δ = 1e-300: .*$"):
+        audit_whole_run(
+            statistics=(scores, scores),
+            members=members,
+            noise_multipliers=np.ones(10),
+            sample_rates=np.full(10, 0.1),
+            delta=1e-300,
+        )
+
+
+def test_a_pld_over_the_memory_budget_is_refused_before_it_is_built(monkeypatch):
+    from dpaudit.theory import tradeoff
+
+    # (1/z² + 8/z)/discretization points a step: z = 0.5 → 20,000 at 1e-3; 100 steps → 4·2e6 bytes = 8 MB
+    monkeypatch.setattr(tradeoff, "PLD_MEMORY_BUDGET", 7_000_000)
+    with pytest.raises(DPAuditError, match=r"^the PLD of this ledger would need about 0.00745 GiB .*100 steps"):
+        sgm_epsilon(noise_multipliers=np.full(100, 0.5), sample_rates=np.full(100, 0.1), delta=1e-5)
+    monkeypatch.setattr(tradeoff, "PLD_MEMORY_BUDGET", 9_000_000)
+    assert sgm_epsilon(noise_multipliers=np.full(100, 0.5), sample_rates=np.full(100, 0.1), delta=1e-5) > 0

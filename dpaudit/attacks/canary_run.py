@@ -6,18 +6,25 @@ of the run, and each canary is one trial of the whole run:
 
 * **Membership, once.** M canaries live on one extra parameter tensor of size M (the optimizer's last parameter,
   a coordinate per canary, which no loss touches). Canary j is a member with probability ½, drawn once per run
-  (from the target's noise seed, a stream of its own) and recorded; a non-member never joins a batch.
-* **Sampling like a record.** A member joins each step's batch by the run's sampling rule: with
-  ``sampling: poisson`` independently with probability q = b/n at every step; with ``sampling: shuffle`` it
-  sits in exactly one batch per epoch, batch s with probability |batch s|/n as a record of a permutation cut
-  into ceil(n/b) batches does (uniform over the batches when b divides n). The real records' batches are
-  the ones the run draws without canaries.
+  (from the target's noise seed, a stream of the auditor's own: the coin of the membership game) and recorded; a
+  non-member never joins a batch.
+* **Sampled by the run's own sampler.** The canaries are extra records of the run (``extra_records``): the
+  engine's sampler draws them in the same call, from the same stream and by the same rule as the model's records
+  (:func:`dpaudit.sampling.sample_batches`), and a member in the batch is present: with ``sampling: poisson``
+  independently with probability q = b/n at every step; with ``sampling: shuffle`` in exactly one batch per
+  epoch, batch s with probability |batch s|/n as a record of a permutation cut into ceil(n/b) batches does. A
+  bug in the run's sampling is therefore a bug in the canaries' presence, which is recorded as it happened
+  (the members' present steps, against the ledger's q: :meth:`RunCanaryObservations.presence_p_value`).
 * **Through the optimizer.** A present canary is a record whose per-sample gradient is a Dirac of norm
   K = ``norm_factor``·C at its own coordinate; ``Optimizer.accumulate_diracs`` adds the k present canaries'
   φ(K)·K at their coordinates, exactly what ``accumulate`` adds for the dense [k, M] per-sample gradients
   (zeros on the model's parameters), without building them. The canary block is the optimizer's audit block
-  (``Optimizer.set_audit_block``): its noise comes from a stream of its own, and the model's parameters get
-  the noise, updates and projection they get in the same run without canaries, bit for bit.
+  (``Optimizer.set_audit_block``): its noise comes from the model's own noise generator through the model's own
+  code path, so a bug in the model's noise (a generator re-seeded, a wrong scale) is a bug in the canaries'.
+  ``canary_randomness`` (``AuditConfig``) chooses how: "joint" (one draw for the model's and the canaries'
+  coordinates, and one sampler call for records and canaries: the model's later noise and batches then differ
+  from a run without canaries) or "derived" (the canaries' values come from generators seeded by the state each of
+  the model's draws leaves, ``dpaudit._streams``: the model trains bit for bit as without canaries).
 * **Observations.** After step t the released update u_t (before momentum; ``optimizer.last_update``) is read
   at every canary coordinate and normalised so that a present canary contributes 1: x_tj = u_tj · b / c with
   c = φ(K)·K the canary's clipped contribution (the optimizer's own φ; c = C for clipping) and b the expected
@@ -69,6 +76,7 @@ data-dependent noise departs from: what the audit is there to find). Refused, be
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +141,9 @@ class RunCanaryObservations:
             over the steps (:func:`dpaudit.whole_run.spread_scores`); None for a file written before they were
             summed that kept no observations.
         standardised_sum_of_squares: [M] float64 Σ_t x_tj²/σ_t²; None where ``standardised_sum`` is.
+        sampled: [T] int64, how many of the M canaries (members and non-members) the run's sampler drew into each
+            step's batch, as it happened (:meth:`presence_p_value` tests it against the ledger); None for a file
+            written before it was recorded.
     """
 
     members: npt.NDArray[np.bool_]
@@ -149,6 +160,7 @@ class RunCanaryObservations:
     observations: npt.NDArray[np.float32] | None = None
     standardised_sum: npt.NDArray[np.float64] | None = None
     standardised_sum_of_squares: npt.NDArray[np.float64] | None = None
+    sampled: npt.NDArray[np.int64] | None = None
 
     @property
     def steps(self) -> int:
@@ -234,6 +246,32 @@ class RunCanaryObservations:
             raise DPAuditError(f"the whole-run canaries' {statistic!r} statistic is not finite (non-finite updates?)")
         return values[self.members], values[~self.members]
 
+    def presence_p_value(self) -> float | None:
+        """Two-sided p-value of "the run's sampler drew the canaries at the ledger's sample rates", from the
+        canaries it really drew (``sampled``); None where they were not recorded.
+
+        ``sampling: poisson``: N_t canaries of M drawn at step t are independent Binomial(M, q_t) under the ledger:
+        an exact binomial test of Σ_t N_t where every q_t is equal, else a normal approximation (mean Σ_t M·q_t,
+        variance Σ_t M·q_t(1 − q_t)). ``sampling: shuffle``: each canary is in exactly one batch of each epoch, so
+        Σ_t N_t over the run must be M times the epochs (1 if so, else 0; None for a part of an epoch).
+        """
+        if self.sampled is None or self.steps == 0:
+            return None
+        from scipy import stats
+
+        drawn, canaries = np.asarray(self.sampled, dtype=np.int64), int(self.members.size)
+        total, rates = int(drawn.sum()), np.asarray(self.sample_rates, dtype=float)
+        if self.sampling == "shuffle":  # ceil(n/b) = ceil(1/q) steps per epoch, each canary in one of them
+            epochs, rest = divmod(self.steps, math.ceil(1 / float(rates[0]) - 1e-9))
+            return None if rest else float(total == canaries * epochs)
+        if np.all(rates == rates[0]):
+            return float(stats.binomtest(total, canaries * self.steps, float(rates[0])).pvalue)
+        mean = float(np.sum(canaries * rates))
+        std = float(np.sqrt(np.sum(canaries * rates * (1 - rates))))
+        if std == 0:
+            return 1.0 if total == round(mean) else 0.0
+        return float(2 * stats.norm.sf(abs(total - mean) / std))
+
     def save(self, path: str | Path) -> Path:
         """Write the arrays to ``path`` (npz; ``observations`` only where kept) and the settings to its .json
         sidecar, each atomically."""
@@ -267,6 +305,8 @@ class RunCanaryObservations:
             arrays["standardised_sum_of_squares"] = np.asarray(self.standardised_sum_of_squares, dtype=float)
         if self.observations is not None:
             arrays["observations"] = self.observations.astype(np.float32, copy=False)
+        if self.sampled is not None:
+            arrays["sampled"] = np.asarray(self.sampled, dtype=np.int64)
         # the keys are array names, never savez's own keyword allow_pickle
         return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]
 
@@ -286,6 +326,7 @@ class RunCanaryObservations:
                 names = ("members", "noise_multipliers", "sample_rates", "noise_std")
                 arrays: dict[str, Any] = {name: data[name] for name in names}  # the fields, by name
                 arrays["observations"] = data["observations"] if "observations" in data.files else None
+                arrays["sampled"] = data["sampled"] if "sampled" in data.files else None
                 if "all_iterates_scores" in data.files:
                     arrays["all_iterates_scores"] = data["all_iterates_scores"]
                     arrays["final_model_scores"] = data["final_model_scores"]
@@ -326,14 +367,18 @@ class RunCanaries(TrainingObserver):
     the optimizer's own per-sample weighting (``before_update``) and the observation (``after_update``).
 
     The real records' gradients are not touched (``sees_gradients`` is False): the target keeps the ensemble's
-    shared accumulation, and the canaries join each batch as Dirac records just before the step.
+    shared accumulation, and the canaries join each batch as Dirac records just before the step. They are the
+    run's ``extra_records``: the engine's sampler draws them with the records and hands over which it drew
+    (``sampled``); their noise is the model's generator's (``set_audit_block``).
 
     Args:
         count: M, the number of canaries.
         clip_norm: C of the run (the canary gradient's norm is ``norm_factor``·C).
-        seed: the target's noise seed; the membership, sampling and block-noise streams derive from it.
-        sampling: the run's sampling ("poisson" or "shuffle"), which the members follow.
+        seed: the target's noise seed; the membership stream (the auditor's coin) derives from it.
+        sampling: the run's sampling ("poisson" or "shuffle"), recorded with the observations.
         device, dtype: of the model's parameters.
+        joint: the block's noise in one draw with the model's (``Optimizer.set_audit_block``); False: from a
+            generator derived from the model's (the model's noise as without canaries).
         norm_factor: ≥ 1, so that clipping or normalisation brings each canary to (about) C.
         path: where the statistics and observations are written (``RunCanaryObservations.save``; None: keep in
             memory): at the last epoch's end, and before it at the first epoch end ``save_every`` seconds after
@@ -347,8 +392,8 @@ class RunCanaries(TrainingObserver):
     name = "canaries_run"
     sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
     reads_updates = True  # the observations are read from the released update
-    # the output file and when it was written; the device buffer (empty at every epoch end)
-    transient_state = ("path", "save_every", "_saved_at", "_pending", "_scratch")
+    # the output file and when it was written; the device buffer (empty at every epoch end); this step's members
+    transient_state = ("path", "save_every", "_saved_at", "_pending", "_scratch", "_present")
 
     def __init__(
         self,
@@ -359,6 +404,7 @@ class RunCanaries(TrainingObserver):
         sampling: str,
         device: torch.device | str,
         dtype: torch.dtype,
+        joint: bool = True,
         norm_factor: float = NORM_FACTOR,
         path: str | Path | None = None,
         save_every: float = SAVE_EVERY_SECONDS,
@@ -367,16 +413,16 @@ class RunCanaries(TrainingObserver):
         check_choice("sampling", sampling, SAMPLING_SCHEMES)
         if norm_factor < 1:
             raise DPAuditError(f"norm_factor must be ≥ 1 (a canary's norm K ≥ C); got {norm_factor}")
-        membership, sampling_stream, noise = np.random.SeedSequence([seed, _STREAM]).spawn(3)
+        (membership,) = np.random.SeedSequence([seed, _STREAM]).spawn(1)
         self.count = count
+        self.extra_records = count  # the run's sampler draws every canary; the members among them join
         self.sampling = sampling
+        self.joint = joint
         self.clip_norm = float(clip_norm)
         self.magnitude = float(norm_factor * clip_norm)
         self.parameter = torch.zeros(count, device=device, dtype=dtype)
         self.members = np.random.default_rng(membership).random(count) < 0.5
-        self._member_coordinates = np.flatnonzero(self.members)
-        self.rng = np.random.default_rng(sampling_stream)
-        self._noise_seed = int(noise.generate_state(1)[0])
+        self._present: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)  # the members in this step's batch
         self.path = Path(path) if path is not None else None
         self.save_every = save_every
         self._saved_at = time.perf_counter()  # of the last write, or of the creation (a short run writes once)
@@ -396,8 +442,7 @@ class RunCanaries(TrainingObserver):
         # per step
         self._noise_multipliers: list[float] = []
         self._sample_rates: list[float] = []
-        self._slots: npt.NDArray[np.int64] | None = None  # shuffle: each member's batch of this epoch
-        self._step_in_epoch = 0
+        self._sampled: list[int] = []  # how many canaries (members or not) the sampler drew, per step
         self._recorded = 0  # steps whose observations are in ``_observations``
         self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
         self._scratch: torch.Tensor | None = None  # [3, M] float64 work buffers of ``after_update``, made at its first
@@ -408,12 +453,11 @@ class RunCanaries(TrainingObserver):
         return (self.parameter,)
 
     def attach(self, optimizer: Optimizer) -> None:
-        """Make the canary block the optimizer's audit block (its noise stream of its own), read the
+        """Make the canary block the optimizer's audit block (noise from the model's generator), read the
         normalisation c = φ(K)·K and b from it, and decide whether to keep the observations (T·M)."""
         if optimizer.params[-1] is not self.parameter:
             raise DPAuditError("whole-run canaries need their block as the optimizer's last parameter")
-        generator = torch.Generator(device=self.parameter.device).manual_seed(self._noise_seed)
-        optimizer.set_audit_block(1, generator=generator)  # a one-line error for optimizers that cannot keep one
+        optimizer.set_audit_block(1, joint=self.joint)  # a one-line error for optimizers that cannot keep one
         hyper = optimizer.hyper
         # set_audit_block succeeded: a PrivateOptimizer (the only optimizers that take Dirac records)
         self.contribution = cast("PrivateOptimizer", optimizer).dirac_contribution(self.magnitude)
@@ -428,33 +472,14 @@ class RunCanaries(TrainingObserver):
         if self.keeps_observations:
             self._observations = np.zeros((steps, self.count), dtype=np.float32)
 
-    def begin_epoch(self, optimizer: Optimizer, *, epoch: int) -> None:
-        """Shuffled batches: put each member in one batch of the epoch, as a record of the permutation."""
-        self._step_in_epoch = 0
-        if self.sampling == "shuffle":
-            hyper = optimizer.hyper
-            steps, n, b = hyper.steps_per_epoch, hyper.dataset_size, hyper.expected_batch_size
-            sizes = np.full(steps, b, dtype=float)
-            sizes[-1] = n - (steps - 1) * b
-            self._slots = self.rng.choice(steps, size=self._member_coordinates.size, p=sizes / n)
-
-    def present(self, optimizer: Optimizer) -> npt.NDArray[np.intp]:
-        """The coordinates of the members in this step's batch (draws from the sampling stream)."""
-        members = self._member_coordinates.size
-        drawn: npt.NDArray[np.int64] | npt.NDArray[np.bool_]  # which members: indices, or a mask over them
-        if self.sampling == "poisson":  # each member independently with probability q: a uniform subset of
-            # Binomial(members, q) members (fewer draws than one uniform per member)
-            count = self.rng.binomial(members, optimizer.hyper.sample_rate)
-            drawn = self.rng.choice(members, size=count, replace=False, shuffle=False)  # distinct, in no order
-        else:
-            assert self._slots is not None  # begin_epoch drew this epoch's batch of each member
-            drawn = self._slots == self._step_in_epoch
-        return self._member_coordinates[drawn]
+    def sampled(self, present: npt.NDArray[np.intp]) -> None:
+        """The canaries the run's sampler drew into this step's batch; the members among them join it."""
+        self._sampled.append(int(present.size))
+        self._present = present[self.members[present]]
 
     def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         """The members in this step's batch join it as Dirac records, through the optimizer's own weighting."""
-        coordinates = self.present(optimizer)
-        self._step_in_epoch += 1
+        coordinates = self._present
         if coordinates.size:
             with one_cpu_thread(self.parameter.device):
                 optimizer.accumulate_diracs(
@@ -534,4 +559,5 @@ class RunCanaries(TrainingObserver):
             contribution=self.contribution,
             batch_size=self.batch_size,
             sampling=self.sampling,
+            sampled=np.array(self._sampled, dtype=np.int64),
         )

@@ -160,9 +160,10 @@ class Optimizer:
     hyper: Hyperparameters[OptimizerSettings]
     record_updates: bool = False
     last_update: list[torch.Tensor] | None = None
-    # the audit block (``set_audit_block``): how many of the last parameters it holds, and its noise stream
+    # the audit block (``set_audit_block``): how many of the last parameters it holds, and whether its noise is
+    # drawn in one call with the model's (else from a generator derived from the state the model's draw left)
     audit_parameters: int = 0
-    audit_generator: torch.Generator | None = None
+    audit_joint: bool = True
     # not saved for resuming (``dpaudit._state``)
     transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
 
@@ -232,10 +233,17 @@ class Optimizer:
         """
         raise DPAuditError(f"{type(self).__name__} does not take Dirac records (whole-run canaries)")
 
-    def set_audit_block(self, count: int, *, generator: torch.Generator) -> None:
+    def set_audit_block(self, count: int, *, joint: bool = True) -> None:
         """Make the last ``count`` parameters an audit block: coordinates no loss touches (whole-run canaries),
-        whose noise is drawn from ``generator`` and which nothing but their own coordinates depends on, so that
-        the model's parameters get the noise, updates and constraint they would get without the block.
+        which nothing but their own coordinates depends on, and whose noise comes from the model's own generator
+        through the model's own code path (``_step_noise``), so that a bug in the model's noise is one in theirs.
+
+        Args:
+            count: how many of the last parameters the block holds.
+            joint: draw the block's noise in one call with the model's (the model's later noise then differs
+                from a run without the block); False: draw it, by the same code, from a generator seeded by the
+                state the model's draw left (``dpaudit._streams``), so that the model's parameters get the noise,
+                updates and constraint they would get without the block, bit for bit.
 
         Raises:
             DPAuditError: this optimizer cannot keep one (``takes_dirac_records``).

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Self
 import torch
 
 from dpaudit._device import one_cpu_thread, padding_mask
+from dpaudit._streams import derived_generator
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
@@ -107,11 +108,11 @@ class PrivateOptimizer(Optimizer):
         norms = self._sum[-1].new_full((1,), magnitude)
         return float((self.factors(norms) * norms)[0])
 
-    def set_audit_block(self, count: int, *, generator: torch.Generator) -> None:
+    def set_audit_block(self, count: int, *, joint: bool = True) -> None:
         if not self.takes_dirac_records():
-            super().set_audit_block(count, generator=generator)
+            super().set_audit_block(count, joint=joint)
         self.audit_parameters = count
-        self.audit_generator = generator
+        self.audit_joint = joint
 
     @classmethod
     def accumulate_together(
@@ -191,16 +192,22 @@ class PrivateOptimizer(Optimizer):
     def _step_noise(self, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """The step's standard normal noise of all coordinates, parameter after parameter, in one draw (one
         generator call per step instead of one per tensor); into ``out`` (flat) if given. An audit block's
-        coordinates (``set_audit_block``) are drawn from its own stream, after the model's."""
+        coordinates (``set_audit_block``) are in the same draw (``audit_joint``), or drawn by the same code from a
+        generator derived from the state the model's draw left (``dpaudit._streams``)."""
         if out is not None:
             return self._draw_noise(out)
         sizes = [total.numel() for total in self._sum]
-        if not self.audit_parameters:
+        if not self.audit_parameters or self.audit_joint:
             return self._noise(sum(sizes))
         model = sum(sizes[: len(sizes) - self.audit_parameters])
         noise = self.params[0].new_empty(sum(sizes))
         self._draw_noise(noise[:model])  # what the model's coordinates draw without the block
-        self._draw_noise(noise[model:], generator=self.audit_generator)
+        own = self.generator
+        self.generator = derived_generator(own)
+        try:
+            self._draw_noise(noise[model:])
+        finally:
+            self.generator = own
         return noise
 
     def _noisy_mean(self, *, b: float, std: float) -> Sequence[torch.Tensor]:
@@ -223,10 +230,9 @@ class PrivateOptimizer(Optimizer):
         """N(0, I) values of ``shape`` from this optimizer's noise stream."""
         return self._draw_noise(self.params[0].new_empty(shape))
 
-    def _draw_noise(self, out: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``out`` filled with N(0, I) values from this optimizer's noise stream (``torch.randn``'s draw), or from
-        ``generator``."""
-        return out.normal_(generator=generator or self.generator)
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        """``out`` filled with N(0, I) values from this optimizer's noise stream (``torch.randn``'s draw)."""
+        return out.normal_(generator=self.generator)
 
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
@@ -260,7 +266,7 @@ class DPSGD(PrivateOptimizer):
 class DPSGDNoNoise(DPSGD):
     """Clipped mean without the Gaussian noise; its ledger still records the calibrated z (what it claims)."""
 
-    def _draw_noise(self, out: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
         return out.zero_()
 
 
@@ -319,8 +325,8 @@ class DPSGDReusedNoise(DPSGD):
     noise tensor drawn once and kept). Each step alone is the Gaussian mechanism its z says, so a one-step audit
     cannot see it; across steps the noise cancels in the difference of two releases, so the composed mechanism
     has no privacy at all. The reuse covers every coordinate, an audit block's included (``set_audit_block``:
-    the whole-run canaries' coordinates, drawn from their own stream at the first step, then kept), since that is
-    what the whole-run canaries observe. The ledger records the calibrated z at every step (what it claims).
+    the whole-run canaries' coordinates, whose noise is the model's generator's draw), since that is what the
+    whole-run canaries observe. The ledger records the calibrated z at every step (what it claims).
     """
 
     def __init__(

@@ -99,7 +99,7 @@ def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
     with pytest.raises(DPAuditError, match="does not take Dirac records"):
         optimizer.accumulate_diracs(coordinates=torch.tensor([1]), magnitude=1e3)
     with pytest.raises(DPAuditError, match="cannot keep an audit block"):
-        optimizer.set_audit_block(1, generator=torch.Generator())
+        optimizer.set_audit_block(1)
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -127,12 +127,15 @@ def test_too_few_whole_run_canaries_are_refused_before_training():
     ],
 )
 def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(name, engine, changes):
-    """The target (and a shadow trained beside it) get the same records, noise and updates: the canary block has
-    a noise stream of its own and the records' gradients are not touched."""
+    """With ``canary_randomness: derived`` the target (and a shadow trained beside it) get the same records, noise
+    and updates: the canaries draw from generators derived from the model's, and the records' gradients are not
+    touched."""
     plain = train_models(
         config=engine_config(name, engine=engine, **changes), members=digit_members(2), test_data=None, progress=False
     )
-    config = engine_config(name, engine=engine, canaries=300, canary_design="whole-run", **changes)
+    config = engine_config(
+        name, engine=engine, canaries=300, canary_design="whole-run", canary_randomness="derived", **changes
+    )
     audited = train_models(config=config, members=digit_members(2), test_data=None, progress=False)
     for a, b in zip(plain, audited):
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
@@ -200,7 +203,9 @@ def digits_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("digits")
     train_configuration(TrainConfig.from_dict(values), out_dir=root / "plain", progress=False)
     for name, seed in (("canaries", 0), ("canaries_seed1", 1)):  # two independent runs of one configuration
-        config = TrainConfig.from_dict(dict(**values, canaries=2000, canary_design="whole-run", seed=seed))
+        config = TrainConfig.from_dict(
+            dict(**values, canaries=2000, canary_design="whole-run", canary_randomness="derived", seed=seed)
+        )
         train_configuration(config, out_dir=root / name, progress=False)
     return root
 

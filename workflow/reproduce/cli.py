@@ -337,8 +337,9 @@ def add_validation_run(commands: argparse._SubParsersAction) -> None:
         "validation-run",
         help="the auditor on bugs only a whole-run audit sees, each run beside its correct twin",
         description="Flag each run with whole-run canaries whose lower bounds (every iterate: family and "
-        "assumption-free; spread over the steps: assumption-free; each at 1 − 0.05/3) exceed the ε of its own "
-        "ledger; figure, table, JSON and manifest entry.",
+        "assumption-free; spread over the steps: assumption-free) exceed the ε of its own ledger, or whose canaries' "
+        "presence refutes the ledger's sample rates (each check at level 0.05/4); figure, table, JSON and manifest "
+        "entry.",
     )
     validation.add_argument("--pair", nargs="+", required=True, help="BUG_RUN=TWIN_RUN run folders")
     validation.add_argument("--delta", type=float, default=1e-5, help="δ (default: 1e-5)")

@@ -302,8 +302,9 @@ def write_validation(
 
 def whole_run_validation_report(pairs: list[tuple[str | Path, str | Path]], *, delta: float) -> dict[str, Any]:
     """The bugs only a whole-run audit sees, each run beside its correct twin, by the rule of
-    :func:`dpaudit.audit.validation_flag` (three lower bounds at 1 − 0.05/3 each against the ε of the run's own
-    ledger: a run that keeps its claim is flagged with probability ≤ 5 %).
+    :func:`dpaudit.audit.validation_flag` (three lower bounds against the ε of the run's own ledger and the canaries'
+    presence against its sample rates, each check at level 0.05/4: a run that keeps its claim is flagged with
+    probability ≤ 5 %).
 
     Args:
         pairs: (bug run, twin run) folders of ``dpaudit train`` with whole-run canaries, the bug's run folder
@@ -331,9 +332,9 @@ def whole_run_validation_report(pairs: list[tuple[str | Path, str | Path]], *, d
             )
     bugs = list(dict.fromkeys(row["bug"] for row in rows))
     return {
-        "rule": "flagged = a lower bound above the ε of the run's own ledger (PLD): the family and assumption-free "
+        "rule": "flagged = a lower bound above the ε of the run's own ledger (PLD) — the family and assumption-free "
         "bounds on every iterate's log likelihood ratio and the assumption-free bound on the spread over the "
-        "steps, each at 1 − 0.05/3",
+        "steps — or the canaries' presence refuting the ledger's sample rates; each check at level 0.05/4",
         "rows": rows,
         "bugs": {
             bug: [
@@ -388,7 +389,7 @@ def write_validation_run(
                 ax.text(i, 0.97 * top, verdict, ha="center", va="top", fontsize=7)
             ax.set_xticks(range(len(epsilons)), [f"{e:g}" for e in epsilons])
             ax.set_xlabel("target ε (black line: the ledger's claimed ε)", fontsize=8)
-            ax.set_ylabel("ε̂ lower bound (1 − 0.05/3 each)", fontsize=8)
+            ax.set_ylabel("ε̂ lower bound (1 − 0.05/4 each)", fontsize=8)
             ax.set_title(bug, fontsize=9)
         handles, legend_labels = axes[0][0].get_legend_handles_labels()
         fig.suptitle(f"Auditor validation, whole-run canaries: bugs only a whole-run audit sees, {title}", fontsize=10)
