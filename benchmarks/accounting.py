@@ -39,7 +39,7 @@ def accounting() -> dict:
 def schedules_2000() -> dict:
     """Seconds of ``epsilon`` and ``calibrate_noise`` (target ε = 2) on 2,000 steps at q = 0.01, δ = 1e-5: one noise
     level, 20 levels (e^(−1/4) decay per 100-step epoch) and, for ``epsilon`` only, 2,000 (decay per step); every
-    cache of one step's RDP cleared before each call."""
+    cache of RDP values cleared before each call."""
     from dpaudit.theory import _dpaccounting_adapter, calibrate_noise, epsilon
 
     schedules = {
@@ -51,12 +51,12 @@ def schedules_2000() -> dict:
     timings = {}
     for name, factors in schedules.items():
         for accountant in ("rdp", "pld"):
-            _dpaccounting_adapter.step_rdp.cache_clear()
+            _dpaccounting_adapter.clear_caches()
             timings[f"epsilon_{name}_{accountant}_seconds"] = _seconds(
                 lambda f=factors, a=accountant: epsilon(noise_multiplier=f, accountant=a, **common)
             )
             if name != "per_step":
-                _dpaccounting_adapter.step_rdp.cache_clear()
+                _dpaccounting_adapter.clear_caches()
                 timings[f"calibrate_{name}_{accountant}_seconds"] = _seconds(
                     lambda f=factors, a=accountant: calibrate_noise(
                         target_epsilon=2.0, noise_schedule=f, accountant=a, **common

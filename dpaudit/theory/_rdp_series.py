@@ -1,24 +1,25 @@
 """dpaudit's own RDP of the Poisson-subsampled Gaussian mechanism, summed with the signs of its series.
 
 :func:`dpaudit.theory.rdp_subsampled_gaussian` (the exact RDP of one step at any order, which the DPSGD-GC/DC
-claim checks read at α = 1.1) is this module; the accountants (:func:`dpaudit.theory.epsilon`,
-:func:`dpaudit.theory.calibrate_noise`, the ledger replay) go through dp-accounting's ``RdpAccountant`` instead,
-and the tests check dp-accounting's RDP against this one order by order (the test oracle).
+claim checks read at α = 1.1) is this module. The RDP accountant (:func:`dpaudit.theory.epsilon`,
+:func:`dpaudit.theory.calibrate_noise`, the ledger replay) uses it at fractional orders and dp-accounting's
+``RdpAccountant`` at integer ones; the tests check dp-accounting's RDP against this one at integer orders (the test
+oracle) and both against the defining integral.
 
 Integer orders: the binomial expansion of A_α = E_{x~N(0,σ²)}[((1−q) + q·e^{(2x−1)/(2σ²)})^α]. Fractional
 orders: the two-sided series of Mironov, Talwar & Zhang (2019, §3.3), summed *with the signs* of the generalised
-binomial coefficients. dp-accounting 0.6.0 adds their absolute values, which overstates the RDP at non-integer
-orders (6× at α = 1.1, z = 4, q = 0.25: the toy parameters of the DPSGD-GC/DC paper's Fig. 1), and stops after
-1000 terms; it agrees at integer orders.
+binomial coefficients. dp-accounting 0.6.0 (``_compute_log_a_frac``) adds their absolute values, which overstates
+the RDP at fractional orders (7 % at α = 1.1, z = 1, q = 0.01; 6× at α = 1.1, z = 4, q = 0.25: the toy parameters
+of the DPSGD-GC/DC paper's Fig. 1), and gives up (+inf) after 1000 terms; it agrees at integer orders.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 _SERIES_TOLERANCE = math.log(1e-12)  # stop the fractional-order series once terms are 1e-12 of the total
@@ -85,7 +86,7 @@ def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray
     return result
 
 
-def subsampled_gaussian_rdp(*, noise_multiplier: float, sample_rate: float, orders: Sequence[float]) -> np.ndarray:
+def subsampled_gaussian_rdp(*, noise_multiplier: float, sample_rate: float, orders: npt.ArrayLike) -> np.ndarray:
     """RDP (nats) of one Poisson-subsampled Gaussian step at each order α > 1 (add/remove-one neighbours).
 
     Args:

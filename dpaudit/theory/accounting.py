@@ -10,12 +10,11 @@ plus N(0, (z·C)² I) on a Poisson sample of rate q. A run is therefore describe
   Zhang 2019, summed over steps per order α), converted to (ε, δ) with the ``"improved"`` conversion
   (dp-accounting's own: Balle et al. 2020, Prop. 12, what Opacus uses, with the KL bound where the RDP is below
   about δ²) or the ``"classic"`` one (Mironov 2017, ε = min_α RDP(α) + log(1/δ)/(α−1), what TF Privacy and older
-  papers used; :func:`rdp_to_epsilon` on the accountant's RDP). One step's RDP is capped at the unsubsampled
-  α/(2z²), a valid bound that also stands in where dp-accounting's series fails. At non-integer orders
-  dp-accounting 0.6.0 sums the series' terms without their signs, so its RDP there is an upper bound above the
-  exact value (7 % above at α = 1.1, z = 1, q = 0.01): ε stays valid, equals Opacus's where the best order is an
-  integer, and exceeds it where the best order is fractional and near 1: by 1.4e-5 at ε = 4, 0.1 % at ε = 8 and
-  2 % at ε = 32 (q = 0.1, T = 200, δ = 1e-5).
+  papers used; :func:`rdp_to_epsilon` on the accountant's RDP). dp-accounting computes the RDP at integer orders
+  only: at fractional orders dp-accounting 0.6.0's series (``_compute_log_a_frac``) adds the absolute values of
+  terms whose signs alternate and overestimates the RDP (7 % at α = 1.1, z = 1, q = 0.01; 6× at α = 1.1, z = 4,
+  q = 0.25), so they are dpaudit's own series (:mod:`dpaudit.theory._rdp_series`), exact (see
+  :func:`dpaudit.theory._dpaccounting_adapter.step_rdp`). One step's RDP is capped at the unsubsampled α/(2z²).
 * ``accountant="pld"``: ``dp_accounting.pld.PLDAccountant`` (privacy-loss distributions, pessimistic estimate on
   a 1e-4 grid): the tightest, an upper bound on ε.
 * ``accountant="prv"``: the privacy-random-variable accountant of Gopi, Lee & Wutschitz (2021), through
@@ -27,9 +26,10 @@ plus N(0, (z·C)² I) on a Poisson sample of rate q. A run is therefore describe
 
 Noise calibration (:func:`calibrate_noise`) is ``dp_accounting.calibrate_dp_mechanism`` over an event factory
 (log z → the run's ``DpEvent``), for every accountant. :func:`rdp_subsampled_gaussian`, the exact RDP of one step
-at any order (read by the DPSGD-GC/DC claim checks), stays dpaudit's own signed series
-(:mod:`dpaudit.theory._rdp_series`), which the tests also use as the oracle of dp-accounting's RDP. Only numpy,
-scipy and dp-accounting are needed for ``rdp`` and ``pld``; dp-accounting is imported on first use.
+at any order (read by the DPSGD-GC/DC claim checks), is dpaudit's own signed series at every order
+(:mod:`dpaudit.theory._rdp_series`), which the tests also use as the oracle of dp-accounting's RDP at integer
+orders. Only numpy, scipy and dp-accounting are needed for ``rdp`` and ``pld``; dp-accounting is imported on first
+use.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def rdp_subsampled_gaussian(
     """Exact RDP of one Poisson-subsampled Gaussian step at each order (add/remove-one neighbours).
 
     dpaudit's own series (Mironov, Talwar & Zhang 2019, §3.3, summed with its signs): the exact value at every
-    order, which the DPSGD-GC/DC claim checks read at α = 1.1. The accountants use dp-accounting's
-    ``RdpAccountant`` instead, which equals this at integer orders and is an upper bound at fractional ones.
+    order, which the DPSGD-GC/DC claim checks read at α = 1.1. The RDP accountant uses dp-accounting's
+    ``RdpAccountant`` at integer orders, which equals this to 1e-9 relative, and this at fractional orders.
 
     Args:
         noise_multiplier: z, noise std divided by the ℓ2 sensitivity C (> 0).
@@ -280,22 +280,26 @@ def _accountant(name: str, *, orders: np.ndarray, conversion: str, eps_error: fl
     ``get_epsilon`` is +inf where no finite ε exists (RDP infinite at every order, a step without noise)."""
     from dpaudit.theory import _dpaccounting_adapter as adapter
 
-    fallback = {"orders": orders, "conversion": conversion}  # the RDP bound where PLD or PRV cannot give ε
     if name == "rdp":
+        if conversion == "improved":  # dp-accounting's own conversion
+            return adapter.RdpAccountant(orders=orders)
 
         def classic(rdp: np.ndarray, alphas: np.ndarray, target_delta: float) -> float:
             return rdp_to_epsilon(rdp=rdp, orders=alphas, delta=target_delta, conversion="classic")[0]
 
-        def order_term(alphas: np.ndarray, target_delta: float) -> np.ndarray:
-            return rdp_to_epsilon_per_order(rdp=0.0, orders=alphas, delta=target_delta, conversion=conversion)
+        def classic_per_order(rdp: np.ndarray, alphas: np.ndarray, target_delta: float) -> np.ndarray:
+            return rdp_to_epsilon_per_order(rdp=rdp, orders=alphas, delta=target_delta, conversion="classic")
 
-        return adapter.RdpAccountant(
-            orders=orders, to_epsilon=classic if conversion == "classic" else None, order_term=order_term
-        )
+        return adapter.RdpAccountant(orders=orders, to_epsilon=classic, per_order=classic_per_order)
     if name == "pld":
-        return adapter.TableAccountant(lambda table, target_delta: _pld_epsilon(table, delta=target_delta, **fallback))
+        # where PLD or PRV cannot give ε, the RDP bound at these orders and conversion
+        return adapter.TableAccountant(
+            lambda table, target_delta: _pld_epsilon(table, delta=target_delta, orders=orders, conversion=conversion)
+        )
     return adapter.TableAccountant(
-        lambda table, target_delta: _prv_epsilon(table, delta=target_delta, eps_error=eps_error, **fallback)
+        lambda table, target_delta: _prv_epsilon(
+            table, delta=target_delta, eps_error=eps_error, orders=orders, conversion=conversion
+        )
     )
 
 
@@ -608,10 +612,8 @@ def calibrate_noise(
 
     The search is dp-accounting's ``calibrate_dp_mechanism`` (Brent's method) over an event factory, log z → the
     run's ``DpEvent`` (the ``preceding`` steps, then the calibrated ones at z), within a bracket found first;
-    with ``grid``, its discrete form over the multiples of ``grid``. Against dpaudit's own RDP series the
-    RDP-calibrated z agrees within ``tolerance`` where the best order is an integer and is never smaller; where
-    it is fractional, dp-accounting's overstated RDP there raises z by up to 3e-5 (relative) at ε = 4, 7e-4 at
-    ε = 8 and 9e-3 at ε = 32 (the default pipeline's runs: q = 0.1, T = 200, δ = 1e-5).
+    with ``grid``, its discrete form over the multiples of ``grid``. The z it returns meets the target and is at
+    most 1 + ``tolerance`` times the smallest z that does.
 
     Args:
         target_epsilon: ε to meet (> 0).
@@ -620,7 +622,7 @@ def calibrate_noise(
         steps: T, an integer > 0 (required unless per-step values fix it); T identical steps cost what one costs.
         accountant, orders, conversion, eps_error: as :func:`epsilon`.
         noise_schedule: optional per-step factors (> 0) multiplying z.
-        tolerance: relative precision of z (the search's tolerance on log z).
+        tolerance: relative precision of z (the search's tolerance on log z is log(1 + tolerance)).
         grid: if given (≥ 1e-12), return the smallest multiple of ``grid`` meeting the target (papers that report
             σ to two decimals searched a 0.01 grid, e.g. AdaDPIGU's Table 3).
         preceding: (noise multipliers, sample rates) of steps already taken (e.g. a warm-up phase with its
@@ -738,22 +740,23 @@ def calibrate_noise(
             high, low = low, low - step
             if low < smallest_low:
                 return smallest(0.0, high)
+    log_tolerance = math.log1p(tolerance)  # z within a factor 1 + tolerance: log z within log(1 + tolerance)
     while not math.isfinite(eps_at(low)):  # Brent's method needs finite values at both ends
         middle = (low + high) / 2
         low, high = (middle, high) if eps_at(middle) > target_epsilon else (low, middle)
-        if high - low <= tolerance:
+        if high - low <= log_tolerance:
             return smallest(math.exp(low), high)
     if grid is not None:
         return smallest(math.exp(low), high)
     # dp-accounting's calibration: Brent's method on ε(e^x) − target over [low (too little noise), high (enough)],
-    # to within ``tolerance`` in log z; the x it returns always meets the target
+    # to within log(1 + tolerance) in log z; the x it returns always meets the target
     root = calibrate_dp_mechanism(
         fresh,
         lambda x: event_at(math.exp(x)),
         target_epsilon,
         delta,
         bracket_interval=ExplicitBracketInterval(low, high),
-        tol=tolerance,
+        tol=log_tolerance,
     )
     return math.exp(root)
 
