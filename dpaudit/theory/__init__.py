@@ -2,7 +2,8 @@
 
 * :mod:`dpaudit.theory.accounting` — ε of any sequence of Poisson-subsampled Gaussian steps, as dp-accounting
   ``DpEvent`` (:func:`~dpaudit.theory.accounting.dp_event`) composed by dp-accounting's RDP (improved or classic
-  conversion) or PLD accountant, or Opacus's PRV; noise calibration through dp-accounting's
+  conversion; dpaudit's own series at fractional orders, where dp-accounting 0.6.0 overestimates) or PLD
+  accountant, or Opacus's PRV; noise calibration through dp-accounting's
   ``calibrate_dp_mechanism``; per-epoch ε replayed from a run's ledger.
   It holds dpaudit's one RDP → (ε, δ) formula (:func:`~dpaudit.theory.accounting.rdp_to_epsilon_per_order`: the
   classic conversion and the closed-form bounds; a run's improved conversion is dp-accounting's).

@@ -37,7 +37,7 @@ from dpaudit.theory.accounting import rdp_to_epsilon
 ORDERS = np.array(DEFAULT_ORDERS)
 INTEGER = ORDERS == np.round(ORDERS)
 
-# (z, q) of the schedules in tests/test_accounting.py and of the default pipeline's calibrated runs (q = 0.1)
+# (z, q) of the schedules in tests/theory/test_accounting.py and of the default pipeline's calibrated runs (q = 0.1)
 STEPS = [
     (1.0, 0.01),
     (0.7, 0.3),
