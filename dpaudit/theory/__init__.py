@@ -1,8 +1,12 @@
-"""Theoretical privacy (pure numpy/scipy; importing this package never imports torch).
+"""Theoretical privacy (numpy, scipy and dp-accounting; importing this package never imports torch).
 
-* :mod:`dpaudit.theory.accounting` — ε of any sequence of Poisson-subsampled Gaussian steps (RDP with the
-  improved or classic conversion, PRV), noise calibration, per-epoch ε replayed from a run's ledger.
-  It holds the one RDP → (ε, δ) conversion (:func:`~dpaudit.theory.accounting.rdp_to_epsilon_per_order`).
+* :mod:`dpaudit.theory.accounting` — ε of any sequence of Poisson-subsampled Gaussian steps, as dp-accounting
+  ``DpEvent`` (:func:`~dpaudit.theory.accounting.dp_event`) composed by dp-accounting's RDP (improved or classic
+  conversion; dpaudit's own series at fractional orders, where dp-accounting 0.6.0 overestimates) or PLD
+  accountant, or Opacus's PRV; noise calibration through dp-accounting's
+  ``calibrate_dp_mechanism``; per-epoch ε replayed from a run's ledger.
+  It holds dpaudit's one RDP → (ε, δ) formula (:func:`~dpaudit.theory.accounting.rdp_to_epsilon_per_order`: the
+  classic conversion and the closed-form bounds; a run's improved conversion is dp-accounting's).
 * :mod:`dpaudit.theory.bounds` — closed-form RDP bounds, one :class:`~dpaudit.theory.bounds.Bound` record each:
   Liang et al.'s DPSGD-GC / DPSGD-DC bounds and the bounds they compare with.
 * :mod:`dpaudit.theory.sgm` — α*(q, σ) and Lemma A.13 of Liang et al. for the sampled Gaussian mechanism.
@@ -20,6 +24,7 @@ from dpaudit.theory.accounting import (
     SHUFFLED_UPPER_LABEL,
     AccountingFallbackWarning,
     calibrate_noise,
+    dp_event,
     epsilon,
     epsilon_labels,
     ledger_epsilons,
@@ -41,6 +46,7 @@ __all__ = [
     "AccountingFallbackWarning",
     "Bound",
     "calibrate_noise",
+    "dp_event",
     "epsilon",
     "epsilon_labels",
     "get_bound",

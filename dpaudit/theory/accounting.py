@@ -1,13 +1,22 @@
-"""Privacy accounting for any sequence of Poisson-subsampled Gaussian steps.
+"""Privacy accounting for any sequence of Poisson-subsampled Gaussian steps, through Google's dp-accounting.
 
 Every DP optimizer in dpaudit releases, per step, the sum of per-record contributions of ℓ2 norm ≤ C
 plus N(0, (z·C)² I) on a Poisson sample of rate q. A run is therefore described by its per-step
-(z, q) — the privacy ledger — and this module turns any such sequence into (ε, δ):
+(z, q) — the privacy ledger. This module turns any such sequence into a dp-accounting ``DpEvent``
+(:func:`dp_event`: one ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), count)`` per distinct
+(z, q)) and has dp-accounting's accountants compose them into (ε, δ):
 
-* ``accountant="rdp"``: Rényi DP of the subsampled Gaussian (Mironov, Talwar & Zhang 2019), summed
-  over steps per order α, then converted to (ε, δ) with the ``"improved"`` conversion (Balle et al.
-  2020, what Opacus uses) or the ``"classic"`` one (Mironov 2017, ε = min_α RDP(α) + log(1/δ)/(α−1),
-  what TF Privacy and older papers used).
+* ``accountant="rdp"``: ``dp_accounting.rdp.RdpAccountant`` (Rényi DP of the subsampled Gaussian, Mironov, Talwar &
+  Zhang 2019, summed over steps per order α), converted to (ε, δ) with the ``"improved"`` conversion
+  (dp-accounting's own: Balle et al. 2020, Prop. 12, what Opacus uses, with the KL bound where the RDP is below
+  about δ²) or the ``"classic"`` one (Mironov 2017, ε = min_α RDP(α) + log(1/δ)/(α−1), what TF Privacy and older
+  papers used; :func:`rdp_to_epsilon` on the accountant's RDP). dp-accounting computes the RDP at integer orders
+  only: at fractional orders dp-accounting 0.6.0's series (``_compute_log_a_frac``) adds the absolute values of
+  terms whose signs alternate and overestimates the RDP (7 % at α = 1.1, z = 1, q = 0.01; 6× at α = 1.1, z = 4,
+  q = 0.25), so they are dpaudit's own series (:mod:`dpaudit.theory._rdp_series`), exact (see
+  :func:`dpaudit.theory._dpaccounting_adapter.step_rdp`). One step's RDP is capped at the unsubsampled α/(2z²).
+* ``accountant="pld"``: ``dp_accounting.pld.PLDAccountant`` (privacy-loss distributions, pessimistic estimate on
+  a 1e-4 grid): the tightest, an upper bound on ε.
 * ``accountant="prv"``: the privacy-random-variable accountant of Gopi, Lee & Wutschitz (2021), through
   Opacus's ``PRVAccountant`` (its upper estimate, ``eps_error`` 0.01 by default). Importing it imports
   torch, so it is loaded only when asked for. Its grid is sized before it is built: one over
@@ -15,12 +24,16 @@ plus N(0, (z·C)² I) on a Poisson sample of rate q. A run is therefore describe
   privacy loss (ε in the hundreds, e^t overflows) or Opacus fails numerically, the RDP bound is returned
   instead with an :class:`AccountingFallbackWarning`; a non-finite ε is never returned silently.
 
-Only numpy and scipy are needed for ``rdp``.
+Noise calibration (:func:`calibrate_noise`) is ``dp_accounting.calibrate_dp_mechanism`` over an event factory
+(log z → the run's ``DpEvent``), for every accountant. :func:`rdp_subsampled_gaussian`, the exact RDP of one step
+at any order (read by the DPSGD-GC/DC claim checks), is dpaudit's own signed series at every order
+(:mod:`dpaudit.theory._rdp_series`), which the tests also use as the oracle of dp-accounting's RDP at integer
+orders. Only numpy, scipy and dp-accounting are needed for ``rdp`` and ``pld``; dp-accounting is imported on first
+use.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -28,7 +41,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from dpaudit._validation import (
     DPAuditError,
@@ -43,6 +55,8 @@ from dpaudit._validation import (
 )
 
 if TYPE_CHECKING:
+    from dp_accounting import DpEvent
+
     from dpaudit.ledger import PrivacyLedger
 
 OPACUS_ORDERS: tuple[float, ...] = tuple([1 + x / 10 for x in range(1, 100)] + list(range(12, 64)))
@@ -54,89 +68,28 @@ DEFAULT_ORDERS: tuple[float, ...] = OPACUS_ORDERS + tuple(sorted({round(64 * 1.2
 With Opacus's orders alone the RDP ε can never fall below ≈ 0.10 at δ = 1e-5 (the conversion term
 (log(1/δ) − log α)/(α − 1) at α = 63), however much noise is added; the larger orders lower that floor to
 ≈ 0.0004 (0.002 with the classic conversion; :func:`rdp_epsilon_floor`). Where the best order is below 64 the
-ε is Opacus's exactly."""
+ε is what the same orders give alone."""
 
-ACCOUNTANTS = ("rdp", "prv")
+ACCOUNTANTS = ("rdp", "pld", "prv")
 CONVERSIONS = ("improved", "classic")
 
 PRV_MEMORY_BUDGET = 1 << 30
 """Bytes the PRV accountant's grid may take (about 180 bytes a grid point for the first (z, q) pair and 24
 for each further one, measured with Opacus 1.6); a larger grid is refused before it is built."""
 _PRV_LARGEST_LOSS = 700.0  # e^t overflows float64 just above t = 709.78: PRV's domain must stay below
-_SERIES_TOLERANCE = math.log(1e-12)  # stop the fractional-order series once terms are 1e-12 of the total
-_SERIES_TERMS = 1 << 21  # at most this many terms a side per fractional order (q = 0.5, σ = 1e100 needs 2.6e5)
-_HUGE_SIGMA = 1e150  # above this z, σ² nears overflow and any RDP is below 1e-290: the unsubsampled α/(2σ²) is used
 _MAX_ORDER = 1e6  # the integer orders' sums hold α + 1 terms each: bounded so that no order list is a memory bomb
 _MAX_ORDER_TERMS = 1 << 22
 _MAX_STEPS = 2**63 - 1
 
 
-def _log_a_integers(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray:
-    """log A_α at integer orders α: log Σ_k C(α,k) (1−q)^(α−k) q^k exp((k²−k)/(2σ²)), every order's terms laid
-    end to end in one array."""
-    if alphas.size == 0:
-        return np.empty(0)
-    lengths = alphas + 1
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    alpha = np.repeat(alphas, lengths).astype(float)
-    k = np.arange(lengths.sum()) - np.repeat(starts, lengths)
-    log_binom = special.gammaln(alpha + 1) - special.gammaln(k + 1) - special.gammaln(alpha - k + 1)
-    log_terms = log_binom + k * math.log(q) + (alpha - k) * math.log1p(-q) + (k * k - k) / (2 * sigma**2)
-    top = np.maximum.reduceat(log_terms, starts)
-    with np.errstate(invalid="ignore", over="ignore"):
-        sums = np.add.reduceat(np.exp(log_terms - np.repeat(top, lengths)), starts)
-        return np.where(np.isfinite(top), top + np.log(sums), top)
-
-
-def _log_a_fractionals(alphas: np.ndarray, q: float, sigma: float) -> np.ndarray:
-    """log A_α at fractional orders α by the two-sided series of Mironov, Talwar & Zhang (2019, §3.3).
-
-    The integral E_{x~N(0,σ²)}[((1−q) + q·e^{(2x−1)/(2σ²)})^α] is split at z₀, where the two mixture
-    components are equal, and each side is expanded in a binomial series that converges there. Terms decay
-    polynomially (alternating signs) for large q, so the series is summed in blocks of doubling size, for every
-    order that has not converged yet at once, until a block's largest term is 1e-12 of the total.
-
-    Where the sum cannot be evaluated in floating point (its alternating terms cancel below the precision, e.g.
-    q = 1 − 1e-16 at σ = 0.1, or it has not converged after :data:`_SERIES_TERMS` terms), the order gets the
-    RDP of the Gaussian mechanism without subsampling, log A_α ≤ α(α−1)/(2σ²): a valid upper bound (Rényi
-    divergence is jointly quasi-convex), not an error and not a runaway series.
-    """
-    z0 = sigma**2 * (math.log1p(-q) - math.log(q)) + 0.5  # log(1/q − 1), without 1/q overflowing at tiny q
-    log_q, log_1q = math.log(q), math.log1p(-q)
-    result = np.full(len(alphas), np.nan)
-    active = np.arange(len(alphas))
-    terms, signs = np.empty((len(alphas), 0)), np.empty((len(alphas), 0))
-    start, block = 0, 64
-    while active.size:
-        i = np.arange(start, start + block, dtype=float)[None, :]
-        a = alphas[active, None]
-        coef = special.binom(a, i)
-        j = a - i
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            log_coef = np.log(np.abs(coef))
-            two_var = 2 * sigma**2
-            # below z0: powers of the likelihood ratio, N(i, σ²) mass below z0; above z0: around the q·N(1, σ²)
-            # component, N(j, σ²) mass above z0
-            left = log_coef + i * log_q + j * log_1q + (i * i - i) / two_var + special.log_ndtr((z0 - i) / sigma)
-            right = log_coef + j * log_q + i * log_1q + (j * j - j) / two_var + special.log_ndtr((j - z0) / sigma)
-            terms = np.concatenate([terms, left, right], axis=1)
-            signs = np.concatenate([signs, np.sign(coef), np.sign(coef)], axis=1)
-            top = terms.max(axis=1)
-            totals = top + np.log(np.einsum("ij,ij->i", signs, np.exp(terms - top[:, None])))
-        converged = np.maximum(left.max(axis=1), right.max(axis=1)) < totals + _SERIES_TOLERANCE
-        failed = ~np.isfinite(totals) | (~converged & (start + block >= _SERIES_TERMS))
-        done = converged | failed
-        result[active[done]] = np.where(failed[done], a[done, 0] * (a[done, 0] - 1) / (2 * sigma**2), totals[done])
-        active, terms, signs = active[~done], terms[~done], signs[~done]
-        start += block
-        block *= 2
-    return result
-
-
 def rdp_subsampled_gaussian(
     *, noise_multiplier: float, sample_rate: float, orders: npt.ArrayLike = DEFAULT_ORDERS
 ) -> np.ndarray:
-    """RDP of one Poisson-subsampled Gaussian step at each order (add/remove-one neighbours).
+    """Exact RDP of one Poisson-subsampled Gaussian step at each order (add/remove-one neighbours).
+
+    dpaudit's own series (Mironov, Talwar & Zhang 2019, §3.3, summed with its signs): the exact value at every
+    order, which the DPSGD-GC/DC claim checks read at α = 1.1. The RDP accountant uses dp-accounting's
+    ``RdpAccountant`` at integer orders, which equals this to 1e-9 relative, and this at fractional orders.
 
     Args:
         noise_multiplier: z, noise std divided by the ℓ2 sensitivity C (> 0).
@@ -147,25 +100,11 @@ def rdp_subsampled_gaussian(
         RDP(α) in nats, one entry per order (+inf at an order where σ is so small that the divergence
         overflows; :func:`rdp_to_epsilon` raises if every order is +inf).
     """
+    from dpaudit.theory._rdp_series import subsampled_gaussian_rdp
+
     z = _positive("noise_multiplier (σ)", noise_multiplier)
     q = float(check_ratio("sample_rate (q)", sample_rate))
-    orders = _check_orders(orders)
-    if z * z == 0:  # σ² underflows: no noise to speak of, the divergence is infinite at every order
-        return np.full(len(orders), np.inf)
-    if q == 1.0 or z > _HUGE_SIGMA:  # without subsampling; above _HUGE_SIGMA a bound below 1e-290 (σ² overflows)
-        return orders / 2 / z / z
-    return _rdp_cached(z, q, tuple(orders)).copy()
-
-
-@functools.lru_cache(maxsize=4096)
-def _rdp_cached(noise_multiplier: float, sample_rate: float, orders: tuple[float, ...]) -> np.ndarray:
-    """RDP per order, cached: a ledger's accounting and noise calibration ask for the same (z, q) repeatedly."""
-    values = np.asarray(orders)
-    integer = values == np.round(values)
-    log_a = np.empty(len(values))
-    log_a[integer] = _log_a_integers(values[integer].astype(int), sample_rate, noise_multiplier)
-    log_a[~integer] = _log_a_fractionals(values[~integer], sample_rate, noise_multiplier)
-    return np.maximum(log_a / (values - 1), 0.0)  # RDP ≥ 0: at large σ the sums round to ±1e-16
+    return subsampled_gaussian_rdp(noise_multiplier=z, sample_rate=q, orders=_check_orders(orders))
 
 
 def rdp_to_epsilon(
@@ -335,6 +274,35 @@ def _check_options(*, delta, accountant, orders, conversion, eps_error) -> tuple
     return delta, orders, eps_error
 
 
+def _accountant(name: str, *, orders: np.ndarray, conversion: str, eps_error: float):
+    """A fresh dp-accounting ``PrivacyAccountant`` for checked options: ``RdpAccountant`` (dp-accounting's improved
+    conversion, or the classic one on its RDP), ``PLDAccountant``, or Opacus's PRV behind the same interface. Its
+    ``get_epsilon`` is +inf where no finite ε exists (RDP infinite at every order, a step without noise)."""
+    from dpaudit.theory import _dpaccounting_adapter as adapter
+
+    if name == "rdp":
+        if conversion == "improved":  # dp-accounting's own conversion
+            return adapter.RdpAccountant(orders=orders)
+
+        def classic(rdp: np.ndarray, alphas: np.ndarray, target_delta: float) -> float:
+            return rdp_to_epsilon(rdp=rdp, orders=alphas, delta=target_delta, conversion="classic")[0]
+
+        def classic_per_order(rdp: np.ndarray, alphas: np.ndarray, target_delta: float) -> np.ndarray:
+            return rdp_to_epsilon_per_order(rdp=rdp, orders=alphas, delta=target_delta, conversion="classic")
+
+        return adapter.RdpAccountant(orders=orders, to_epsilon=classic, per_order=classic_per_order)
+    if name == "pld":
+        # where PLD or PRV cannot give ε, the RDP bound at these orders and conversion
+        return adapter.TableAccountant(
+            lambda table, target_delta: _pld_epsilon(table, delta=target_delta, orders=orders, conversion=conversion)
+        )
+    return adapter.TableAccountant(
+        lambda table, target_delta: _prv_epsilon(
+            table, delta=target_delta, eps_error=eps_error, orders=orders, conversion=conversion
+        )
+    )
+
+
 def _table_epsilon(
     table: list[tuple[float, float, int]],
     *,
@@ -349,7 +317,59 @@ def _table_epsilon(
         return 0.0
     if accountant == "prv":
         return _prv_epsilon(table, delta=delta, eps_error=eps_error, orders=orders, conversion=conversion)
+    if accountant == "pld":
+        return _pld_epsilon(table, delta=delta, orders=orders, conversion=conversion)
     return _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
+
+
+def dp_event(
+    *,
+    noise_multiplier: float | npt.ArrayLike | None = None,
+    sample_rate: float | npt.ArrayLike | None = None,
+    steps: int | None = None,
+    ledger: PrivacyLedger | dict | None = None,
+) -> DpEvent:
+    """A run's steps as a dp-accounting ``DpEvent``, what dp-accounting's accountants and calibration compose.
+
+    Each distinct (z, q) among the steps becomes ``SelfComposedDpEvent(PoissonSampledDpEvent(q,
+    GaussianDpEvent(z)), count)``, and the run is their ``ComposedDpEvent``, sorted by (z, q): composition does not
+    depend on the order of the steps, and T identical steps are one event however large T.
+
+    Args:
+        noise_multiplier: z per step (a number for all steps, or one value per step), noise std / C.
+        sample_rate: q per step (a number or one value per step), in (0, 1].
+        steps: number of steps T, as in :func:`epsilon`.
+        ledger: instead of the three above, a :class:`dpaudit.ledger.PrivacyLedger` (or its ``to_dict()`` form):
+            every step it recorded. A ledger of a run that made no DP claim and recorded no steps is a
+            ``NonPrivateDpEvent`` (infinite ε).
+
+    Returns:
+        A ``dp_accounting.ComposedDpEvent`` (with no events for zero steps), or ``NonPrivateDpEvent``.
+
+    Raises:
+        DPAuditError: one line naming a bad value, or a ledger given beside per-step values.
+
+    Examples:
+        >>> event = dp_event(noise_multiplier=[1.0, 2.0, 1.0], sample_rate=0.01)
+        >>> [(part.event.event.noise_multiplier, part.event.sampling_probability, part.count) for part in event.events]
+        [(1.0, 0.01, 2), (2.0, 0.01, 1)]
+    """
+    from dpaudit.theory import _dpaccounting_adapter as adapter
+
+    if ledger is None:
+        if noise_multiplier is None or sample_rate is None:
+            raise DPAuditError("dp_event needs noise_multiplier and sample_rate, or a ledger")
+        return adapter.table_event(_steps_table(noise_multiplier, sample_rate, steps))
+    if noise_multiplier is not None or sample_rate is not None or steps is not None:
+        raise DPAuditError("dp_event takes a ledger or noise_multiplier, sample_rate and steps, not both")
+    ledger = _as_ledger(ledger)
+    if ledger.steps == 0 and not ledger.dp_claim:
+        import dp_accounting
+
+        return dp_accounting.NonPrivateDpEvent()
+    runs = [(run.noise_multiplier, run.sample_rate, _check_steps(run.steps)) for run in ledger.runs]
+    _steps_table([z for z, _, _ in runs], [q for _, q, _ in runs], None)  # every value checked
+    return adapter.table_event(_merged([(float(z), float(q), count) for z, q, count in runs]))
 
 
 def epsilon(
@@ -365,21 +385,26 @@ def epsilon(
 ) -> float:
     """Theoretical ε of a composition of Poisson-subsampled Gaussian steps at δ.
 
+    The steps become a ``DpEvent`` (:func:`dp_event`) composed by dp-accounting's ``RdpAccountant`` or
+    ``PLDAccountant``, or by Opacus's PRV accountant.
+
     Args:
         noise_multiplier: z per step (a number for all steps, or one value per step), noise std / C.
         sample_rate: q per step (a number or one value per step), in (0, 1].
         steps: number of steps T (an integer ≥ 0, at most 2⁶³ − 1); required when both of the above are numbers.
-            T identical steps cost what one step costs: the RDP is T × one step's RDP, and the PRV accountant
-            composes them in one go (its grid, sized before it is built, still grows as √T).
+            T identical steps cost what one step costs: the RDP is T × one step's RDP, the PLD is self-composed
+            once, and the PRV accountant composes them in one go (its grid, sized before it is built, still
+            grows as √T).
         delta: δ ∈ (0, 1).
-        accountant: "rdp" or "prv".
-        orders: Rényi orders 1 < α ≤ 10⁶ (rdp only).
+        accountant: "rdp", "pld" or "prv".
+        orders: Rényi orders 1 < α ≤ 10⁶ (rdp only; dp-accounting's improved conversion leaves out α ≤ 1.01).
         conversion: "improved" or "classic" RDP→(ε, δ) conversion (rdp only).
         eps_error: the PRV accountant's ε discretisation error (prv only).
 
     Returns:
         ε ≥ 0 (0 for zero steps), always finite. With ``accountant="prv"``, where the PRV grid cannot
-        represent the run (ε in the hundreds) or Opacus fails numerically, the RDP upper bound with an
+        represent the run (ε in the hundreds) or Opacus fails numerically, and with ``accountant="pld"``, where
+        δ is below the PLD's truncated tail mass (about 1e-15), the RDP upper bound with an
         :class:`AccountingFallbackWarning` saying so.
 
     Raises:
@@ -402,7 +427,7 @@ def epsilon(
 
 
 class AccountingFallbackWarning(UserWarning):
-    """The PRV accountant could not compute ε here; the (valid, looser) RDP upper bound was returned."""
+    """The PRV or PLD accountant could not compute ε here; the (valid, looser) RDP upper bound was returned."""
 
 
 def prv_grid(
@@ -458,22 +483,34 @@ def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error:
     }
 
 
+def _settings(table: list[tuple[float, float, int]], delta: float) -> str:
+    """The smallest z, largest q, T and δ of a run, for messages."""
+    z, q = min(z for z, _, _ in table), max(q for _, q, _ in table)
+    return f"z = {z:g}, q = {q:g}, T = {sum(count for *_, count in table)}, δ = {delta:g}"
+
+
+def _fallback(
+    name: str, reason: str, table: list[tuple[float, float, int]], *, delta: float, orders, conversion: str
+) -> float:
+    """The RDP upper bound in place of the ``name`` accountant's ε, with an :class:`AccountingFallbackWarning`."""
+    value = _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
+    warnings.warn(
+        f"{name} accountant: {reason} ({_settings(table, delta)}); returning the RDP upper bound ε = {value:.6g} "
+        "instead",
+        AccountingFallbackWarning,
+        stacklevel=5,
+    )
+    return value
+
+
 def _prv_epsilon(
     table: list[tuple[float, float, int]], *, delta: float, eps_error: float, orders: npt.ArrayLike, conversion: str
 ) -> float:
     grid = _prv_grid(table, delta=delta, eps_error=eps_error)
-    z, q = min(z for z, _, _ in table), max(q for _, q, _ in table)
-    steps = sum(count for *_, count in table)
-    settings = f"z = {z:g}, q = {q:g}, T = {steps}, δ = {delta:g}"
+    settings = _settings(table, delta)
 
     def fallback(reason: str) -> float:
-        value = _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion)
-        warnings.warn(
-            f"PRV accountant: {reason} ({settings}); returning the RDP upper bound ε = {value:.6g} instead",
-            AccountingFallbackWarning,
-            stacklevel=4,
-        )
-        return value
+        return _fallback("PRV", reason, table, delta=delta, orders=orders, conversion=conversion)
 
     if grid["domain"] > _PRV_LARGEST_LOSS:
         return fallback(f"the privacy loss reaches t = {grid['domain']:.4g}, beyond what e^t can hold")
@@ -498,6 +535,21 @@ def _prv_epsilon(
     return max(value, 0.0)
 
 
+def _pld_epsilon(
+    table: list[tuple[float, float, int]], *, delta: float, orders: npt.ArrayLike, conversion: str
+) -> float:
+    """ε of checked steps by dp-accounting's ``PLDAccountant`` (pessimistic estimate, 1e-4 grid): an upper bound on
+    the exact ε; the RDP bound, warned, where δ is below the PLD's truncated tail mass and its ε is infinite."""
+    from dpaudit.theory import _dpaccounting_adapter as adapter
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        value = float(adapter.pld_accountant().compose(adapter.table_event(table)).get_epsilon(delta))
+    if not math.isfinite(value):
+        reason = f"the privacy-loss distribution gave ε = {value}"
+        return _fallback("PLD", reason, table, delta=delta, orders=orders, conversion=conversion)
+    return max(value, 0.0)
+
+
 def _rdp_epsilon(
     table: list[tuple[float, float, int]],
     *,
@@ -506,20 +558,25 @@ def _rdp_epsilon(
     conversion: str,
     finite: bool = True,
 ) -> float:
-    """RDP ε of (z, q, count) steps: count × one step's RDP, summed per order, converted at δ. Where the RDP is
-    infinite at every order, a one-line error (``finite``) or +inf (without: the calibration's search)."""
+    """RDP ε of (z, q, count) steps by dp-accounting's ``RdpAccountant`` (count × one step's RDP, summed per order,
+    converted at δ). Where the RDP is infinite at every order, a one-line error (``finite``) or +inf."""
     orders = _check_orders(orders)
-    total = np.zeros(len(orders))
-    for z, q, count in table:
-        with np.errstate(over="ignore", invalid="ignore"):
-            total = total + float(count) * rdp_subsampled_gaussian(noise_multiplier=z, sample_rate=q, orders=orders)
-    if not finite and not np.any(np.isfinite(total)):
-        return math.inf
-    return rdp_to_epsilon(rdp=total, orders=orders, delta=delta, conversion=conversion)[0]
+    from dpaudit.theory import _dpaccounting_adapter as adapter
+
+    accountant = _accountant("rdp", orders=orders, conversion=conversion, eps_error=1.0)
+    value = accountant.compose(adapter.table_event(table)).get_epsilon(delta)
+    if finite and not math.isfinite(value):
+        raise DPAuditError(
+            f"the RDP is infinite at every one of the {len(orders)} orders: no finite ε at δ = {delta:g}"
+        )
+    return value
 
 
 def rdp_epsilon_floor(*, delta: float, orders: npt.ArrayLike = DEFAULT_ORDERS, conversion: str = "improved") -> float:
-    """The smallest ε the RDP accountant can report at δ with these orders (RDP → 0, infinite noise).
+    """The smallest ε the RDP accountant's conversion term allows at δ with these orders (RDP → 0, infinite noise).
+
+    dp-accounting's improved conversion also takes the KL bound δ ≤ √(1 − e^(−RDP)), which gives ε = 0 once the RDP
+    at some order is below about δ²; :func:`calibrate_noise` still refuses a target at or below this floor.
 
     Args:
         delta: δ ∈ (0, 1).
@@ -553,6 +610,11 @@ def calibrate_noise(
     With ``noise_schedule`` (one relative factor per step, e.g. e^(−1/4) decay per epoch), step t uses
     z·noise_schedule[t] and the returned z is the schedule's scale.
 
+    The search is dp-accounting's ``calibrate_dp_mechanism`` (Brent's method) over an event factory, log z → the
+    run's ``DpEvent`` (the ``preceding`` steps, then the calibrated ones at z), within a bracket found first;
+    with ``grid``, its discrete form over the multiples of ``grid``. The z it returns meets the target and is at
+    most 1 + ``tolerance`` times the smallest z that does.
+
     Args:
         target_epsilon: ε to meet (> 0).
         delta: δ ∈ (0, 1).
@@ -560,7 +622,7 @@ def calibrate_noise(
         steps: T, an integer > 0 (required unless per-step values fix it); T identical steps cost what one costs.
         accountant, orders, conversion, eps_error: as :func:`epsilon`.
         noise_schedule: optional per-step factors (> 0) multiplying z.
-        tolerance: relative precision of z.
+        tolerance: relative precision of z (the search's tolerance on log z is log(1 + tolerance)).
         grid: if given (≥ 1e-12), return the smallest multiple of ``grid`` meeting the target (papers that report
             σ to two decimals searched a 0.01 grid, e.g. AdaDPIGU's Table 3).
         preceding: (noise multipliers, sample rates) of steps already taken (e.g. a warm-up phase with its
@@ -607,17 +669,29 @@ def calibrate_noise(
     groups = _steps_table(1.0 if factors is None else factors, rates, length)
     prior = [] if preceding is None else _preceding_table(preceding)
 
-    def eps_at(z: float, name: str = accountant) -> float:
+    from dp_accounting import ExplicitBracketInterval, NonPrivateDpEvent, calibrate_dp_mechanism
+
+    from dpaudit.theory import _dpaccounting_adapter as adapter
+
+    def event_at(z: float) -> DpEvent:
+        """The run at scale z, after the preceding steps: z·factor underflowing is a step without noise (no finite
+        ε); z·factor overflowing is noise without limit, a step that spends nothing."""
         scaled = [(z * factor, q, count) for factor, q, count in groups]
-        if any(noise == 0 for noise, _, _ in scaled):  # z·factor underflows: no noise, no finite ε
-            return math.inf
-        # z·factor overflowing is noise without limit: those steps spend nothing
-        table = _merged(prior, [step for step in scaled if math.isfinite(step[0])])
-        if name == "rdp":
-            return _rdp_epsilon(table, delta=delta, orders=orders, conversion=conversion, finite=False)
-        return _table_epsilon(
-            table, delta=delta, accountant=name, orders=orders, conversion=conversion, eps_error=eps_error
-        )
+        if any(noise == 0 for noise, _, _ in scaled):
+            return NonPrivateDpEvent()
+        return adapter.table_event(_merged(prior, [step for step in scaled if math.isfinite(step[0])]))
+
+    def fresh():
+        return _accountant(accountant, orders=orders, conversion=conversion, eps_error=eps_error)
+
+    def eps_at(x: float) -> float:
+        """ε at z = e^x (the search runs on log z, so that ``tolerance`` is relative)."""
+        return fresh().compose(event_at(math.exp(x))).get_epsilon(delta)
+
+    def smallest(low: float, high: float) -> float:
+        if grid is None:
+            return math.exp(high)
+        return _smallest_multiple(fresh, event_at, target_epsilon, delta, grid, low=low, high=math.exp(high))
 
     _check_reachable(
         target_epsilon,
@@ -628,10 +702,11 @@ def calibrate_noise(
         eps_error=eps_error,
         preceding=prior,
     )
-    if accountant == "prv":
-        # Bracket with the cheap RDP accountant: PRV's grid grows without bound as z falls (about 10⁸ points
-        # at z = 0.05), so PRV is only asked near the answer, where its grid is modest.
-        high = calibrate_noise(
+    largest, smallest_low = math.log(1e6), math.log(1e-4)
+    if accountant in ("prv", "pld"):
+        # Bracket with the cheap RDP accountant: PRV's and PLD's grids grow without bound as z falls (about 10⁸
+        # points at z = 0.05), so they are only asked near the answer, where their grids are modest.
+        rdp_z = calibrate_noise(
             target_epsilon=target_epsilon,
             delta=delta,
             sample_rate=rates,
@@ -642,62 +717,78 @@ def calibrate_noise(
             tolerance=1e-3,
             preceding=preceding,
         )
-        while eps_at(high) > target_epsilon:  # PRV's upper estimate exceeds RDP's only by about eps_error
-            high *= 1.25
-            if high > 1e6:
+        step, high = math.log(1.25), math.log(rdp_z)
+        while eps_at(high) > target_epsilon:  # their upper estimates exceed RDP's only by about their error
+            high += step
+            if high > largest:
                 raise DPAuditError(
-                    f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta} by the PRV accountant"
+                    f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta} by the "
+                    f"{accountant.upper()} accountant"
                 )
-        low = high / 1.25
+        low = high - step
         while eps_at(low) <= target_epsilon:
-            high, low = low, low / 1.25
-            if low < 1e-4:
-                return high if grid is None else _smallest_multiple(eps_at, target_epsilon, grid, low=0.0, high=high)
+            high, low = low, low - step
+            if low < smallest_low:
+                return smallest(0.0, high)
     else:
-        low, high = 0.05, 1.0
+        step, low, high = math.log(2), math.log(0.05), 0.0
         while eps_at(high) > target_epsilon:
-            low, high = high, high * 2
-            if high > 1e6:
+            low, high = high, high + step
+            if high > largest:
                 raise DPAuditError(f"no noise multiplier below 1e6 reaches ε = {target_epsilon} at δ = {delta}")
         while eps_at(low) <= target_epsilon:
-            high, low = low, low / 2
-            if low < 1e-4:
-                return high if grid is None else _smallest_multiple(eps_at, target_epsilon, grid, low=0.0, high=high)
+            high, low = low, low - step
+            if low < smallest_low:
+                return smallest(0.0, high)
+    log_tolerance = math.log1p(tolerance)  # z within a factor 1 + tolerance: log z within log(1 + tolerance)
+    while not math.isfinite(eps_at(low)):  # Brent's method needs finite values at both ends
+        middle = (low + high) / 2
+        low, high = (middle, high) if eps_at(middle) > target_epsilon else (low, middle)
+        if high - low <= log_tolerance:
+            return smallest(math.exp(low), high)
+    if grid is not None:
+        return smallest(math.exp(low), high)
+    # dp-accounting's calibration: Brent's method on ε(e^x) − target over [low (too little noise), high (enough)],
+    # to within log(1 + tolerance) in log z; the x it returns always meets the target
+    root = calibrate_dp_mechanism(
+        fresh,
+        lambda x: event_at(math.exp(x)),
+        target_epsilon,
+        delta,
+        bracket_interval=ExplicitBracketInterval(low, high),
+        tol=log_tolerance,
+    )
+    return math.exp(root)
 
-    # Illinois regula falsi on log ε against log z: the bracket [low (too little noise), high (enough)]
-    # shrinks in a few evaluations where bisection needs ~17; `high` always meets the target.
-    def gap(z: float) -> float:
-        return math.log(max(eps_at(z), 1e-300)) - math.log(target_epsilon)
 
-    gap_low, gap_high, kept = gap(low), gap(high), 0
-    while (high - low) / high > tolerance:
-        x_low, x_high = math.log(low), math.log(high)
-        middle = math.exp(x_high - gap_high * (x_high - x_low) / (gap_high - gap_low)) if gap_high != gap_low else 0.0
-        if not low < middle < high:
-            middle = (low + high) / 2
-        gap_middle = gap(middle)
-        if gap_middle > 0:
-            low, gap_low = middle, gap_middle
-            gap_high, kept = (gap_high / 2 if kept == 1 else gap_high), 1
-        else:
-            high, gap_high = middle, gap_middle
-            gap_low, kept = (gap_low / 2 if kept == -1 else gap_low), -1
-    return high if grid is None else _smallest_multiple(eps_at, target_epsilon, grid, low=low, high=high)
+def _smallest_multiple(fresh, event_at, target_epsilon: float, delta: float, grid: float, *, low: float, high: float):
+    """The smallest multiple of ``grid`` whose ε meets the target: dp-accounting's discrete calibration over the
+    multiples between ``low`` (whose ε misses it, or 0) and ``high`` (whose ε meets it), about
+    log₂((high − low)/grid) evaluations, then a step down where it stopped one multiple above the smallest."""
+    from dp_accounting import ExplicitBracketInterval, calibrate_dp_mechanism
 
+    def meets(multiple: int) -> bool:
+        return fresh().compose(event_at(multiple * grid)).get_epsilon(delta) <= target_epsilon
 
-def _smallest_multiple(eps_at, target_epsilon: float, grid: float, *, low: float, high: float) -> float:
-    """The smallest multiple of ``grid`` whose ε meets the target, by bisection over the multiples between ``low``
-    (whose ε misses it, or 0) and ``high`` (whose ε meets it): about log₂((high − low)/grid) evaluations."""
-    below = math.floor(low / grid)  # a multiple at most low: misses the target (ε falls as z grows)
+    below = math.floor(low / grid)  # a multiple at most low: misses the target (ε falls as z grows), or 0
     above = max(math.ceil(round(high / grid, 9)), below + 1)
-    while eps_at(above * grid) > target_epsilon:  # high/grid rounded down past high
+    while not meets(above):  # high/grid rounded down past high
         below, above = above, above + 1
-    while above - below > 1:
-        middle = (below + above) // 2
-        if eps_at(middle * grid) <= target_epsilon:
-            above = middle
-        else:
-            below = middle
+    if below == 0:  # z = 0 is no noise: the search starts at one multiple
+        if meets(1):
+            return round(grid, 12)
+        below = 1
+    if above - below > 1:
+        above = calibrate_dp_mechanism(
+            fresh,
+            lambda multiple: event_at(multiple * grid),
+            target_epsilon,
+            delta,
+            bracket_interval=ExplicitBracketInterval(below, above),
+            discrete=True,
+        )
+        while above - 1 > below and meets(above - 1):
+            above -= 1
     return round(above * grid, 12)
 
 
@@ -721,12 +812,12 @@ def _check_reachable(
                 f"δ = {delta:g} with Rényi orders up to {largest:g} ({floor:.4g}, however large the "
                 f"noise); pass larger orders or use accountant='prv'"
             )
-    elif target_epsilon <= eps_error:
+    elif accountant == "prv" and target_epsilon <= eps_error:
         raise DPAuditError(
             f"ε = {target_epsilon:g} is not above the PRV accountant's error eps_error = "
             f"{eps_error:g}, which its upper bound includes; pass a smaller eps_error"
         )
-    if accountant == "rdp" and preceding:  # PRV calibration brackets with RDP, which checks this first
+    if accountant == "rdp" and preceding:  # PRV and PLD calibration bracket with RDP, which checks this first
         spent = _rdp_epsilon(preceding, delta=delta, orders=orders, conversion=conversion)
         if spent > target_epsilon:
             raise DPAuditError(
@@ -936,10 +1027,7 @@ def ledger_shuffled_epsilons(ledger, *, delta: float, epochs: Sequence[int] | No
 def _ledger_epochs(ledger, *, delta: float, epochs: Sequence[int] | None) -> tuple[PrivacyLedger, list[int], list[int]]:
     """A ledger (from its ``to_dict()`` form where given one), its epoch ends and the requested 1-based epochs
     (default: all), after the one-line checks of δ and of each epoch."""
-    from dpaudit.ledger import PrivacyLedger
-
-    if isinstance(ledger, dict):
-        ledger = PrivacyLedger.from_dict(ledger)
+    ledger = _as_ledger(ledger)
     check_probability("delta (δ)", delta)
     ends = list(ledger.epoch_ends)
     epochs = list(range(1, len(ends) + 1)) if epochs is None else list(epochs)
@@ -947,3 +1035,10 @@ def _ledger_epochs(ledger, *, delta: float, epochs: Sequence[int] | None) -> tup
         if not (isinstance(epoch, (int, np.integer)) and 1 <= epoch <= len(ends)):
             raise DPAuditError(f"epoch {epoch!r} is not in the ledger (it has {len(ends)} epochs)")
     return ledger, ends, epochs
+
+
+def _as_ledger(ledger) -> PrivacyLedger:
+    """A :class:`dpaudit.ledger.PrivacyLedger`, from its ``to_dict()`` form where given one."""
+    from dpaudit.ledger import PrivacyLedger
+
+    return PrivacyLedger.from_dict(ledger) if isinstance(ledger, dict) else ledger
