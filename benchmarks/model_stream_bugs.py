@@ -5,11 +5,11 @@ noise divided by b once more, Poisson sampling at half the ledger's rate. Each t
 each run claims what its correct twin claims. The runs are those of ``benchmarks/validation_bugs.py`` (DP-SGD on
 digits, n = 360, b = 36, C = 1, lr 0.2, target only, noise calibrated by PRV to each claimed ε at δ = 1e-5, M whole-run
 canaries per side), audited against their own ledger by ``dpaudit.audit.validation_flag`` (four checks, each at
-level 0.05/4). ``canary_randomness`` chooses whether the canaries share the model's draws ("joint") or continue them
-("derived", the model trained bit for bit as without canaries); both must see every bug.
+level 0.05/4). ``canary_randomness`` chooses whether the canaries draw from generators derived from the model's
+("derived", the model trained bit for bit as without canaries) or share its draws ("joint"); both must see every bug.
 
 Usage: python benchmarks/model_stream_bugs.py [--per-side 100000] [--epsilons 1 2 4 8] [--epochs 20]
-           [--randomness joint derived] [--seeds 0]
+           [--randomness derived joint] [--seeds 0]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 4.0, 8.0])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--randomness", nargs="+", choices=("joint", "derived"), default=["joint"])
+    parser.add_argument("--randomness", nargs="+", choices=("joint", "derived"), default=["derived", "joint"])
     parser.add_argument("--bugs", nargs="+", choices=PLANTED_BUGS, default=list(PLANTED_BUGS))
     args = parser.parse_args()
 

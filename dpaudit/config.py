@@ -28,7 +28,7 @@ SAMPLING_SCHEMES = ("poisson", "shuffle")
 # dpaudit.attacks.canary, and "whole-run": dpaudit.attacks.canary_run
 CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale", "whole-run")
 #: how whole-run canaries share the run's randomness (``AuditConfig.canary_randomness``)
-CANARY_RANDOMNESS = ("joint", "derived")
+CANARY_RANDOMNESS = ("derived", "joint")
 # fewer whole-run canaries leave a class with < 2 canaries too often (probability 2·11/2¹⁰ ≈ 2 % at 10)
 WHOLE_RUN_MIN_CANARIES = 10
 GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
@@ -155,12 +155,12 @@ class AuditConfig:
             of its norm only: the DP-SGD family, Auto-S/NSGD, Auto-V, DP-PSAC, DPSGD-Auto, D2P-SGD).
         canary_randomness: how whole-run canaries share the target's randomness. Either way their presence comes
             from the run's own sampler call and their noise from the model's noise generator, through the same
-            code, so a bug in the model's sampling or noise is a bug in the canaries' observations. "joint": one
-            draw for records and canaries (one uniform per record and canary per step; one normal draw for the
-            model's and the canaries' coordinates), so the model's later batches and noise differ from a run
-            without canaries; "derived": the canaries' values come from generators seeded by the state each of
-            the model's draws leaves (a function of the model's stream that the model never draws from), so the
-            model trains bit for bit as without canaries.
+            code, so a bug in the model's sampling or noise is a bug in the canaries' observations. "derived"
+            (default): the canaries' values come from generators seeded by the state each of the model's draws
+            leaves (a function of the model's stream that the model never draws from), so the model trains bit
+            for bit as without canaries; "joint": one draw for records and canaries (one uniform per record and
+            canary per step; one normal draw for the model's and the canaries' coordinates), so the model's later
+            batches and noise differ from a run without canaries, as another seed's would.
         num_shadows: number of shadow models.
         shadow_size: members per shadow (default ``target_size``).
         split_design: "disjoint" (target non-members from the test split, shadows on disjoint train
@@ -184,10 +184,10 @@ class AuditConfig:
         choices=CANARY_DESIGNS,
     )
     canary_randomness: str = _option(
-        "joint",
-        'how whole-run canaries share the run\'s sampler and noise generator: "joint" (one draw for records and '
-        'canaries) or "derived" (from generators seeded by the state of each of the model\'s draws: the model trains '
-        "bit for bit as without canaries)",
+        "derived",
+        'how whole-run canaries share the run\'s sampler and noise generator: "derived" (from generators seeded by '
+        'the state of each of the model\'s draws: the model trains bit for bit as without canaries) or "joint" (one '
+        "draw for records and canaries)",
         choices=CANARY_RANDOMNESS,
     )
     num_shadows: int = _option(3, "number of shadow models")
@@ -434,10 +434,10 @@ class TrainConfig:
         design, canaries, name = self.audit.canary_design, self.audit.canaries, self.optimizer.name
         check_choice("canary_design", design, CANARY_DESIGNS)
         check_choice("canary_randomness", self.audit.canary_randomness, CANARY_RANDOMNESS)
-        if self.audit.canary_randomness != "joint" and not (design == "whole-run" and canaries):
+        if self.audit.canary_randomness != CANARY_RANDOMNESS[0] and not (design == "whole-run" and canaries):
             raise DPAuditError(
                 f"canary_randomness {self.audit.canary_randomness!r} is read by whole-run canaries only "
-                "(canary_design 'whole-run' with canaries > 0); leave it at 'joint'"
+                f"(canary_design 'whole-run' with canaries > 0); leave it at {CANARY_RANDOMNESS[0]!r}"
             )
         if design == "projection-aligned":
             from dpaudit.optim import ProjectedNoise

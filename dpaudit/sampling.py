@@ -34,7 +34,7 @@ def sample_batches(
     sampling: str,
     rng: np.random.Generator,
     extra: int = 0,
-    joint: bool = True,
+    joint: bool = False,
 ) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]]:
     """Yield one epoch's batches, each as (record indices, indices of the extra records in it).
 

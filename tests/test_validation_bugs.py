@@ -95,7 +95,7 @@ def _bug(bug: str, twin: TrainConfig, epsilon: float) -> TrainConfig:
 
 def _three_steps(name: str, *, audit_block: bool) -> tuple[list[list[torch.Tensor]], list[optim.StepCost]]:
     """The releases and costs of three steps of ``name`` with no gradient at all (each release: the noise alone),
-    on two parameters and, with ``audit_block``, an audit block of 5 coordinates (noise in the model's draw)."""
+    on two parameters and, with ``audit_block``, an audit block of 5 coordinates (noise from the model's generator)."""
     params = [torch.zeros(3, 2), torch.zeros(4)] + ([torch.zeros(5)] if audit_block else [])
     hyper = optim.Hyperparameters(lr=1.0, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=0.3)
     opt = optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(7))

@@ -21,10 +21,10 @@ of the run, and each canary is one trial of the whole run:
   (zeros on the model's parameters), without building them. The canary block is the optimizer's audit block
   (``Optimizer.set_audit_block``): its noise comes from the model's own noise generator through the model's own
   code path, so a bug in the model's noise (a generator re-seeded, a wrong scale) is a bug in the canaries'.
-  ``canary_randomness`` (``AuditConfig``) chooses how: "joint" (one draw for the model's and the canaries'
-  coordinates, and one sampler call for records and canaries: the model's later noise and batches then differ
-  from a run without canaries) or "derived" (the canaries' values come from generators seeded by the state each of
-  the model's draws leaves, ``dpaudit._streams``: the model trains bit for bit as without canaries).
+  ``canary_randomness`` (``AuditConfig``) chooses how: "derived" (default: the canaries' values come from
+  generators seeded by the state each of the model's draws leaves, ``dpaudit._streams``: the model trains bit for
+  bit as without canaries) or "joint" (one draw for the model's and the canaries' coordinates, and one sampler call
+  for records and canaries: the model's later noise and batches then differ from a run without canaries).
 * **Observations.** After step t the released update u_t (before momentum; ``optimizer.last_update``) is read
   at every canary coordinate and normalised so that a present canary contributes 1: x_tj = u_tj · b / c with
   c = φ(K)·K the canary's clipped contribution (the optimizer's own φ; c = C for clipping) and b the expected
@@ -404,7 +404,7 @@ class RunCanaries(TrainingObserver):
         sampling: str,
         device: torch.device | str,
         dtype: torch.dtype,
-        joint: bool = True,
+        joint: bool = False,
         norm_factor: float = NORM_FACTOR,
         path: str | Path | None = None,
         save_every: float = SAVE_EVERY_SECONDS,

@@ -163,7 +163,7 @@ class Optimizer:
     # the audit block (``set_audit_block``): how many of the last parameters it holds, and whether its noise is
     # drawn in one call with the model's (else from a generator derived from the state the model's draw left)
     audit_parameters: int = 0
-    audit_joint: bool = True
+    audit_joint: bool = False
     # not saved for resuming (``dpaudit._state``)
     transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
 
@@ -233,7 +233,7 @@ class Optimizer:
         """
         raise DPAuditError(f"{type(self).__name__} does not take Dirac records (whole-run canaries)")
 
-    def set_audit_block(self, count: int, *, joint: bool = True) -> None:
+    def set_audit_block(self, count: int, *, joint: bool = False) -> None:
         """Make the last ``count`` parameters an audit block: coordinates no loss touches (whole-run canaries),
         which nothing but their own coordinates depends on, and whose noise comes from the model's own generator
         through the model's own code path (``_step_noise``), so that a bug in the model's noise is one in theirs.

@@ -108,7 +108,7 @@ class PrivateOptimizer(Optimizer):
         norms = self._sum[-1].new_full((1,), magnitude)
         return float((self.factors(norms) * norms)[0])
 
-    def set_audit_block(self, count: int, *, joint: bool = True) -> None:
+    def set_audit_block(self, count: int, *, joint: bool = False) -> None:
         if not self.takes_dirac_records():
             super().set_audit_block(count, joint=joint)
         self.audit_parameters = count

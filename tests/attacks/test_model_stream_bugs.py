@@ -215,8 +215,8 @@ def test_a_planted_bug_is_gone_after_its_block_and_names_are_checked():
 
 def test_canary_randomness_is_checked_before_training():
     with pytest.raises(
-        DPAuditError, match=r"^canary_randomness 'derived' is read by whole-run canaries only .*'joint'$"
+        DPAuditError, match=r"^canary_randomness 'joint' is read by whole-run canaries only .*'derived'$"
     ):
-        _config("derived", canary_design="dirac", canaries=10).validated()
+        _config("joint", canary_design="dirac", canaries=10).validated()
     with pytest.raises(DPAuditError, match="canary_randomness"):
         _config("sometimes").validated()

@@ -466,10 +466,10 @@ WHOLE_RUN_NOTE = (
     "Whole run, the strongest audit that fits the optimizer: the all-iterates family bound (95 %) from the whole-run "
     "canaries of the audit ladder's run of the same optimizer at the same target ε, against the ε (PLD) of that "
     "run's ledger (checked in the ladder, metrics/audit_ladder.md); – where whole-run canaries do not fit the "
-    "optimizer (the ladder says why). That run is another noise draw than the row's (its canaries share the model's "
-    "sampler and noise draws, as the row's per-step canaries share its noise stream; the initialisation is the "
-    "same): its test accuracy beside the row's shows how far one noise draw moves accuracy, which the accuracy "
-    "verdicts, on the row's run alone, leave out"
+    "optimizer (the ladder says why). That run is another noise draw than the row's (its canaries draw from "
+    "generators derived from the model's, so its model trains as without canaries, while the row's per-step canaries "
+    "share the model's stream; initialisation and batches are the same): its test accuracy beside the row's shows how "
+    "far one noise draw moves accuracy, which the accuracy verdicts, on the row's run alone, leave out"
 )
 
 
