@@ -8,7 +8,7 @@ the step hooks attached to its optimizer (``attach_step_hook``)::
     grads = accumulate(optimizer, grads, records=r)    each chunk of gradients, before ``optimizer.accumulate``
                                                        (if an observer of the model ``sees_gradients``)
     sampled(present)                                   (an observer with ``extra_records``) which of them the
-                                                       run's sampler put in this step's batch
+                                                       run's sampler put in this step's batch, as it is drawn
     before_update(optimizer, epoch=e)                  the batch is accumulated; before ``optimizer.step``
     after_update(optimizer, cost, epoch=e)             after the step (``cost``: what ``step`` returned)
     end_epoch(epoch=e)                                 the epoch is over: write what was recorded so far
@@ -81,7 +81,8 @@ class TrainingObserver(Protocol):
 
     def sampled(self, present: npt.NDArray[np.intp]) -> None:
         """The indices (in [0, ``extra_records``)) of the observer's extra records that the run's sampler put in
-        this step's batch; called before ``before_update``, at every step, by a model whose observer has them."""
+        this step's batch; called as the batch is drawn (before its gradients and ``before_update``), at every step,
+        by a model whose observer has them."""
         return None
 
     def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:

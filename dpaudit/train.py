@@ -246,7 +246,6 @@ class _ModelRun:
         with_records = [observer for observer in self.observers if observer.extra_records]
         assert len(with_records) <= 1, "one observer of a model at most adds records"
         self._record_observer = with_records[0] if with_records else None
-        self._extra_present: np.ndarray | None = None  # the extra records in this step's batch
         self.rng = np.random.default_rng(sampling_seed)
         self.images = torch.from_numpy(member.train_data.images).to(device)
         self.labels = torch.from_numpy(member.train_data.labels).to(device)
@@ -260,7 +259,7 @@ class _ModelRun:
 
     def batches(self) -> Iterator[np.ndarray]:
         """Yield the record indices of one epoch's batches; the extra records (an observer's) each batch holds are
-        drawn by the same sampler call and handed to that observer before the step (``before_update``)."""
+        drawn by the same sampler call and handed to that observer (``sampled``) as the batch is yielded."""
         observer = self._record_observer
         for records, extra in sample_batches(
             dataset_size=len(self.train_data),
@@ -270,7 +269,8 @@ class _ModelRun:
             extra=observer.extra_records if observer is not None else 0,
             joint=self.config.audit.canary_randomness == "joint",
         ):
-            self._extra_present = extra
+            if observer is not None:
+                observer.sampled(extra)
             yield records
 
     def begin_epoch(self, epoch: int) -> None:
@@ -299,9 +299,6 @@ class _ModelRun:
         if len(index) and self._loss_sum is not None:
             self._batch_losses.append((self._loss_sum, len(index)))
         self._loss_sum = None
-        if self._record_observer is not None:
-            assert self._extra_present is not None  # ``batches`` drew this step's
-            self._record_observer.sampled(self._extra_present)
         for observer in self.observers:
             observer.before_update(self.optimizer, epoch=epoch)
 

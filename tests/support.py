@@ -181,3 +181,27 @@ def wait_for_saved_epoch(process, folder, epoch, *, timeout=300):
     deadline = time.monotonic() + timeout
     while process.poll() is None and time.monotonic() < deadline and saved_epoch(folder) < epoch:
         time.sleep(0.01)
+
+
+def run_canaries(members, nonmembers, *, z, q):
+    """A RunCanaryObservations of the given [M, T] and [N, T] observations, as a run would record them."""
+    from dpaudit.attacks.canary_run import RunCanaryObservations
+
+    observations = np.concatenate([members, nonmembers]).T  # [T, M + N]
+    all_iterates, final_model = RunCanaryObservations.statistics_of(observations, noise_std=z, sample_rates=q)
+    total, squares = RunCanaryObservations.spread_sums_of(observations, noise_std=z)
+    return RunCanaryObservations(
+        members=np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)],
+        noise_multipliers=z,
+        sample_rates=q,
+        noise_std=z,
+        clip_norm=1.0,
+        magnitude=1e3,
+        contribution=1.0,
+        batch_size=10,
+        sampling="poisson",
+        all_iterates_scores=all_iterates,
+        final_model_scores=final_model,
+        standardised_sum=total,
+        standardised_sum_of_squares=squares,
+    )

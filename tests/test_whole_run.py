@@ -16,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 from scipy import optimize, stats
+from support import run_canaries
 
 from dpaudit._validation import DPAuditError
 from dpaudit.estimate import epsilon_lower_bound
@@ -744,30 +745,6 @@ def test_spread_scores_bad_input(arguments, message):
         spread_scores(**arguments)
 
 
-def _run_canaries(members, nonmembers, *, z, q):
-    """A RunCanaryObservations of the given [M, T] and [N, T] observations, as a run would record them."""
-    from dpaudit.attacks.canary_run import RunCanaryObservations
-
-    observations = np.concatenate([members, nonmembers]).T  # [T, M + N]
-    all_iterates, final_model = RunCanaryObservations.statistics_of(observations, noise_std=z, sample_rates=q)
-    total, squares = RunCanaryObservations.spread_sums_of(observations, noise_std=z)
-    return RunCanaryObservations(
-        members=np.r_[np.ones(len(members), bool), np.zeros(len(nonmembers), bool)],
-        noise_multipliers=z,
-        sample_rates=q,
-        noise_std=z,
-        clip_norm=1.0,
-        magnitude=1e3,
-        contribution=1.0,
-        batch_size=10,
-        sampling="poisson",
-        all_iterates_scores=all_iterates,
-        final_model_scores=final_model,
-        standardised_sum=total,
-        standardised_sum_of_squares=squares,
-    )
-
-
 def _flag_ledger():
     """The ledger of the coverage tests (ε_PLD = 2, q = 0.1, T = 100), whose family hypotheses are then built once."""
     return _ledger(_calibrated_z(2.0), 0.1, 100)
@@ -785,7 +762,7 @@ def test_the_validation_flag_sees_reused_noise_by_the_spread_alone():
     rng = np.random.default_rng(8)
     xi = rng.standard_normal((2000, 1))
     presences = rng.random((1000, z.size)) < q
-    reused = _run_canaries(presences + z * xi[:1000], z * xi[1000:], z=z, q=q)
+    reused = run_canaries(presences + z * xi[:1000], z * xi[1000:], z=z, q=q)
     flag = validation_flag(canaries=reused, epsilon=None, delta=DELTA)
     assert VALIDATION_BOUNDS == ("all_iterates_family", "all_iterates", "spread")
     assert flag.confidence == pytest.approx(1 - 0.05 / 3) and flag.false_alarm == 0.05
@@ -799,7 +776,7 @@ def test_the_validation_flag_sees_reused_noise_by_the_spread_alone():
     # the same run, claiming more than any bound reaches: not flagged
     assert not validation_flag(canaries=reused, epsilon=30.0, delta=DELTA).flagged
     # and its correct twin: not flagged
-    correct = validation_flag(canaries=_run_canaries(members, nonmembers, z=z, q=q), epsilon=None, delta=DELTA)
+    correct = validation_flag(canaries=run_canaries(members, nonmembers, z=z, q=q), epsilon=None, delta=DELTA)
     assert not correct.flagged and correct.flagged_by == (), correct.summary()
     assert correct.bounds["all_iterates_family"] > 0
 
@@ -808,7 +785,7 @@ def test_the_validation_flag_refuses_bad_input_in_one_line(tmp_path):
     from dpaudit.audit import validation_flag
 
     z, q = _flag_ledger()
-    canaries = _run_canaries(
+    canaries = run_canaries(
         *simulate_observations(members=3, nonmembers=3, noise_multipliers=z, sample_rates=q, seed=0), z=z, q=q
     )
     for arguments, message in (
@@ -840,7 +817,7 @@ def _false_alarms(repetitions, per_side, seed_base=0):
         observed = simulate_observations(
             members=per_side, nonmembers=per_side, noise_multipliers=z, sample_rates=q, seed=seed_base + rep
         )
-        flag = validation_flag(canaries=_run_canaries(*observed, z=z, q=q), epsilon=claimed, delta=DELTA, seed=rep)
+        flag = validation_flag(canaries=run_canaries(*observed, z=z, q=q), epsilon=claimed, delta=DELTA, seed=rep)
         fired += flag.flagged
     return fired
 

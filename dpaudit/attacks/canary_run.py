@@ -114,7 +114,7 @@ NORMALISATION = (
     "x = u·b/c: u the released update (before momentum) at the canary's coordinate, b the expected batch size, "
     "c = φ(K)·K the canary's clipped contribution; a present canary adds 1, the noise std is σ_t = z_t·C/c"
 )
-_STREAM = 0xC0A7  # the canaries' random streams: SeedSequence([noise seed, _STREAM]) spawns them
+_STREAM = 0xC0A7  # the canaries' membership stream: the first child of SeedSequence([noise seed, _STREAM])
 
 
 @dataclass(eq=False)

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
+from support import run_canaries
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
-from dpaudit.attacks.canary_run import RunCanaryObservations, load_run_canaries
+from dpaudit.attacks.canary_run import load_run_canaries
 from dpaudit.audit import validation_flag
 from dpaudit.config import TrainConfig
 from dpaudit.planted_bugs import PLANTED_BUGS, planted
@@ -119,21 +121,10 @@ def test_the_audit_blocks_noise_is_the_models_generators_draw():
 
 
 def _observations(sampled: list[int], *, rates: list[float], sampling: str = "poisson", canaries: int = 100):
-    steps = len(sampled)
-    return RunCanaryObservations(
-        members=np.arange(canaries) % 2 == 0,
-        noise_multipliers=np.ones(steps),
-        sample_rates=np.asarray(rates, dtype=float),
-        noise_std=np.ones(steps),
-        clip_norm=1.0,
-        magnitude=1e3,
-        contribution=1.0,
-        batch_size=10,
-        sampling=sampling,
-        all_iterates_scores=np.zeros(canaries),
-        final_model_scores=np.zeros(canaries),
-        sampled=np.asarray(sampled),
-    )
+    """Whole-run canary observations (all zero) whose sampler drew ``sampled`` canaries at the steps of ``rates``."""
+    zeros = np.zeros((canaries // 2, len(sampled)))
+    steps = run_canaries(zeros, zeros, z=np.ones(len(sampled)), q=np.asarray(rates, dtype=float))
+    return replace(steps, sampled=np.asarray(sampled), sampling=sampling)
 
 
 def test_the_presence_test_against_the_ledgers_sample_rates():
