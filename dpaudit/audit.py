@@ -662,7 +662,8 @@ class ValidationFlag:
         flagged_by: the names of the checks that flag it, in :data:`VALIDATION_CHECKS` order (empty when not
             flagged): "all_iterates_family" (the family bound on Λ), "all_iterates" (the assumption-free bound on
             Λ), "spread" (the assumption-free bound on the spread over the steps), "presence" (the run's sampler
-            drew the canaries at other rates than the ledger's: ``presence_p_value`` below 1 − ``confidence``).
+            drew the canaries at other rates than the ledger's: ``presence_p_value`` below 1 − ``confidence``),
+            then the names of ``checks`` below 1 − ``confidence``.
         bounds: each bound's ε (nats, a lower bound at ``confidence``), by name.
         epsilon_claimed: the ε the run claims (nats, at ``delta``), which the bounds are compared with.
         delta: δ of every ε.
@@ -674,6 +675,7 @@ class ValidationFlag:
         spread: the :class:`AuditReport` of the spread over the steps.
         presence_p_value: two-sided p-value of the canaries' presence under the ledger's sample rates
             (``RunCanaryObservations.presence_p_value``); None where the run did not record it.
+        checks: the further checks' p-values, by name (``validation_flag``'s ``checks``).
     """
 
     flagged: bool
@@ -687,6 +689,7 @@ class ValidationFlag:
     all_iterates: AuditReport = field(repr=False)
     spread: AuditReport = field(repr=False)
     presence_p_value: float | None = None
+    checks: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy of the flag, the bounds and the claim (not the full reports)."""
@@ -700,6 +703,7 @@ class ValidationFlag:
             "confidence": self.confidence,
             "false_alarm": self.false_alarm,
             "presence_p_value": self.presence_p_value,
+            "checks": dict(self.checks),
         }
 
     def summary(self) -> str:
@@ -708,6 +712,7 @@ class ValidationFlag:
         verdict = f"flagged by {', '.join(self.flagged_by)}" if self.flagged else "not flagged"
         p_value = self.presence_p_value
         presence = "" if p_value is None else f"; presence at the ledger's q: p = {p_value:.3g}"
+        presence += "".join(f"; {name}: p = {value:.3g}" for name, value in self.checks.items())
         return (
             f"{verdict}: claimed ε = {self.epsilon_claimed:.2f} at δ = {self.delta:g}; lower bounds on ε at "
             f"{100 * self.confidence:.4g} % each ({bounds}{presence}; false alarms ≤ {100 * self.false_alarm:g} %)"
@@ -715,7 +720,13 @@ class ValidationFlag:
 
 
 def validation_flag(
-    *, canaries, epsilon: float | None, delta: float, false_alarm: float = 0.05, seed: int = 0
+    *,
+    canaries,
+    epsilon: float | None,
+    delta: float,
+    false_alarm: float = 0.05,
+    seed: int = 0,
+    checks: Mapping[str, float] | None = None,
 ) -> ValidationFlag:
     """Flag a run whose whole-run canaries refute its claimed ε: the auditor validation's rule.
 
@@ -739,6 +750,8 @@ def validation_flag(
         delta: δ of every ε, in (0, 1).
         false_alarm: the most probability of flagging a run that keeps its claim, in (0, 1).
         seed: non-negative integer seed of the bounds' held-out halves.
+        checks: further tests of the run, by name → p-value (e.g. the measured noise scale of record-level
+            canaries); each is one more check in the Bonferroni split and flags below its share of ``false_alarm``.
 
     Returns:
         A :class:`ValidationFlag`: the flag, which bounds raised it, the three bounds and the claim.
@@ -775,7 +788,12 @@ def validation_flag(
             noise_multipliers=canaries.noise_multipliers, sample_rates=canaries.sample_rates, delta=delta
         )
     presence = canaries.presence_p_value() if hasattr(canaries, "presence_p_value") else None
-    confidence = 1.0 - false_alarm / (len(VALIDATION_CHECKS) if presence is not None else len(VALIDATION_BOUNDS))
+    extra = dict(checks or {})
+    for name, p_value in extra.items():
+        if name in VALIDATION_CHECKS or not (isinstance(p_value, (int, float)) and 0 <= p_value <= 1):
+            raise DPAuditError(f"checks maps new check names to p-values in [0, 1], got {name!r}: {p_value!r}")
+    count = len(VALIDATION_BOUNDS) + (presence is not None) + len(extra)
+    confidence = 1.0 - false_alarm / count
     family = family_lower_bound(
         members_lr,
         nonmembers_lr,
@@ -795,6 +813,7 @@ def validation_flag(
     flagged_by = tuple(name for name in VALIDATION_BOUNDS if bounds[name] > epsilon)
     if presence is not None and presence < 1.0 - confidence:
         flagged_by += ("presence",)
+    flagged_by += tuple(name for name, p_value in extra.items() if p_value < 1.0 - confidence)
     return ValidationFlag(
         flagged=bool(flagged_by),
         flagged_by=flagged_by,
@@ -807,6 +826,7 @@ def validation_flag(
         all_iterates=all_iterates,
         spread=spread,
         presence_p_value=presence,
+        checks=extra,
     )
 
 

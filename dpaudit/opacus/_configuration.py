@@ -70,7 +70,7 @@ import torch
 
 from dpaudit._validation import DPAuditError, check_count, check_positive, check_seed
 from dpaudit.attacks.canary_run import RunCanaryObservations
-from dpaudit.audit import WholeRunReport, audit_whole_run
+from dpaudit.audit import ValidationFlag, WholeRunReport, audit_whole_run
 from dpaudit.whole_run import step_log_ratio
 
 try:  # the optional extra: ``pip install "dpaudit[train]"``
@@ -190,6 +190,55 @@ def accountant_ledger(accountant: IAccountant) -> tuple[npt.NDArray[np.float64],
         except (TypeError, ValueError):
             raise DPAuditError(f"the accountant's history has an entry that is not (z, q, steps): {entry!r}") from None
     return np.asarray(z, dtype=float), np.asarray(q, dtype=float)
+
+
+def accountant_epsilon(accountant: IAccountant, *, delta: float) -> tuple[str, float]:
+    """(the accountant's mechanism, its ε at δ): the run's claim, ε in nats (Opacus's PRV accountant answers a large
+    δ with ε < 0, its estimate's error; no mechanism has ε < 0, so it is read as 0).
+
+    Raises:
+        DPAuditError: an accountant that gives no ε at δ (its first line of error).
+    """
+    mechanism = str(accountant.mechanism()) if hasattr(accountant, "mechanism") else type(accountant).__name__
+    try:
+        return mechanism, max(0.0, float(accountant.get_epsilon(delta=delta)))
+    except (ValueError, ArithmeticError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DPAuditError(f"the {mechanism} accountant gives no ε at δ = {delta:g}: {first}") from None
+
+
+#: What each check of a validation flag found, as a sentence (``claim_findings``).
+_FINDINGS = {
+    "all_iterates_family": "the family bound ε ≥ {value:.3f} (if the run is a composed subsampled Gaussian) exceeds",
+    "all_iterates": "the assumption-free all-iterates bound ε ≥ {value:.3f} exceeds",
+    "spread": "the assumption-free bound of the spread over the steps (noise reused across steps?) ε ≥ {value:.3f} "
+    "exceeds",
+}
+
+
+def claim_findings(flag: ValidationFlag, *, mechanism: str) -> list[str]:
+    """One sentence per check that flagged the run (``flag.flagged_by``), each naming its number and level."""
+    level = f"{100 * flag.confidence:.4g} %"
+    findings = []
+    for name in flag.flagged_by:
+        if name in _FINDINGS:
+            findings.append(
+                _FINDINGS[name].format(value=flag.bounds[name])
+                + f" the {mechanism} accountant's ε = {flag.epsilon_claimed:.3f} (lower bound at {level})."
+            )
+        elif name == "presence":
+            findings.append(
+                f"the records reached the optimizer at other rates, or less independently, than the accountant's "
+                f"Poisson q_t (p = {flag.presence_p_value:.3g} < {1 - flag.confidence:.3g}): another loader, batch "
+                "size or shuffled batches than the accounted ones, or batches accumulated into one step."
+            )
+        else:
+            findings.append(
+                f"the {name} check rejects the accounted mechanism (p = {flag.checks[name]:.3g} < "
+                f"{1 - flag.confidence:.3g})"
+                + (": the noise the optimizer added is not of std z·C." if name == "noise" else ".")
+            )
+    return findings
 
 
 @dataclass(frozen=True, eq=False)
@@ -549,12 +598,7 @@ class CanaryAudit:
             seed=seed,
             family_selection=family_selection,
         )
-        mechanism = str(accountant.mechanism()) if hasattr(accountant, "mechanism") else type(accountant).__name__
-        try:  # Opacus's PRV accountant answers a large δ with ε < 0 (its estimate's error); no mechanism has ε < 0
-            claimed = max(0.0, float(accountant.get_epsilon(delta=delta)))
-        except (ValueError, ArithmeticError) as error:
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise DPAuditError(f"the {mechanism} accountant gives no ε at δ = {delta:g}: {first}") from None
+        mechanism, claimed = accountant_epsilon(accountant, delta=whole_run.delta)
         findings = []
         assert whole_run.all_iterates is not None  # an audit of the observations has every statistic's report
         family = whole_run.all_iterates_family

@@ -1,0 +1,892 @@
+"""Record-level canaries in a user's Opacus training: ``RecordCanaries`` (``dpaudit.opacus``, module docstring)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from dpaudit._validation import DPAuditError, check_count, check_positive, check_seed
+from dpaudit.attacks.canary_run import RunCanaryObservations
+from dpaudit.audit import ValidationFlag, WholeRunReport, audit_whole_run, validation_flag
+from dpaudit.opacus._configuration import (
+    _STREAM,
+    NORM_FACTOR,
+    accountant_epsilon,
+    accountant_ledger,
+    claim_findings,
+    loader_sampling,
+)
+from dpaudit.whole_run import step_log_ratio
+
+try:  # the optional extra: ``pip install -e ".[train]"``
+    from opacus.optimizers import DPOptimizer
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError('dpaudit.opacus needs Opacus: pip install -e ".[train]"') from error
+
+if TYPE_CHECKING:
+    from opacus.accountants import IAccountant
+
+#: Optimizers the record-level canaries refuse, with the reason (matched by class name along the MRO).
+REFUSED_OPTIMIZERS = {
+    "DPOptimizerFastGradientClipping": (
+        "ghost clipping (grad_sample_mode='ghost') computes per-sample norms in its own two-pass loss wrapper, "
+        "which the canary rows' norms would have to enter: use grad_sample_mode 'hooks' or 'functorch'"
+    ),
+    "DistributedDPOptimizer": (
+        "under DistributedDataParallel each process clips its own shard and only rank 0 adds noise; the canary "
+        "rows' presence and clipping would have to be gathered across processes: audit a single-process run"
+    ),
+    "DistributedPerLayerOptimizer": "distributed per-layer clipping is not supported: audit a single-process run",
+    "DPPerLayerOptimizer": (
+        "per-layer clipping gives every parameter its own bound and noise ‖(C_1, …, C_L)‖; a canary block would "
+        "add a bound and change the model's noise: use flat clipping, or CanaryAudit (the configuration check)"
+    ),
+    "AdaClipDPOptimizer": "adaptive clipping moves C from the clipped norms, which the canary rows would enter",
+}
+#: Modules that mix a record with its batch-mates in training mode: per-sample clipping no longer bounds one
+#: record's influence, whatever their affine parameters (Opacus refuses them only when they are trainable).
+CROSS_RECORD_MODULES = (torch.nn.modules.batchnorm._BatchNorm,)
+_PROBE = 4096  # coordinates of the canary block that measure the divisor
+_EXP_CAP32 = 80.0  # the largest exponent the float32 terms take (else float64)
+CACHE_BYTES = 2**26  # the member canaries' inputs are built once where they take at most this (64 MiB)
+
+
+def cross_record_modules(module: torch.nn.Module) -> list[str]:
+    """The names of ``module``'s submodules that mix records of a batch (BatchNorm in any form, trainable or not)."""
+    return [
+        f"layer {name!r} ({type(sub).__name__})" if name else f"the model ({type(sub).__name__})"
+        for name, sub in module.named_modules()
+        if isinstance(sub, CROSS_RECORD_MODULES)
+    ]
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity forward; the backward multiplies the gradient by a factor (the real rows' share of a mean)."""
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.factor, None
+
+
+class _CanaryRows(torch.autograd.Function):
+    """The canary rows' outputs: zeros, whose backward hands each row's per-sample gradient on the block to the
+    canaries (``RecordCanaries._backward``)."""
+
+    @staticmethod
+    def forward(ctx: Any, block: torch.Tensor, ids: torch.Tensor, shape: tuple[int, ...], sink: Any) -> torch.Tensor:
+        ctx.ids, ctx.sink = ids, sink
+        return block.new_zeros((ids.numel(), *shape))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, None, None]:
+        ctx.sink(ctx.ids, grad.reshape(grad.shape[0], -1)[:, 0])
+        return None, None, None, None
+
+
+class CanaryDataset(torch.utils.data.Dataset):
+    """The user's dataset followed by the member canaries: record i < n is the user's, record n + k is member
+    canary ``member_ids[k]`` (``RecordCanaries.dataset``).
+
+    A canary record is (input, target): the input has the shape and dtype of the user's first input, marked as a
+    canary (its first entry NaN, or the dtype's least value for integer inputs) and carrying the canary's id in its
+    second entry; the target is the user's first target. The model wrapper (``RecordCanaries.model``) recognises
+    canary rows by that mark; nothing else may change the inputs between the loader and the model.
+    """
+
+    def __init__(self, dataset: torch.utils.data.Dataset, *, member_ids: npt.NDArray[np.int64]) -> None:
+        try:
+            size = len(dataset)  # type: ignore[arg-type]
+        except TypeError:
+            raise DPAuditError("the dataset must have a length (a map-style torch Dataset)") from None
+        if size < 1:
+            raise DPAuditError("the dataset is empty")
+        first = dataset[0]
+        if not isinstance(first, (tuple, list)) or len(first) != 2 or not isinstance(first[0], torch.Tensor):
+            raise DPAuditError(
+                "record-level canaries need a dataset of (input tensor, target) pairs, got a record of type "
+                f"{type(first).__name__}"
+            )
+        template, target = first
+        if template.numel() < 2:
+            raise DPAuditError("record-level canaries need inputs of at least 2 entries (a mark and the canary id)")
+        if template.dtype in (torch.float16, torch.bfloat16) or (
+            not template.dtype.is_floating_point and template.dtype not in (torch.int32, torch.int64)
+        ):
+            raise DPAuditError(
+                f"record-level canaries need float32/float64 or int32/int64 inputs (the id is stored exactly), got "
+                f"{template.dtype}"
+            )
+        self.dataset, self.size = dataset, size
+        self.member_ids = np.asarray(member_ids, dtype=np.int64)
+        self.template, self.target = template, target
+        self._cache: list[_CanaryRow] | None = None
+        if self.member_ids.size * template.element_size() * template.numel() <= CACHE_BYTES:
+            self._cache = self._rows(self.size + np.arange(self.member_ids.size))
+
+    def __len__(self) -> int:
+        return self.size + int(self.member_ids.size)
+
+    def batch_size_for(self, real_batch_size: int) -> int:
+        """The batch size that samples every record at the rate ``real_batch_size``/n of the user's dataset alone
+        (n its records): ``real_batch_size``·len(self)/n, rounded."""
+        return max(1, round(check_count("real_batch_size", real_batch_size, allow_zero=False) * len(self) / self.size))
+
+    def _rows(self, positions: npt.NDArray[np.int64]) -> list[_CanaryRow]:
+        """The canary records at these dataset positions, built at once (or from the cache)."""
+        if self._cache is not None:
+            cache = self._cache
+            return [cache[k] for k in (positions - self.size).tolist()]
+        ids = self.member_ids[positions - self.size]
+        inputs = mark_canaries(torch.from_numpy(ids), template=self.template)
+        return [_CanaryRow.of(row, self.target, int(i)) for row, i in zip(inputs.unbind(0), ids.tolist())]
+
+    def __getitem__(self, index: int) -> Any:
+        if index < self.size:
+            return self.dataset[index]
+        return self._rows(np.array([index], dtype=np.int64))[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch's records (torch's DataLoader calls this): the user's, then the canaries' (built at once), as a
+        list that also holds the canaries' ids for the attached loader's collation (:meth:`collating`)."""
+        positions = np.asarray(indices, dtype=np.int64)
+        canary = positions >= self.size
+        real = [self.dataset[index] for index in positions[~canary].tolist()]
+        if not canary.any():
+            return real
+        batch = _Batch(real + self._rows(positions[canary]))
+        batch.real, batch.ids = len(real), self.member_ids[positions[canary] - self.size]
+        return batch
+
+    def collating(self, collate_fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """``collate_fn`` (the loader's) for the real records, the batch's canary records appended to its
+        (inputs, targets) in one vectorised call (any collation gives the same batch, slower)."""
+
+        def collate(batch: list[Any]) -> Any:
+            if not isinstance(batch, _Batch):
+                return collate_fn(batch)
+            collated = collate_fn(batch[: batch.real])  # Opacus's collation gives an empty batch its shapes
+            if not isinstance(collated, (list, tuple)) or len(collated) != 2:
+                raise DPAuditError("record-level canaries need the loader to collate records into (inputs, targets)")
+            real_inputs, real_targets = collated
+            ids = torch.from_numpy(batch.ids)
+            target = torch.as_tensor(self.target)
+            return [
+                torch.cat([real_inputs, mark_canaries(ids, template=self.template).to(real_inputs.dtype)]),
+                torch.cat([real_targets, target.expand(ids.numel(), *target.shape).to(real_targets.dtype)]),
+            ]
+
+        return collate
+
+
+class _Batch(list):
+    """A batch's records, the user's (``real`` of them) then the canaries' (ids ``ids``)."""
+
+    real: int
+    ids: npt.NDArray[np.int64]
+
+
+class _CanaryRow(tuple):
+    """A canary record (input, target) that knows its canary id (``id``)."""
+
+    id: int
+
+    @classmethod
+    def of(cls, row: torch.Tensor, target: Any, canary: int) -> _CanaryRow:
+        made = cls((row, target))
+        made.id = canary
+        return made
+
+
+def _marker(dtype: torch.dtype) -> float:
+    return math.nan if dtype.is_floating_point else float(torch.iinfo(dtype).min)
+
+
+def mark_canaries(ids: torch.Tensor, *, template: torch.Tensor) -> torch.Tensor:
+    """[k, *template.shape] canary inputs: each marked (first entry NaN, or the integer dtype's least value) and
+    carrying its id in its second entry."""
+    rows = torch.zeros((ids.numel(), template.numel()), dtype=template.dtype)
+    rows[:, 0] = _marker(template.dtype)
+    rows[:, 1] = ids.to(template.dtype)
+    return rows.reshape(ids.numel(), *template.shape)
+
+
+class CanaryModule(torch.nn.Module):
+    """The user's module, and the canary rows' outputs (``RecordCanaries.model``).
+
+    A batch without canary rows goes to the user's module unchanged. A batch with canary rows: the user's module
+    sees its real rows only (a module that treats records independently gives them the same outputs); each canary
+    row's output is zeros whose gradient, through the user's loss, is that row's per-sample gradient on the canary
+    block (a Dirac on the canary's own coordinate, of norm ``norm_factor``·C times the loss's slope at zero in the
+    first output). With a mean-reduced loss the real rows' gradients are scaled by B/B_real, so that Opacus's
+    hooks (which multiply by the rows they see) give each row the gradient of its own loss, as without canaries.
+
+    The trained module is ``.module``.
+    """
+
+    def __init__(self, module: torch.nn.Module, *, canaries: RecordCanaries) -> None:
+        super().__init__()
+        self.module = module
+        self._canaries = [canaries]  # a list: not a submodule, not in state_dict
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.ndim == 0 or x.shape[0] == 0:
+            return self.module(x, *args, **kwargs)
+        flat = x.reshape(x.shape[0], -1)
+        marks = torch.isnan(flat[:, 0]) if x.dtype.is_floating_point else flat[:, 0] == _marker(x.dtype)
+        if not bool(marks.any()):
+            return self.module(x, *args, **kwargs)
+        if args or kwargs:
+            raise DPAuditError("record-level canaries support models called with one input tensor only")
+        canaries = self._canaries[0]
+        rows = torch.nonzero(marks).flatten()
+        real = torch.nonzero(~marks).flatten()
+        ids = canaries._check_ids(flat[rows, 1])
+        out_real = self.module(x[real])
+        batch = x.shape[0]
+        recording = self.training and torch.is_grad_enabled()
+        if recording and canaries._mean and real.numel() > 0:
+            out_real = _ScaleGradient.apply(out_real, batch / real.numel())
+        shape = tuple(out_real.shape[1:])
+        if recording:
+            scale = float(batch if canaries._mean else 1)
+            out_canary = _CanaryRows.apply(canaries._block, ids, shape, lambda i, g: canaries._backward(i, g * scale))
+        else:
+            out_canary = out_real.new_zeros((rows.numel(), *shape))
+        out = out_real.new_zeros((batch, *shape))
+        out = out.index_put((real,), out_real).index_put((rows,), out_canary.to(out_real.dtype))
+        return out
+
+
+@dataclass(eq=False)
+class RecordCanaryObservations(RunCanaryObservations):
+    """The record-level canaries' record: :class:`RunCanaryObservations` and what the run really did.
+
+    Attributes (beyond those of :class:`RunCanaryObservations`, whose ``sample_rates`` and ``noise_multipliers``
+    are the accountant's ledger):
+        member_counts: [M] int64, in how many optimizer steps each canary's record reached the optimizer (0 for
+            non-members, which are not in the dataset).
+        divisors: [T] float64, what the optimizer divided each step's noised sum by, measured from the canary block.
+        noise_chi2: [T] float64, Σ_i (noise_ti/(z_t·C_t))² over the block's M coordinates: the noise the optimizer
+            added to the block, measured (released minus the clipped canaries), in units of its claimed std.
+        batch_rows: [T] int64, the rows (real and canary) the optimizer's step clipped.
+        canary_rows: [T] int64, the canary rows among them.
+    """
+
+    member_counts: npt.NDArray[np.int64] | None = None
+    divisors: npt.NDArray[np.float64] | None = None
+    noise_chi2: npt.NDArray[np.float64] | None = None
+    batch_rows: npt.NDArray[np.int64] | None = None
+    canary_rows: npt.NDArray[np.int64] | None = None
+
+    def presence_p_value(self) -> float | None:
+        """Two-sided p-value of "each member canary reached the optimizer independently at each step with the
+        ledger's q_t" from the counts that really reached it: the total count (normal approximation of the
+        Poisson-binomial) and the dispersion of the members' counts (Σ_j (N_j − Σ_t q_t)²/Σ_t q_t(1 − q_t) against
+        its mean and variance; a shuffled loader, with every count equal, gives far too little dispersion), the
+        smaller p-value doubled (Bonferroni)."""
+        if self.member_counts is None or self.steps == 0:
+            return None
+        from scipy import stats
+
+        counts = np.asarray(self.member_counts, dtype=float)[self.members]
+        rates = np.asarray(self.sample_rates, dtype=float)
+        mean, var = float(rates.sum()), float(np.sum(rates * (1 - rates)))
+        members = counts.size
+        if var == 0 or members == 0:
+            return 1.0 if np.all(counts == mean) else 0.0
+        total_p = float(2 * stats.norm.sf(abs(counts.sum() - members * mean) / math.sqrt(members * var)))
+        kappa4 = float(np.sum(rates * (1 - rates) * (1 - 6 * rates * (1 - rates))))
+        dispersion = float(np.sum(np.square(counts - mean)) / var)
+        spread = math.sqrt(members * (kappa4 + 2 * var * var) / (var * var))
+        dispersion_p = float(2 * stats.norm.sf(abs(dispersion - members) / spread))
+        return min(1.0, 2 * min(total_p, dispersion_p))
+
+    def noise_p_value(self) -> float | None:
+        """Two-sided p-value of "the optimizer added Gaussian noise of std z_t·C_t to every coordinate of the canary
+        block" from the measured noise: Σ_t χ²_t against χ² with M·T degrees of freedom (normal approximation)."""
+        if self.noise_chi2 is None or self.steps == 0:
+            return None
+        from scipy import stats
+
+        freedom = float(self.members.size * self.steps)
+        total = float(np.sum(self.noise_chi2))
+        return float(2 * stats.norm.sf(abs(total - freedom) / math.sqrt(2 * freedom)))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the record (the statistics and the ledger; not the run's measured sampling) for ``dpaudit audit
+        --canary-record``."""
+        base = {name: getattr(self, name) for name in RunCanaryObservations.__dataclass_fields__}
+        return RunCanaryObservations(**base).save(path)
+
+
+@dataclass(frozen=True, eq=False)
+class RecordAuditReport:
+    """The record-level canaries' audit of an Opacus run beside its accountant's ε (every ε in nats at δ).
+
+    Attributes:
+        whole_run: :func:`dpaudit.audit_whole_run` of the canaries against the accountant's ledger, at the report's
+            confidence: the all-iterates and final-model bounds, each assumption-free and family (the family bound
+            assumes the run is a composed Poisson-subsampled Gaussian with the ledger's q_t and T).
+        flag: :func:`dpaudit.audit.validation_flag` with the run's checks (family, assumption-free, spread,
+            presence, noise), each at (1 − confidence)/k: a run that keeps its claim is flagged with probability at
+            most 1 − confidence.
+        epsilon_accountant: ``accountant.get_epsilon(δ)``: the ε the user's accountant claims.
+        accountant: the accountant's mechanism ("prv", "rdp", "gdp").
+        steps: T, the optimizer steps audited.
+        flagged: the flag raised by a test, or a finding of the divisor (below).
+        findings: one sentence per reason for ``flagged``.
+        notes: what the run did that is worth knowing and is not a finding (measured, no test).
+        observed: what the canaries measured of the run: rows per step, the divisor, the noise multiplier, the
+            members' presence.
+        record: the canaries' :class:`RecordCanaryObservations`.
+    """
+
+    whole_run: WholeRunReport
+    flag: ValidationFlag
+    epsilon_accountant: float
+    accountant: str
+    steps: int
+    flagged: bool
+    findings: tuple[str, ...]
+    notes: tuple[str, ...]
+    observed: dict[str, float]
+    record: RecordCanaryObservations
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy (without ROC curves)."""
+        return {
+            "design": "record-level canaries (records of the user's dataset, sampled by the user's loader)",
+            "whole_run": self.whole_run.to_dict(),
+            "flag": self.flag.to_dict(),
+            "epsilon_accountant": self.epsilon_accountant,
+            "epsilon_accountant_label": f"the {self.accountant} accountant's ε: the run's claim",
+            "accountant": self.accountant,
+            "steps": self.steps,
+            "flagged": self.flagged,
+            "findings": list(self.findings),
+            "notes": list(self.notes),
+            "observed": dict(self.observed),
+        }
+
+    def summary(self) -> str:
+        """A few lines: the claim, both bounds of both threat models, what the run did, the verdict."""
+        run = self.whole_run
+        assert run.all_iterates is not None and run.final_model is not None  # every statistic was audited
+        level = f"{100 * run.confidence:g} %"
+        family = run.all_iterates_family
+        capped = " (capped: the grid's strongest hypothesis)" if family.capped else ""
+        seen = self.observed
+        lines = [
+            f"Opacus record-level canary audit: {run.all_iterates.n_members} member and "
+            f"{run.all_iterates.n_nonmembers} non-member canaries, {self.steps} steps, δ = {run.delta:g}.",
+            f"Run as observed: {seen['real_rows_per_step']:.1f} real and {seen['canary_rows_per_step']:.1f} canary "
+            f"rows per step, divided by {seen['divisor']:.6g}, noise multiplier {seen['noise_multiplier']:.4g} "
+            f"measured ({seen['noise_multiplier_claimed']:.4g} claimed).",
+            f"Claimed: ε = {self.epsilon_accountant:.3f} ({self.accountant} accountant); ledger ε = "
+            f"{run.epsilon_pld:.3f} (PLD), {run.epsilon_rdp:.3f} (RDP).",
+            f"All iterates: ε ≥ {family.epsilon:.3f}{capped} (family bound, {level}; if the run is a composed "
+            f"subsampled Gaussian), ε ≥ {run.all_iterates.epsilon_lower:.3f} (assumption-free, {level}).",
+            f"Final model: ε ≥ {run.final_model_family.epsilon:.3f} (family), ε ≥ "
+            f"{run.final_model.epsilon_lower:.3f} (assumption-free).",
+            "FLAGGED: " + " ".join(self.findings) if self.flagged else f"Not flagged ({self.flag.summary()}).",
+            "The canaries see the sampling, clipping, noise and division of the records that reached the optimizer, "
+            "not the model's inner layers (cross-record layers are refused before training).",
+        ]
+        lines += [f"Note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def plot(self, *, stem: str | Path, title: str | None = None) -> list[Path]:
+        """Write the ROC curves and the ε chart (claim beside the lower bounds) to ``stem``.png and .pdf."""
+        from dpaudit.plot import plot_whole_run
+
+        return plot_whole_run(
+            self.whole_run,
+            stem=stem,
+            title=title or f"Opacus record-level canaries, {self.steps} steps",
+            claimed_epsilon=self.epsilon_accountant,
+            claim_label=f"{self.accountant} accountant's ε (the claim)",
+        )
+
+
+class RecordCanaries:
+    """Whole-run canaries that are records of the user's dataset (module docstring of :mod:`dpaudit.opacus`).
+
+    Wrap the dataset and the model before building the loader, the optimizer and ``make_private``; attach to the
+    ``DPOptimizer`` after; report after training.
+
+    Args:
+        num_canaries: M ≥ 2 canaries, each a member (a record of the dataset) with probability ½.
+        seed: non-negative seed of the membership (the only randomness of the canaries' own: their sampling and
+            noise are the run's).
+        norm_factor: > 1, a canary's per-sample gradient norm in units of the loss's slope and of C (clipping
+            brings it to C).
+        keep_observations: keep the [T, M] float32 observations (4·T·M bytes), e.g. for plots.
+
+    Raises:
+        DPAuditError: bad counts or seeds.
+    """
+
+    def __init__(
+        self, *, num_canaries: int, seed: int = 0, norm_factor: float = NORM_FACTOR, keep_observations: bool = False
+    ) -> None:
+        count = check_count("num_canaries", num_canaries, allow_zero=False)
+        if count < 2:
+            raise DPAuditError(f"num_canaries must be ≥ 2, got {num_canaries!r}")
+        if count >= 2**24:
+            raise DPAuditError(f"num_canaries must be < 2**24 (ids stored exactly in float32), got {num_canaries!r}")
+        if check_positive("norm_factor", norm_factor) <= 1.0:
+            raise DPAuditError(f"norm_factor must be > 1, got {norm_factor!r}")
+        membership = np.random.SeedSequence([check_seed(seed), _STREAM, 1]).spawn(1)[0]
+        self.members = np.random.default_rng(membership).random(count) < 0.5
+        self.member_ids = np.flatnonzero(self.members).astype(np.int64)
+        self._members_t = torch.from_numpy(self.members)
+        self._norm_factor = float(norm_factor)
+        self._keep = bool(keep_observations)
+        self._dataset: CanaryDataset | None = None
+        self._module: CanaryModule | None = None
+        self._optimizer: DPOptimizer | None = None
+        self._block = torch.zeros(count, requires_grad=True)
+        self._mean = True
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (ids, per-sample gradients) not yet clipped
+        self._step_ids: list[torch.Tensor] = []  # canary rows clipped into the coming step
+        self._step_rows = 0
+        self._probe: torch.Tensor | None = None
+        self._contribution: float | None = None
+        self._deferred: list[tuple[torch.Tensor, float, int]] = []  # steps noised before a canary row was seen
+        self._rate = 0.0
+        self._reset_sums()
+
+    def _reset_sums(self) -> None:
+        count = self.members.size
+        device = self._block.device
+        self._all = torch.zeros(count, dtype=torch.float64, device=device)
+        self._sum = torch.zeros(count, dtype=torch.float64, device=device)
+        self._std_sum = torch.zeros(count, dtype=torch.float64, device=device)
+        self._std_squares = torch.zeros(count, dtype=torch.float64, device=device)
+        self._counts = torch.zeros(count, dtype=torch.int64)
+        work = torch.float64 if self._block.dtype == torch.float64 else torch.float32  # the block's noise, or finer
+        self._buffers = tuple(torch.empty(count, dtype=work, device=device) for _ in range(2))
+        self._observations: list[npt.NDArray[np.float32]] = []
+        self.noise_multipliers: list[float] = []
+        self.clip_norms: list[float] = []
+        self.contributions: list[float] = []
+        self.divisors: list[float] = []
+        self.noise_chi2: list[float] = []
+        self.batch_rows: list[int] = []
+        self.canary_rows: list[int] = []
+
+    # ------------------------------------------------------------------------------------------
+    # Wrapping
+    # ------------------------------------------------------------------------------------------
+
+    def dataset(self, dataset: torch.utils.data.Dataset) -> CanaryDataset:
+        """The user's dataset followed by the member canaries (build the DataLoader on it)."""
+        if self._dataset is not None:
+            raise DPAuditError("these canaries already wrap a dataset")
+        self._dataset = CanaryDataset(dataset, member_ids=self.member_ids)
+        return self._dataset
+
+    def model(self, module: torch.nn.Module) -> CanaryModule:
+        """The user's module with the canary rows' outputs (build the optimizer on its parameters).
+
+        Raises:
+            DPAuditError: a module with layers that mix records of a batch (BatchNorm, also without affine
+                parameters, which Opacus accepts).
+        """
+        if self._module is not None:
+            raise DPAuditError("these canaries already wrap a model")
+        if not isinstance(module, torch.nn.Module):
+            raise DPAuditError(f"model must be a torch.nn.Module, got {type(module).__name__}")
+        mixing = cross_record_modules(module)
+        if mixing:
+            raise DPAuditError(
+                f"{', '.join(mixing)} mixes each record with its batch-mates in training mode, so per-sample "
+                "clipping does not bound one record's influence and the run is not DP (Opacus accepts BatchNorm "
+                "without trainable parameters): replace it, e.g. opacus.validators.ModuleValidator.fix (GroupNorm)"
+            )
+        self._module = CanaryModule(module, canaries=self)
+        return self._module
+
+    def attach(self, optimizer: DPOptimizer, *, data_loader: torch.utils.data.DataLoader[Any]) -> None:
+        """Observe the optimizer's steps: the canary block joins its parameters (last, learning rate 0), its
+        clipping takes the canary rows the backward passes produced, its noise and division are read back.
+
+        Args:
+            optimizer: the ``DPOptimizer`` ``make_private`` returned (flat clipping, hooks or functorch).
+            data_loader: the loader the training loop iterates (``make_private``'s), over the wrapped dataset: its
+                sample rate is the q of the online statistic Λ (fixed before any record is drawn).
+
+        Raises:
+            DPAuditError: an optimizer the canaries refuse (with the reason), a model or dataset not wrapped, a
+                loader over another dataset, a second attach.
+        """
+        for cls in type(optimizer).__mro__:
+            if cls.__name__ in REFUSED_OPTIMIZERS:
+                raise DPAuditError(
+                    f"record-level canaries cannot audit {type(optimizer).__name__}: {REFUSED_OPTIMIZERS[cls.__name__]}"
+                )
+        if not isinstance(optimizer, DPOptimizer):
+            raise DPAuditError(f"attach needs the DPOptimizer make_private returned, got {type(optimizer).__name__}")
+        if self._optimizer is not None or getattr(optimizer, "_dpaudit_canaries", None) is not None:
+            raise DPAuditError("canaries are already attached to this optimizer")
+        if self._dataset is None or self._module is None:
+            raise DPAuditError("wrap the dataset (canaries.dataset) and the model (canaries.model) before attaching")
+        if getattr(data_loader, "dataset", None) is not self._dataset:
+            raise DPAuditError("data_loader must iterate the wrapped dataset (canaries.dataset(...))")
+        sampling = loader_sampling(data_loader)
+        self._rate = float(sampling.sample_rate)
+        data_loader.collate_fn = self._dataset.collating(data_loader.collate_fn)
+        reference = optimizer.params[0]
+        self._block = torch.zeros(self.members.size, device=reference.device, dtype=reference.dtype, requires_grad=True)
+        self._reset_sums()
+        self._mean = optimizer.loss_reduction == "mean"
+        optimizer.original_optimizer.add_param_group({"params": [self._block], "lr": 0.0})
+        originals = {name: getattr(optimizer, name) for name in ("clip_and_accumulate", "add_noise", "pre_step")}
+        self._originals = originals
+        optimizer.clip_and_accumulate = self._clip_and_accumulate
+        optimizer.add_noise = self._add_noise
+        optimizer.pre_step = self._pre_step
+        optimizer.zero_grad = self._zero_grad_of(optimizer.zero_grad)
+        optimizer._dpaudit_canaries = self
+        self._optimizer = optimizer
+
+    @property
+    def steps(self) -> int:
+        """T, the optimizer steps observed (virtual steps excluded)."""
+        return len(self.divisors)
+
+    # ------------------------------------------------------------------------------------------
+    # What happens at each step
+    # ------------------------------------------------------------------------------------------
+
+    def _check_ids(self, values: torch.Tensor) -> torch.Tensor:
+        ids = values.to(torch.float64)
+        count = self.members.size
+        if not bool(torch.all((ids == torch.round(ids)) & (ids >= 0) & (ids < count))):
+            raise DPAuditError(
+                "a canary input reached the model altered (its id is not a canary's): pass the loader's inputs to "
+                "the model unchanged, or normalise them in the dataset's transform"
+            )
+        ids = ids.to(torch.int64).cpu()
+        if not bool(self._members_t[ids].all()):
+            raise DPAuditError("a non-member canary reached the model: its record is not in the dataset")
+        return ids
+
+    def _backward(self, ids: torch.Tensor, slopes: torch.Tensor) -> None:
+        self._pending.append((ids, slopes.detach().to(torch.float64).cpu()))
+
+    def _zero_grad_of(self, zero_grad: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            self._pending.clear()  # backward passes whose per-sample gradients Opacus drops too
+            return zero_grad(*args, **kwargs)
+
+        return wrapped
+
+    def _clip_and_accumulate(self) -> None:
+        optimizer = cast(Any, self._optimizer)
+        block = cast(Any, self._block)
+        # the block is out of the parameters (``_pre_step``): Opacus clips the real rows as without the canaries
+        self._originals["clip_and_accumulate"]()
+        real_rows = len(optimizer.grad_samples[0]) if optimizer.grad_samples else 0
+        # the accumulated batches, as Opacus counts them from every parameter's grad_sample (scale_grad's divisor)
+        first = optimizer.params[0].grad_sample
+        empty = self._block.new_zeros((0, 1))
+        block.grad_sample = [empty] * len(first) if isinstance(first, list) else empty
+        self._group()["params"] = [self._block]  # back in: noised by add_noise (last), divided by scale_grad
+        clip = float(optimizer.max_grad_norm)
+        summed = torch.zeros(self.members.size, dtype=self._block.dtype, device=self._block.device)
+        for ids, slopes in self._pending:
+            gradients = slopes * (self._norm_factor * clip)
+            factors = (clip / (gradients.abs() + 1e-6)).clamp(max=1.0)
+            clipped = gradients * factors
+            if clipped.numel():
+                if bool(torch.any(gradients.abs() < clip)):
+                    raise DPAuditError(
+                        "the loss gives a canary row a per-sample gradient below the clipping bound (its slope at "
+                        "zero output is too small): raise norm_factor"
+                    )
+                contribution = float(clipped[0])
+                if not torch.allclose(clipped, torch.full_like(clipped, contribution), rtol=1e-6, atol=0):
+                    raise DPAuditError("the loss gives the canary rows different gradients: their targets must agree")
+                self._contribution = contribution
+            summed.index_add_(0, ids.to(summed.device), clipped.to(summed.dtype).to(summed.device))
+            self._step_ids.append(ids)
+            self._step_rows += int(ids.numel())
+        self._step_rows += real_rows
+        self._pending.clear()
+        if getattr(block, "summed_grad", None) is not None:  # a step Opacus skipped (BatchMemoryManager) added to it
+            summed += block.summed_grad
+        block.summed_grad = summed
+
+    def _add_noise(self) -> None:
+        """The optimizer's own noise, then one step's observations from the canary block before its division: the
+        noise it added (noised − summed, in units of its claimed std z·C) and x = noised/c (a present canary adds 1;
+        noise of std σ = z·C/|c|)."""
+        optimizer, block = cast(Any, self._optimizer), cast(Any, self._block)
+        summed = block.summed_grad
+        self._originals["add_noise"]()
+        noised = block.grad.detach()
+        std = float(optimizer.noise_multiplier) * float(optimizer.max_grad_norm)
+        noise = noised - summed
+        self.noise_chi2.append(float(torch.dot(noise, noise)) / std**2 if std > 0 else math.nan)
+        self._probe = noised[:_PROBE].to(torch.float64)  # the divisor, from these coordinates after scale_grad
+        present = torch.cat(self._step_ids) if self._step_ids else torch.zeros(0, dtype=torch.int64)
+        self._counts.index_add_(0, present, torch.ones_like(present))
+        self.batch_rows.append(self._step_rows)
+        self.canary_rows.append(int(present.numel()))
+        self._step_ids, self._step_rows = [], 0
+        self.noise_multipliers.append(float(optimizer.noise_multiplier))
+        self.clip_norms.append(float(optimizer.max_grad_norm))
+        self.contributions.append(math.nan)
+        if self._contribution is None:  # no canary row seen yet: normalised once one shows its clipped contribution
+            self._deferred.append((noised.clone(), std, len(self.contributions) - 1))
+            return
+        for earlier, earlier_std, index in self._deferred:
+            self._accumulate(earlier, earlier_std, index)
+        self._deferred.clear()
+        self._accumulate(noised, std, len(self.contributions) - 1)
+
+    def _group(self) -> dict[str, Any]:
+        """The optimizer's parameter group of the canary block (its last)."""
+        return cast(Any, self._optimizer).original_optimizer.param_groups[-1]
+
+    def _pre_step(self, closure: Callable[[], object] | None = None) -> bool:
+        self._probe = None
+        self._group()["params"] = []  # Opacus's checks and clipping see the model's parameters alone
+        try:
+            proceed = self._originals["pre_step"](closure)
+        finally:
+            self._group()["params"] = [self._block]
+        if self._probe is not None:  # noised and divided: the divisor it applied (least squares, exact to rounding)
+            released = cast(Any, self._block).grad.detach()[:_PROBE].to(torch.float64)
+            norm = float(torch.dot(released, released))
+            self.divisors.append(float(torch.dot(self._probe, released)) / norm if norm > 0 else math.inf)
+            self._probe = None
+        return proceed
+
+    def _accumulate(self, noised: torch.Tensor, noise_std: float, index: int) -> None:
+        """Add one step's observations x = noised/c to the online sums: each step's terms in the block's float32
+        (where no exponent exceeds float32's range; else in float64), summed in float64."""
+        contribution = cast(float, self._contribution)
+        self.contributions[index] = contribution
+        x, terms = self._buffers
+        torch.div(noised, contribution, out=x)
+        sigma = noise_std / abs(contribution)
+        if sigma > 0:
+            torch.sub(x, 0.5, out=terms).div_(sigma * sigma)
+            if float(terms.max()) <= _EXP_CAP32:  # log(1 − q + q·e^u), u = (x − ½)/σ²; e^80 is finite in float32
+                self._all += terms.exp_().mul_(self._rate).add_(1.0 - self._rate).log_()
+            else:
+                self._all += step_log_ratio(x.to(torch.float64), sigma, self._rate)
+        else:
+            self._all.fill_(math.nan)
+        self._sum += x
+        if self._keep:
+            self._observations.append(x.cpu().numpy().copy())
+        x.div_(sigma)  # standardised
+        self._std_sum += x
+        self._std_squares.addcmul_(x, x)
+
+    # ------------------------------------------------------------------------------------------
+    # Results
+    # ------------------------------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Give the optimizer its own methods back and take the canary block out of its parameters; the canaries
+        keep what they recorded (the model and dataset stay wrapped)."""
+        optimizer = cast(Any, self._optimizer)
+        if optimizer is None or getattr(optimizer, "_dpaudit_canaries", None) is not self:
+            return
+        for name in (*self._originals, "zero_grad"):
+            delattr(optimizer, name)
+        del optimizer._dpaudit_canaries
+        groups = optimizer.original_optimizer.param_groups
+        groups[:] = [group for group in groups if not any(p is self._block for p in group["params"])]
+
+    @property
+    def observations(self) -> npt.NDArray[np.float32] | None:
+        """[T, M] float32 x_tj where kept (``keep_observations``), else None."""
+        return np.stack(self._observations) if self._keep and self._observations else None
+
+    def record(self, *, accountant: IAccountant) -> RecordCanaryObservations:
+        """The canaries' record against the accountant's ledger (its ``save`` writes what ``dpaudit audit
+        --canary-record`` scores).
+
+        Raises:
+            DPAuditError: no step yet, no canary row seen yet, or an accountant whose history does not have the
+                canaries' T steps.
+        """
+        if self.steps == 0:
+            raise DPAuditError("the canaries saw no optimizer step yet: attach them, then train")
+        if self._contribution is None:
+            raise DPAuditError("no canary record reached the optimizer yet: train longer or with more canaries")
+        z, q = accountant_ledger(accountant)
+        if z.size != self.steps:
+            raise DPAuditError(
+                f"the accountant recorded {z.size} steps but the canaries saw {self.steps}: attach them before the "
+                "first step, and do not detach them before the report"
+            )
+        clip = np.asarray(self.clip_norms)
+        contribution = np.abs(np.asarray(self.contributions))
+        return RecordCanaryObservations(
+            members=self.members.copy(),
+            noise_multipliers=z,
+            sample_rates=q,
+            noise_std=z * clip / contribution,
+            clip_norm=float(clip[-1]),
+            magnitude=float(self._norm_factor * clip[-1]),
+            contribution=float(contribution[-1]),
+            batch_size=int(round(self.divisors[-1])) if math.isfinite(self.divisors[-1]) else 0,
+            sampling="poisson",
+            all_iterates_scores=self._all.cpu().numpy().copy(),
+            final_model_scores=self._sum.cpu().numpy().copy(),
+            observations=self.observations,
+            standardised_sum=self._std_sum.cpu().numpy().copy(),
+            standardised_sum_of_squares=self._std_squares.cpu().numpy().copy(),
+            member_counts=self._counts.numpy().copy(),
+            divisors=np.asarray(self.divisors, dtype=float),
+            noise_chi2=np.asarray(self.noise_chi2, dtype=float),
+            batch_rows=np.asarray(self.batch_rows, dtype=np.int64),
+            canary_rows=np.asarray(self.canary_rows, dtype=np.int64),
+        )
+
+    def save(self, path: str | Path, *, accountant: IAccountant) -> Path:
+        """Write ``record(accountant=...)`` to ``path`` (npz and its .json sidecar); returns the path."""
+        return self.record(accountant=accountant).save(path)
+
+    def _divisor_findings(self, record: RecordCanaryObservations) -> tuple[list[str], list[str]]:
+        """(findings, notes) on the divisor: one that follows the realised batch, or one computed from the dataset's
+        size that a record added or removed would move (Opacus #819: the scale of every released coordinate then
+        reveals that record, which the accountant's subsampled-Gaussian analysis does not cover)."""
+        findings: list[str] = []
+        notes: list[str] = []
+        divisors = cast(npt.NDArray[np.float64], record.divisors)
+        rows = cast(npt.NDArray[np.int64], record.batch_rows)
+        if not self._mean and np.allclose(divisors, 1.0, rtol=1e-5):
+            return findings, notes
+        if divisors.size > 2 and np.ptp(divisors) > 1e-5 * np.abs(divisors).max() and np.ptp(rows) > 0:
+            correlation = float(np.corrcoef(divisors, rows)[0, 1])
+            if correlation > 0.9:
+                findings.append(
+                    f"the optimizer divides each step by a number that follows the realised batch (correlation "
+                    f"{correlation:.3f} with the rows it clipped): the batch size, which depends on the records, is "
+                    "released; the accountant's subsampled-Gaussian analysis assumes a fixed divisor."
+                )
+            return findings, notes
+        optimizer = cast(Any, self._optimizer)
+        n, rate = len(cast(CanaryDataset, self._dataset)), self._rate
+        divisor = float(np.median(divisors))
+        iterations = divisor / max(float(optimizer.expected_batch_size), 1e-300)
+        expected = int(n * rate)
+        if expected >= 1 and math.isclose(divisor, expected * round(iterations), rel_tol=1e-5):
+            neighbours = {int((n - 1) * rate), int((n + 1) * rate)}
+            if neighbours != {expected}:
+                findings.append(
+                    f"the optimizer divides by ⌊q·n⌋ = {expected} of the dataset's size n = {n}, and one record more "
+                    f"or fewer gives {sorted(neighbours - {expected})}: the scale of every released coordinate "
+                    "reveals whether that record is in the data (Opacus #819/#571), which the accountant's "
+                    "subsampled-Gaussian analysis does not cover; use loss_reduction='sum' or a divisor fixed from "
+                    "public numbers."
+                )
+            else:
+                notes.append(
+                    f"the divisor is ⌊q·n⌋ = {expected} of the dataset's size (Opacus's expected_batch_size); at "
+                    f"n = {n} one record more or fewer does not change it, but it does at other sizes (Opacus #819)."
+                )
+        return findings, notes
+
+    def report(
+        self,
+        *,
+        accountant: IAccountant,
+        delta: float,
+        confidence: float = 0.95,
+        seed: int = 0,
+        family_selection: str = "split",
+    ) -> RecordAuditReport:
+        """Audit the run against the user's accountant: both bounds of both threat models, the run's checks, its ε
+        beside them.
+
+        Args:
+            accountant: the run's Opacus accountant (``privacy_engine.accountant``): its history is the claim.
+            delta: δ in (0, 1) of every ε.
+            confidence: 1 − α of every bound; the flag's false-alarm probability is α.
+            seed: seed of the bounds' held-out halves (fix it before looking at any result).
+            family_selection: "split" or "ledger", as in :func:`dpaudit.audit_whole_run`.
+
+        Returns:
+            A :class:`RecordAuditReport`.
+
+        Raises:
+            DPAuditError: no step yet, a history of another length, bad δ or confidence, an accountant without ε at δ.
+        """
+        record = self.record(accountant=accountant)
+        whole_run = audit_whole_run(
+            statistics=(record.all_iterates_scores, record.final_model_scores, record.spread()),
+            members=record.members,
+            noise_multipliers=record.noise_multipliers,
+            sample_rates=record.sample_rates,
+            noise_std=record.noise_std,
+            delta=delta,
+            confidence=confidence,
+            seed=seed,
+            family_selection=family_selection,
+        )
+        mechanism, claimed = accountant_epsilon(accountant, delta=whole_run.delta)
+        noise_p = record.noise_p_value()
+        flag = validation_flag(
+            canaries=record,
+            epsilon=claimed,
+            delta=whole_run.delta,
+            false_alarm=1.0 - whole_run.confidence,
+            seed=seed,
+            checks={} if noise_p is None else {"noise": noise_p},
+        )
+        findings = claim_findings(flag, mechanism=mechanism)
+        divisor_findings, notes = self._divisor_findings(record)
+        findings += divisor_findings
+        rates, recorded = np.full(self.steps, self._rate), record.sample_rates
+        if not np.allclose(rates, recorded, rtol=1e-6, atol=0):
+            notes.append(
+                f"the loader samples at q = {self._rate:.4g} but the accountant recorded q = {recorded.mean():.4g} "
+                "(mean over steps)"
+            )
+        rows, canary_rows = (
+            cast(npt.NDArray[np.int64], record.batch_rows),
+            cast(npt.NDArray[np.int64], record.canary_rows),
+        )
+        chi2 = cast(npt.NDArray[np.float64], record.noise_chi2)
+        observed = {
+            "real_rows_per_step": float(np.mean(rows - canary_rows)),
+            "canary_rows_per_step": float(np.mean(canary_rows)),
+            "divisor": float(np.median(cast(npt.NDArray[np.float64], record.divisors))),
+            "noise_multiplier": float(np.sqrt(chi2.sum() / (self.members.size * self.steps)))
+            * float(np.mean(record.noise_multipliers)),
+            "noise_multiplier_claimed": float(np.mean(record.noise_multipliers)),
+            "member_presence_mean": float(np.mean(cast(npt.NDArray[np.int64], record.member_counts)[record.members])),
+            "member_presence_expected": float(np.sum(record.sample_rates)),
+        }
+        return RecordAuditReport(
+            whole_run=whole_run,
+            flag=flag,
+            epsilon_accountant=claimed,
+            accountant=mechanism,
+            steps=self.steps,
+            flagged=bool(findings),
+            findings=tuple(findings),
+            notes=tuple(notes),
+            observed=observed,
+            record=record,
+        )

@@ -1,0 +1,280 @@
+"""dpaudit.opacus.RecordCanaries: canaries that are records of the user's dataset, in the user's Opacus loop.
+
+Unit tests (the dataset and model wrappers, the per-sample gradients Opacus computes, the refusals) run by default;
+each misconfiguration of the issue is a small training run with its correct twin, marked ``integration``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+opacus = pytest.importorskip("opacus")
+
+from opacus import GradSampleModule, PrivacyEngine  # noqa: E402
+from opacus.optimizers import DistributedDPOptimizer  # noqa: E402
+from torch.utils.data._utils.collate import default_collate  # noqa: E402
+
+from dpaudit._validation import DPAuditError  # noqa: E402
+from dpaudit.opacus import RecordCanaries, mark_canaries  # noqa: E402
+
+DELTA = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _quiet_single_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    torch.set_num_threads(threads)
+
+
+def _digits(size: int | None = None):
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    images, labels = images[:size], labels[:size]
+    return torch.utils.data.TensorDataset(torch.tensor(images / 16.0, dtype=torch.float32), torch.tensor(labels))
+
+
+def _model():
+    return torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The wrappers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_dataset_holds_the_user_records_then_the_member_canaries():
+    data = _digits(100)
+    canaries = RecordCanaries(num_canaries=50, seed=3)
+    wrapped = canaries.dataset(data)
+    members = int(canaries.members.sum())
+    assert len(wrapped) == 100 + members
+    for index in (0, 57, 99):
+        assert all(torch.equal(a, b) for a, b in zip(wrapped[index], data[index]))
+    inputs, target = wrapped[100]
+    assert math.isnan(float(inputs[0])) and int(inputs[1]) == canaries.member_ids[0]
+    assert torch.equal(torch.as_tensor(target), data[0][1])
+    # the attached loader's vectorised collation gives the same batch as torch's default, row for row as a set
+    positions = [3, 100, 5, 100 + members - 1, 120]
+    batch = wrapped.__getitems__(positions)
+    fast = wrapped.collating(default_collate)(batch)
+    slow = default_collate(list(batch))
+    assert sorted(map(tuple, fast[0].nan_to_num(-1).tolist())) == sorted(map(tuple, slow[0].nan_to_num(-1).tolist()))
+    assert sorted(fast[1].tolist()) == sorted(slow[1].tolist())
+
+
+def test_canary_marks_carry_the_ids_exactly():
+    ids = torch.tensor([0, 1, 2**23 + 5, 2**24 - 1])
+    marked = mark_canaries(ids, template=torch.zeros(1, 8, 8))
+    assert torch.isnan(marked[:, 0, 0, 0]).all() and torch.equal(marked[:, 0, 0, 1].long(), ids)
+    integer = mark_canaries(ids, template=torch.zeros(5, dtype=torch.int64))
+    assert (integer[:, 0] == torch.iinfo(torch.int64).min).all() and torch.equal(integer[:, 1], ids)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_real_rows_get_the_per_sample_gradients_they_get_without_canaries(reduction):
+    """Opacus's hooks on the user's module, with canary rows in the batch: each real row's per-sample gradient is
+    that of its own loss, as in a batch without canary rows (the mean's divisor corrected), and a canary row's
+    gradient on the block is the known slope of the loss at zero output: 1/K − [target = 0] for cross-entropy."""
+    torch.manual_seed(0)
+    data = _digits(40)
+    canaries = RecordCanaries(num_canaries=20, seed=0)
+    wrapped = canaries.dataset(data)
+    module = canaries.model(_model())
+    canaries._mean = reduction == "mean"
+    model = GradSampleModule(module, loss_reduction=reduction)
+    real = [wrapped[i] for i in range(8)]
+    batch = default_collate(real + [wrapped[40 + k] for k in range(5)])
+    torch.nn.functional.cross_entropy(model(batch[0]), batch[1], reduction=reduction).backward()
+    with_canaries = [p.grad_sample.clone() for p in module.parameters()]
+    slopes = torch.cat([slope for _, slope in canaries._pending])
+    expected = 1 / 10 - float(int(data[0][1]) == 0)
+    assert torch.allclose(slopes, torch.full_like(slopes, expected), rtol=1e-5)
+    model.zero_grad()
+    for p in module.parameters():
+        p.grad_sample = None
+    alone = default_collate(real)
+    torch.nn.functional.cross_entropy(model(alone[0]), alone[1], reduction=reduction).backward()
+    for p, before in zip(module.parameters(), with_canaries):
+        assert torch.allclose(p.grad_sample, before, rtol=1e-5, atol=1e-7)
+
+
+def test_cross_record_layers_are_refused_before_training():
+    canaries = RecordCanaries(num_canaries=10)
+    no_affine = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8, affine=False))
+    with pytest.raises(DPAuditError, match=r"layer .1. \(BatchNorm1d\) mixes each record"):
+        canaries.model(no_affine)
+    frozen = torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8))
+    frozen[1].requires_grad_(False)
+    with pytest.raises(DPAuditError, match="not DP"):
+        RecordCanaries(num_canaries=10).model(frozen)
+
+
+def _private(canaries, *, data, batch_size, **options):
+    wrapped, model = canaries.dataset(data), canaries.model(_model())
+    engine = PrivacyEngine(accountant="prv")
+    if options.get("grad_sample_mode") == "ghost":  # it wraps the loss too
+        options["criterion"] = torch.nn.CrossEntropyLoss()
+    made = engine.make_private(
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        data_loader=torch.utils.data.DataLoader(wrapped, batch_size=batch_size),
+        noise_multiplier=options.pop("noise_multiplier", 1.0),
+        max_grad_norm=options.pop("max_grad_norm", 1.0),
+        **options,
+    )
+    return engine, made[0], made[1], made[-1]
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"grad_sample_mode": "ghost"}, "ghost clipping"),
+        ({"clipping": "per_layer", "max_grad_norm": [1.0] * 4}, "per-layer clipping"),
+    ],
+)
+def test_unsupported_optimizers_are_refused_with_their_reason(options, reason):
+    canaries = RecordCanaries(num_canaries=20)
+    *_, optimizer, loader = _private(canaries, data=_digits(100), batch_size=10, **options)
+    with pytest.raises(DPAuditError, match=reason):
+        canaries.attach(optimizer, data_loader=loader)
+
+
+def test_distributed_optimizers_are_refused_with_their_reason():
+    distributed = object.__new__(DistributedDPOptimizer)
+    with pytest.raises(DPAuditError, match="DistributedDataParallel.*single-process"):
+        RecordCanaries(num_canaries=4).attach(distributed, data_loader=None)
+
+
+def test_attach_needs_both_wrappers_and_the_wrapped_loader():
+    canaries = RecordCanaries(num_canaries=20)
+    engine, model, optimizer, loader = _private(canaries, data=_digits(100), batch_size=10)
+    with pytest.raises(DPAuditError, match="iterate the wrapped dataset"):
+        canaries.attach(optimizer, data_loader=torch.utils.data.DataLoader(_digits(100)))
+    with pytest.raises(DPAuditError, match="wrap the dataset"):
+        RecordCanaries(num_canaries=20).attach(optimizer, data_loader=loader)
+    with pytest.raises(DPAuditError, match="train"):
+        canaries.report(accountant=engine.accountant, delta=DELTA)
+
+
+def test_altered_canary_inputs_are_an_error_not_a_silent_audit():
+    torch.manual_seed(0)
+    canaries = RecordCanaries(num_canaries=200)
+    engine, model, optimizer, loader = _private(canaries, data=_digits(200), batch_size=50)
+    canaries.attach(optimizer, data_loader=loader)
+    images, labels = next(iter(loader))
+    with pytest.raises(DPAuditError, match="altered"):
+        model(images * 2.0 + 1.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The run's bugs, each with its correct twin (small runs: ``integration``)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _run(
+    *,
+    canaries=4000,
+    reduction="sum",
+    size=None,
+    batch=64,
+    epochs=3,
+    loop_loader=None,
+    accumulate=1,
+    poisson=True,
+    noise_multiplier=1.0,
+    seed=0,
+):
+    """Train the small model on digits with record-level canaries; the report (flag at 5 % false alarms)."""
+    torch.manual_seed(seed)
+    data = _digits(size)
+    audit = RecordCanaries(num_canaries=canaries, seed=seed)
+    wrapped, model = audit.dataset(data), audit.model(_model())
+    engine = PrivacyEngine(accountant="prv")
+    model, optimizer, loader = engine.make_private(
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        data_loader=torch.utils.data.DataLoader(wrapped, batch_size=wrapped.batch_size_for(batch), shuffle=not poisson),
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=1.0,
+        loss_reduction=reduction,
+        poisson_sampling=poisson,
+    )
+    audit.attach(optimizer, data_loader=loader)
+    iterated = loader if loop_loader is None else loop_loader(wrapped)
+    for _ in range(epochs):
+        for k, (images, labels) in enumerate(iterated):
+            loss = torch.nn.functional.cross_entropy(model(images), labels, reduction=reduction)
+            loss.backward()
+            if (k + 1) % accumulate == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    return audit.report(accountant=engine.accountant, delta=DELTA)
+
+
+@pytest.mark.integration
+def test_correct_run_is_not_flagged_and_its_bounds_hold():
+    report = _run()
+    assert not report.flagged, report.summary()
+    run = report.whole_run
+    assert 0 < run.all_iterates_family.epsilon <= report.epsilon_accountant
+    assert run.all_iterates.epsilon_lower <= run.all_iterates_family.epsilon
+    assert report.observed["canary_rows_per_step"] > 10
+    assert report.observed["divisor"] == pytest.approx(1.0)  # loss_reduction="sum"
+
+
+@pytest.mark.integration
+def test_a_loader_other_than_the_accounted_one_is_flagged():
+    """The loop iterates a rebuilt loader of 4× the batch (shuffled) over the same records; the accountant keeps
+    the make_private loader's q."""
+    report = _run(
+        loop_loader=lambda wrapped: torch.utils.data.DataLoader(
+            wrapped, batch_size=4 * wrapped.batch_size_for(64), shuffle=True
+        ),
+        epochs=4,
+    )
+    assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
+
+
+@pytest.mark.integration
+def test_shuffled_batches_accounted_as_poisson_are_flagged():
+    report = _run(poisson=False, epochs=3)
+    assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
+
+
+@pytest.mark.integration
+def test_manual_accumulation_accounted_as_one_step_per_batch_rate_is_flagged():
+    """Four shuffled batches accumulated into each step: the records reach a step at about 4q, the accountant
+    records q per step."""
+    report = _run(poisson=False, accumulate=4, epochs=4)
+    assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
+
+
+@pytest.mark.integration
+def test_expected_batch_size_normalisation_at_small_n_is_flagged_and_the_sum_twin_is_not():
+    """Opacus #819: a mean-reduced loss is divided by ⌊q·n⌋; with q = 1/2 one record more or fewer moves it."""
+    small = {"canaries": 60, "size": 30, "batch": 15, "epochs": 20}
+    report = _run(reduction="mean", **small)
+    assert report.flagged and any("#819" in finding for finding in report.findings), report.summary()
+    twin = _run(reduction="sum", **small)
+    assert not twin.flagged, twin.summary()
+
+
+@pytest.mark.integration
+def test_noise_scaled_down_by_the_batch_size_is_flagged(monkeypatch):
+    """A bug in the model's own noise (the same call noises the canary block): its std divided by the batch size."""
+    import opacus.optimizers.optimizer as module
+
+    generate = module._generate_noise
+    monkeypatch.setattr(module, "_generate_noise", lambda std, reference, **kw: generate(std / 64, reference, **kw))
+    report = _run()
+    assert report.flagged and "noise" in report.flag.flagged_by, report.summary()
+    assert report.observed["noise_multiplier"] < 0.1
