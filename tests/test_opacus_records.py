@@ -20,6 +20,7 @@ from torch.utils.data._utils.collate import default_collate  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.opacus import RecordCanaries, mark_canaries  # noqa: E402
+from dpaudit.opacus.planted import run_digits  # noqa: E402
 
 DELTA = 1e-5
 
@@ -180,49 +181,9 @@ def test_altered_canary_inputs_are_an_error_not_a_silent_audit():
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _run(
-    *,
-    canaries=4000,
-    reduction="sum",
-    size=None,
-    batch=64,
-    epochs=3,
-    loop_loader=None,
-    accumulate=1,
-    poisson=True,
-    noise_multiplier=1.0,
-    seed=0,
-):
-    """Train the small model on digits with record-level canaries; the report (flag at 5 % false alarms)."""
-    torch.manual_seed(seed)
-    data = _digits(size)
-    audit = RecordCanaries(num_canaries=canaries, seed=seed)
-    wrapped, model = audit.dataset(data), audit.model(_model())
-    engine = PrivacyEngine(accountant="prv")
-    model, optimizer, loader = engine.make_private(
-        module=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
-        data_loader=torch.utils.data.DataLoader(wrapped, batch_size=wrapped.batch_size_for(batch), shuffle=not poisson),
-        noise_multiplier=noise_multiplier,
-        max_grad_norm=1.0,
-        loss_reduction=reduction,
-        poisson_sampling=poisson,
-    )
-    audit.attach(optimizer, data_loader=loader)
-    iterated = loader if loop_loader is None else loop_loader(wrapped)
-    for _ in range(epochs):
-        for k, (images, labels) in enumerate(iterated):
-            loss = torch.nn.functional.cross_entropy(model(images), labels, reduction=reduction)
-            loss.backward()
-            if (k + 1) % accumulate == 0:
-                optimizer.step()
-                optimizer.zero_grad()
-    return audit.report(accountant=engine.accountant, delta=DELTA)
-
-
 @pytest.mark.integration
 def test_correct_run_is_not_flagged_and_its_bounds_hold():
-    report = _run()
+    report = run_digits(None)
     assert not report.flagged, report.summary()
     run = report.whole_run
     assert 0 < run.all_iterates_family.epsilon <= report.epsilon_accountant
@@ -232,49 +193,32 @@ def test_correct_run_is_not_flagged_and_its_bounds_hold():
 
 
 @pytest.mark.integration
-def test_a_loader_other_than_the_accounted_one_is_flagged():
-    """The loop iterates a rebuilt loader of 4× the batch (shuffled) over the same records; the accountant keeps
-    the make_private loader's q."""
-    report = _run(
-        loop_loader=lambda wrapped: torch.utils.data.DataLoader(
-            wrapped, batch_size=4 * wrapped.batch_size_for(64), shuffle=True
-        ),
-        epochs=4,
-    )
-    assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
-
-
-@pytest.mark.integration
-def test_shuffled_batches_accounted_as_poisson_are_flagged():
-    report = _run(poisson=False, epochs=3)
-    assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
-
-
-@pytest.mark.integration
-def test_manual_accumulation_accounted_as_one_step_per_batch_rate_is_flagged():
-    """Four shuffled batches accumulated into each step: the records reach a step at about 4q, the accountant
-    records q per step."""
-    report = _run(poisson=False, accumulate=4, epochs=4)
+@pytest.mark.parametrize("misconfiguration", ["other-loader", "shuffled-as-poisson", "manual-accumulation"])
+def test_sampling_other_than_the_accounted_is_flagged_by_presence(misconfiguration):
+    """Another loader (4× the batch), shuffled batches accounted as Poisson, 4 batches accumulated per step: the
+    members reach the optimizer at other rates, or less independently, than the accountant's q (ε = 4 claimed)."""
+    report = run_digits(misconfiguration)
     assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
 
 
 @pytest.mark.integration
 def test_expected_batch_size_normalisation_at_small_n_is_flagged_and_the_sum_twin_is_not():
     """Opacus #819: a mean-reduced loss is divided by ⌊q·n⌋; with q = 1/2 one record more or fewer moves it."""
-    small = {"canaries": 60, "size": 30, "batch": 15, "epochs": 20}
-    report = _run(reduction="mean", **small)
+    small = {"canaries": 60, "records": 30, "batch": 15, "epochs": 20}
+    report = run_digits("expected-batch-small-n", **small)
     assert report.flagged and any("#819" in finding for finding in report.findings), report.summary()
-    twin = _run(reduction="sum", **small)
+    twin = run_digits(None, reduction="sum", **small)
     assert not twin.flagged, twin.summary()
 
 
 @pytest.mark.integration
-def test_noise_scaled_down_by_the_batch_size_is_flagged(monkeypatch):
+def test_noise_scaled_down_by_the_batch_size_is_flagged():
     """A bug in the model's own noise (the same call noises the canary block): its std divided by the batch size."""
-    import opacus.optimizers.optimizer as module
-
-    generate = module._generate_noise
-    monkeypatch.setattr(module, "_generate_noise", lambda std, reference, **kw: generate(std / 64, reference, **kw))
-    report = _run()
+    report = run_digits("noise-over-batch")
     assert report.flagged and "noise" in report.flag.flagged_by, report.summary()
     assert report.observed["noise_multiplier"] < 0.1
+
+
+def test_an_unknown_misconfiguration_is_a_one_line_error():
+    with pytest.raises(DPAuditError, match="misconfiguration must be one of"):
+        run_digits("reseeded")

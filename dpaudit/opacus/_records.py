@@ -315,14 +315,15 @@ class RecordCanaryObservations(RunCanaryObservations):
 
     def noise_p_value(self) -> float | None:
         """Two-sided p-value of "the optimizer added Gaussian noise of std z_t·C_t to every coordinate of the canary
-        block" from the measured noise: Σ_t χ²_t against χ² with M·T degrees of freedom (normal approximation)."""
+        block" from the measured noise: Σ_t χ²_t against the χ² distribution with M·T degrees of freedom (each tail,
+        doubled)."""
         if self.noise_chi2 is None or self.steps == 0:
             return None
         from scipy import stats
 
-        freedom = float(self.members.size * self.steps)
+        freedom = self.members.size * self.steps
         total = float(np.sum(self.noise_chi2))
-        return float(2 * stats.norm.sf(abs(total - freedom) / math.sqrt(2 * freedom)))
+        return min(1.0, 2 * float(min(stats.chi2.cdf(total, freedom), stats.chi2.sf(total, freedom))))
 
     def save(self, path: str | Path) -> Path:
         """Write the record (the statistics and the ledger; not the run's measured sampling) for ``dpaudit audit
