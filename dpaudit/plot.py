@@ -153,3 +153,176 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
             fontsize=6.5 if many else 7,
         )
         return save_figure(fig, stem)
+
+
+def plot_whole_run(
+    report,
+    *,
+    stem: str | Path,
+    title: str,
+    claimed_epsilon: float | None = None,
+    claim_label: str | None = None,
+) -> list[Path]:
+    """Draw a whole-run canary audit in two panels: the ROC curves of its statistics and every ε beside the claims.
+
+    Left, the log–log ROC curves of the all-iterates statistic Λ and the final-model statistic Σ_t x_t (those the
+    report audited), with TPR at its FPR targets. Right, one bar per ε (nats, at the report's δ), each legend entry
+    saying what it is: the ledger's ε (PLD; a guarantee if the run is the mechanism its ledger describes), the
+    optional claimed ε (e.g. the run's own accountant's), and the lower bounds at the report's confidence: for each
+    statistic the family bound (valid if the run is a composed Poisson-subsampled Gaussian with its q_t and T) and the
+    assumption-free Clopper–Pearson bound. A lower bound above a guarantee refutes it (at that confidence, under that
+    bound's assumption).
+
+    Args:
+        report: a :class:`dpaudit.audit.WholeRunReport` (e.g. ``OpacusAuditReport.whole_run``).
+        stem: output path without suffix (PDF and PNG are written).
+        title: the figure's title (state the run: dataset, model, the ε it was calibrated to).
+        claimed_epsilon: the ε (nats, at the report's δ) the run claims besides its ledger's, e.g. its accountant's;
+            None: no such bar.
+        claim_label: what ``claimed_epsilon`` is, e.g. "PRV accountant" (None: "claimed"); unused without it.
+
+    Returns:
+        The written paths (PDF, PNG).
+
+    Raises:
+        DPAuditError: a report that is not a ``WholeRunReport`` or audits neither the all-iterates nor the
+            final-model statistic, a claimed ε that is not a finite number ≥ 0, a claim label that is not a string.
+    """
+    import math
+
+    import matplotlib.pyplot as plt  # lazily: ``import dpaudit`` does not load matplotlib
+
+    from dpaudit._validation import DPAuditError
+    from dpaudit.audit import WholeRunReport
+
+    if not isinstance(report, WholeRunReport):
+        raise DPAuditError(f"plot_whole_run takes a dpaudit.audit.WholeRunReport, got {type(report).__name__}")
+    statistics = [
+        (name, getattr(report, key), getattr(report, f"{key}_family"))
+        for name, key in (("all iterates (Λ)", "all_iterates"), ("final model (Σ x_t)", "final_model"))
+        if getattr(report, key) is not None
+    ]
+    if not statistics:
+        raise DPAuditError("the report audits neither the all-iterates nor the final-model statistic: nothing to plot")
+    if claimed_epsilon is not None and (
+        isinstance(claimed_epsilon, bool)
+        or not isinstance(claimed_epsilon, (int, float))
+        or not math.isfinite(claimed_epsilon)
+        or claimed_epsilon < 0
+    ):
+        raise DPAuditError(f"claimed_epsilon must be a finite number ≥ 0 (nats) or None, got {claimed_epsilon!r}")
+    if claim_label is not None and not isinstance(claim_label, str):
+        raise DPAuditError(f"claim_label must be a string or None, got {type(claim_label).__name__}")
+
+    level = f"{100 * report.confidence:g} %"
+    # (tick, legend entry, ε, colour, hatch): the guarantees first, then each statistic's family and assumption-free
+    # bound; the legend entry says what the ε is (guarantee or lower bound, its confidence, its assumption)
+    bars: list[tuple[str, str, float, tuple[float, float, float], str]] = [
+        (
+            "ledger (PLD)",
+            f"ledger ε (PLD) = {report.epsilon_pld:.2f}: a guarantee if the run is the mechanism its ledger describes",
+            float(report.epsilon_pld),
+            _TAB20[14],
+            "",
+        )
+    ]
+    if claimed_epsilon is not None:
+        name = claim_label or "claimed"
+        bars.append(
+            (
+                name,
+                f"{name} ε = {claimed_epsilon:.2f}: the run's claimed guarantee",
+                float(claimed_epsilon),
+                _TAB20[15],
+                "",
+            )
+        )
+    for index, (name, audit, family) in enumerate(statistics):
+        colour = _FALLBACK[index]
+        short = name.split(" (")[0]
+        if family is not None:
+            capped = " (capped: the grid's strongest hypothesis)" if family.capped else ""
+            bars.append(
+                (
+                    f"{short}: family",
+                    f"{name}: ε ≥ {family.epsilon:.2f}{capped}, lower bound at {100 * family.confidence:g} % "
+                    "(family bound: assumes a composed subsampled Gaussian)",
+                    float(family.epsilon),
+                    colour,
+                    "//",
+                )
+            )
+        bars.append(
+            (
+                f"{short}: assumption-free",
+                f"{name}: ε ≥ {audit.epsilon_lower:.2f}, lower bound at {100 * audit.confidence:g} % "
+                "(assumption-free, Clopper–Pearson)",
+                float(audit.epsilon_lower),
+                colour,
+                "",
+            )
+        )
+
+    with figure_style():
+        fig, (roc_ax, eps_ax) = plt.subplots(
+            1, 2, figsize=(10.0, 4.2), gridspec_kw={"width_ratios": [1.0, 1.25], "wspace": 0.45}
+        )
+        smallest = 1.0
+        for index, (name, audit, _) in enumerate(statistics):
+            fpr = np.asarray(audit.roc["fpr"], dtype=float)
+            tpr = np.asarray(audit.roc["tpr"], dtype=float)
+            keep = (fpr > 0) & (tpr > 0)
+            smallest = min(smallest, 1.0 / max(audit.n_nonmembers, 1))
+            tprs = "; ".join(
+                f"{100 * float(target):g} %: " + tpr_text(float(target), float(value), n_nonmembers=audit.n_nonmembers)
+                for target, value in audit.tpr_at_fpr.items()
+            )
+            colour = _FALLBACK[index]
+            roc_ax.plot(fpr[keep], tpr[keep], color=colour, label=f"{name}: AUC {audit.auc:.3f},\nTPR at FPR {tprs}")
+            for target, value in audit.tpr_at_fpr.items():
+                if resolved(float(target), n_nonmembers=audit.n_nonmembers):
+                    roc_ax.plot(
+                        [float(target)],
+                        [max(float(value), 1e-12)],
+                        marker="o",
+                        color=colour,
+                        markersize=5,
+                        markeredgecolor="black",
+                        markeredgewidth=0.8,
+                        zorder=5,
+                    )
+        roc_ax.plot([smallest, 1], [smallest, 1], color="grey", linestyle=":", linewidth=1, label="chance")
+        roc_ax.set_xscale("log")
+        roc_ax.set_yscale("log")
+        roc_ax.set_xlim(smallest, 1)
+        roc_ax.set_ylim(smallest, 1.05)
+        roc_ax.set_xlabel("false-positive rate")
+        roc_ax.set_ylabel("true-positive rate")
+        roc_ax.set_title(
+            f"ROC of the canaries ({statistics[0][1].n_members} members, {statistics[0][1].n_nonmembers} non-members)"
+        )
+        roc_ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.16),
+            fontsize=6.5,
+            title_fontsize=7,
+            title="TPR at FPR (dots; none below the FPR resolution 1/n)",
+        )
+
+        rows = np.arange(len(bars))[::-1]  # the first bar on top
+        for row, (_, label, value, colour, hatch) in zip(rows, bars):
+            eps_ax.barh(
+                row, value, height=0.7, color=colour, hatch=hatch, edgecolor="black", linewidth=0.6, label=label
+            )
+            eps_ax.annotate(
+                f"{value:.2f}", (value, row), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7
+            )
+        eps_ax.axvline(report.epsilon_pld, color="black", linestyle="--", linewidth=0.8)
+        eps_ax.set_yticks(rows, [tick for tick, *_ in bars], fontsize=7)
+        eps_ax.grid(axis="y", visible=False)
+        eps_ax.set_xlim(0, 1.15 * max(value for _, _, value, _, _ in bars) + 1e-9)
+        eps_ax.set_xlabel(f"ε (nats) at δ = {report.delta:g}")
+        eps_ax.set_title(f"ε: guarantees (claims) and lower bounds at {level}")
+        eps_ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=6.5)
+        fig.suptitle(title)
+        return save_figure(fig, stem)

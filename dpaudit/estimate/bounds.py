@@ -32,7 +32,7 @@ from dpaudit._validation import (
     check_seed,
     check_split_sizes,
 )
-from dpaudit.estimate.counts import ScoreCounts, _certify, _cp_upper, _kov_epsilon
+from dpaudit.estimate.counts import ScoreCounts, _best_threshold, _certify, _cp_upper, _kov_epsilon
 
 GAUSSIAN_SELECTION_FRACTION = 0.2
 """Share of each class the "gaussian" selection fits on; the rest certifies."""
@@ -276,13 +276,14 @@ class SplitSelection(_HeldOutSelection):
         sel_n, cert_n = self.split(nonmembers.size, rng)
         chosen = ScoreCounts.from_scores(member_scores=members[sel_m], nonmember_scores=nonmembers[sel_n])
         alpha_fp, alpha_fn = self.side_alphas(alpha)
-        bound = _kov_epsilon(
-            _cp_upper(chosen.fp, chosen.n_nonmembers, alpha_fp),
-            _cp_upper(chosen.fn, chosen.n_members, alpha_fn),
-            delta,
+        # the largest bound; ties → the largest TPR − FPR, then the last (np.lexsort((youden, bound))[-1])
+        best = _best_threshold(
+            lambda fpr_u, fnr_u: _kov_epsilon(fpr_u, fnr_u, delta),
+            chosen,
+            alpha_fp=alpha_fp,
+            alpha_fn=alpha_fn,
+            youden=chosen.tpr - chosen.fpr,
         )
-        youden = chosen.tpr - chosen.fpr
-        best = int(np.lexsort((youden, bound))[-1])  # largest bound; ties → largest TPR − FPR
         cut = chosen.gap_threshold(best)
         return self._certify_cut(cut, members[cert_m], nonmembers[cert_n], delta, alpha, seed)
 
@@ -391,9 +392,11 @@ class BonferroniSelection(ThresholdSelection):
         Returns:
             An :class:`EpsilonBound` for the best threshold of the simultaneous band.
         """
-        fpr_upper, fnr_upper = self.band(counts, alpha)
         alpha_fp, alpha_fn = self.side_alphas(alpha, n_members=counts.n_members, n_nonmembers=counts.n_nonmembers)
-        best = int(np.argmax(_kov_epsilon(fpr_upper, fnr_upper, delta)))
+        # np.argmax of the KOV ε over the band (:meth:`band`), without inverting every count
+        best = _best_threshold(
+            lambda fpr_u, fnr_u: _kov_epsilon(fpr_u, fnr_u, delta), counts, alpha_fp=alpha_fp, alpha_fn=alpha_fn
+        )
         fp = int(counts.fp[best])
         fn = int(counts.fn[best])
         epsilon, fpr_u, fnr_u = _certify(fp, counts.n_nonmembers, fn, counts.n_members, delta, alpha_fp, alpha_fn)

@@ -9,7 +9,9 @@ the ROC, the AUC, TPR at FPR, the eq. 20 point estimate and the simultaneous bou
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import overload
 
 import numpy as np
@@ -22,8 +24,33 @@ from dpaudit._validation import DPAuditError, check_alpha, check_counts, check_d
 # ----------------------------------------------------------------------------------------------
 
 
+#: Count arrays at least this long, of one n, go through :class:`_CountBounds` (each distinct count inverted once).
+_CP_DISTINCT_MIN = 256
+#: The largest n whose bounds :func:`_count_bounds` keeps (an array of 8·(n + 1) bytes: 16 MiB).
+_CP_CACHE_MAX_N = 1 << 21
+
+
 def _cp_upper(k: npt.ArrayLike, n: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
-    """One-sided Clopper–Pearson upper bound u: P[Binom(n, u) ≤ k] = α; u = 1 where k = n."""
+    """One-sided Clopper–Pearson upper bound u: P[Binom(n, u) ≤ k] = α; u = 1 where k = n.
+
+    A long integer array of counts ``k`` of one ``n`` (a number) is inverted once per distinct count (the counts of
+    every threshold of a score set repeat: they take at most n + 1 values), through the cache of
+    :func:`_count_bounds` where n ≤ :data:`_CP_CACHE_MAX_N`: the same numbers, bit for bit, as one inversion per
+    entry (:func:`_cp_upper_each`).
+    """
+    k = np.asarray(k)
+    if np.ndim(n) == 0 and k.ndim >= 1 and k.size >= _CP_DISTINCT_MIN and k.dtype.kind in "iu":
+        trials = float(np.asarray(n))
+        if trials.is_integer() and 0 <= int(k.min()) and int(k.max()) <= trials:
+            if trials <= _CP_CACHE_MAX_N:
+                return _count_bounds(int(trials), float(alpha))(k)
+            distinct, inverse = np.unique(k, return_inverse=True)
+            return _cp_upper_each(distinct, trials, alpha)[inverse.reshape(k.shape)]
+    return _cp_upper_each(k, n, alpha)
+
+
+def _cp_upper_each(k: npt.ArrayLike, n: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
+    """:func:`_cp_upper`, one inversion per entry."""
     from scipy import special
 
     k = np.asarray(k, dtype=float)
@@ -33,6 +60,100 @@ def _cp_upper(k: npt.ArrayLike, n: npt.ArrayLike, alpha: float) -> npt.NDArray[n
     # so that tiny α (Bonferroni) keeps full relative precision.
     upper = special.betainccinv(k + 1.0, np.where(full, 1.0, n - k), alpha)
     return np.where(full, 1.0, upper)
+
+
+class _CountBounds:
+    """The Clopper–Pearson upper bounds (:func:`_cp_upper_each`) of counts 0…n of n trials at level α, each count
+    inverted when first asked for and kept: calling it on integer counts returns their bounds, bit for bit those of
+    :func:`_cp_upper_each`."""
+
+    def __init__(self, n: int, alpha: float) -> None:
+        self.n, self.alpha = n, alpha
+        self._bounds = np.full(n + 1, np.nan)  # NaN: not inverted yet (no valid count's bound is NaN)
+
+    def __call__(self, k: npt.NDArray[np.integer]) -> npt.NDArray[np.float64]:
+        bounds = self._bounds[k]
+        missing = np.isnan(bounds)
+        if missing.any():
+            new = np.unique(k[missing])
+            self._bounds[new] = _cp_upper_each(new, self.n, self.alpha)
+            bounds = self._bounds[k]
+        return bounds
+
+
+def _count_bounds(n: int, alpha: float) -> _CountBounds:
+    """The :class:`_CountBounds` of n and α: for n ≤ :data:`_CP_CACHE_MAX_N` one shared by every caller (the audits
+    of one run's statistics share their class sizes and α), else a new one."""
+    return _shared_count_bounds(n, alpha) if n <= _CP_CACHE_MAX_N else _CountBounds(n, alpha)
+
+
+@lru_cache(maxsize=8)
+def _shared_count_bounds(n: int, alpha: float) -> _CountBounds:
+    return _CountBounds(n, alpha)
+
+
+#: Every this many thresholds :func:`_best_threshold` inverts first; the rest only where they could win.
+_SCOUT_STRIDE = 64
+
+
+def _best_threshold(
+    score: Callable[[npt.NDArray[np.float64], npt.NDArray[np.float64]], npt.NDArray[np.float64]],
+    counts: ScoreCounts,
+    *,
+    alpha_fp: float,
+    alpha_fn: float,
+    youden: npt.NDArray[np.float64] | None = None,
+) -> int:
+    """The index of the threshold of ``counts`` whose ``score(FPR_u, FNR_u)`` is largest, with Clopper–Pearson
+    upper bounds FPR_u = u(FP; N, ``alpha_fp``) and FNR_u = u(FN; P, ``alpha_fn``), without inverting every count.
+
+    ``score`` must be elementwise and non-increasing in both bounds (a larger FPR or FNR bound never scores
+    higher), as the KOV ε and the Gaussian-DP μ are. Ties go as ``np.argmax(scores)`` breaks them (the first
+    index) or, with ``youden`` (one value per threshold), as ``np.lexsort((youden, scores))[-1]`` does (the
+    largest ``youden``, then the last index): the result is that index exactly.
+
+    Every :data:`_SCOUT_STRIDE`-th threshold (and the last) is scored first. Between two scored thresholds
+    a < b, FP ≥ FP(a) and FN ≥ FN(b) (FP grows and FN falls along the thresholds), so no threshold there scores
+    above score(u(FP(a)), u(FN(b))); only the gaps whose bound could beat (or tie with a better tie-break than)
+    the best scored threshold are scored in full, until none is left. The bound is inflated by 10⁻¹² relative
+    before it is compared, so rounding in ``score`` cannot hide a winner. Each count's bound is the same
+    inversion as in :func:`_cp_upper_each`, so the scores compared are bit for bit those of every threshold.
+    """
+    fp_bounds = _count_bounds(counts.n_nonmembers, float(alpha_fp))
+    fn_bounds = _count_bounds(counts.n_members, float(alpha_fn))
+    fp, fn = counts.fp, counts.fn
+    size = fp.size
+    scored = np.unique(np.r_[np.arange(0, size, _SCOUT_STRIDE), size - 1])
+    scores = np.empty(size)
+    known = np.zeros(size, dtype=bool)
+    scores[scored] = score(fp_bounds(fp[scored]), fn_bounds(fn[scored]))
+    known[scored] = True
+    low, high = scored[:-1] + 1, scored[1:] - 1  # each gap's first and last threshold
+    inside = low <= high
+    low, high = low[inside], high[inside]
+    bound = np.array(score(fp_bounds(fp[low - 1]), fn_bounds(fn[high + 1])), dtype=float)
+    finite = np.isfinite(bound)
+    bound[finite] += 1e-12 * np.abs(bound[finite])
+    top = np.empty(0)  # with youden: each gap's largest
+    if youden is not None and low.size:
+        top = np.maximum.reduceat(youden, np.ravel(np.column_stack([low, high + 1])))[::2]
+    pending = np.ones(low.size, dtype=bool)
+    while True:
+        done = np.flatnonzero(known)
+        if youden is None:
+            best = int(done[np.argmax(scores[done])])
+            beats = (bound > scores[best]) | ((bound >= scores[best]) & (low < best))
+        else:
+            best = int(done[np.lexsort((youden[done], scores[done]))[-1]])
+            tie = (top > youden[best]) | ((top == youden[best]) & (high > best))
+            beats = (bound > scores[best]) | ((bound >= scores[best]) & tie)
+        todo = np.flatnonzero(pending & beats)
+        if todo.size == 0:
+            return best
+        pending[todo] = False
+        index = np.concatenate([np.arange(low[j], high[j] + 1) for j in todo])
+        scores[index] = score(fp_bounds(fp[index]), fn_bounds(fn[index]))
+        known[index] = True
 
 
 def _cp_lower(k: npt.ArrayLike, n: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
@@ -107,7 +228,7 @@ def clopper_pearson_upper(k: npt.ArrayLike, n: npt.ArrayLike, *, alpha: float) -
     """
     k_arr, n_arr = check_counts(k, n)
     alpha = check_alpha(alpha)
-    upper = _cp_upper(k_arr, n_arr, alpha)
+    upper = _cp_upper(k_arr, int(n_arr.flat[0]) if np.ndim(n) == 0 else n_arr, alpha)
     return float(upper) if upper.ndim == 0 else upper
 
 

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from dpaudit._validation import check_confidence, check_delta, check_positive, check_scores
 from dpaudit.estimate.bounds import BonferroniSelection
-from dpaudit.estimate.counts import ScoreCounts
+from dpaudit.estimate.counts import ScoreCounts, _best_threshold, _cp_upper
 
 
 def _gdp_log_delta(mu: float, epsilon: float) -> float:
@@ -148,17 +148,25 @@ class GDPEstimate:
 
         delta = check_delta(delta, allow_zero=False)
         alpha = check_confidence(confidence)
-        fpr_upper, fnr_upper = BonferroniSelection().band(counts, alpha)
-        # Φ⁻¹(1 − x) = −Φ⁻¹(x); upper bounds are > 0, so no NaN (a bound of 1 gives −inf).
-        mus = -special.ndtri(fpr_upper) - special.ndtri(fnr_upper)
-        best = int(np.argmax(mus))
-        mu = max(0.0, float(mus[best]))
+        alpha_fp, alpha_fn = BonferroniSelection().side_alphas(
+            alpha, n_members=counts.n_members, n_nonmembers=counts.n_nonmembers
+        )
+
+        def mus(fpr_upper: np.ndarray, fnr_upper: np.ndarray) -> np.ndarray:
+            # Φ⁻¹(1 − x) = −Φ⁻¹(x); upper bounds are > 0, so no NaN (a bound of 1 gives −inf).
+            return -special.ndtri(fpr_upper) - special.ndtri(fnr_upper)
+
+        # np.argmax of μ over the simultaneous band (BonferroniSelection.band), without inverting every count
+        best = _best_threshold(mus, counts, alpha_fp=alpha_fp, alpha_fn=alpha_fn)
+        fpr_upper = _cp_upper(counts.fp[best : best + 1], counts.n_nonmembers, alpha_fp)
+        fnr_upper = _cp_upper(counts.fn[best : best + 1], counts.n_members, alpha_fn)
+        mu = max(0.0, float(mus(fpr_upper, fnr_upper)[0]))
         return cls(
             _gdp_epsilon(mu, delta),
             mu,
             float(counts.thresholds[best]),
-            float(fpr_upper[best]),
-            float(fnr_upper[best]),
+            float(fpr_upper[0]),
+            float(fnr_upper[0]),
             counts.n_members,
             counts.n_nonmembers,
             delta,
