@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +147,8 @@ class CanaryDataset(torch.utils.data.Dataset):
     def _rows(self, positions: npt.NDArray[np.int64]) -> list[_CanaryRow]:
         """The canary records at these dataset positions, built at once (or from the cache)."""
         if self._cache is not None:
-            cache = self._cache
-            return [cache[k] for k in (positions - self.size).tolist()]
+            rows = operator.itemgetter(*(positions - self.size).tolist())(self._cache)
+            return list(rows) if isinstance(rows, tuple) and type(rows) is not _CanaryRow else [rows]
         ids = self.member_ids[positions - self.size]
         inputs = mark_canaries(torch.from_numpy(ids), template=self.template)
         return [_CanaryRow.of(row, self.target, int(i)) for row, i in zip(inputs.unbind(0), ids.tolist())]
@@ -464,6 +465,7 @@ class RecordCanaries:
         self._step_ids: list[torch.Tensor] = []  # canary rows clipped into the coming step
         self._step_rows = 0
         self._probe: torch.Tensor | None = None
+        self._block_group: dict[str, Any] = {}
         self._contribution: float | None = None
         self._deferred: list[tuple[torch.Tensor, float, int]] = []  # steps noised before a canary row was seen
         self._rate = 0.0
@@ -553,7 +555,11 @@ class RecordCanaries:
         self._block = torch.zeros(self.members.size, device=reference.device, dtype=reference.dtype, requires_grad=True)
         self._reset_sums()
         self._mean = optimizer.loss_reduction == "mean"
+        # the block's group: empty but for add_noise and scale_grad (``_clip_and_accumulate`` to ``_pre_step``'s
+        # end), so that no check, clipping, zero_grad or update of the optimizer's own sees it
         optimizer.original_optimizer.add_param_group({"params": [self._block], "lr": 0.0})
+        self._block_group = optimizer.original_optimizer.param_groups[-1]
+        self._block_group["params"] = []
         originals = {name: getattr(optimizer, name) for name in ("clip_and_accumulate", "add_noise", "pre_step")}
         self._originals = originals
         optimizer.clip_and_accumulate = self._clip_and_accumulate
@@ -573,14 +579,12 @@ class RecordCanaries:
     # ------------------------------------------------------------------------------------------
 
     def _check_ids(self, values: torch.Tensor) -> torch.Tensor:
-        ids = values.to(torch.float64)
-        count = self.members.size
-        if not bool(torch.all((ids == torch.round(ids)) & (ids >= 0) & (ids < count))):
+        ids = values.to(torch.int64).cpu()
+        if not bool(torch.all((ids == values.cpu()) & (ids >= 0) & (ids < self.members.size))):  # an exact id
             raise DPAuditError(
                 "a canary input reached the model altered (its id is not a canary's): pass the loader's inputs to "
                 "the model unchanged, or normalise them in the dataset's transform"
             )
-        ids = ids.to(torch.int64).cpu()
         if not bool(self._members_t[ids].all()):
             raise DPAuditError("a non-member canary reached the model: its record is not in the dataset")
         return ids
@@ -640,8 +644,11 @@ class RecordCanaries:
         self._originals["add_noise"]()
         noised = block.grad.detach()
         std = float(optimizer.noise_multiplier) * float(optimizer.max_grad_norm)
-        noise = noised - summed
-        self.noise_chi2.append(float(torch.dot(noise, noise)) / std**2 if std > 0 else math.nan)
+        # ‖noised − summed‖² without a temporary: summed is the few present canaries' contributions
+        squares = (
+            float(torch.dot(noised, noised)) - 2 * float(torch.dot(noised, summed)) + float(torch.dot(summed, summed))
+        )
+        self.noise_chi2.append(squares / std**2 if std > 0 else math.nan)
         self._probe = noised[:_PROBE].to(torch.float64)  # the divisor, from these coordinates after scale_grad
         present = torch.cat(self._step_ids) if self._step_ids else torch.zeros(0, dtype=torch.int64)
         self._counts.index_add_(0, present, torch.ones_like(present))
@@ -660,21 +667,22 @@ class RecordCanaries:
         self._accumulate(noised, std, len(self.contributions) - 1)
 
     def _group(self) -> dict[str, Any]:
-        """The optimizer's parameter group of the canary block (its last)."""
-        return cast(Any, self._optimizer).original_optimizer.param_groups[-1]
+        """The optimizer's parameter group of the canary block."""
+        return self._block_group
 
     def _pre_step(self, closure: Callable[[], object] | None = None) -> bool:
         self._probe = None
-        self._group()["params"] = []  # Opacus's checks and clipping see the model's parameters alone
         try:
             proceed = self._originals["pre_step"](closure)
         finally:
-            self._group()["params"] = [self._block]
+            self._group()["params"] = []
+        block = cast(Any, self._block)
         if self._probe is not None:  # noised and divided: the divisor it applied (least squares, exact to rounding)
-            released = cast(Any, self._block).grad.detach()[:_PROBE].to(torch.float64)
+            released = block.grad.detach()[:_PROBE].to(torch.float64)
             norm = float(torch.dot(released, released))
             self.divisors.append(float(torch.dot(self._probe, released)) / norm if norm > 0 else math.inf)
             self._probe = None
+            block.grad = block.summed_grad = block.grad_sample = None  # a step Opacus skipped keeps its sum
         return proceed
 
     def _accumulate(self, noised: torch.Tensor, noise_std: float, index: int) -> None:
@@ -686,7 +694,7 @@ class RecordCanaries:
         torch.div(noised, contribution, out=x)
         sigma = noise_std / abs(contribution)
         if sigma > 0:
-            torch.sub(x, 0.5, out=terms).div_(sigma * sigma)
+            torch.mul(x, 1.0 / (sigma * sigma), out=terms).sub_(0.5 / (sigma * sigma))
             if float(terms.max()) <= _EXP_CAP32:  # log(1 − q + q·e^u), u = (x − ½)/σ²; e^80 is finite in float32
                 self._all += terms.exp_().mul_(self._rate).add_(1.0 - self._rate).log_()
             else:
@@ -714,7 +722,7 @@ class RecordCanaries:
             delattr(optimizer, name)
         del optimizer._dpaudit_canaries
         groups = optimizer.original_optimizer.param_groups
-        groups[:] = [group for group in groups if not any(p is self._block for p in group["params"])]
+        groups[:] = [group for group in groups if group is not self._group()]
 
     @property
     def observations(self) -> npt.NDArray[np.float32] | None:
