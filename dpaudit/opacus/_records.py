@@ -50,6 +50,11 @@ REFUSED_OPTIMIZERS = {
         "add a bound and change the model's noise: use flat clipping, or CanaryAudit (the configuration check)"
     ),
     "AdaClipDPOptimizer": "adaptive clipping moves C from the clipped norms, which the canary rows would enter",
+    "AcceleratedOptimizer": (
+        "Hugging Face accelerate wraps the optimizer (the transformers Trainer does), and the Trainer iterates its own "
+        "DataLoader of train_dataset (shuffled batches, not make_private's Poisson loader) and calls the model with "
+        "keyword inputs: audit the model in a plain PyTorch or Lightning loop"
+    ),
 }
 #: Modules that mix a record with its batch-mates in training mode: per-sample clipping no longer bounds one
 #: record's influence, whatever their affine parameters (Opacus refuses them only when they are trainable).
@@ -535,6 +540,8 @@ class RecordCanaries:
             DPAuditError: an optimizer the canaries refuse (with the reason), a model or dataset not wrapped, a
                 loader over another dataset, a second attach.
         """
+        if any(cls.__name__ == "LightningOptimizer" for cls in type(optimizer).__mro__):
+            optimizer = optimizer.optimizer  # Lightning's self.optimizers(): its strategy steps the one it wraps
         for cls in type(optimizer).__mro__:
             if cls.__name__ in REFUSED_OPTIMIZERS:
                 raise DPAuditError(
