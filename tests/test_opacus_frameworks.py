@@ -1,4 +1,4 @@
-"""dpaudit.opacus.RecordCanaries inside training frameworks: PyTorch Lightning.
+"""dpaudit.opacus.RecordCanaries inside training frameworks: PyTorch Lightning; the Hugging Face Trainer refused.
 
 The plain API (``dataset``, ``model``, ``attach``, ``report``) works unchanged in a Lightning run: Lightning steps
 the ``DPOptimizer`` itself, through ``step(closure)`` (Opacus runs the closure, then ``pre_step``, which the
@@ -21,6 +21,7 @@ L = pytest.importorskip("lightning")
 from opacus import PrivacyEngine  # noqa: E402
 from opacus.data_loader import DPDataLoader  # noqa: E402
 
+from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.opacus import RecordCanaries  # noqa: E402
 
 DELTA = 1e-5
@@ -215,3 +216,75 @@ def test_lightning_training_on_a_plain_loader_instead_of_the_dp_one_is_flagged()
     report = canaries.report(accountant=engine.accountant, delta=DELTA)
     assert report.steps == _accounted_steps(engine.accountant) == trainer.global_step
     assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Wrapped optimizers: Lightning's (taken), Hugging Face accelerate's (refused with the reason)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _private_digits(canaries):
+    data, model = canaries.dataset(_digits()), canaries.model(_model())
+    engine = PrivacyEngine(accountant="prv")
+    model, optimizer, loader = engine.make_private(
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        data_loader=torch.utils.data.DataLoader(data, batch_size=data.batch_size_for(BATCH)),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        loss_reduction="sum",
+    )
+    return engine, model, optimizer, loader
+
+
+def test_attach_takes_lightnings_wrapper_and_observes_the_dp_optimizer_it_wraps():
+    from lightning.pytorch.core.optimizer import LightningOptimizer
+
+    canaries = RecordCanaries(num_canaries=40)
+    _, _, optimizer, loader = _private_digits(canaries)
+    canaries.attach(LightningOptimizer(optimizer), data_loader=loader)
+    assert optimizer._dpaudit_canaries is canaries and optimizer.pre_step == canaries._pre_step
+    assert optimizer.original_optimizer.param_groups[-1]["params"] == [canaries._block]
+
+
+class AttachedInAHook(PrivateBeforeFit):
+    """The canaries attached in ``on_train_start`` to ``self.optimizers()``, Lightning's wrapper."""
+
+    def __init__(self, canaries, *private):
+        super().__init__(*private, "sum")
+        self.canaries = canaries
+
+    def on_train_start(self):
+        self.canaries.attach(self.optimizers(), data_loader=self.trainer.train_dataloader)
+
+
+@pytest.mark.integration
+def test_canaries_attached_to_self_optimizers_in_a_hook_audit_the_run():
+    torch.manual_seed(0)
+    canaries = RecordCanaries(num_canaries=4000)
+    engine, model, optimizer, loader = _private_digits(canaries)
+    trainer = _trainer()
+    trainer.fit(AttachedInAHook(canaries, model, optimizer, loader))
+    report = canaries.report(accountant=engine.accountant, delta=DELTA)
+    assert not report.flagged, report.summary()
+    assert report.steps == _accounted_steps(engine.accountant) == trainer.global_step > 0
+
+
+class AcceleratedOptimizer(torch.optim.Optimizer):
+    """A stand-in for Hugging Face accelerate's wrapper (``accelerate.optimizer.AcceleratedOptimizer``, what the
+    transformers Trainer steps): the wrapped optimizer in ``.optimizer``, its parameter groups shared."""
+
+    def __init__(self, optimizer):  # accelerate's does not call Optimizer.__init__ either
+        self.optimizer = optimizer
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+
+def test_hugging_face_accelerated_optimizer_is_refused_with_its_reason():
+    canaries = RecordCanaries(num_canaries=40)
+    _, _, optimizer, loader = _private_digits(canaries)
+    with pytest.raises(DPAuditError, match="cannot audit AcceleratedOptimizer: .*Trainer iterates its own DataLoader"):
+        canaries.attach(AcceleratedOptimizer(optimizer), data_loader=loader)
+    assert getattr(optimizer, "_dpaudit_canaries", None) is None
