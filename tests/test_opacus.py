@@ -429,9 +429,9 @@ def test_import_dpaudit_does_not_import_opacus():
 def test_example_certifies_most_of_the_accountants_epsilon(tmp_path):
     """Acceptance: examples/opacus_audit.py (record-level canaries; ε = 4 by PRV, 2·10⁵ canaries, ≈ 10⁵ per side) runs
     as documented, prints the assumption-free bound beside the family bound, and its all-iterates family bound is
-    ≥ 0.8 of the accountant's ε. Why 0.8 is reachable: the canaries are the composed subsampled Gaussian itself, and on exact
-    simulations of that game at ε = 4, T = 200 the family bound reaches ≈ 0.95 of ε with 10⁵ per side (the
-    whole_run_ceiling benchmark); the correct run is also not flagged."""
+    ≥ 0.8 of the accountant's ε. Why 0.8 is reachable: the canaries are the composed subsampled Gaussian itself,
+    and on exact simulations of that game at ε = 4, T = 200 the family bound reaches ≈ 0.95 of ε with 10⁵ per side
+    (the whole_run_ceiling benchmark); the correct run is also not flagged."""
 
     script = ROOT / "examples" / "opacus_audit.py"
     done = subprocess.run(

@@ -30,8 +30,10 @@ Two designs, both scored by :func:`dpaudit.audit_whole_run` against the user's a
   noise stream. It tests that sampler, noise and accountant agree; it cannot see the batches that really reached the
   optimizer.
 
-Refused with the reason (:data:`REFUSED_OPTIMIZERS`): ghost clipping, distributed optimizers, per-layer and adaptive
-clipping for the record-level canaries; models with BatchNorm in any form (:func:`cross_record_modules`).
+The record-level canaries work in plain loops and in PyTorch Lightning (attach the DPOptimizer, or Lightning's wrapper
+of it). Refused with the reason (:data:`REFUSED_OPTIMIZERS`): ghost clipping, distributed optimizers, per-layer and
+adaptive clipping, the Hugging Face Trainer's accelerate wrapper; models with BatchNorm in any form
+(:func:`cross_record_modules`).
 """
 
 from dpaudit.opacus._configuration import (

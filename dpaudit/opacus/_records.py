@@ -551,13 +551,14 @@ class RecordCanaries:
             raise DPAuditError(f"attach needs the DPOptimizer make_private returned, got {type(optimizer).__name__}")
         if self._optimizer is not None or getattr(optimizer, "_dpaudit_canaries", None) is not None:
             raise DPAuditError("canaries are already attached to this optimizer")
-        if self._dataset is None or self._module is None:
+        dataset = self._dataset
+        if dataset is None or self._module is None:
             raise DPAuditError("wrap the dataset (canaries.dataset) and the model (canaries.model) before attaching")
-        if getattr(data_loader, "dataset", None) is not self._dataset:
+        if getattr(data_loader, "dataset", None) is not dataset:
             raise DPAuditError("data_loader must iterate the wrapped dataset (canaries.dataset(...))")
         sampling = loader_sampling(data_loader)
         self._rate = float(sampling.sample_rate)
-        data_loader.collate_fn = self._dataset.collating(data_loader.collate_fn)
+        data_loader.collate_fn = dataset.collating(data_loader.collate_fn)  # type: ignore[union-attr]
         reference = optimizer.params[0]
         self._block = torch.zeros(self.members.size, device=reference.device, dtype=reference.dtype, requires_grad=True)
         self._reset_sums()
