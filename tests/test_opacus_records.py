@@ -20,7 +20,7 @@ from torch.utils.data._utils.collate import default_collate  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.opacus import RecordCanaries, mark_canaries  # noqa: E402
-from dpaudit.opacus.planted import run_digits  # noqa: E402
+from dpaudit.opacus.planted import run_digits, train_digits  # noqa: E402
 
 DELTA = 1e-5
 
@@ -190,6 +190,22 @@ def test_correct_run_is_not_flagged_and_its_bounds_hold():
     assert run.all_iterates.epsilon_lower <= run.all_iterates_family.epsilon
     assert report.observed["canary_rows_per_step"] > 10
     assert report.observed["divisor"] == pytest.approx(1.0)  # loss_reduction="sum"
+    assert report.observed["noise_multiplier"] == pytest.approx(report.observed["noise_multiplier_claimed"], rel=0.01)
+
+
+@pytest.mark.integration
+def test_any_delta_gives_a_number_or_one_line(tmp_path):
+    """δ = 0.5 and 1e-300 (the Opacus review's crashes), the plot and the saved record of one small run."""
+    canaries, engine = train_digits(None, canaries=400, epochs=1)
+    accountant = engine.accountant
+    large = canaries.report(accountant=accountant, delta=0.5)
+    assert large.epsilon_accountant >= 0 and not large.flagged, large.summary()
+    with pytest.raises(DPAuditError, match=r"^the (family bound|prv accountant) [^\n]* at δ = 1e-300[^\n]*$"):
+        canaries.report(accountant=accountant, delta=1e-300)
+    paths = canaries.report(accountant=accountant, delta=1e-5).plot(stem=tmp_path / "canaries")
+    assert all(path.stat().st_size > 0 for path in paths)
+    saved = canaries.save(tmp_path / "canaries.npz", accountant=accountant)
+    assert saved.is_file() and saved.with_suffix(".json").is_file()
 
 
 @pytest.mark.integration

@@ -542,9 +542,11 @@ class CanaryAudit:
             )
         rates, recorded = np.asarray(self.sample_rates), record.sample_rates
         if not np.allclose(rates, recorded, rtol=1e-6, atol=0):
+            worst = int(np.argmax(np.abs(rates - recorded)))
             notes.append(
-                f"the loader samples at q = {rates.mean():.4g} (mean over steps) but the accountant recorded "
-                f"q = {recorded.mean():.4g}"
+                f"the loader samples at q_t = {rates.min():.4g}–{rates.max():.4g} over the steps but the accountant "
+                f"recorded {recorded.min():.4g}–{recorded.max():.4g} (at step {worst}: {rates[worst]:.4g} against "
+                f"{recorded[worst]:.4g})"
             )
         used = np.asarray(self.noise_multipliers)
         if not np.allclose(used, record.noise_multipliers, rtol=1e-6, atol=0):

@@ -256,23 +256,31 @@ class CanaryModule(torch.nn.Module):
         if args or kwargs:
             raise DPAuditError("record-level canaries support models called with one input tensor only")
         canaries = self._canaries[0]
-        rows = torch.nonzero(marks).flatten()
-        real = torch.nonzero(~marks).flatten()
-        ids = canaries._check_ids(flat[rows, 1])
-        out_real = self.module(x[real])
         batch = x.shape[0]
+        first = int(torch.argmax(marks.to(torch.uint8)))  # the attached loader's batches: real rows, then canaries
+        tail = bool(marks[first:].all()) and not bool(marks[:first].any())
+        if tail:  # views, and one concatenation
+            real_rows, canary_rows = slice(0, first), slice(first, batch)
+            count, canary_count = first, batch - first
+        else:
+            real_rows, canary_rows = torch.nonzero(~marks).flatten(), torch.nonzero(marks).flatten()
+            count, canary_count = int(real_rows.numel()), int(canary_rows.numel())
+        ids = canaries._check_ids(flat[canary_rows, 1])
+        out_real = self.module(x[real_rows])
         recording = self.training and torch.is_grad_enabled()
-        if recording and canaries._mean and real.numel() > 0:
-            out_real = _ScaleGradient.apply(out_real, batch / real.numel())
+        if recording and canaries._mean and count > 0:
+            out_real = _ScaleGradient.apply(out_real, batch / count)
         shape = tuple(out_real.shape[1:])
         if recording:
             scale = float(batch if canaries._mean else 1)
             out_canary = _CanaryRows.apply(canaries._block, ids, shape, lambda i, g: canaries._backward(i, g * scale))
         else:
-            out_canary = out_real.new_zeros((rows.numel(), *shape))
+            out_canary = out_real.new_zeros((canary_count, *shape))
+        out_canary = out_canary.to(out_real.dtype)
+        if tail:
+            return torch.cat([out_real, out_canary])
         out = out_real.new_zeros((batch, *shape))
-        out = out.index_put((real,), out_real).index_put((rows,), out_canary.to(out_real.dtype))
-        return out
+        return out.index_put((real_rows,), out_real).index_put((canary_rows,), out_canary)
 
 
 @dataclass(eq=False)
@@ -485,7 +493,7 @@ class RecordCanaries:
         self._std_squares = torch.zeros(count, dtype=torch.float64, device=device)
         self._counts = torch.zeros(count, dtype=torch.int64)
         work = torch.float64 if self._block.dtype == torch.float64 else torch.float32  # the block's noise, or finer
-        self._buffers = tuple(torch.empty(count, dtype=work, device=device) for _ in range(2))
+        self._buffers = (torch.empty(count, dtype=work, device=device),)
         self._observations: list[npt.NDArray[np.float32]] = []
         self.noise_multipliers: list[float] = []
         self.clip_norms: list[float] = []
@@ -694,27 +702,26 @@ class RecordCanaries:
         return proceed
 
     def _accumulate(self, noised: torch.Tensor, noise_std: float, index: int) -> None:
-        """Add one step's observations x = noised/c to the online sums: each step's terms in the block's float32
-        (where no exponent exceeds float32's range; else in float64), summed in float64."""
+        """Add one step's observations x = noised/c to the online sums, in place from ``noised``: each step's terms
+        of Λ in the block's float32 (where no exponent exceeds float32's range; else in float64), the sums in
+        float64."""
         contribution = cast(float, self._contribution)
         self.contributions[index] = contribution
-        x, terms = self._buffers
-        torch.div(noised, contribution, out=x)
         sigma = noise_std / abs(contribution)
-        if sigma > 0:
-            torch.mul(x, 1.0 / (sigma * sigma), out=terms).sub_(0.5 / (sigma * sigma))
-            if float(terms.max()) <= _EXP_CAP32:  # log(1 − q + q·e^u), u = (x − ½)/σ²; e^80 is finite in float32
+        if self._keep:
+            self._observations.append((noised / contribution).to(torch.float32).cpu().numpy())
+        if sigma > 0:  # u = (x − ½)/σ², then log(1 − q + q·e^u)
+            (terms,) = self._buffers
+            torch.mul(noised, 1.0 / (contribution * sigma * sigma), out=terms).sub_(0.5 / (sigma * sigma))
+            if float(terms.max()) <= _EXP_CAP32:
                 self._all += terms.exp_().mul_(self._rate).add_(1.0 - self._rate).log_()
             else:
-                self._all += step_log_ratio(x.to(torch.float64), sigma, self._rate)
+                self._all += step_log_ratio((noised / contribution).to(torch.float64), sigma, self._rate)
         else:
             self._all.fill_(math.nan)
-        self._sum += x
-        if self._keep:
-            self._observations.append(x.cpu().numpy().copy())
-        x.div_(sigma)  # standardised
-        self._std_sum += x
-        self._std_squares.addcmul_(x, x)
+        self._sum.add_(noised, alpha=1.0 / contribution)
+        self._std_sum.add_(noised, alpha=1.0 / (contribution * sigma))  # x/σ
+        self._std_squares.addcmul_(noised, noised, value=1.0 / (contribution * sigma) ** 2)
 
     # ------------------------------------------------------------------------------------------
     # Results

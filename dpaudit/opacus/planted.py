@@ -1,8 +1,7 @@
 """Misconfigured Opacus runs that the record-level canaries must flag, each beside its correct twin.
 
-One runner (:func:`run_digits`) trains a small MLP on sklearn's digits with Opacus in a plain loop, record-level
-canaries attached, with one of :data:`MISCONFIGURATIONS` planted or none (the correct twin), and returns the
-canaries' report against the run's own accountant. The tests (``tests/test_opacus_records.py``) and the benchmark
+One runner (:func:`train_digits`, :func:`run_digits` with the report) trains a small MLP on sklearn's digits with Opacus in a plain loop, record-level
+canaries attached, with one of :data:`MISCONFIGURATIONS` planted or none (the correct twin). The tests (``tests/test_opacus_records.py``) and the benchmark
 (``benchmarks/opacus_record_bugs.py``) run it.
 """
 
@@ -48,7 +47,14 @@ def _noise_over_batch(batch: int) -> Iterator[None]:
         module._generate_noise = generate
 
 
-def run_digits(
+def run_digits(misconfiguration: str | None, **options: Any) -> RecordAuditReport:
+    """:func:`train_digits` with ``options``, then the canaries' report against the run's own accountant at
+    δ = 1e-5."""
+    canaries, engine = train_digits(misconfiguration, **options)
+    return canaries.report(accountant=engine.accountant, delta=DELTA)
+
+
+def train_digits(
     misconfiguration: str | None,
     *,
     canaries: int = 4000,
@@ -58,10 +64,10 @@ def run_digits(
     reduction: str = "sum",
     records: int | None = None,
     batch: int = 64,
-) -> RecordAuditReport:
+) -> tuple[RecordCanaries, Any]:
     """Train the MLP (64-16-10) on digits with record-level canaries and one planted misconfiguration (None: the
     correct twin), noise calibrated by the PRV accountant to ``epsilon`` at δ = 1e-5 over ``epochs``, C = 1, SGD at
-    lr 0.5, batch 64 of the digits (``batch_size_for``); the canaries' report against that accountant.
+    lr 0.5, batch 64 of the digits (``batch_size_for``); the canaries and the privacy engine (its accountant).
 
     Args:
         misconfiguration: a key of :data:`MISCONFIGURATIONS`, or None.
@@ -122,4 +128,4 @@ def run_digits(
                 if (k + 1) % accumulate == 0:
                     optimizer.step()
                     optimizer.zero_grad()
-    return audit.report(accountant=engine.accountant, delta=DELTA)
+    return audit, engine
