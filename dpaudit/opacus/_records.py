@@ -259,12 +259,15 @@ class CanaryModule(torch.nn.Module):
         batch = x.shape[0]
         first = int(torch.argmax(marks.to(torch.uint8)))  # the attached loader's batches: real rows, then canaries
         tail = bool(marks[first:].all()) and not bool(marks[:first].any())
+        real_rows: slice | torch.Tensor
+        canary_rows: slice | torch.Tensor
         if tail:  # views, and one concatenation
             real_rows, canary_rows = slice(0, first), slice(first, batch)
             count, canary_count = first, batch - first
         else:
-            real_rows, canary_rows = torch.nonzero(~marks).flatten(), torch.nonzero(marks).flatten()
-            count, canary_count = int(real_rows.numel()), int(canary_rows.numel())
+            real_index, canary_index = torch.nonzero(~marks).flatten(), torch.nonzero(marks).flatten()
+            real_rows, canary_rows = real_index, canary_index
+            count, canary_count = int(real_index.numel()), int(canary_index.numel())
         ids = canaries._check_ids(flat[canary_rows, 1])
         out_real = self.module(x[real_rows])
         recording = self.training and torch.is_grad_enabled()

@@ -1,9 +1,9 @@
 """Misconfigured Opacus runs that the record-level canaries must flag, each beside its correct twin.
 
-One runner (:func:`train_digits`, :func:`run_digits` with the report) trains a small MLP on sklearn's digits with Opacus in a plain loop, record-level
-canaries attached, with one of :data:`MISCONFIGURATIONS` planted or none (the correct twin). The tests (``tests/test_opacus_records.py``) and the benchmark
-(``benchmarks/opacus_record_bugs.py``) run it.
-"""
+One runner (:func:`train_digits`, and :func:`run_digits` with the report) trains a small MLP on sklearn's digits
+with Opacus in a plain loop, record-level canaries attached, with one of :data:`MISCONFIGURATIONS` planted or none
+(the correct twin). The tests (``tests/test_opacus_records.py``) and the benchmark
+(``benchmarks/opacus_record_bugs.py``) run it."""
 
 from __future__ import annotations
 
