@@ -9,7 +9,7 @@ the batch is ``batch_size_for(64)``, so that the user's records are sampled at t
 canaries over the median without. The last run of each count is reported (``report``): the all-iterates family and
 assumption-free bounds, their ratio to the accountant's ε, the checks, the seconds the report took.
 
-Usage: python benchmarks/opacus_records.py [--canaries 20000 200000] [--repeats 3] [--epsilon 4]
+Usage: python benchmarks/opacus_records.py [--canaries 20000 200000] [--repeats 3] [--epsilon 4] [--device cuda]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def cnn():
     )
 
 
-def train(*, canaries: int, epsilon: float, epochs: int, seed: int):
+def train(*, canaries: int, epsilon: float, epochs: int, seed: int, device: str = "cpu"):
     """(seconds of the training loop, the canaries or None, the privacy engine, the steps)."""
     import torch
     from opacus import PrivacyEngine
@@ -56,6 +56,7 @@ def train(*, canaries: int, epsilon: float, epochs: int, seed: int):
         audit = dpaudit.opacus.RecordCanaries(num_canaries=canaries, seed=seed)
         data, model = audit.dataset(data), audit.model(model)
         batch_size = data.batch_size_for(64)
+    model = model.to(device)
     engine = PrivacyEngine(accountant="prv")
     model, optimizer, loader = engine.make_private_with_epsilon(
         module=model,
@@ -73,9 +74,11 @@ def train(*, canaries: int, epsilon: float, epochs: int, seed: int):
     for _ in range(epochs):
         for batch, targets in loader:
             optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(model(batch), targets).backward()
+            torch.nn.functional.cross_entropy(model(batch.to(device)), targets.to(device)).backward()
             optimizer.step()
             steps += 1
+    if device != "cpu":
+        torch.cuda.synchronize()
     return time.perf_counter() - started, audit, engine, steps
 
 
@@ -85,12 +88,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--device", default="cpu", help="where the model trains: cpu or cuda")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     import torch
 
     torch.set_num_threads(1)
-    options = {"epsilon": args.epsilon, "epochs": args.epochs}
+    options = {"epsilon": args.epsilon, "epochs": args.epochs, "device": args.device}
     train(canaries=0, seed=0, **options)  # warm-up: imports, first-call costs
     seconds: dict[int, list[float]] = {count: [] for count in [0, *args.canaries]}
     last = {}
@@ -134,6 +138,7 @@ def main() -> None:
         )
     result = {
         "machine": platform.machine(),
+        "device": args.device,
         "torch_threads": 1,
         "model": "cnn (Conv 16, MaxPool, FC 64, FC 10) on digits",
         "epsilon_target": args.epsilon,

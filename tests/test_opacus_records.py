@@ -238,3 +238,17 @@ def test_noise_scaled_down_by_the_batch_size_is_flagged():
 def test_an_unknown_misconfiguration_is_a_one_line_error():
     with pytest.raises(DPAuditError, match="misconfiguration must be one of"):
         run_digits("reseeded")
+
+
+@pytest.mark.gpu
+def test_record_canaries_on_cuda():
+    """The block, its noise and the online sums on the GPU, the canary bookkeeping on the CPU: a correct run is not
+    flagged and the measured noise is the claimed one."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    report = run_digits(None, device="cuda")
+    assert not report.flagged, report.summary()
+    assert report.observed["noise_multiplier"] == pytest.approx(report.observed["noise_multiplier_claimed"], rel=0.01)
+    assert report.observed["canary_rows_per_step"] > 10
+    planted = run_digits("noise-over-batch", device="cuda")
+    assert planted.flagged and "noise" in planted.flag.flagged_by, planted.summary()

@@ -64,6 +64,7 @@ def train_digits(
     reduction: str = "sum",
     records: int | None = None,
     batch: int = 64,
+    device: str = "cpu",
 ) -> tuple[RecordCanaries, Any]:
     """Train the MLP (64-16-10) on digits with record-level canaries and one planted misconfiguration (None: the
     correct twin), noise calibrated by the PRV accountant to ``epsilon`` at δ = 1e-5 over ``epochs``, C = 1, SGD at
@@ -79,6 +80,7 @@ def train_digits(
             "expected-batch-small-n" is "mean".
         records: the first this many digits (None: all 1,797).
         batch: the batch of the digits alone (the loader's is ``batch_size_for(batch)``).
+        device: where the model trains ("cpu", "cuda"); the loop moves each batch there.
 
     Raises:
         DPAuditError: an unknown misconfiguration.
@@ -100,6 +102,7 @@ def train_digits(
     audit = RecordCanaries(num_canaries=canaries, seed=seed)
     wrapped = audit.dataset(data)
     model = audit.model(torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)))
+    model = model.to(device)
     engine = PrivacyEngine(accountant="prv")
     loader = torch.utils.data.DataLoader(wrapped, batch_size=wrapped.batch_size_for(batch), shuffle=not poisson)
     model, optimizer, loader = engine.make_private_with_epsilon(
@@ -124,7 +127,8 @@ def train_digits(
     with noise:
         for _ in range(loops):
             for k, (inputs, targets) in enumerate(iterated):
-                torch.nn.functional.cross_entropy(model(inputs), targets, reduction=reduction).backward()
+                outputs = model(inputs.to(device))
+                torch.nn.functional.cross_entropy(outputs, targets.to(device), reduction=reduction).backward()
                 if (k + 1) % accumulate == 0:
                     optimizer.step()
                     optimizer.zero_grad()
