@@ -317,7 +317,7 @@ def test_expected_batch_size_that_does_not_match_the_sampler_is_flagged():
     assert math.isclose(audit.sampling.sample_rate, 1 / 3)
     report = audit.report(accountant=accountant, delta=1e-5)
     assert report.flagged, report.summary()
-    assert any("samples at q = 0.3333" in note for note in report.notes)
+    assert any("samples at q_t = 0.3333–0.3333" in note for note in report.notes), report.notes
     audit, accountant = _by_hand(batch_size=CLAIMED_BATCH, noise=CLAIMED_NOISE)
     assert not audit.report(accountant=accountant, delta=1e-5).flagged
 

@@ -215,6 +215,9 @@ def test_sampling_other_than_the_accounted_is_flagged_by_presence(misconfigurati
     members reach the optimizer at other rates, or less independently, than the accountant's q (ε = 4 claimed)."""
     report = run_digits(misconfiguration)
     assert report.flagged and "presence" in report.flag.flagged_by, report.summary()
+    if misconfiguration == "manual-accumulation":  # calibrated as if each batch were a step: the bounds exceed it
+        assert "all_iterates_family" in report.flag.flagged_by, report.summary()
+        assert any("the pr" in note and "accountant gives" in note for note in report.notes), report.summary()
 
 
 @pytest.mark.integration

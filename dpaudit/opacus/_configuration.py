@@ -216,15 +216,17 @@ _FINDINGS = {
 }
 
 
-def claim_findings(flag: ValidationFlag, *, mechanism: str) -> list[str]:
-    """One sentence per check that flagged the run (``flag.flagged_by``), each naming its number and level."""
+def claim_findings(flag: ValidationFlag, *, mechanism: str | None) -> list[str]:
+    """One sentence per check that flagged the run (``flag.flagged_by``), each naming its number and level; the
+    claim is the accountant's ε (``mechanism`` names it) or, with None, the ε the user claims."""
+    claim = "the claimed" if mechanism is None else f"the {mechanism} accountant's"
     level = f"{100 * flag.confidence:.4g} %"
     findings = []
     for name in flag.flagged_by:
         if name in _FINDINGS:
             findings.append(
                 _FINDINGS[name].format(value=flag.bounds[name])
-                + f" the {mechanism} accountant's ε = {flag.epsilon_claimed:.3f} (lower bound at {level})."
+                + f" {claim} ε = {flag.epsilon_claimed:.3f} (lower bound at {level})."
             )
         elif name == "presence":
             findings.append(

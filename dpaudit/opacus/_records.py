@@ -360,7 +360,9 @@ class RecordAuditReport:
         flag: :func:`dpaudit.audit.validation_flag` with the run's checks (family, assumption-free, spread,
             presence, noise), each at (1 − confidence)/k: a run that keeps its claim is flagged with probability at
             most 1 − confidence.
-        epsilon_accountant: ``accountant.get_epsilon(δ)``: the ε the user's accountant claims.
+        epsilon_accountant: ``accountant.get_epsilon(δ)``: the ε the user's accountant gives for the run it recorded.
+        epsilon_claimed: the ε the checks test: ``report``'s ``claimed_epsilon`` where given (e.g. the target the
+            noise was calibrated to), else ``epsilon_accountant``.
         accountant: the accountant's mechanism ("prv", "rdp", "gdp").
         steps: T, the optimizer steps audited.
         flagged: the flag raised by a test, or a finding of the divisor (below).
@@ -374,6 +376,7 @@ class RecordAuditReport:
     whole_run: WholeRunReport
     flag: ValidationFlag
     epsilon_accountant: float
+    epsilon_claimed: float
     accountant: str
     steps: int
     flagged: bool
@@ -389,7 +392,9 @@ class RecordAuditReport:
             "whole_run": self.whole_run.to_dict(),
             "flag": self.flag.to_dict(),
             "epsilon_accountant": self.epsilon_accountant,
-            "epsilon_accountant_label": f"the {self.accountant} accountant's ε: the run's claim",
+            "epsilon_accountant_label": f"the {self.accountant} accountant's ε for the run it recorded",
+            "epsilon_claimed": self.epsilon_claimed,
+            "epsilon_claimed_label": "the ε the checks test (a claim without guarantee until the run keeps it)",
             "accountant": self.accountant,
             "steps": self.steps,
             "flagged": self.flagged,
@@ -412,8 +417,9 @@ class RecordAuditReport:
             f"Run as observed: {seen['real_rows_per_step']:.1f} real and {seen['canary_rows_per_step']:.1f} canary "
             f"rows per step, divided by {seen['divisor']:.6g}, noise multiplier {seen['noise_multiplier']:.4g} "
             f"measured ({seen['noise_multiplier_claimed']:.4g} claimed).",
-            f"Claimed: ε = {self.epsilon_accountant:.3f} ({self.accountant} accountant); ledger ε = "
-            f"{run.epsilon_pld:.3f} (PLD), {run.epsilon_rdp:.3f} (RDP).",
+            f"Claimed: ε = {self.epsilon_claimed:.3f}; the {self.accountant} accountant gives ε = "
+            f"{self.epsilon_accountant:.3f} for the run it recorded, its ledger ε = {run.epsilon_pld:.3f} (PLD), "
+            f"{run.epsilon_rdp:.3f} (RDP).",
             f"All iterates: ε ≥ {family.epsilon:.3f}{capped} (family bound, {level}; if the run is a composed "
             f"subsampled Gaussian), ε ≥ {run.all_iterates.epsilon_lower:.3f} (assumption-free, {level}).",
             f"Final model: ε ≥ {run.final_model_family.epsilon:.3f} (family), ε ≥ "
@@ -433,8 +439,10 @@ class RecordAuditReport:
             self.whole_run,
             stem=stem,
             title=title or f"Opacus record-level canaries, {self.steps} steps",
-            claimed_epsilon=self.epsilon_accountant,
-            claim_label=f"{self.accountant} accountant's ε (the claim)",
+            claimed_epsilon=self.epsilon_claimed,
+            claim_label="the claimed ε"
+            if self.epsilon_claimed != self.epsilon_accountant
+            else f"{self.accountant} accountant's ε (the claim)",
         )
 
 
@@ -842,6 +850,7 @@ class RecordCanaries:
         confidence: float = 0.95,
         seed: int = 0,
         family_selection: str = "split",
+        claimed_epsilon: float | None = None,
     ) -> RecordAuditReport:
         """Audit the run against the user's accountant: both bounds of both threat models, the run's checks, its ε
         beside them.
@@ -852,6 +861,9 @@ class RecordCanaries:
             confidence: 1 − α of every bound; the flag's false-alarm probability is α.
             seed: seed of the bounds' held-out halves (fix it before looking at any result).
             family_selection: "split" or "ledger", as in :func:`dpaudit.audit_whole_run`.
+            claimed_epsilon: the ε (nats, at δ) you claim for the run, e.g. the target ``make_private_with_epsilon``
+                calibrated the noise to; None: the accountant's ε. The checks test it, and a note gives the
+                accountant's ε for the run it recorded beside it.
 
         Returns:
             A :class:`RecordAuditReport`.
@@ -871,7 +883,18 @@ class RecordCanaries:
             seed=seed,
             family_selection=family_selection,
         )
-        mechanism, claimed = accountant_epsilon(accountant, delta=whole_run.delta)
+        mechanism, recorded_epsilon = accountant_epsilon(accountant, delta=whole_run.delta)
+        claimed = recorded_epsilon
+        if claimed_epsilon is not None:
+            if (
+                isinstance(claimed_epsilon, bool)
+                or not isinstance(claimed_epsilon, (int, float))
+                or not (math.isfinite(claimed_epsilon) and claimed_epsilon >= 0)
+            ):
+                raise DPAuditError(
+                    f"claimed_epsilon must be a finite number ≥ 0 (nats) or None, got {claimed_epsilon!r}"
+                )
+            claimed = float(claimed_epsilon)
         noise_p = record.noise_p_value()
         flag = validation_flag(
             canaries=record,
@@ -881,9 +904,14 @@ class RecordCanaries:
             seed=seed,
             checks={} if noise_p is None else {"noise": noise_p},
         )
-        findings = claim_findings(flag, mechanism=mechanism)
+        findings = claim_findings(flag, mechanism=mechanism if claimed_epsilon is None else None)
         divisor_findings, notes = self._divisor_findings(record)
         findings += divisor_findings
+        if claimed_epsilon is not None and not math.isclose(claimed, recorded_epsilon, rel_tol=1e-2):
+            notes.append(
+                f"you claim ε = {claimed:.3f}; the {mechanism} accountant gives ε = {recorded_epsilon:.3f} for the "
+                "run it recorded"
+            )
         rates, recorded = np.full(self.steps, self._rate), record.sample_rates
         if not np.allclose(rates, recorded, rtol=1e-6, atol=0):
             notes.append(
@@ -908,7 +936,8 @@ class RecordCanaries:
         return RecordAuditReport(
             whole_run=whole_run,
             flag=flag,
-            epsilon_accountant=claimed,
+            epsilon_accountant=recorded_epsilon,
+            epsilon_claimed=claimed,
             accountant=mechanism,
             steps=self.steps,
             flagged=bool(findings),

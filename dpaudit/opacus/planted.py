@@ -21,8 +21,9 @@ MISCONFIGURATIONS = {
     "other-loader": "the loop iterates a rebuilt loader of 4× the batch (shuffled); the accountant keeps the "
     "accounted loader's q",
     "shuffled-as-poisson": "shuffled batches (poisson_sampling=False), accounted as Poisson by Opacus's accountant",
-    "manual-accumulation": "4 shuffled batches accumulated by hand into each optimizer step, each step accounted at "
-    "the batch's q",
+    "manual-accumulation": "4 shuffled batches accumulated by hand into each optimizer step, the noise calibrated "
+    "(and the ε claimed) as if each batch were a step (Opacus's own accountant records one step at 4q; with Poisson "
+    "sampling Opacus refuses to accumulate)",
     "expected-batch-small-n": "a mean-reduced loss divided by ⌊q·n⌋ (Opacus's expected_batch_size) at a small n "
     "(run it with records=30, batch=15: q = 1/2), where one record more or fewer moves it (Opacus #819/#571)",
     "noise-over-batch": "the model's noise (Opacus's _generate_noise, which also noises the canary block) divided "
@@ -48,10 +49,11 @@ def _noise_over_batch(batch: int) -> Iterator[None]:
 
 
 def run_digits(misconfiguration: str | None, **options: Any) -> RecordAuditReport:
-    """:func:`train_digits` with ``options``, then the canaries' report against the run's own accountant at
-    δ = 1e-5."""
+    """:func:`train_digits` with ``options``, then the canaries' report at δ = 1e-5 against the run's accountant,
+    testing the ε the run claims: the target its noise was calibrated to (``epsilon``)."""
     canaries, engine = train_digits(misconfiguration, **options)
-    return canaries.report(accountant=engine.accountant, delta=DELTA)
+    claimed = options.get("epsilon", 4.0)
+    return canaries.report(accountant=engine.accountant, delta=DELTA, claimed_epsilon=claimed)
 
 
 def train_digits(
