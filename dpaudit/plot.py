@@ -87,6 +87,33 @@ def tpr_text(fpr: float, tpr: float, *, n_nonmembers: int) -> str:
     return f"{100 * tpr:.2g} %"
 
 
+def _tpr_dots(ax, tpr_at_fpr: dict, *, n_nonmembers: int, colour, markersize: float) -> None:
+    """The TPR at each FPR target, as edged dots on top of every curve (none below the FPR resolution 1/n)."""
+    for target, value in tpr_at_fpr.items():
+        if resolved(float(target), n_nonmembers=n_nonmembers):
+            ax.plot(
+                [float(target)],
+                [max(float(value), 1e-12)],
+                marker="o",
+                color=colour,
+                markersize=markersize,
+                markeredgecolor="black",
+                markeredgewidth=0.8,
+                zorder=5,
+            )
+
+
+def _roc_axes(ax, *, smallest: float) -> None:
+    """The chance line and the log–log axes of a ROC panel down to the smallest resolved FPR."""
+    ax.plot([smallest, 1], [smallest, 1], color="grey", linestyle=":", linewidth=1, label="chance")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(smallest, 1)
+    ax.set_ylim(smallest, 1.05)
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("true-positive rate")
+
+
 def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[Path]:
     """Draw one log–log ROC panel.
 
@@ -118,26 +145,10 @@ def plot_roc(curves: dict[str, dict], *, stem: str | Path, title: str) -> list[P
                 f"TPR at FPR {tprs}"
             )
             ax.plot(fpr[keep], tpr[keep], label=text, **style)
-            for target, tpr_value in report["tpr_at_fpr"].items():
-                if not resolved(float(target), n_nonmembers=report["n_nonmembers"]):
-                    continue  # no dot where the sample cannot measure that FPR
-                ax.plot(  # on top of every curve, edged so that it shows on its own curve's colour
-                    [float(target)],
-                    [max(float(tpr_value), 1e-12)],
-                    marker="o",
-                    color=style["color"],
-                    markersize=6,
-                    markeredgecolor="black",
-                    markeredgewidth=0.8,
-                    zorder=5,
-                )
-        ax.plot([smallest, 1], [smallest, 1], color="grey", linestyle=":", linewidth=1, label="chance")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(smallest, 1)
-        ax.set_ylim(smallest, 1.05)
-        ax.set_xlabel("false-positive rate")
-        ax.set_ylabel("true-positive rate")
+            _tpr_dots(
+                ax, report["tpr_at_fpr"], n_nonmembers=report["n_nonmembers"], colour=style["color"], markersize=6
+            )
+        _roc_axes(ax, smallest=smallest)
         ax.set_title(title)
         fprs = (
             " and ".join(f"{100 * float(target):g} %" for target in next(iter(curves.values()))["tpr_at_fpr"])
@@ -279,25 +290,8 @@ def plot_whole_run(
             )
             colour = _FALLBACK[index]
             roc_ax.plot(fpr[keep], tpr[keep], color=colour, label=f"{name}: AUC {audit.auc:.3f},\nTPR at FPR {tprs}")
-            for target, value in audit.tpr_at_fpr.items():
-                if resolved(float(target), n_nonmembers=audit.n_nonmembers):
-                    roc_ax.plot(
-                        [float(target)],
-                        [max(float(value), 1e-12)],
-                        marker="o",
-                        color=colour,
-                        markersize=5,
-                        markeredgecolor="black",
-                        markeredgewidth=0.8,
-                        zorder=5,
-                    )
-        roc_ax.plot([smallest, 1], [smallest, 1], color="grey", linestyle=":", linewidth=1, label="chance")
-        roc_ax.set_xscale("log")
-        roc_ax.set_yscale("log")
-        roc_ax.set_xlim(smallest, 1)
-        roc_ax.set_ylim(smallest, 1.05)
-        roc_ax.set_xlabel("false-positive rate")
-        roc_ax.set_ylabel("true-positive rate")
+            _tpr_dots(roc_ax, audit.tpr_at_fpr, n_nonmembers=audit.n_nonmembers, colour=colour, markersize=5)
+        _roc_axes(roc_ax, smallest=smallest)
         roc_ax.set_title(
             f"ROC of the canaries ({statistics[0][1].n_members} members, {statistics[0][1].n_nonmembers} non-members)"
         )

@@ -8,6 +8,27 @@ if "PYTEST_XDIST_WORKER" in os.environ:  # one torch thread per worker (and its 
 from dpaudit.config import TrainConfig
 
 
+@pytest.fixture
+def quiet_torch():
+    """One torch thread (small models: more threads only contend on a shared machine); Opacus's and Lightning's
+    warnings and notes off."""
+    import logging
+    import warnings
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    lightning = logging.getLogger("lightning.pytorch")
+    level = lightning.level
+    lightning.setLevel(logging.WARNING)  # "GPU available: False", "Trainer.fit stopped"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    lightning.setLevel(level)
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_config():
     """A digits configuration small enough to train 1 target + 2 shadows in seconds."""

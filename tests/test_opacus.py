@@ -9,7 +9,6 @@ import json
 import math
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -27,30 +26,12 @@ from support import ROOT  # noqa: E402
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.attacks.canary_run import RunCanaryObservations  # noqa: E402
 from dpaudit.opacus import CanaryAudit, LoaderSampling, accountant_ledger, loader_sampling  # noqa: E402
+from dpaudit.opacus.planted import digits_dataset as _dataset  # noqa: E402
+from dpaudit.opacus.planted import digits_mlp as _model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_torch")
 
 N = 1797  # digits
-
-
-@pytest.fixture(autouse=True)
-def _quiet_single_thread():
-    """Opacus's warnings off; one torch thread (the model is tiny: threads only contend on a shared machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(threads)
-
-
-def _dataset():
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
-    return torch.utils.data.TensorDataset(torch.tensor(images / 16.0, dtype=torch.float32), torch.tensor(labels))
-
-
-def _model():
-    return torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
 
 
 def _loop(model, optimizer, loader, epochs):

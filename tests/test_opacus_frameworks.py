@@ -9,9 +9,6 @@ epochs (2-4 s): the plain placement runs by default, the others and the bugs are
 
 from __future__ import annotations
 
-import logging
-import warnings
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -23,33 +20,13 @@ from opacus.data_loader import DPDataLoader  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.opacus import RecordCanaries  # noqa: E402
+from dpaudit.opacus.planted import digits_dataset as _digits  # noqa: E402
+from dpaudit.opacus.planted import digits_mlp as _model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_torch")
 
 DELTA = 1e-5
 BATCH = 64  # the real records' expected batch
-
-
-@pytest.fixture(autouse=True)
-def _quiet_single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    level = logging.getLogger("lightning.pytorch").level
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: False", "Trainer.fit stopped"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    logging.getLogger("lightning.pytorch").setLevel(level)
-    torch.set_num_threads(threads)
-
-
-def _digits():
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
-    return torch.utils.data.TensorDataset(torch.tensor(images / 16.0, dtype=torch.float32), torch.tensor(labels))
-
-
-def _model():
-    return torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
 
 
 def _trainer(**options):

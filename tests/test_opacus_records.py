@@ -7,7 +7,6 @@ each misconfiguration of the issue is a small training run with its correct twin
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 
@@ -20,31 +19,13 @@ from torch.utils.data._utils.collate import default_collate  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
 from dpaudit.opacus import RecordCanaries, mark_canaries  # noqa: E402
+from dpaudit.opacus.planted import digits_dataset as _digits  # noqa: E402
+from dpaudit.opacus.planted import digits_mlp as _model  # noqa: E402
 from dpaudit.opacus.planted import run_digits, train_digits  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("quiet_torch")
+
 DELTA = 1e-5
-
-
-@pytest.fixture(autouse=True)
-def _quiet_single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(threads)
-
-
-def _digits(size: int | None = None):
-    from sklearn.datasets import load_digits
-
-    images, labels = load_digits(return_X_y=True)
-    images, labels = images[:size], labels[:size]
-    return torch.utils.data.TensorDataset(torch.tensor(images / 16.0, dtype=torch.float32), torch.tensor(labels))
-
-
-def _model():
-    return torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -170,12 +170,18 @@ def loader_sampling(data_loader: torch.utils.data.DataLoader[Any]) -> LoaderSamp
     )
 
 
-def accountant_ledger(accountant: IAccountant) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def accountant_ledger(
+    accountant: IAccountant, *, steps: int | None = None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(z_t, q_t) per step, [T] each, from an Opacus accountant's ``history`` of (noise multiplier, sample rate,
     steps) runs.
 
+    Args:
+        accountant: the Opacus accountant.
+        steps: the optimizer steps the canaries saw, which the history must have (None: any).
+
     Raises:
-        DPAuditError: an object without a ``history`` of such triples.
+        DPAuditError: an object without a ``history`` of such triples, or one of other than ``steps`` steps.
     """
     history = getattr(accountant, "history", None)
     if not isinstance(history, list):
@@ -189,7 +195,26 @@ def accountant_ledger(accountant: IAccountant) -> tuple[npt.NDArray[np.float64],
             q.extend([float(rate)] * int(steps))
         except (TypeError, ValueError):
             raise DPAuditError(f"the accountant's history has an entry that is not (z, q, steps): {entry!r}") from None
+    if steps is not None and len(z) != steps:
+        raise DPAuditError(
+            f"the accountant recorded {len(z)} steps but the canaries saw {steps}: attach them before the first step, "
+            "keep them attached to the report, and let the optimizer's step hook update the accountant"
+        )
     return np.asarray(z, dtype=float), np.asarray(q, dtype=float)
+
+
+def audit_record(record: RunCanaryObservations, *, spread: bool, **options: Any) -> WholeRunReport:
+    """:func:`dpaudit.audit_whole_run` of a canary record's statistics (Λ, Σ_t x_t, and with ``spread`` the spread
+    over the steps) against its ledger; ``options`` are its δ, confidence, seed and family selection."""
+    statistics = (record.all_iterates_scores, record.final_model_scores, *((record.spread(),) if spread else ()))
+    return audit_whole_run(
+        statistics=statistics,
+        members=record.members,
+        noise_multipliers=record.noise_multipliers,
+        sample_rates=record.sample_rates,
+        noise_std=record.noise_std,
+        **options,
+    )
 
 
 def accountant_epsilon(accountant: IAccountant, *, delta: float) -> tuple[str, float]:
@@ -512,12 +537,7 @@ class CanaryAudit:
         """
         if self.steps == 0:
             raise DPAuditError("the canaries saw no optimizer step yet: train first")
-        z, q = accountant_ledger(accountant)
-        if z.size != self.steps:
-            raise DPAuditError(
-                f"the accountant recorded {z.size} steps but the audit saw {self.steps}: attach the audit before the "
-                "first step and pass the accountant the optimizer's step hook updates"
-            )
+        z, q = accountant_ledger(accountant, steps=self.steps)
         clip = np.asarray(self.clip_norms)
         contribution = np.asarray(self.contributions)
         return RunCanaryObservations(
@@ -591,16 +611,8 @@ class CanaryAudit:
                 ``family_selection``.
         """
         record = self.record(accountant=accountant)
-        whole_run = audit_whole_run(
-            statistics=(record.all_iterates_scores, record.final_model_scores),
-            members=record.members,
-            noise_multipliers=record.noise_multipliers,
-            sample_rates=record.sample_rates,
-            noise_std=record.noise_std,
-            delta=delta,
-            confidence=confidence,
-            seed=seed,
-            family_selection=family_selection,
+        whole_run = audit_record(
+            record, spread=False, delta=delta, confidence=confidence, seed=seed, family_selection=family_selection
         )
         mechanism, claimed = accountant_epsilon(accountant, delta=whole_run.delta)
         findings = []

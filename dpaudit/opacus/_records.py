@@ -15,12 +15,13 @@ import torch
 
 from dpaudit._validation import DPAuditError, check_count, check_positive, check_seed
 from dpaudit.attacks.canary_run import RunCanaryObservations
-from dpaudit.audit import ValidationFlag, WholeRunReport, audit_whole_run, validation_flag
+from dpaudit.audit import ValidationFlag, WholeRunReport, validation_flag
 from dpaudit.opacus._configuration import (
     _STREAM,
     NORM_FACTOR,
     accountant_epsilon,
     accountant_ledger,
+    audit_record,
     claim_findings,
     loader_sampling,
 )
@@ -767,12 +768,7 @@ class RecordCanaries:
             raise DPAuditError("the canaries saw no optimizer step yet: attach them, then train")
         if self._contribution is None:
             raise DPAuditError("no canary record reached the optimizer yet: train longer or with more canaries")
-        z, q = accountant_ledger(accountant)
-        if z.size != self.steps:
-            raise DPAuditError(
-                f"the accountant recorded {z.size} steps but the canaries saw {self.steps}: attach them before the "
-                "first step, and do not detach them before the report"
-            )
+        z, q = accountant_ledger(accountant, steps=self.steps)
         clip = np.asarray(self.clip_norms)
         contribution = np.abs(np.asarray(self.contributions))
         return RecordCanaryObservations(
@@ -871,30 +867,13 @@ class RecordCanaries:
         Raises:
             DPAuditError: no step yet, a history of another length, bad δ or confidence, an accountant without ε at δ.
         """
-        record = self.record(accountant=accountant)
-        whole_run = audit_whole_run(
-            statistics=(record.all_iterates_scores, record.final_model_scores, record.spread()),
-            members=record.members,
-            noise_multipliers=record.noise_multipliers,
-            sample_rates=record.sample_rates,
-            noise_std=record.noise_std,
-            delta=delta,
-            confidence=confidence,
-            seed=seed,
-            family_selection=family_selection,
-        )
-        mechanism, recorded_epsilon = accountant_epsilon(accountant, delta=whole_run.delta)
-        claimed = recorded_epsilon
         if claimed_epsilon is not None:
-            if (
-                isinstance(claimed_epsilon, bool)
-                or not isinstance(claimed_epsilon, (int, float))
-                or not (math.isfinite(claimed_epsilon) and claimed_epsilon >= 0)
-            ):
-                raise DPAuditError(
-                    f"claimed_epsilon must be a finite number ≥ 0 (nats) or None, got {claimed_epsilon!r}"
-                )
-            claimed = float(claimed_epsilon)
+            check_positive("claimed_epsilon", claimed_epsilon, allow_zero=True)
+        record = self.record(accountant=accountant)
+        options = {"confidence": confidence, "seed": seed, "family_selection": family_selection}
+        whole_run = audit_record(record, spread=True, delta=delta, **options)
+        mechanism, recorded_epsilon = accountant_epsilon(accountant, delta=whole_run.delta)
+        claimed = recorded_epsilon if claimed_epsilon is None else float(claimed_epsilon)
         noise_p = record.noise_p_value()
         flag = validation_flag(
             canaries=record,

@@ -32,6 +32,21 @@ MISCONFIGURATIONS = {
 DELTA = 1e-5
 
 
+def digits_dataset(records: int | None = None) -> torch.utils.data.TensorDataset:
+    """sklearn's digits as (64 pixels in [0, 1], label) pairs: the first ``records`` (None: all 1,797)."""
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    return torch.utils.data.TensorDataset(
+        torch.tensor(images[:records] / 16.0, dtype=torch.float32), torch.tensor(labels[:records])
+    )
+
+
+def digits_mlp() -> torch.nn.Module:
+    """The small MLP of these runs: 64 → 16 → 10 with a ReLU."""
+    return torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+
+
 @contextlib.contextmanager
 def _noise_over_batch(batch: int) -> Iterator[None]:
     import opacus.optimizers.optimizer as module
@@ -88,7 +103,6 @@ def train_digits(
         DPAuditError: an unknown misconfiguration.
     """
     from opacus import PrivacyEngine
-    from sklearn.datasets import load_digits
 
     if misconfiguration is not None and misconfiguration not in MISCONFIGURATIONS:
         raise DPAuditError(f"misconfiguration must be one of {', '.join(MISCONFIGURATIONS)} or None")
@@ -97,13 +111,9 @@ def train_digits(
     poisson = misconfiguration not in ("shuffled-as-poisson", "manual-accumulation")
     accumulate = 4 if misconfiguration == "manual-accumulation" else 1
     torch.manual_seed(seed)
-    images, labels = load_digits(return_X_y=True)
-    data = torch.utils.data.TensorDataset(
-        torch.tensor(images[:records] / 16.0, dtype=torch.float32), torch.tensor(labels[:records])
-    )
     audit = RecordCanaries(num_canaries=canaries, seed=seed)
-    wrapped = audit.dataset(data)
-    model = audit.model(torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)))
+    wrapped = audit.dataset(digits_dataset(records))
+    model = audit.model(digits_mlp())
     model = model.to(device)
     engine = PrivacyEngine(accountant="prv")
     loader = torch.utils.data.DataLoader(wrapped, batch_size=wrapped.batch_size_for(batch), shuffle=not poisson)
