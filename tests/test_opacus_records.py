@@ -18,7 +18,7 @@ from opacus.optimizers import DistributedDPOptimizer  # noqa: E402
 from torch.utils.data._utils.collate import default_collate  # noqa: E402
 
 from dpaudit._validation import DPAuditError  # noqa: E402
-from dpaudit.opacus import RecordCanaries, mark_canaries  # noqa: E402
+from dpaudit.opacus import RecordCanaries, accountant_ledger, mark_canaries  # noqa: E402
 from dpaudit.opacus.planted import digits_dataset as _digits  # noqa: E402
 from dpaudit.opacus.planted import digits_mlp as _model  # noqa: E402
 from dpaudit.opacus.planted import run_digits, train_digits  # noqa: E402
@@ -87,6 +87,19 @@ def test_real_rows_get_the_per_sample_gradients_they_get_without_canaries(reduct
     torch.nn.functional.cross_entropy(model(alone[0]), alone[1], reduction=reduction).backward()
     for p, before in zip(module.parameters(), with_canaries):
         assert torch.allclose(p.grad_sample, before, rtol=1e-5, atol=1e-7)
+
+
+def test_accountant_ledger_expands_a_history_of_several_runs_and_checks_its_steps():
+    """An accountant whose rate changed (two history entries): z_t and q_t step by step, and a one-line error when
+    its steps are not the canaries' (a history of several entries caught a shadowed step count once)."""
+
+    class Accountant:
+        history = [(1.0, 0.1, 3), (0.5, 0.2, 2)]
+
+    z, q = accountant_ledger(Accountant(), steps=5)
+    assert z.tolist() == [1.0, 1.0, 1.0, 0.5, 0.5] and q.tolist() == [0.1, 0.1, 0.1, 0.2, 0.2]
+    with pytest.raises(DPAuditError, match="recorded 5 steps but the canaries saw 4"):
+        accountant_ledger(Accountant(), steps=4)
 
 
 def test_cross_record_layers_are_refused_before_training():

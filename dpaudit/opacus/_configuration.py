@@ -190,9 +190,9 @@ def accountant_ledger(
     q: list[float] = []
     for entry in history:
         try:
-            noise, rate, steps = entry
-            z.extend([float(noise)] * int(steps))
-            q.extend([float(rate)] * int(steps))
+            noise, rate, count = entry
+            z.extend([float(noise)] * int(count))
+            q.extend([float(rate)] * int(count))
         except (TypeError, ValueError):
             raise DPAuditError(f"the accountant's history has an entry that is not (z, q, steps): {entry!r}") from None
     if steps is not None and len(z) != steps:

@@ -280,7 +280,7 @@ class CanaryModule(torch.nn.Module):
             out_canary = _CanaryRows.apply(canaries._block, ids, shape, lambda i, g: canaries._backward(i, g * scale))
         else:
             out_canary = out_real.new_zeros((canary_count, *shape))
-        out_canary = out_canary.to(out_real.dtype)
+        out_canary = out_canary.to(device=out_real.device, dtype=out_real.dtype)
         if tail:
             return torch.cat([out_real, out_canary])
         out = out_real.new_zeros((batch, *shape))
@@ -582,6 +582,7 @@ class RecordCanaries:
         reference = optimizer.params[0]
         self._block = torch.zeros(self.members.size, device=reference.device, dtype=reference.dtype, requires_grad=True)
         self._reset_sums()
+        self._pending.clear()  # backward passes before the attach belong to no step
         self._mean = optimizer.loss_reduction == "mean"
         # the block's group: empty but for add_noise and scale_grad (``_clip_and_accumulate`` to ``_pre_step``'s
         # end), so that no check, clipping, zero_grad or update of the optimizer's own sees it
