@@ -203,6 +203,36 @@ def accountant_ledger(
     return np.asarray(z, dtype=float), np.asarray(q, dtype=float)
 
 
+def claimed_record(
+    accountant: IAccountant,
+    *,
+    members: npt.NDArray[np.bool_],
+    clip_norms: list[float],
+    contributions: list[float],
+    norm_factor: float,
+) -> dict[str, Any]:
+    """The fields of a canary record that the claim and the canaries' normalisation fix, for both Opacus designs:
+    membership, the accountant's ledger (z_t, q_t) over the T steps the canaries saw (one per entry of
+    ``clip_norms``), the observations' noise std σ_t = z_t·C_t/|c_t|, and the last step's C, K = ``norm_factor``·C
+    and |c|.
+
+    Raises:
+        DPAuditError: an accountant whose history does not have those T steps.
+    """
+    z, q = accountant_ledger(accountant, steps=len(clip_norms))
+    clip = np.asarray(clip_norms)
+    contribution = np.abs(np.asarray(contributions))
+    return {
+        "members": members.copy(),
+        "noise_multipliers": z,
+        "sample_rates": q,
+        "noise_std": z * clip / contribution,
+        "clip_norm": float(clip[-1]),
+        "magnitude": float(norm_factor * clip[-1]),
+        "contribution": float(contribution[-1]),
+    }
+
+
 def audit_record(record: RunCanaryObservations, *, spread: bool, **options: Any) -> WholeRunReport:
     """:func:`dpaudit.audit_whole_run` of a canary record's statistics (Λ, Σ_t x_t, and with ``spread`` the spread
     over the steps) against its ledger; ``options`` are its δ, confidence, seed and family selection."""
@@ -537,17 +567,14 @@ class CanaryAudit:
         """
         if self.steps == 0:
             raise DPAuditError("the canaries saw no optimizer step yet: train first")
-        z, q = accountant_ledger(accountant, steps=self.steps)
-        clip = np.asarray(self.clip_norms)
-        contribution = np.asarray(self.contributions)
         return RunCanaryObservations(
-            members=self.members.copy(),
-            noise_multipliers=z,
-            sample_rates=q,
-            noise_std=z * clip / contribution,
-            clip_norm=float(clip[-1]),
-            magnitude=float(self._norm_factor * clip[-1]),
-            contribution=float(contribution[-1]),
+            **claimed_record(
+                accountant,
+                members=self.members,
+                clip_norms=self.clip_norms,
+                contributions=self.contributions,
+                norm_factor=self._norm_factor,
+            ),
             batch_size=int(round(self.divisors[-1])),
             sampling="poisson" if self.sampling.scheme == "poisson" else "shuffle",
             all_iterates_scores=self._all.cpu().numpy().copy(),

@@ -20,9 +20,9 @@ from dpaudit.opacus._configuration import (
     _STREAM,
     NORM_FACTOR,
     accountant_epsilon,
-    accountant_ledger,
     audit_record,
     claim_findings,
+    claimed_record,
     loader_sampling,
 )
 from dpaudit.whole_run import step_log_ratio
@@ -769,17 +769,14 @@ class RecordCanaries:
             raise DPAuditError("the canaries saw no optimizer step yet: attach them, then train")
         if self._contribution is None:
             raise DPAuditError("no canary record reached the optimizer yet: train longer or with more canaries")
-        z, q = accountant_ledger(accountant, steps=self.steps)
-        clip = np.asarray(self.clip_norms)
-        contribution = np.abs(np.asarray(self.contributions))
         return RecordCanaryObservations(
-            members=self.members.copy(),
-            noise_multipliers=z,
-            sample_rates=q,
-            noise_std=z * clip / contribution,
-            clip_norm=float(clip[-1]),
-            magnitude=float(self._norm_factor * clip[-1]),
-            contribution=float(contribution[-1]),
+            **claimed_record(
+                accountant,
+                members=self.members,
+                clip_norms=self.clip_norms,
+                contributions=self.contributions,
+                norm_factor=self._norm_factor,
+            ),
             batch_size=int(round(self.divisors[-1])) if math.isfinite(self.divisors[-1]) else 0,
             sampling="poisson",
             all_iterates_scores=self._all.cpu().numpy().copy(),
