@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -87,6 +88,42 @@ def test_real_rows_get_the_per_sample_gradients_they_get_without_canaries(reduct
     torch.nn.functional.cross_entropy(model(alone[0]), alone[1], reduction=reduction).backward()
     for p, before in zip(module.parameters(), with_canaries):
         assert torch.allclose(p.grad_sample, before, rtol=1e-5, atol=1e-7)
+
+
+def test_online_sums_are_the_sums_of_the_kept_observations_across_a_change_of_noise():
+    """The online sums (partial sums in float32 over up to 16 steps, then float64) against the same statistics
+    computed afterwards from the kept observations x_tj: Λ (likelihood_ratio_scores at σ_t = z_t·C/|c|), Σx, Σx/σ
+    and Σx²/σ², over 40 steps whose noise multiplier changes at step 23 (a partial sum cut short)."""
+    from dpaudit.whole_run import likelihood_ratio_scores
+
+    torch.manual_seed(1)
+    canaries = RecordCanaries(num_canaries=300, seed=1, keep_observations=True)
+    engine, model, optimizer, loader = _private(canaries, data=_digits(200), batch_size=60)
+    canaries.attach(optimizer, data_loader=loader)
+    steps = 0
+    while steps < 40:
+        for images, labels in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+            steps += 1
+            if steps == 23:
+                optimizer.noise_multiplier = 1.7
+            if steps == 40:
+                break
+    observations = canaries.observations.astype(float)  # [T, M]
+    record = canaries.record(accountant=engine.accountant)
+    sigma = np.asarray(canaries.noise_multipliers) * 1.0 / np.abs(np.asarray(canaries.contributions))
+    assert observations.shape == (40, 300) and len(set(canaries.noise_multipliers)) == 2
+    rates = np.full(40, canaries._rate)
+    expected = {
+        "all_iterates_scores": likelihood_ratio_scores(observations.T, noise_multipliers=sigma, sample_rates=rates),
+        "final_model_scores": observations.sum(axis=0),
+        "standardised_sum": (observations / sigma[:, None]).sum(axis=0),
+        "standardised_sum_of_squares": np.square(observations / sigma[:, None]).sum(axis=0),
+    }
+    for name, values in expected.items():
+        np.testing.assert_allclose(getattr(record, name), values, rtol=1e-5, atol=1e-5 * np.abs(values).max())
 
 
 def test_accountant_ledger_expands_a_history_of_several_runs_and_checks_its_steps():

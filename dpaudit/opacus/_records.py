@@ -62,6 +62,7 @@ REFUSED_OPTIMIZERS = {
 CROSS_RECORD_MODULES = (torch.nn.modules.batchnorm._BatchNorm,)
 _PROBE = 4096  # coordinates of the canary block that measure the divisor
 _EXP_CAP32 = 80.0  # the largest exponent the float32 terms take (else float64)
+_PARTIAL_STEPS = 16  # steps summed in the block's dtype before the float64 sums take them
 CACHE_BYTES = 2**26  # the member canaries' inputs are built once where they take at most this (64 MiB)
 
 
@@ -138,7 +139,7 @@ class CanaryDataset(torch.utils.data.Dataset):
         self.dataset, self.size = dataset, size
         self.member_ids = np.asarray(member_ids, dtype=np.int64)
         self.template, self.target = template, target
-        self._cache: list[_CanaryRow] | None = None
+        self._cache: list[tuple[torch.Tensor, Any]] | None = None
         if self.member_ids.size * template.element_size() * template.numel() <= CACHE_BYTES:
             self._cache = self._rows(self.size + np.arange(self.member_ids.size))
 
@@ -150,31 +151,28 @@ class CanaryDataset(torch.utils.data.Dataset):
         (n its records): ``real_batch_size``·len(self)/n, rounded."""
         return max(1, round(check_count("real_batch_size", real_batch_size, allow_zero=False) * len(self) / self.size))
 
-    def _rows(self, positions: npt.NDArray[np.int64]) -> list[_CanaryRow]:
+    def _rows(self, positions: npt.NDArray[np.int64]) -> list[tuple[torch.Tensor, Any]]:
         """The canary records at these dataset positions, built at once (or from the cache)."""
         if self._cache is not None:
-            rows = operator.itemgetter(*(positions - self.size).tolist())(self._cache)
-            return list(rows) if isinstance(rows, tuple) and type(rows) is not _CanaryRow else [rows]
-        ids = self.member_ids[positions - self.size]
-        inputs = mark_canaries(torch.from_numpy(ids), template=self.template)
-        return [_CanaryRow.of(row, self.target, int(i)) for row, i in zip(inputs.unbind(0), ids.tolist())]
+            return [self._cache[k] for k in (positions - self.size).tolist()]
+        inputs = mark_canaries(torch.from_numpy(self.member_ids[positions - self.size]), template=self.template)
+        return [(row, self.target) for row in inputs.unbind(0)]
 
     def __getitem__(self, index: int) -> Any:
         if index < self.size:
             return self.dataset[index]
         return self._rows(np.array([index], dtype=np.int64))[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """A batch's records (torch's DataLoader calls this): the user's, then the canaries' (built at once), as a
-        list that also holds the canaries' ids for the attached loader's collation (:meth:`collating`)."""
+    def __getitems__(self, indices: Sequence[int]) -> Sequence[Any]:
+        """A batch's records (torch's DataLoader calls this): the user's, then the canaries', as a sequence whose
+        canary records are built only when read; the attached loader's collation (:meth:`collating`) reads their
+        ids alone."""
         positions = np.asarray(indices, dtype=np.int64)
         canary = positions >= self.size
         real = [self.dataset[index] for index in positions[~canary].tolist()]
         if not canary.any():
             return real
-        batch = _Batch(real + self._rows(positions[canary]))
-        batch.real, batch.ids = len(real), self.member_ids[positions[canary] - self.size]
-        return batch
+        return _Batch(real, positions[canary], dataset=self)
 
     def collating(self, collate_fn: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
         """``collate_fn`` (the loader's) for the real records, the batch's canary records appended to its
@@ -183,50 +181,69 @@ class CanaryDataset(torch.utils.data.Dataset):
         def collate(batch: list[Any]) -> Any:
             if not isinstance(batch, _Batch):
                 return collate_fn(batch)
-            collated = collate_fn(batch[: batch.real])  # Opacus's collation gives an empty batch its shapes
+            collated = collate_fn(batch.real)  # Opacus's collation gives an empty batch its shapes
             if not isinstance(collated, (list, tuple)) or len(collated) != 2:
                 raise DPAuditError("record-level canaries need the loader to collate records into (inputs, targets)")
             real_inputs, real_targets = collated
-            ids = torch.from_numpy(batch.ids)
+            ids = torch.from_numpy(self.member_ids[batch.positions - self.size])
+            real, rows = len(real_inputs), len(real_inputs) + ids.numel()
+            inputs = real_inputs.new_empty((rows, *self.template.shape))
+            inputs[:real] = real_inputs
+            mark_canaries(ids, template=self.template, out=inputs[real:])
             target = torch.as_tensor(self.target)
             return [
-                torch.cat([real_inputs, mark_canaries(ids, template=self.template).to(real_inputs.dtype)]),
+                inputs,
                 torch.cat([real_targets, target.expand(ids.numel(), *target.shape).to(real_targets.dtype)]),
             ]
 
         return collate
 
 
-class _Batch(list):
-    """A batch's records, the user's (``real`` of them) then the canaries' (ids ``ids``)."""
+class _Batch(Sequence[Any]):
+    """A batch's records: the user's (``real``), then the canaries' at dataset positions ``positions``, built on
+    first reading."""
 
-    real: int
-    ids: npt.NDArray[np.int64]
+    def __init__(self, real: list[Any], positions: npt.NDArray[np.int64], *, dataset: CanaryDataset) -> None:
+        self.real, self.positions, self._dataset = real, positions, dataset
+        self._canaries: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.real) + int(self.positions.size)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = operator.index(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("batch index out of range")
+        if index < len(self.real):
+            return self.real[index]
+        if self._canaries is None:
+            self._canaries = self._dataset._rows(self.positions)
+        return self._canaries[index - len(self.real)]
 
 
-class _CanaryRow(tuple):
-    """A canary record (input, target) that knows its canary id (``id``)."""
-
-    id: int
-
-    @classmethod
-    def of(cls, row: torch.Tensor, target: Any, canary: int) -> _CanaryRow:
-        made = cls((row, target))
-        made.id = canary
-        return made
+def _clipped(gradient: float, clip: float) -> float:
+    """A one-coordinate per-sample gradient clipped at C by Opacus's formula, g·min(1, C/(|g| + 1e-6))."""
+    return gradient * min(1.0, clip / (abs(gradient) + 1e-6))
 
 
 def _marker(dtype: torch.dtype) -> float:
     return math.nan if dtype.is_floating_point else float(torch.iinfo(dtype).min)
 
 
-def mark_canaries(ids: torch.Tensor, *, template: torch.Tensor) -> torch.Tensor:
+def mark_canaries(ids: torch.Tensor, *, template: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """[k, *template.shape] canary inputs: each marked (first entry NaN, or the integer dtype's least value) and
-    carrying its id in its second entry."""
-    rows = torch.zeros((ids.numel(), template.numel()), dtype=template.dtype)
-    rows[:, 0] = _marker(template.dtype)
-    rows[:, 1] = ids.to(template.dtype)
-    return rows.reshape(ids.numel(), *template.shape)
+    carrying its id in its second entry, zeros elsewhere (written into ``out``, contiguous, where given)."""
+    if out is None:
+        out = torch.empty((ids.numel(), *template.shape), dtype=template.dtype)
+    rows = out.view(ids.numel(), math.prod(out.shape[1:]))
+    rows.zero_()
+    rows[:, 0] = _marker(out.dtype)
+    rows[:, 1] = ids.to(out.dtype)
+    return out
 
 
 class CanaryModule(torch.nn.Module):
@@ -252,14 +269,15 @@ class CanaryModule(torch.nn.Module):
             return self.module(x, *args, **kwargs)
         flat = x.reshape(x.shape[0], -1)
         marks = torch.isnan(flat[:, 0]) if x.dtype.is_floating_point else flat[:, 0] == _marker(x.dtype)
-        if not bool(marks.any()):
+        marked = int(marks.sum())
+        if not marked:
             return self.module(x, *args, **kwargs)
         if args or kwargs:
             raise DPAuditError("record-level canaries support models called with one input tensor only")
         canaries = self._canaries[0]
         batch = x.shape[0]
-        first = int(torch.argmax(marks.to(torch.uint8)))  # the attached loader's batches: real rows, then canaries
-        tail = bool(marks[first:].all()) and not bool(marks[:first].any())
+        first = batch - marked
+        tail = bool(marks[first:].all())  # the attached loader's batches: real rows, then canaries
         real_rows: slice | torch.Tensor
         canary_rows: slice | torch.Tensor
         if tail:  # views, and one concatenation
@@ -499,12 +517,12 @@ class RecordCanaries:
     def _reset_sums(self) -> None:
         count = self.members.size
         device = self._block.device
-        self._all = torch.zeros(count, dtype=torch.float64, device=device)
-        self._sum = torch.zeros(count, dtype=torch.float64, device=device)
-        self._std_sum = torch.zeros(count, dtype=torch.float64, device=device)
-        self._std_squares = torch.zeros(count, dtype=torch.float64, device=device)
+        # Λ, Σx, Σx/σ, Σx²/σ²: float64 sums of partial sums over up to _PARTIAL_STEPS steps in the block's dtype
+        self._sums = torch.zeros((4, count), dtype=torch.float64, device=device)
         self._counts = torch.zeros(count, dtype=torch.int64)
         work = torch.float64 if self._block.dtype == torch.float64 else torch.float32  # the block's noise, or finer
+        self._partial = torch.zeros((3, count), dtype=work, device=device)
+        self._partial_steps, self._partial_scale = 0, (1.0, 1.0)  # steps in the partial sums, the first's (c, c·σ)
         self._buffers = (torch.empty(count, dtype=work, device=device),)
         self._observations: list[npt.NDArray[np.float32]] = []
         self.noise_multipliers: list[float] = []
@@ -608,8 +626,10 @@ class RecordCanaries:
     # ------------------------------------------------------------------------------------------
 
     def _check_ids(self, values: torch.Tensor) -> torch.Tensor:
-        ids = values.to(torch.int64).cpu()
-        if not bool(torch.all((ids == values.cpu()) & (ids >= 0) & (ids < self.members.size))):  # an exact id
+        values = values.cpu()
+        ids = values.to(torch.int64)
+        low, high = (int(value) for value in torch.aminmax(ids))
+        if low < 0 or high >= self.members.size or not torch.equal(ids.to(values.dtype), values):  # exact ids
             raise DPAuditError(
                 "a canary input reached the model altered (its id is not a canary's): pass the loader's inputs to "
                 "the model unchanged, or normalise them in the dataset's transform"
@@ -642,20 +662,22 @@ class RecordCanaries:
         clip = float(optimizer.max_grad_norm)
         summed = torch.zeros(self.members.size, dtype=self._block.dtype, device=self._block.device)
         for ids, slopes in self._pending:
-            gradients = slopes * (self._norm_factor * clip)
-            factors = (clip / (gradients.abs() + 1e-6)).clamp(max=1.0)
-            clipped = gradients * factors
-            if clipped.numel():
-                if bool(torch.any(gradients.abs() < clip)):
+            if slopes.numel():  # every row's clipped gradient must be the first's (to 1e-6): checked at the extremes
+                low, high = (float(value) for value in torch.aminmax(slopes))
+                smallest = float(slopes.abs().min()) * self._norm_factor * clip
+                if smallest < clip:
                     raise DPAuditError(
                         "the loss gives a canary row a per-sample gradient below the clipping bound (its slope at "
                         "zero output is too small): raise norm_factor"
                     )
-                contribution = float(clipped[0])
-                if not torch.allclose(clipped, torch.full_like(clipped, contribution), rtol=1e-6, atol=0):
+                contribution = _clipped(float(slopes[0]) * self._norm_factor * clip, clip)
+                if any(
+                    abs(_clipped(value * self._norm_factor * clip, clip) - contribution) > 1e-6 * abs(contribution)
+                    for value in (low, high)
+                ):
                     raise DPAuditError("the loss gives the canary rows different gradients: their targets must agree")
                 self._contribution = contribution
-            summed.index_add_(0, ids.to(summed.device), clipped.to(summed.dtype).to(summed.device))
+                summed.index_add_(0, ids.to(summed.device), summed.new_full((ids.numel(),), contribution))
             self._step_ids.append(ids)
             self._step_rows += int(ids.numel())
         self._step_rows += real_rows
@@ -715,26 +737,58 @@ class RecordCanaries:
         return proceed
 
     def _accumulate(self, noised: torch.Tensor, noise_std: float, index: int) -> None:
-        """Add one step's observations x = noised/c to the online sums, in place from ``noised``: each step's terms
-        of Λ in the block's float32 (where no exponent exceeds float32's range; else in float64), the sums in
-        float64."""
-        contribution = cast(float, self._contribution)
+        """Add one step's observations x = noised/c to the online sums, through one scratch buffer.
+
+        Partial sums over up to ``_PARTIAL_STEPS`` steps of one noise std (z·C) and one sign of c, in the block's
+        float32: of Λ's terms, of noised·c₁/c (c₁ the first step's c) and of noised²; added to the float64 sums of
+        Λ, x, x/σ and x²/σ² (σ = z·C/|c|) after. Λ's terms are in float64 where an exponent exceeds float32's range.
+        On the CPU the exp and log are numpy's on the same memory (several times faster than torch's)."""
+        contribution, rate = cast(float, self._contribution), self._rate
         self.contributions[index] = contribution
         sigma = noise_std / abs(contribution)
         if self._keep:
             self._observations.append((noised / contribution).to(torch.float32).cpu().numpy())
-        if sigma > 0:  # u = (x − ½)/σ², then log(1 − q + q·e^u)
-            (terms,) = self._buffers
-            torch.mul(noised, 1.0 / (contribution * sigma * sigma), out=terms).sub_(0.5 / (sigma * sigma))
+        scale = (contribution, math.copysign(noise_std, contribution))  # (c, c·σ)
+        if self._partial_steps and scale[1] != self._partial_scale[1]:
+            self._flush_partial()
+        if not self._partial_steps:
+            self._partial_scale = scale
+        (terms,) = self._buffers
+        partial = self._partial
+        if sigma > 0:  # u = x/σ² − ½/σ², then log(1 − q + q·e^u) = log(1 − q + q·e^(−½/σ²)·e^(x/σ²))
+            torch.mul(noised, 1.0 / (contribution * sigma * sigma), out=terms)
             if float(terms.max()) <= _EXP_CAP32:
-                self._all += terms.exp_().mul_(self._rate).add_(1.0 - self._rate).log_()
+                factor = rate * math.exp(-0.5 / (sigma * sigma))
+                if terms.device.type == "cpu":
+                    values = terms.numpy()
+                    np.exp(values, out=values)
+                    values *= factor
+                    values += 1.0 - rate
+                    np.log(values, out=values)
+                else:
+                    terms.exp_().mul_(factor).add_(1.0 - rate).log_()
+                partial[0].add_(terms)
             else:
-                self._all += step_log_ratio((noised / contribution).to(torch.float64), sigma, self._rate)
+                self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
         else:
-            self._all.fill_(math.nan)
-        self._sum.add_(noised, alpha=1.0 / contribution)
-        self._std_sum.add_(noised, alpha=1.0 / (contribution * sigma))  # x/σ
-        self._std_squares.addcmul_(noised, noised, value=1.0 / (contribution * sigma) ** 2)
+            self._sums[0].fill_(math.nan)
+        partial[1].add_(noised, alpha=self._partial_scale[0] / contribution)
+        partial[2].addcmul_(noised, noised)
+        self._partial_steps += 1
+        if self._partial_steps == _PARTIAL_STEPS:
+            self._flush_partial()
+
+    def _flush_partial(self) -> None:
+        """Add the partial sums to the float64 sums (Λ, Σx, Σx/σ, Σx²/σ²) and start new ones."""
+        if not self._partial_steps:
+            return
+        first, first_std = self._partial_scale
+        self._sums[0].add_(self._partial[0])
+        self._sums[1].add_(self._partial[1], alpha=1.0 / first)
+        self._sums[2].add_(self._partial[1], alpha=1.0 / first_std)
+        self._sums[3].add_(self._partial[2], alpha=1.0 / first_std**2)
+        self._partial.zero_()
+        self._partial_steps = 0
 
     # ------------------------------------------------------------------------------------------
     # Results
@@ -769,6 +823,8 @@ class RecordCanaries:
             raise DPAuditError("the canaries saw no optimizer step yet: attach them, then train")
         if self._contribution is None:
             raise DPAuditError("no canary record reached the optimizer yet: train longer or with more canaries")
+        self._flush_partial()
+        sums = self._sums.cpu().numpy()
         return RecordCanaryObservations(
             **claimed_record(
                 accountant,
@@ -779,11 +835,11 @@ class RecordCanaries:
             ),
             batch_size=int(round(self.divisors[-1])) if math.isfinite(self.divisors[-1]) else 0,
             sampling="poisson",
-            all_iterates_scores=self._all.cpu().numpy().copy(),
-            final_model_scores=self._sum.cpu().numpy().copy(),
+            all_iterates_scores=sums[0].copy(),
+            final_model_scores=sums[1].copy(),
             observations=self.observations,
-            standardised_sum=self._std_sum.cpu().numpy().copy(),
-            standardised_sum_of_squares=self._std_squares.cpu().numpy().copy(),
+            standardised_sum=sums[2].copy(),
+            standardised_sum_of_squares=sums[3].copy(),
             member_counts=self._counts.numpy().copy(),
             divisors=np.asarray(self.divisors, dtype=float),
             noise_chi2=np.asarray(self.noise_chi2, dtype=float),
