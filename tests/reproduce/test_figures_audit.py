@@ -210,13 +210,17 @@ def test_validation_rejects_bad_pairs_in_one_line(tmp_path, capsys):
         assert message in err and "\n" not in err
 
 
-def _ladder_run(root, section, run, *, optimizer, noise_multiplier, attacks):
-    """A run folder (config.json, the target's ledger) and its `dpaudit audit` results, made up."""
+def _ladder_run(root, section, run, *, optimizer, noise_multiplier, attacks, contribution=None):
+    """A run folder (config.json, the target's ledger; the whole-run canaries' sidecar where ``contribution`` is
+    given) and its `dpaudit audit` results, made up."""
     from dpaudit.ledger import PrivacyLedger
 
     source = root / "results" / section / run / "trial_0"
     (source / "target").mkdir(parents=True)
     write_json(source / "config.json", {"config": {"optimizer": optimizer}, "derived": {}})
+    if contribution is not None:
+        sidecar = {"canaries": 200, "clip_norm": 1.0, "contribution": contribution, "sampling": "poisson"}
+        write_json(source / "target" / "canaries_run.json", sidecar)
     ledger = PrivacyLedger()
     for _ in range(20):
         ledger.record(noise_multiplier=noise_multiplier, sample_rate=0.1)
@@ -283,3 +287,40 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     assert (
         claims[1]["verdict"] == "holds"
     )  # the family bound (0.8) is above the loss attack's (0) where whole-run canaries fit
+
+
+@pytest.mark.integration
+def test_the_ladder_draws_optimizers_that_meet_one_mechanism_once(tmp_path, monkeypatch):
+    """Whole-run canaries of the same ledger whose contributions c/C are equal to 3 decimals are one measurement: one row (the
+    names joined), every optimizer's share in the second table; another contribution or ledger is its own row."""
+    from reproduce.figures import ladder
+
+    monkeypatch.chdir(tmp_path)
+    files = []
+    for name, contribution, z, family in (
+        ("dpsgd-gc", 1.0, 1.0, 0.8),
+        ("auto-s", 0.99990, 1.0, 0.8),
+        ("dp-psac", 0.9, 1.0, 0.7),
+        ("d2p-sgd", 1.0, 1.3, 0.5),
+    ):
+        whole = {"family": {"epsilon": family, "capped": False}, "epsilon_last_iterate": 1.1}
+        for section, attacks in (
+            ("audit_cross", [("canary", 1.5, {"epsilon_mechanism": 4.0}), ("loss", 0.0, {})]),
+            ("audit_run", [("canary-run", 0.5, {"whole_run": whole})]),
+        ):
+            files += _ladder_run(
+                tmp_path,
+                section,
+                f"{name}_eps2",
+                optimizer=name,
+                noise_multiplier=z,
+                attacks=attacks,
+                contribution=contribution if section == "audit_run" else None,
+            )
+    rows = {row["name"]: row for row in ladder.ladder_rows(files, canaries=200, delta=1e-5)}
+    assert set(rows) == {"auto-s = dpsgd-gc", "dp-psac", "d2p-sgd"}
+    shared = rows["auto-s = dpsgd-gc"]
+    assert shared["optimizers"] == ["auto-s", "dpsgd-gc"] and shared["family_spread"] == 0.0
+    assert shared["members"]["dpsgd-gc"]["family_over_pld"] == pytest.approx(0.8 / shared["epsilon_pld"])
+    table = ladder.ladder_markdown(list(rows.values()), confidence=0.95)
+    assert "| auto-s = dpsgd-gc | 2 |" in table and "| dpsgd-gc | 2 | auto-s = dpsgd-gc |" in table
