@@ -291,8 +291,8 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
 
 @pytest.mark.integration
 def test_the_ladder_draws_optimizers_that_meet_one_mechanism_once(tmp_path, monkeypatch):
-    """Whole-run canaries of the same ledger whose contributions c/C are equal to 3 decimals are one measurement: one row (the
-    names joined), every optimizer's share in the second table; another contribution or ledger is its own row."""
+    """Whole-run canaries of the same ledger whose contributions c/C are equal to 3 decimals are one measurement:
+    one row (the names joined), every optimizer's share in the second table; another c or ledger is its own row."""
     from reproduce.figures import ladder
 
     monkeypatch.chdir(tmp_path)

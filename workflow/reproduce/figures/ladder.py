@@ -22,9 +22,9 @@ separated scores. Optimizers that whole-run canaries do not fit say why in their
 the canary design's limit, not evidence that the optimizer leaks less.
 
 One row and one panel per *mechanism*: runs at one target ε whose whole-run canaries meet the same mechanism —
-the same ledger (z_t, q_t), sampling and canary count, and a canary contribution φ(K)·K/C equal to 3 decimals — are one
-measurement (their canaries see the same noise draws and batches), so the ladder draws them once and lists the
-optimizers that share it. A second table gives every optimizer's share of ε.
+the same ledger (z_t, q_t), sampling and canary count, and a canary contribution φ(K)·K/C equal to 3 decimals —
+are one measurement (their canaries see the same noise draws and batches), so the ladder draws them once and lists
+the optimizers that share it. A second table gives every optimizer's share of ε.
 """
 
 from __future__ import annotations
