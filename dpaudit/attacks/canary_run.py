@@ -54,19 +54,19 @@ Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.ac
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
 is φ(K)·K at its coordinate and nothing elsewhere (``Optimizer.takes_dirac_records``): dpsgd-gc, dpsgd-dc,
 dpsgd-no-noise, dpsgd-no-clip, dpsgd-gc-understated-q, dpsgd-gc-reused-noise, auto-s (nsgd), auto-v, dp-psac,
-dp-psac-batch-noise, dpsgd-auto, d2p-sgd.
+dp-psac-batch-noise, dpsgd-auto, d2p-sgd; and the random-projection optimizers in the DP order (dp2-sgd,
+d2p2-sgd), where the weighting and the noise happen in the projected space: there the canary block is a block
+of projected coordinates (``ProjectedNoise``: a canary's gradient designed against the public projection A as
+√p·(Aᵀ)⁺·K·e_j projects to K·e_j, a Dirac where clipping and noise happen), released before A maps it back.
 DPSGD-DC projects the model's parameters alone (the canary block is not in the domain). DP-PSAC with
 batch-scaled noise counts the canaries as records: their clipped norms enter the batch's largest, and they
 are records of the realised batch size it divides by (its recorded σ_t is the claimed one, which its
 data-dependent noise departs from: what the audit is there to find). Refused, before any training:
 
-* the random-projection optimizers (dp2-sgd, d2p2-sgd and their as-published variants): a record's gradient is
-  projected, Aᵀg/√p, before (or after) clipping, so a Dirac record is spread over all p projected coordinates
-  of the canary tensor (which has a projection of its own: the model's records do not reach it) and mixes
-  with the other canaries: the M observations of a step are M linear functions of p < M noises and of every
-  canary's presence, not M independent trials, and a canary's weight φ depends on ‖Aᵀe_j‖, not on its norm
-  alone (the projection is redrawn each step with ``projection_refresh: step``). They need canaries aligned
-  with A, as the ``projection-aligned`` design of one step does (``dpaudit.attacks.canary``);
+* the random-projection optimizers in the authors' order (dp2-sgd-as-published, d2p2-sgd-as-published): a
+  record's gradient is clipped in the parameter space, by its norm there, before the sum is projected, so the
+  designed canary's weight depends on ‖(Aᵀ)⁺e_j‖, i.e. on the block's own A (the ``projection-aligned`` design
+  of one step audits them, ``dpaudit.attacks.canary``);
 * the sparse optimizers (tp-topk, tp-rand, on-topk, on-rand) and AdaDPIGU: a record's gradient is masked to a
   support ranked over all coordinates, canary coordinates included (a masked canary releases nothing and
   the support learned from the releases depends on the canaries), and AdaDPIGU also standardises and keeps

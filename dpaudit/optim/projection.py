@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from dpaudit._streams import derived_generator
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
 from dpaudit.optim.clipping import PrivateOptimizer, _flat_norms
 from dpaudit.settings import (
@@ -103,6 +104,13 @@ class ProjectedNoise(AutomaticClipping):
     so one record moves z by at most C and the ledger's z_t is the true noise multiplier. The authors'
     order — clip, then project the sum — lets one record move z by up to C·max σ_max(A)/√p ≈ (1 + √(d/p))·C,
     so its ε is not what the accountant reports; that version is ``*-as-published`` (no DP claim).
+
+    An audit block (``set_audit_block``: whole-run canaries) is held in the projected space, where clipping and
+    noise happen: canary j's gradient is designed against the public A as √p·(Aᵀ)⁺·K·e_j, whose projection is
+    K·e_j, so the block's coordinates are projected coordinates (no matrix of its own), clipped with the record's
+    projected norm, noised by the model's own code from a generator derived from the model's draw (or in one draw
+    with it, ``joint``), and released as they are. The model's matrices, noise and updates are those of a run
+    without the block.
     """
 
     clip_after_projection: ClassVar[bool] = True
@@ -130,6 +138,31 @@ class ProjectedNoise(AutomaticClipping):
         return None if self.clip_after_projection else super().gradient_before_noise()
 
     @classmethod
+    def takes_dirac_records(cls) -> bool:
+        # in the DP order a canary designed against A is a Dirac in the projected space (the class docstring); in
+        # the authors' order it is clipped in the parameter space first, by a norm that depends on A
+        return cls.clip_after_projection
+
+    def set_audit_block(self, count: int, *, joint: bool = False) -> None:
+        if not self.takes_dirac_records():
+            Optimizer.set_audit_block(self, count, joint=joint)
+        self.audit_parameters, self.audit_joint = count, joint
+        for index in range(len(self.params) - count, len(self.params)):  # projected coordinates: no matrix
+            self.kept[index] = self.params[index].numel()
+            self._sum[index] = torch.zeros_like(self.params[index]).view(-1)
+        self._matrices_step = None
+
+    def accumulate_diracs(self, *, coordinates: torch.Tensor, magnitude: float) -> None:
+        if not self.audit_parameters:
+            Optimizer.accumulate_diracs(self, coordinates=coordinates, magnitude=magnitude)
+        super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
+
+    @property
+    def _model_parameters(self) -> int:
+        """How many of the parameters are the model's (the audit block's are after them)."""
+        return len(self.params) - self.audit_parameters
+
+    @classmethod
     def check(cls, hyper: Hyperparameters[AutomaticClippingSettings]) -> None:  # AutomaticClipping's: by name
         super().check(hyper)
         for name in ("reduction_rate", "reduction_convention", "projection_refresh"):
@@ -141,9 +174,10 @@ class ProjectedNoise(AutomaticClipping):
         if self._matrices_step != step:
             device, dtype = self.params[0].device, self.params[0].dtype
             generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)
+            model = self._model_parameters  # an audit block is in the projected space already
             self._matrices = [
                 torch.randn(param.numel(), p, generator=generator, device=device, dtype=dtype)
-                for param, p in zip(self.params, self.kept)
+                for param, p in zip(self.params[:model], self.kept[:model])
             ]
             self._matrices_step = step
         return self._matrices
@@ -157,6 +191,7 @@ class ProjectedNoise(AutomaticClipping):
             g.flatten(1) @ a / math.sqrt(p) if g.any() else g.new_zeros(len(g), p)
             for g, a, p in zip(grads, self.matrices(), self.kept)
         ]
+        projected += [g.flatten(1) for g in grads[self._model_parameters :]]  # an audit block's: projected already
         factors = self.factors(_flat_norms(projected))
         for total, values in zip(self._sum, projected):
             total.add_(factors @ values)
@@ -166,9 +201,19 @@ class ProjectedNoise(AutomaticClipping):
         factor = self.noise_factor()
         b, sigma = self.hyper.expected_batch_size, self.sigma_dp * factor
         updates = []
-        for param, total, a, p in zip(self.params, self._sum, self.matrices(), self.kept):
+        model = self._model_parameters
+        for param, total, a, p in zip(self.params[:model], self._sum[:model], self.matrices(), self.kept[:model]):
             released = total if self.clip_after_projection else total.flatten() @ a / math.sqrt(p)
             updates.append((a @ (released / b + sigma * self._noise(p))).reshape(param.shape))
+        if self.audit_parameters:  # released in the projected space, noise by the model's code (``set_audit_block``)
+            own = self.generator
+            if not self.audit_joint:
+                self.generator = derived_generator(own)
+            try:
+                for param, total in zip(self.params[model:], self._sum[model:]):
+                    updates.append((total / b + sigma * self._noise(total.numel())).reshape(param.shape))
+            finally:
+                self.generator = own
         self._apply(updates)
         return StepCost(self.hyper.noise_multiplier * factor, self.hyper.sample_rate)
 

@@ -26,8 +26,10 @@ SUPPORTED = [
     "auto-s",
     "auto-v",
     "d2p-sgd",
+    "d2p2-sgd",
     "dp-psac",
     "dp-psac-batch-noise",
+    "dp2-sgd",
     "dpsgd-auto",
     "dpsgd-dc",
     "dpsgd-gc",
@@ -49,7 +51,10 @@ def test_the_supported_optimizers_weight_each_record_by_a_function_of_its_norm()
 def _optimizer(name: str) -> optim.Optimizer:
     params = [torch.zeros(shape) for shape in SHAPES] + [torch.zeros(M)]
     hyper = engine_config(name).hyperparameters(60)
-    return optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(0))
+    made = optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(0))
+    if made.takes_dirac_records():
+        made.set_audit_block(1)  # the last parameter (a projection optimizer holds it in its projected space)
+    return made
 
 
 def _records(count: int, *, seed: int) -> list[torch.Tensor]:
@@ -93,7 +98,7 @@ def test_accumulate_diracs_is_accumulate_of_the_dense_gradients(name, magnitude)
     assert torch.equal(mixed._sum[-1], sparse._sum[-1])
 
 
-@pytest.mark.parametrize("name", ["sgd", "dp2-sgd", "tp-topk", "adadpigu"])
+@pytest.mark.parametrize("name", ["sgd", "dp2-sgd-as-published", "tp-topk", "adadpigu"])
 def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
     optimizer = _optimizer(name)
     with pytest.raises(DPAuditError, match="does not take Dirac records"):
@@ -124,6 +129,8 @@ def test_too_few_whole_run_canaries_are_refused_before_training():
         ("dpsgd-dc", "ensemble", {}),  # the domain's projection ignores the canary block
         ("d2p-sgd", "ensemble", {"momentum": 0.5}),  # dynamic noise, momentum
         ("auto-v", "sequential", {"sampling": "shuffle"}),
+        ("d2p2-sgd", "ensemble", {}),  # the model's projections and noise as without the block
+        ("dp2-sgd", "sequential", {"momentum": 0.5}),
     ],
 )
 def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(name, engine, changes):
@@ -182,6 +189,24 @@ def test_the_normalisation_follows_the_optimizers_weight(tmp_path):
     np.testing.assert_allclose(observed.noise_std, observed.noise_multipliers / c)
     members = observed.observations[:, observed.members]
     np.testing.assert_allclose(members, np.round(members), atol=1e-3)  # a present canary still adds 1
+
+
+@pytest.mark.parametrize("name", ["dp2-sgd", "d2p2-sgd"])
+def test_projection_canaries_are_one_gaussian_trial_per_step_in_the_projected_space(tmp_path, name):
+    """DP2-SGD and D2P2-SGD (the DP order): a present canary adds exactly 1 in the projected space (its weight
+    φ(K)·K = C·K/(K + γ) normalised away), a non-member 0; with noise, the non-members' observations have the
+    step's std σ_t = z_t·C/c, D2P2-SGD's z_t decaying as its ledger says."""
+    quiet = _observed(tmp_path / "quiet", name, sigma_dp=1e-6)
+    gamma = engine_config(name).hyperparameters(60).settings.gamma
+    assert quiet.contribution == pytest.approx(1e3 / (1e3 + gamma), rel=1e-6)
+    members = quiet.observations[:, quiet.members]
+    np.testing.assert_allclose(members, np.round(members), atol=1e-3)
+    assert np.abs(quiet.observations[:, ~quiet.members]).max() < 1e-3 and members.sum() > 0
+    noisy = _observed(tmp_path / "noisy", name)
+    standardised = noisy.observations[:, ~noisy.members] / noisy.noise_std[:, None]
+    assert abs(float(np.mean(standardised**2)) - 1.0) < 0.1  # about 4,000 values: the variance's sd is 2 %
+    if name == "d2p2-sgd":
+        assert noisy.noise_multipliers[-1] < noisy.noise_multipliers[0]
 
 
 @pytest.fixture(scope="session")  # session: built at most once per xdist worker

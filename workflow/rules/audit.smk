@@ -28,7 +28,9 @@ for _variant, _twin in VALIDATION_PAIRS.items():
 # their twins (results/audit_run_validation), each trained once with the cross-optimizer settings
 WHOLE = AUD["whole_run"]
 WHOLE_COMMON = {**CROSS_COMMON, "canaries": WHOLE["canaries"], "canary_design": "whole-run"}
-WHOLE_SETTINGS = {name: OPT_SETTINGS[name] for name in whole_run_names(OPT_SETTINGS, schema=SCHEMA)}
+# (a run's own canary design, e.g. projection-aligned for the cross-optimizer audit, gives way to the whole-run one)
+WHOLE_SETTINGS = {name: {k: v for k, v in OPT_SETTINGS[name].items() if k != "canary_design"}
+                  for name in whole_run_names(OPT_SETTINGS, schema=SCHEMA)}
 WHOLE_BUG_SETTINGS = {  # a bug departs from its twin by its broken optimizer or by its sampling
     bug["name"]: {"optimizer": OPT_SETTINGS[bug["twin"]].get("optimizer", bug["twin"]), **OPT_SETTINGS[bug["twin"]],
                   **{k: bug[k] for k in ("optimizer", "sampling") if k in bug}}
