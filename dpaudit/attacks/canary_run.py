@@ -57,7 +57,10 @@ dpsgd-no-noise, dpsgd-no-clip, dpsgd-gc-understated-q, dpsgd-gc-reused-noise, au
 dp-psac-batch-noise, dpsgd-auto, d2p-sgd; and the random-projection optimizers in the DP order (dp2-sgd,
 d2p2-sgd), where the weighting and the noise happen in the projected space: there the canary block is a block
 of projected coordinates (``ProjectedNoise``: a canary's gradient designed against the public projection A as
-√p·(Aᵀ)⁺·K·e_j projects to K·e_j, a Dirac where clipping and noise happen), released before A maps it back.
+√p·(Aᵀ)⁺·K·e_j projects to K·e_j, a Dirac where clipping and noise happen), released before A maps it back;
+and the sparse optimizers of the TP-TopK paper (tp-topk, tp-rand, on-topk, on-rand), whose canary block is left
+out of the support's ranking and kept in the support (``MaskedSupport``): the support is public once chosen, so
+canaries on released coordinates are each one subsampled-Gaussian trial per step at that step's σ.
 DPSGD-DC projects the model's parameters alone (the canary block is not in the domain). DP-PSAC with
 batch-scaled noise counts the canaries as records: their clipped norms enter the batch's largest, and they
 are records of the realised batch size it divides by (its recorded σ_t is the claimed one, which its
@@ -67,10 +70,9 @@ data-dependent noise departs from: what the audit is there to find). Refused, be
   record's gradient is clipped in the parameter space, by its norm there, before the sum is projected, so the
   designed canary's weight depends on ‖(Aᵀ)⁺e_j‖, i.e. on the block's own A (the ``projection-aligned`` design
   of one step audits them, ``dpaudit.attacks.canary``);
-* the sparse optimizers (tp-topk, tp-rand, on-topk, on-rand) and AdaDPIGU: a record's gradient is masked to a
-  support ranked over all coordinates, canary coordinates included (a masked canary releases nothing and
-  the support learned from the releases depends on the canaries), and AdaDPIGU also standardises and keeps
-  each record's top-k entries; the mask must be treated as part of the mechanism (the ``support`` design);
+* AdaDPIGU: it standardises each record with statistics of every coordinate and keeps its top-k entries, so a
+  canary must be designed against those statistics and the block kept out of the real records' standardisation
+  (not built); its mask is audited per step by the ``support`` design;
 * non-private SGD: no per-record processing and no noise.
 """
 

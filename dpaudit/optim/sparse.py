@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from dpaudit._streams import derived_generator
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
 from dpaudit.optim.clipping import DPSGD
@@ -35,7 +36,16 @@ class MaskedSupport(DPSGD):
 
     ``mask`` is None while the step is dense. ``support_version`` counts support changes and ``score``
     (flat) is the ranking the current support came from, if learned; the engine's diagnostics read them.
+
+    An audit block (``set_audit_block``: whole-run canaries; the classes with ``fits_dirac_records``) is left out of
+    the ranking and kept in the support at every step: the support is public once chosen (a post-processing of
+    earlier releases), so canaries on coordinates it releases are what a white-box adversary can place, and each
+    is then one subsampled-Gaussian trial per step at that step's σ. The model's support, noise and updates are
+    those of a run without the block (its noise comes from a generator derived from the model's draw, or in one
+    draw with it, ``joint``).
     """
+
+    fits_dirac_records: ClassVar[bool] = False  # a Dirac record is masked, then clipped as by DP-SGD
 
     def __init__(
         self, params: Sequence[torch.Tensor], hyper: Hyperparameters[OptimizerSettings], *, generator: torch.Generator
@@ -47,8 +57,25 @@ class MaskedSupport(DPSGD):
         self.dimension = sum(p.numel() for p in self.params)
 
     def support_mask(self) -> torch.Tensor | None:
-        """The current support as a flat 0/1 vector over all coordinates (None: dense)."""
-        return None if self.mask is None else _flat(self.mask)
+        """The current support as a flat 0/1 vector over the model's coordinates (None: dense)."""
+        return None if self.mask is None else _flat(self.mask[: self._model_parameters])
+
+    @property
+    def _model_parameters(self) -> int:
+        """How many of the parameters are the model's (an audit block's are after them)."""
+        return len(self.params) - self.audit_parameters
+
+    def _model_flat(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The model's part of per-parameter ``tensors``, flat (the ranking's coordinates)."""
+        return _flat(tensors[: self._model_parameters])
+
+    @classmethod
+    def takes_dirac_records(cls) -> bool:
+        return cls.fits_dirac_records
+
+    def set_audit_block(self, count: int, *, joint: bool = False) -> None:
+        super().set_audit_block(count, joint=joint)
+        self.dimension = sum(p.numel() for p in self.params[: self._model_parameters])
 
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
         if self.mask is not None:
@@ -57,7 +84,16 @@ class MaskedSupport(DPSGD):
 
     def _release(self, sigma_dp: float) -> list[torch.Tensor]:
         """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""
-        released = [total / self.hyper.expected_batch_size + sigma_dp * self._noise(total.shape) for total in self._sum]
+        b, model = self.hyper.expected_batch_size, self._model_parameters
+        released = [total / b + sigma_dp * self._noise(total.shape) for total in self._sum[:model]]
+        if self.audit_parameters:  # the block's noise by the same code, from a derived generator unless joint
+            own = self.generator
+            if not self.audit_joint:
+                self.generator = derived_generator(own)
+            try:
+                released += [total / b + sigma_dp * self._noise(total.shape) for total in self._sum[model:]]
+            finally:
+                self.generator = own
         return released if self.mask is None else [value * m for value, m in zip(released, self.mask)]
 
     def _random_order(self, stream: int) -> torch.Tensor:
@@ -72,8 +108,9 @@ class MaskedSupport(DPSGD):
         else:
             flat = torch.zeros(self.dimension, dtype=self.params[0].dtype, device=self.params[0].device)
             flat[chosen.to(flat.device)] = 1
-            sizes = [p.numel() for p in self.params]
-            self.mask = [part.view_as(p) for part, p in zip(flat.split(sizes), self.params)]
+            model = self.params[: self._model_parameters]
+            self.mask = [part.view_as(p) for part, p in zip(flat.split([p.numel() for p in model]), model)]
+            self.mask += [torch.ones_like(p) for p in self.params[len(model) :]]  # an audit block: always released
             if self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
                 for velocity, m in zip(self._velocity, self.mask):
                     velocity.mul_(m)
@@ -88,6 +125,7 @@ class TwoPhaseSparse(MaskedSupport):
     """
 
     learned: ClassVar[bool] = True
+    fits_dirac_records = True
     settings_type = TwoPhaseSettings
     hyper: Hyperparameters[TwoPhaseSettings]
 
@@ -147,7 +185,7 @@ class TwoPhaseSparse(MaskedSupport):
 
     def _choose_support(self) -> None:
         # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
-        self.score = _flat(self._squares) / self.hyper.warmup_steps - self.warmup_sigma_dp**2
+        self.score = self._model_flat(self._squares) / self.hyper.warmup_steps - self.warmup_sigma_dp**2
         k = math.floor(self.hyper.settings.active_ratio * self.dimension)
         order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
         if self._velocity is not None:
@@ -181,6 +219,7 @@ class OnlineSparse(MaskedSupport):
     """
 
     learned: ClassVar[bool] = True
+    fits_dirac_records = True
     settings_type = SparseSettings
     hyper: Hyperparameters[SparseSettings]
 
@@ -207,7 +246,7 @@ class OnlineSparse(MaskedSupport):
     def begin_epoch(self, epoch: int) -> None:
         super().begin_epoch(epoch)
         if self.learned and self._epoch_steps:
-            fresh = _flat(self._squares) / self._epoch_steps - self.sigma_dp**2
+            fresh = self._model_flat(self._squares) / self._epoch_steps - self.sigma_dp**2
             active = self.support_mask()
             self.score = (
                 fresh if self.score is None or active is None else torch.where(active.bool(), fresh, self.score)

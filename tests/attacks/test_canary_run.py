@@ -38,6 +38,10 @@ SUPPORTED = [
     "dpsgd-no-clip",
     "dpsgd-no-noise",
     "nsgd",
+    "on-rand",
+    "on-topk",
+    "tp-rand",
+    "tp-topk",
 ]
 REFUSED = sorted(set(optim.available()) - set(SUPPORTED))
 SHAPES = [(3, 4), (4,)]  # a small "model"; the audit block is a last parameter of M coordinates
@@ -98,7 +102,7 @@ def test_accumulate_diracs_is_accumulate_of_the_dense_gradients(name, magnitude)
     assert torch.equal(mixed._sum[-1], sparse._sum[-1])
 
 
-@pytest.mark.parametrize("name", ["sgd", "dp2-sgd-as-published", "tp-topk", "adadpigu"])
+@pytest.mark.parametrize("name", ["sgd", "dp2-sgd-as-published", "adadpigu-code", "adadpigu"])
 def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
     optimizer = _optimizer(name)
     with pytest.raises(DPAuditError, match="does not take Dirac records"):
@@ -131,6 +135,8 @@ def test_too_few_whole_run_canaries_are_refused_before_training():
         ("auto-v", "sequential", {"sampling": "shuffle"}),
         ("d2p2-sgd", "ensemble", {}),  # the model's projections and noise as without the block
         ("dp2-sgd", "sequential", {"momentum": 0.5}),
+        ("tp-topk", "ensemble", {}),  # the model's support (ranked without the block), noise and updates
+        ("on-rand", "sequential", {"momentum": 0.5}),
     ],
 )
 def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(name, engine, changes):
@@ -207,6 +213,23 @@ def test_projection_canaries_are_one_gaussian_trial_per_step_in_the_projected_sp
     assert abs(float(np.mean(standardised**2)) - 1.0) < 0.1  # about 4,000 values: the variance's sd is 2 %
     if name == "d2p2-sgd":
         assert noisy.noise_multipliers[-1] < noisy.noise_multipliers[0]
+
+
+@pytest.mark.parametrize("name", ["tp-topk", "on-topk"])
+def test_support_canaries_are_released_at_every_step_with_each_phases_noise(tmp_path, name):
+    """TP-TopK and ON-TopK: the canary block stays in the support (left out of the ranking), so a present canary
+    adds exactly 1 at every step, warm-up and sparse phase alike, a non-member 0; with noise, the non-members'
+    observations have each step's std σ_t = z_t·C/c (TP-TopK: σ_1 in the warm-up, σ_2 after)."""
+    quiet = _observed(tmp_path / "quiet", name, sigma_dp=1e-6, warmup_sigma_dp=1e-6)
+    members = quiet.observations[:, quiet.members]
+    np.testing.assert_allclose(members, np.round(members), atol=1e-3)
+    assert np.abs(quiet.observations[:, ~quiet.members]).max() < 1e-3
+    assert members[-4:].sum() > 0  # the last epoch, on a support of ρ·d of the model's coordinates
+    noisy = _observed(tmp_path / "noisy", name, **({"warmup_sigma_dp": 0.04} if name == "tp-topk" else {}))
+    standardised = noisy.observations[:, ~noisy.members] / noisy.noise_std[:, None]
+    assert abs(float(np.mean(standardised**2)) - 1.0) < 0.1
+    if name == "tp-topk":
+        assert len(set(noisy.noise_multipliers.tolist())) == 2  # the warm-up's z and the sparse phase's
 
 
 @pytest.fixture(scope="session")  # session: built at most once per xdist worker
@@ -469,7 +492,7 @@ def test_no_canaries_is_no_observer_and_the_cli_trains_the_design(tmp_path):
                 "train",
                 *flags.split(),
                 "--optimizer",
-                "tp-topk",
+                "adadpigu",
                 "--canaries",
                 "64",
                 "--canary-design",

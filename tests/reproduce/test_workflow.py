@@ -83,9 +83,9 @@ def _job_count(output: str, rule: str) -> int:
         # variants, and the twins of pairs with their own audit settings (support or noise-scale canaries);
         # whole-run canaries: one job per optimizer they fit (all its ε), and one per bug run and per twin run the
         # ladder does not train
-        (None, 4 + 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (6, 3 * 2 + 1)),
-        ("configs/smoke.yaml", 2 + 4, 6 * 1 * 1, 1, 1, 6, 4 + 1, (3, 1)),
-        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (5, 3 * 2 + 1)),
+        (None, 4 + 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (12, 3 * 2 + 1)),
+        ("configs/smoke.yaml", 2 + 4, 6 * 1 * 1, 1, 1, 6, 4 + 1, (5, 1)),
+        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (11, 3 * 2 + 1)),
     ],
 )
 def test_presets_build_the_same_dag(
@@ -371,10 +371,11 @@ def test_dvc_repro_reruns_only_the_jobs_a_parameter_touches(workflow_copy):
     ]
     # the new D = 5 runs (2 batch sizes × 2 trials), d2p2-sgd in the optimizer and cross-optimizer audit
     # sections (both take optimizers.runs), its broken variant in the validation section (a variant takes its
-    # twin's settings) and the 4 d2p2-sgd paper runs (they start from its tuned lr)
-    assert len(trained) == 2 * 2 + 2 + 1 + 4, "\n".join(trained)
+    # twin's settings), its whole-run audit run (audit_run) and the 4 d2p2-sgd paper runs (they start from its
+    # tuned lr)
+    assert len(trained) == 2 * 2 + 2 + 1 + 1 + 4, "\n".join(trained)
     assert sum("--domain-radius 5.0" in line for line in trained) == 4
-    assert sum("--optimizer d2p2-sgd " in line and "--lr 0.01" in line for line in trained) == 2 + 4
+    assert sum("--optimizer d2p2-sgd " in line and "--lr 0.01" in line for line in trained) == 3 + 4
     assert sum("--optimizer d2p2-sgd-as-published " in line and "--lr 0.01" in line for line in trained) == 1
     assert sum("results/audit_cross/d2p2-sgd_eps4/" in line for line in trained) == 1
     assert (workflow_copy / "results/dpsgd_dc/gc_b20/trial_0/config.json").stat().st_mtime_ns == gc_config

@@ -101,7 +101,7 @@ def _whole_run_attack_in_the_cross_audit(config):
 
 
 def _whole_run_twin_with_a_support(config):
-    _pairs(config).append(["dpsgd-auto", "tp-topk", {"canary_design": "whole-run"}])
+    _pairs(config).append(["dpsgd-auto", "adadpigu", {"canary_design": "whole-run"}])
 
 
 def _whole_run_pair_scored_by_the_canary_attack(config):
@@ -110,13 +110,13 @@ def _whole_run_pair_scored_by_the_canary_attack(config):
 
 def _whole_run_without_a_fitting_run(config):
     config["optimizers"]["runs"] = [
-        run for run in config["optimizers"]["runs"] if run["name"] in ("adadpigu", "tp-topk")
+        run for run in config["optimizers"]["runs"] if run["name"] in ("adadpigu", "adadpigu-code")
     ]
     config["audit"]["validation"]["pairs"] = [["adadpigu-code", "adadpigu", {"canary_design": "support"}]]
 
 
 def _whole_run_bug_with_an_unfit_twin(config):
-    config["audit"]["whole_run"]["validation"][0]["twin"] = "tp-topk"
+    config["audit"]["whole_run"]["validation"][0]["twin"] = "adadpigu"
 
 
 def _whole_run_bug_departing_twice(config):
@@ -138,8 +138,9 @@ def _whole_run_bugs_sharing_a_name(config):
         ),
         (
             _whole_run_bug_with_an_unfit_twin,
-            "params audit.whole_run.validation.understated-q: twin 'tp-topk' is not a run of optimizers.runs that "
-            "whole-run canaries fit (dpsgd-gc, auto-s, auto-v, dp-psac, dpsgd-auto, d2p-sgd, dp2-sgd, d2p2-sgd)",
+            "params audit.whole_run.validation.understated-q: twin 'adadpigu' is not a run of optimizers.runs that "
+            "whole-run canaries fit (dpsgd-gc, auto-s, auto-v, dp-psac, dpsgd-auto, d2p-sgd, dp2-sgd, d2p2-sgd, "
+            "tp-topk, tp-rand, on-topk, on-rand)",
         ),
         (
             _whole_run_bug_departing_twice,
@@ -202,7 +203,7 @@ def _whole_run_bugs_sharing_a_name(config):
         (
             _whole_run_twin_with_a_support,
             "params audit.validation.pairs.dpsgd-auto: whole-run canaries need each record's gradient weighted by its "
-            "norm alone; the twin 'tp-topk' (tp-topk) has none",
+            "norm alone; the twin 'adadpigu' (adadpigu) has none",
         ),
         (
             _whole_run_pair_scored_by_the_canary_attack,

@@ -46,7 +46,6 @@ from reproduce.figures.style import figure_style, save_figure
 # why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim)
 UNFIT_REASONS = {
     "projection": "in the authors' order a record is clipped before the projection, by a norm that depends on A",
-    "sparse": "a support ranked over all coordinates masks each record",
     "adadpigu": "a learned mask and per-record standardisation",
     "base": "no per-record clipping or noise",
 }
