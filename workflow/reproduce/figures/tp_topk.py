@@ -93,7 +93,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     groups = P.group(found, "optimizer", "target_epsilon")
     epsilons = sorted({e for _, e in groups})
     title = f"Fig 2: composed ε of TP-TopK vs DP-SGD at matched ε ({P.describe(found, preset)})"
-    finals, audited, whole_run = {}, [], False
+    finals, audited, whole_run = {}, [], []
     with figure_style():
         fig, ax = plt.subplots(figsize=(6.0, 4.0))
         for index, eps in enumerate(epsilons):
@@ -109,9 +109,9 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 x = run["epoch"][-1] + 0.012 * run["epoch"][-1] * (2 * index + column - len(epsilons) + 0.5)
                 ax.plot(x, loss["point"], "o" if optimizer == "tp-topk" else "s", color=colour, markerfacecolor="none")
                 ax.plot(x, loss["lower"], "v", color=colour)
-                if twins.get((eps, optimizer)):  # DP-SGD's run in the whole-run ladder at the same ε
+                if twins.get((eps, optimizer)):  # the method's run in the whole-run ladder at the same ε
                     ax.plot(x, P.whole_run_audit(twins[(eps, optimizer)])["family"], "^", color=colour, mec="black")
-                    whole_run = True
+                    whole_run += [] if optimizer in whole_run else [optimizer]
                 finals[(optimizer, eps)] = run["epsilon"][-1]
                 audited.append((x, loss))
             ax.plot([], [], color=colour, linewidth=4, label=f"target ε = {eps:g}")  # colour: the target ε
@@ -127,7 +127,8 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 [],
                 "w^",
                 mec="black",
-                label="DP-SGD: whole-run canaries, 95 % lower (family bound; its run in the ladder)",
+                label=" and ".join({"dpsgd-gc": "DP-SGD", "tp-topk": "TP-TopK"}[name] for name in whole_run)
+                + ": whole-run canaries, 95 % lower (family bound; the method's run in the ladder)",
             )
         P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])
         ax.set_xlabel("epoch")
