@@ -313,6 +313,11 @@ class Optimizer:
             return self._sum
         return [total / self.hyper.expected_batch_size for total in self._sum]
 
+    @property
+    def _model_parameters(self) -> int:
+        """How many of the parameters are the model's (an audit block's, ``set_audit_block``, are after them)."""
+        return len(self.params) - self.audit_parameters
+
     @torch.no_grad()
     def _apply(self, updates: Sequence[torch.Tensor]) -> None:
         """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums.
@@ -325,7 +330,7 @@ class Optimizer:
         if not self.audit_parameters:
             self._apply_to(slice(None), list(updates))
         else:  # the model's tensors as without the block, then the block's (``set_audit_block``) on one thread
-            model = len(self.params) - self.audit_parameters
+            model = self._model_parameters
             self._apply_to(slice(model), list(updates[:model]))
             with one_cpu_thread(self.params[-1].device):
                 self._apply_to(slice(model, None), list(updates[model:]))

@@ -8,10 +8,11 @@ DP-PSAC and a data-dependent-noise control) are each a few lines on top.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Self
 
 import torch
@@ -199,16 +200,25 @@ class PrivateOptimizer(Optimizer):
         sizes = [total.numel() for total in self._sum]
         if not self.audit_parameters or self.audit_joint:
             return self._noise(sum(sizes))
-        model = sum(sizes[: len(sizes) - self.audit_parameters])
+        model = sum(sizes[: self._model_parameters])
         noise = self.params[0].new_empty(sum(sizes))
         self._draw_noise(noise[:model])  # what the model's coordinates draw without the block
-        own = self.generator
-        self.generator = derived_generator(own)
-        try:
+        with self._audit_block_stream():
             self._draw_noise(noise[model:])
+        return noise
+
+    @contextlib.contextmanager
+    def _audit_block_stream(self) -> Iterator[None]:
+        """Within it, the noise stream (``self.generator``) is the audit block's: the model's own if ``audit_joint``,
+        else a generator derived from the state the model's draws left (``dpaudit._streams``), so that the model's
+        later draws are those of a run without the block. Enter it after the model's draws of the step."""
+        own = self.generator
+        if not self.audit_joint:
+            self.generator = derived_generator(own)
+        try:
+            yield
         finally:
             self.generator = own
-        return noise
 
     def _noisy_mean(self, *, b: float, std: float) -> Sequence[torch.Tensor]:
         """Σ / b + N(0, std² I) per parameter (noise from ``_step_noise``, cut in parameter order)."""
@@ -218,7 +228,7 @@ class PrivateOptimizer(Optimizer):
             updates = torch._foreach_div(self._sum, b)
             torch._foreach_add_(updates, noise, alpha=std)
             return updates
-        model = len(self._sum) - self.audit_parameters  # the model's as without the block, the block on one thread
+        model = self._model_parameters  # the model's as without the block, the block on one thread
         updates = torch._foreach_div(self._sum[:model], b)
         torch._foreach_add_(updates, noise[:model], alpha=std)
         with one_cpu_thread(self._sum[-1].device):
@@ -371,7 +381,7 @@ class DPSGDDomainConstrained(DPSGD):
 
     @torch.no_grad()
     def after_step(self) -> None:
-        params = self.params[: len(self.params) - self.audit_parameters]  # the model's: an audit block is apart
+        params = self.params[: self._model_parameters]  # the model's: an audit block is apart
         offsets = params if self.center is None else [p - c for p, c in zip(params, self.center)]
         norm = math.sqrt(sum(float(o.pow(2).sum()) for o in offsets))
         radius = self.hyper.settings.domain_radius

@@ -9,7 +9,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from dpaudit._streams import derived_generator
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
 from dpaudit.optim.clipping import PrivateOptimizer, _flat_norms
 from dpaudit.settings import (
@@ -157,11 +156,6 @@ class ProjectedNoise(AutomaticClipping):
             Optimizer.accumulate_diracs(self, coordinates=coordinates, magnitude=magnitude)
         super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
 
-    @property
-    def _model_parameters(self) -> int:
-        """How many of the parameters are the model's (the audit block's are after them)."""
-        return len(self.params) - self.audit_parameters
-
     @classmethod
     def check(cls, hyper: Hyperparameters[AutomaticClippingSettings]) -> None:  # AutomaticClipping's: by name
         super().check(hyper)
@@ -205,15 +199,10 @@ class ProjectedNoise(AutomaticClipping):
         for param, total, a, p in zip(self.params[:model], self._sum[:model], self.matrices(), self.kept[:model]):
             released = total if self.clip_after_projection else total.flatten() @ a / math.sqrt(p)
             updates.append((a @ (released / b + sigma * self._noise(p))).reshape(param.shape))
-        if self.audit_parameters:  # released in the projected space, noise by the model's code (``set_audit_block``)
-            own = self.generator
-            if not self.audit_joint:
-                self.generator = derived_generator(own)
-            try:
+        if self.audit_parameters:  # released in the projected space (``set_audit_block``)
+            with self._audit_block_stream():
                 for param, total in zip(self.params[model:], self._sum[model:]):
                     updates.append((total / b + sigma * self._noise(total.numel())).reshape(param.shape))
-            finally:
-                self.generator = own
         self._apply(updates)
         return StepCost(self.hyper.noise_multiplier * factor, self.hyper.sample_rate)
 

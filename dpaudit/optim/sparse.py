@@ -14,7 +14,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from dpaudit._streams import derived_generator
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
 from dpaudit.optim.clipping import DPSGD
@@ -60,11 +59,6 @@ class MaskedSupport(DPSGD):
         """The current support as a flat 0/1 vector over the model's coordinates (None: dense)."""
         return None if self.mask is None else _flat(self.mask[: self._model_parameters])
 
-    @property
-    def _model_parameters(self) -> int:
-        """How many of the parameters are the model's (an audit block's are after them)."""
-        return len(self.params) - self.audit_parameters
-
     def _model_flat(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         """The model's part of per-parameter ``tensors``, flat (the ranking's coordinates)."""
         return _flat(tensors[: self._model_parameters])
@@ -86,14 +80,9 @@ class MaskedSupport(DPSGD):
         """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""
         b, model = self.hyper.expected_batch_size, self._model_parameters
         released = [total / b + sigma_dp * self._noise(total.shape) for total in self._sum[:model]]
-        if self.audit_parameters:  # the block's noise by the same code, from a derived generator unless joint
-            own = self.generator
-            if not self.audit_joint:
-                self.generator = derived_generator(own)
-            try:
+        if self.audit_parameters:  # the block's noise by the same code (``set_audit_block``)
+            with self._audit_block_stream():
                 released += [total / b + sigma_dp * self._noise(total.shape) for total in self._sum[model:]]
-            finally:
-                self.generator = own
         return released if self.mask is None else [value * m for value, m in zip(released, self.mask)]
 
     def _random_order(self, stream: int) -> torch.Tensor:
