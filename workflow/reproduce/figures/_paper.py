@@ -459,11 +459,14 @@ AUDIT_HEADER = [
 ]
 
 
+#: What a whole-run family bound assumes, for every legend and caption that shows one.
+FAMILY_ASSUMPTION = "if the run is a composed Poisson-subsampled Gaussian with its ledger's q and T"
 #: Table columns and caption text: the whole-run canary audit of each row's twin in the audit ladder, and that
 #: run's accuracy.
 WHOLE_RUN_COLUMNS = ["ε̂ whole run, 95 % family bound / ε (PLD)", "its run's test accuracy (%)"]
 WHOLE_RUN_NOTE = (
-    "Whole run, the strongest audit that fits the optimizer: the all-iterates family bound (95 %) from the whole-run "
+    "Whole run, the strongest audit that fits the optimizer: the all-iterates family bound (95 %, "
+    f"{FAMILY_ASSUMPTION}) from the whole-run "
     "canaries of the audit ladder's run of the same optimizer at the same target ε, against the ε (PLD) of that "
     "run's ledger (checked in the ladder, metrics/audit_ladder.md); – where whole-run canaries do not fit the "
     "optimizer (the ladder says why). That run is another noise draw than the row's (its canaries draw from "

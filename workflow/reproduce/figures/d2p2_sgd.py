@@ -16,7 +16,7 @@ PAPER = "d2p2_sgd"
 METHODS = ("sgd", "dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd")
 DYNAMIC = {"dpsgd-auto": "static", "dp2-sgd": "static", "d2p-sgd": "dynamic", "d2p2-sgd": "dynamic"}
 #: The whole-run canary audit's bound, as the figures' legends name it.
-WHOLE_RUN_LABEL = "whole-run canaries, 95 % lower (family bound, all iterates)"
+WHOLE_RUN_LABEL = f"whole-run canaries, 95 % lower (family bound, all iterates, {P.FAMILY_ASSUMPTION})"
 TUNED_REDUCTION = 0.3  # the paper's and optimizers.runs' reduction rate
 # The paper's reported privacy loss at its own parameters (z = 3, B = 1024, 40 epochs, δ = 1e-5, PRV accountant,
 # ε logged after the first step of epoch 40): (dataset, n) → (static, dynamic). Reproduced from the privacy ledger

@@ -128,7 +128,8 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 "w^",
                 mec="black",
                 label=" and ".join({"dpsgd-gc": "DP-SGD", "tp-topk": "TP-TopK"}[name] for name in whole_run)
-                + ": whole-run canaries, 95 % lower (family bound; the method's run in the ladder)",
+                + f": whole-run canaries, 95 % lower (family bound, {P.FAMILY_ASSUMPTION}; the method's run in the "
+                "ladder)",
             )
         P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])
         ax.set_xlabel("epoch")
