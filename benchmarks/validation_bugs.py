@@ -9,10 +9,17 @@ whole-run``), its noise calibrated by PRV to each claimed ε at δ = 1e-5:
   q = b/n, which is what dpaudit's accountants do for every shuffled run (Chua et al., ICML 2024; Annamalai et
   al. 2024);
 * ``understated-q``: ``dpsgd-gc-understated-q``, whose ledger records q/4, its noise calibrated with q/4;
-* ``reused-noise``: ``dpsgd-gc-reused-noise``, one noise vector drawn at the first step and added at every step.
+* ``reused-noise``: ``dpsgd-gc-reused-noise``, one noise vector drawn at the first step and added at every step;
+* ``clip-then-project`` and ``clip-then-project-dp2``: ``d2p2-sgd-as-published`` and ``dp2-sgd-as-published``,
+  the random projections in the authors' order (each record clipped, then the sum projected: sensitivity above C),
+  whose canaries are records on tensors of their own (``dpaudit.optim.ProjectedNoise``);
+* ``clean-support`` and ``clean-mask``: ``tp-topk-clean-support`` and ``adadpigu-code``, a support ranked on the
+  dense phase's un-noised gradients, audited with the canaries ranked by the optimizer's own score
+  (``canary_support: ranked``), twins included.
 
-The correct twin of each is ``dpsgd-gc`` with Poisson sampling calibrated to the same ε (one run per ε and seed,
-shared by the three pairs). Each run is audited against its own ledger (what it claims) by the validation rule,
+The correct twin of each is ``dpsgd-gc`` (of the others: ``d2p2-sgd``, ``dp2-sgd``, ``tp-topk`` and ``adadpigu``,
+with the default preset's settings) with Poisson sampling calibrated to the same ε (one run per ε and seed, shared by
+the pairs). Each run is audited against its own ledger (what it claims) by the validation rule,
 ``dpaudit.audit.validation_flag``: it is flagged when one of three lower bounds exceeds the claimed ε (the PLD ε of
 that ledger): the family bound and the assumption-free bound on the log likelihood ratio Λ of all iterates, and the
 assumption-free bound on each canary's spread over the steps (``dpaudit.whole_run.spread_scores``, a test of the
@@ -38,23 +45,47 @@ from pathlib import Path
 DELTA = 1e-5
 # the most probability with which a correct run is flagged (the four checks each at level FALSE_ALARM/4)
 FALSE_ALARM = 0.05
-BUGS = ("shuffle-as-poisson", "understated-q", "reused-noise")
+# bug → its correct twin
+TWINS = {
+    "shuffle-as-poisson": "dpsgd-gc",
+    "understated-q": "dpsgd-gc",
+    "reused-noise": "dpsgd-gc",
+    "clip-then-project": "d2p2-sgd",
+    "clip-then-project-dp2": "dp2-sgd",
+    "clean-support": "tp-topk",
+    "clean-mask": "adadpigu",
+}
+BUGS = tuple(TWINS)
+# each twin's settings beside the common ones: the default preset's optimizers.runs (params.yaml)
+PROJECTION = {"lr": 0.005, "gamma": 0.01, "reduction_rate": 0.3, "projection_refresh": "run"}
+TWIN_SETTINGS = {
+    "dpsgd-gc": {"lr": 0.2},
+    "d2p2-sgd": PROJECTION,
+    "dp2-sgd": PROJECTION,
+    "tp-topk": {"lr": 0.2, "active_ratio": 0.4, "warmup_fraction": 0.3, "warmup_budget_fraction": 0.3},
+    "adadpigu": {"lr": 0.1, "retention_ratio": 0.6},
+}
+# the twins whose learned support ranks the canaries (``canary_support: ranked``), and their bugs with them
+RANKED = ("tp-topk", "adadpigu")
 FLAG_RULE = (
     "validation_flag: any of the family and assumption-free bounds on Λ and the assumption-free bound on the spread "
     "over the steps above the claimed ε, or the canaries' presence refuting the ledger's q; each at false_alarm/4"
 )
 
 
-def base_config(*, epsilon: float, per_side: int, epochs: int, seed: int, batch_size: int = 36):
-    """The correct twin: dpsgd-gc, Poisson batches, calibrated by PRV to ``epsilon``, with whole-run canaries."""
+def base_config(
+    *, epsilon: float, per_side: int, epochs: int, seed: int, batch_size: int = 36, optimizer: str = "dpsgd-gc"
+):
+    """A correct twin (dpsgd-gc by default), Poisson batches, calibrated by PRV to ``epsilon``, with whole-run
+    canaries."""
     from dpaudit.config import TrainConfig
 
     return TrainConfig.from_dict(
         dict(
             dataset="digits",
             model="cnn-digits",
-            optimizer="dpsgd-gc",
-            lr=0.2,
+            optimizer=optimizer,
+            **TWIN_SETTINGS[optimizer],
             sampling="poisson",
             batch_size=batch_size,
             epochs=epochs,
@@ -67,6 +98,7 @@ def base_config(*, epsilon: float, per_side: int, epochs: int, seed: int, batch_
             diagnostics=False,
             canaries=2 * per_side,
             canary_design="whole-run",
+            canary_support="ranked" if optimizer in RANKED else "kept",
             seed=seed,
             device="cpu",
         )
@@ -84,6 +116,12 @@ def bug_config(bug: str, twin):
         return twin.replaced(sampling="shuffle")
     if bug == "reused-noise":
         return twin.replaced(optimizer="dpsgd-gc-reused-noise")
+    if bug.startswith("clip-then-project"):
+        return twin.replaced(optimizer=f"{twin.optimizer.name}-as-published")
+    if bug == "clean-support":
+        return twin.replaced(optimizer="tp-topk-clean-support")
+    if bug == "clean-mask":
+        return twin.replaced(optimizer="adadpigu-code")
     if bug == "understated-q":
         # calibrated as the buggy code would: to the claimed ε with the q its ledger records
         q = twin.optimizer.batch_size / twin.data.target_size / optim.UNDERSTATED_SAMPLE_RATE_FACTOR
@@ -143,11 +181,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         for seed in args.seeds:
             for epsilon in args.epsilons:
-                twin = base_config(
-                    epsilon=epsilon, per_side=args.per_side, epochs=args.epochs, seed=seed, batch_size=args.batch_size
-                )
-                twin_row = audit_run(twin, Path(work) / f"twin_{seed}_{epsilon}", seed=seed)
+                twins: dict[str, tuple] = {}  # twin name → (config, row), trained once per ε and seed
                 for bug in args.bugs:
+                    name = TWINS[bug]
+                    if name not in twins:
+                        twin = base_config(
+                            epsilon=epsilon,
+                            per_side=args.per_side,
+                            epochs=args.epochs,
+                            seed=seed,
+                            batch_size=args.batch_size,
+                            optimizer=name,
+                        )
+                        twins[name] = (twin, audit_run(twin, Path(work) / f"{name}_{seed}_{epsilon}", seed=seed))
+                    twin, twin_row = twins[name]
                     bug_row = audit_run(bug_config(bug, twin), Path(work) / f"{bug}_{seed}_{epsilon}", seed=seed)
                     rows.append(
                         {"bug": bug, "epsilon_target": epsilon, "seed": seed, "bug_run": bug_row, "twin": twin_row}

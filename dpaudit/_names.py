@@ -34,6 +34,7 @@ BUILTIN_OPTIMIZERS = (
     "sgd",
     "tp-rand",
     "tp-topk",
+    "tp-topk-clean-support",
 )
 BUILTIN_MODELS = ("cnn", "cnn-digits", "mlp", "resnet18-gn", "resnet18-gn-cifar")
 

@@ -29,6 +29,8 @@ SAMPLING_SCHEMES = ("poisson", "shuffle")
 CANARY_DESIGNS = ("dirac", "projection-aligned", "support", "noise-scale", "whole-run")
 #: how whole-run canaries share the run's randomness (``AuditConfig.canary_randomness``)
 CANARY_RANDOMNESS = ("derived", "joint")
+#: where a learned support puts whole-run canaries (``AuditConfig.canary_support``)
+CANARY_SUPPORT = ("kept", "ranked")
 # fewer whole-run canaries leave a class with < 2 canaries too often (probability 2·11/2¹⁰ ≈ 2 % at 10)
 WHOLE_RUN_MIN_CANARIES = 10
 GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
@@ -161,6 +163,10 @@ class AuditConfig:
             for bit as without canaries; "joint": one draw for records and canaries (one uniform per record and
             canary per step; one normal draw for the model's and the canaries' coordinates), so the model's later
             batches and noise differ from a run without canaries, as another seed's would.
+        canary_support: where an optimizer with a learned support puts whole-run canaries: "kept" (default: left
+            out of the ranking, released at every step; the sparse optimizers and AdaDPIGU) or "ranked" (ranked by
+            the optimizer's own score among themselves, the same fraction kept: a support chosen from un-noised
+            gradients shows; the supports learned once, TP-TopK, TP-Rand, AdaDPIGU and their variants).
         num_shadows: number of shadow models.
         shadow_size: members per shadow (default ``target_size``).
         split_design: "disjoint" (target non-members from the test split, shadows on disjoint train
@@ -189,6 +195,12 @@ class AuditConfig:
         'the state of each of the model\'s draws: the model trains bit for bit as without canaries) or "joint" (one '
         "draw for records and canaries)",
         choices=CANARY_RANDOMNESS,
+    )
+    canary_support: str = _option(
+        "kept",
+        'where a learned support puts whole-run canaries: "kept" (out of the ranking, released at every step) or '
+        '"ranked" (ranked by the optimizer\'s own score among themselves; tp-topk, tp-rand, adadpigu and variants)',
+        choices=CANARY_SUPPORT,
     )
     num_shadows: int = _option(3, "number of shadow models")
     shadow_size: int | None = _option(None, "members per shadow (default: target_size)")
@@ -263,6 +275,7 @@ FLAT_KEYS: tuple[str, ...] = (
     "canaries",
     "canary_design",
     "canary_randomness",
+    "canary_support",
     "sampling",
     "eval_epochs",
     "target_size",
@@ -439,6 +452,15 @@ class TrainConfig:
                 f"canary_randomness {self.audit.canary_randomness!r} is read by whole-run canaries only "
                 f"(canary_design 'whole-run' with canaries > 0); leave it at {CANARY_RANDOMNESS[0]!r}"
             )
+        check_choice("canary_support", self.audit.canary_support, CANARY_SUPPORT)
+        if self.audit.canary_support != CANARY_SUPPORT[0] and not (
+            design == "whole-run" and canaries and getattr(optimizer_cls, "ranks_audit_block", False)
+        ):
+            raise DPAuditError(
+                f"canary_support {self.audit.canary_support!r} is read by whole-run canaries of an optimizer whose "
+                f"support is learned once (tp-topk, tp-rand, adadpigu and variants); {name} with canary_design "
+                f"{design!r} and {canaries} canaries leaves it at {CANARY_SUPPORT[0]!r}"
+            )
         if design == "projection-aligned":
             from dpaudit.optim import ProjectedNoise
 
@@ -466,13 +488,14 @@ class TrainConfig:
                     f"{name} learns none (use adadpigu, tp-topk, tp-rand or their variants)"
                 )
         if design == "whole-run" and not optimizer_cls.takes_dirac_records():
-            from dpaudit.optim import MaskedSupport, PrivateOptimizer, ProjectedNoise, available, get_spec
+            from dpaudit.optim import MaskedSupport, PrivateOptimizer, available, get_spec
 
             supported = [name for name in available() if get_spec(name).cls.takes_dirac_records()]
-            if issubclass(optimizer_cls, ProjectedNoise):
-                why = "mixes the coordinates of every record's gradient by a random projection before clipping"
-            elif issubclass(optimizer_cls, MaskedSupport):
-                why = "masks, ranks or standardises each record's gradient over all coordinates before clipping"
+            if issubclass(optimizer_cls, MaskedSupport):
+                why = (
+                    "chooses its mask from un-noised gradients, which canaries left out of the ranking cannot see "
+                    "(its per-step support canaries audit it)"
+                )
             elif not issubclass(optimizer_cls, PrivateOptimizer):
                 why = "does not clip per record"
             else:

@@ -368,7 +368,7 @@ class SparseSettings(OptimizerSettings):
 
 @dataclass(frozen=True, kw_only=True)
 class TwoPhaseSettings(SparseSettings):
-    """The dense DP warm-up of the two-phase sparse optimizers (tp-topk, tp-rand).
+    """The dense DP warm-up of the two-phase sparse optimizers (tp-topk, tp-rand, tp-topk-clean-support).
 
     Attributes:
         warmup_fraction: E1/E, the warm-up's share of the steps.

@@ -168,6 +168,7 @@ def _observers(
                 device=device,
                 dtype=dtype,
                 joint=config.audit.canary_randomness == "joint",
+                ranked=config.audit.canary_support == "ranked",
                 path=out.canaries_run if out is not None else None,
             )
         )

@@ -147,10 +147,10 @@ def main() -> None:
     )
     cases.append(
         (
-            "`train --canary-design whole-run` with TP-TopK",
+            "`train --canary-design whole-run` with adadpigu-code",
             *_run(
-                [*DPAUDIT, "train", *TINY, "--optimizer", "tp-topk", "--canaries", "10", "--canary-design", "whole-run"]
-                + ["--out", "r"],
+                [*DPAUDIT, "train", *TINY, "--optimizer", "adadpigu-code", "--canaries", "10"]
+                + ["--canary-design", "whole-run", "--out", "r"],
                 work,
             ),
         )

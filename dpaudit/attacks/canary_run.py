@@ -58,22 +58,22 @@ dp-psac-batch-noise, dpsgd-auto, d2p-sgd; and the random-projection optimizers i
 d2p2-sgd), where the weighting and the noise happen in the projected space: there the canary block is a block
 of projected coordinates (``ProjectedNoise``: a canary's gradient designed against the public projection A as
 √p·(Aᵀ)⁺·K·e_j projects to K·e_j, a Dirac where clipping and noise happen), released before A maps it back;
+in the authors' order (dp2-sgd-as-published, d2p2-sgd-as-published: clipped, then projected) each canary is a
+record on a tensor of its own, stretched κ_j = s_max(A_j)/√p by that tensor's public matrix after clipping, so
+that a present canary adds κ_j > 1 in the units of the ledger's claim;
 and the sparse optimizers of the TP-TopK paper (tp-topk, tp-rand, on-topk, on-rand), whose canary block is left
 out of the support's ranking and kept in the support (``MaskedSupport``): the support is public once chosen, so
-canaries on released coordinates are each one subsampled-Gaussian trial per step at that step's σ.
+canaries on released coordinates are each one subsampled-Gaussian trial per step at that step's σ; and AdaDPIGU,
+whose block is also left out of the real records' standardisation and top-k (a canary designed against the public
+α and √β + μ, gradient α + K·(√β + μ)·e_j, is K·e_j once standardised; the block's release is read before the
+de-standardisation).
 DPSGD-DC projects the model's parameters alone (the canary block is not in the domain). DP-PSAC with
 batch-scaled noise counts the canaries as records: their clipped norms enter the batch's largest, and they
 are records of the realised batch size it divides by (its recorded σ_t is the claimed one, which its
-data-dependent noise departs from: what the audit is there to find). Refused, before any training:
-
-* the random-projection optimizers in the authors' order (dp2-sgd-as-published, d2p2-sgd-as-published): a
-  record's gradient is clipped in the parameter space, by its norm there, before the sum is projected, so the
-  designed canary's weight depends on ‖(Aᵀ)⁺e_j‖, i.e. on the block's own A (the ``projection-aligned`` design
-  of one step audits them, ``dpaudit.attacks.canary``);
-* AdaDPIGU: it standardises each record with statistics of every coordinate and keeps its top-k entries, so a
-  canary must be designed against those statistics and the block kept out of the real records' standardisation
-  (not built); its mask is audited per step by the ``support`` design;
-* non-private SGD: no per-record processing and no noise.
+data-dependent noise departs from: what the audit is there to find). With ``ranked`` the supports learned once
+(tp-topk, tp-rand, adadpigu and their variants) rank the block by their own score among itself, so that a support
+chosen from un-noised gradients (tp-topk-clean-support, adadpigu-code) shows in which canaries it freezes.
+Refused, before any training: non-private SGD (no per-record processing and no noise).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ from dpaudit.theory.tradeoff import group_steps
 from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, spread_scores, step_log_ratio
 
 if TYPE_CHECKING:
-    from dpaudit.optim import Optimizer, PrivateOptimizer
+    from dpaudit.optim import MaskedSupport, Optimizer, PrivateOptimizer
 
 DESIGN = "whole-run"
 NORM_FACTOR = 1e3  # K = 1e3·C: clipping (or normalising) brings a canary to (about) C, as GradientCanaries
@@ -381,6 +381,8 @@ class RunCanaries(TrainingObserver):
         device, dtype: of the model's parameters.
         joint: the block's noise in one draw with the model's (``Optimizer.set_audit_block``); False: from a
             generator derived from the model's (the model's noise as without canaries).
+        ranked: an optimizer's learned support ranks the block by its own score (``MaskedSupport.audit_ranked``);
+            False: the block is left out of the ranking and released at every step.
         norm_factor: ≥ 1, so that clipping or normalisation brings each canary to (about) C.
         path: where the statistics and observations are written (``RunCanaryObservations.save``; None: keep in
             memory): at the last epoch's end, and before it at the first epoch end ``save_every`` seconds after
@@ -407,6 +409,7 @@ class RunCanaries(TrainingObserver):
         device: torch.device | str,
         dtype: torch.dtype,
         joint: bool = False,
+        ranked: bool = False,
         norm_factor: float = NORM_FACTOR,
         path: str | Path | None = None,
         save_every: float = SAVE_EVERY_SECONDS,
@@ -420,6 +423,7 @@ class RunCanaries(TrainingObserver):
         self.extra_records = count  # the run's sampler draws every canary; the members among them join
         self.sampling = sampling
         self.joint = joint
+        self.ranked = ranked
         self.clip_norm = float(clip_norm)
         self.magnitude = float(norm_factor * clip_norm)
         self.parameter = torch.zeros(count, device=device, dtype=dtype)
@@ -460,6 +464,10 @@ class RunCanaries(TrainingObserver):
         if optimizer.params[-1] is not self.parameter:
             raise DPAuditError("whole-run canaries need their block as the optimizer's last parameter")
         optimizer.set_audit_block(1, joint=self.joint)  # a one-line error for optimizers that cannot keep one
+        if self.ranked:
+            if not getattr(optimizer, "ranks_audit_block", False):
+                raise DPAuditError(f"{type(optimizer).__name__} learns no support that could rank the canary block")
+            cast("MaskedSupport", optimizer).audit_ranked = True
         hyper = optimizer.hyper
         # set_audit_block succeeded: a PrivateOptimizer (the only optimizers that take Dirac records)
         self.contribution = cast("PrivateOptimizer", optimizer).dirac_contribution(self.magnitude)

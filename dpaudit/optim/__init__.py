@@ -91,6 +91,7 @@ from dpaudit.optim.sparse import (
     ONTopK,
     TPRand,
     TPTopK,
+    TPTopKCleanSupport,
     TwoPhaseSparse,
     top_k_indices,
 )
@@ -149,6 +150,7 @@ __all__ = [
     "OnlineSparse",
     "TPRand",
     "TPTopK",
+    "TPTopKCleanSupport",
     "TwoPhaseSparse",
     "top_k_indices",
     # adadpigu

@@ -11,7 +11,7 @@ import torch
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register
 from dpaudit.optim.clipping import CLIP_EPSILON
-from dpaudit.optim.sparse import MaskedSupport, _flat, top_k_indices
+from dpaudit.optim.sparse import MaskedSupport, top_k_indices
 from dpaudit.settings import SETTINGS, AdaDPIGUSettings, ImportanceMaskSettings
 
 VARIANCE_CLAMP = (1e-6, 1e6)  # AdaDPIGU code: the EMA variance is clamped to [h1, h2]
@@ -26,11 +26,20 @@ class AdaDPIGU(MaskedSupport):
     ĝ = m ⊙ (ḡ ⊙ (√β + μ) + α), θ ← θ − η ĝ, and α, β are EMAs (γ1, γ2) of the released ĝ.
     α and β depend only on released updates, so every step is one subsampled Gaussian step at σ.
 
+    An audit block (``set_audit_block``: whole-run canaries, ``fits_dirac_records``) is left out of the importance
+    ranking, kept in the mask, and left out of the real records' standardisation and top-k, with its own α = 0 and
+    √β + μ = 1: a canary record designed against the public α and √β + μ (gradient α + K·(√β + μ)·e_j, zero once
+    standardised but at its block coordinate j) is then K·e_j after standardisation and top-k, φ(K)·K after
+    clipping, and its release ḡ at j is read directly. Each canary is one subsampled-Gaussian trial per step at σ,
+    pre-training and main phase alike; the model's mask, noise and updates are those of a run without the block.
+
     Without ``adaptive_statistics`` (α = 0, β = 1) the EMA settings are not read: the settings are then
     :class:`ImportanceMaskSettings` instead of :class:`AdaDPIGUSettings`.
     """
 
     noisy_importance: ClassVar[bool] = True
+    fits_dirac_records = True
+    ranks_audit_block = True
     adaptive_statistics: ClassVar[bool] = True
     settings_type: ClassVar[type[ImportanceMaskSettings]] = AdaDPIGUSettings
     hyper: Hyperparameters[ImportanceMaskSettings]
@@ -46,7 +55,11 @@ class AdaDPIGU(MaskedSupport):
         self._importance = [torch.zeros_like(p) for p in self.params]
         self.alpha = [torch.zeros_like(p) for p in self.params]
         self.beta = [torch.ones_like(p) for p in self.params]
-        self.example_k = max(1, math.floor(hyper.settings.example_topk_fraction * self.dimension))
+
+    @property
+    def example_k(self) -> int:
+        """k = ⌊k_s·d⌋ (at least 1): the entries each record keeps, of the model's d coordinates."""
+        return max(1, math.floor(self.hyper.settings.example_topk_fraction * self.dimension))
 
     @staticmethod
     def _statistics(settings: ImportanceMaskSettings) -> AdaDPIGUSettings:
@@ -79,7 +92,8 @@ class AdaDPIGU(MaskedSupport):
             )
 
     def _scale(self) -> list[torch.Tensor]:
-        return [beta.sqrt() + self.hyper.settings.standardise_constant for beta in self.beta]
+        """√β + μ of the model's parameters (an audit block's is 1)."""
+        return [beta.sqrt() + self.hyper.settings.standardise_constant for beta in self.beta[: self._model_parameters]]
 
     @property
     def accumulated_statistic(self) -> str:
@@ -94,14 +108,16 @@ class AdaDPIGU(MaskedSupport):
         if self.mask is None:
             super().accumulate(grads)
             return
-        standardised = [m * (g - a) / s for g, a, s, m in zip(grads, self.alpha, self._scale(), self.mask)]
+        model = self._model_parameters
+        standardised = [m * (g - a) / s for g, a, s, m in zip(grads[:model], self.alpha, self._scale(), self.mask)]
+        standardised += grads[model:]  # an audit block: α = 0, √β + μ = 1, in the mask, k counted on the model
         flat = torch.cat([z.flatten(1) for z in standardised], 1)
         if self.example_k < flat.shape[1]:
             keep = torch.zeros_like(flat).scatter_(1, torch.topk(flat.abs(), self.example_k, dim=1).indices, 1.0)
             flat = flat * keep
         norms = flat.norm(dim=1)
         flat = flat * torch.clamp(self.clip_norm / (norms + CLIP_EPSILON), max=1.0)[:, None]
-        for total, part in zip(self._sum, flat.sum(0).split([p.numel() for p in self.params])):
+        for total, part in zip(self._sum, flat.sum(0).split([p.numel() for p in self.params[: len(grads)]])):
             total.add_(part.view_as(total))
 
     @torch.no_grad()
@@ -117,11 +133,9 @@ class AdaDPIGU(MaskedSupport):
             if self.steps_taken == self.hyper.pretrain_steps:
                 self._choose_mask()
         else:
-            scale = self._scale()
-            released = [
-                m * (value * s + a) for value, s, a, m in zip(self._release(self.sigma_dp), scale, self.alpha, mask)
-            ]
-            self._apply(released)
+            scale, noised, model = self._scale(), self._release(self.sigma_dp), self._model_parameters
+            released = [m * (value * s + a) for value, s, a, m in zip(noised[:model], scale, self.alpha, mask)]
+            self._apply(released + noised[model:])  # an audit block's release: ḡ, its α = 0 and √β + μ = 1
             if self.adaptive_statistics:
                 settings = self._statistics(self.hyper.settings)
                 for alpha, beta, value in zip(self.alpha, self.beta, released):
@@ -133,11 +147,13 @@ class AdaDPIGU(MaskedSupport):
         return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate, "pretrain" if pretraining else "train")
 
     def _choose_mask(self) -> None:
-        self.score = _flat(self._importance) / self.hyper.pretrain_steps
+        self.score = self._model_flat(self._importance) / self.hyper.pretrain_steps
         if self._velocity is not None:
             for velocity in self._velocity:
                 velocity.zero_()
-        self._set_support(top_k_indices(self.score, math.floor(self.hyper.settings.retention_ratio * self.dimension)))
+        ratio = self.hyper.settings.retention_ratio
+        block = self._audit_choice(self._importance, ratio, stream=2)  # an audit block ranked as the model
+        self._set_support(top_k_indices(self.score, math.floor(ratio * self.dimension)), block=block)
         assert self.mask is not None  # a support is a mask
         for param, m in zip(self.params, self.mask):
             param.mul_(m)

@@ -23,6 +23,10 @@ from dpaudit.settings import (
 NOISE_DECAY_UNITS = SETTINGS["noise_decay_unit"].choices
 REDUCTION_CONVENTIONS = SETTINGS["reduction_convention"].choices
 PROJECTION_REFRESH = SETTINGS["projection_refresh"].choices
+#: Entries of each whole-run canary's own tensor in the authors' order (``ProjectedNoise``), projected by a matrix of
+#: its own as the optimizer projects every tensor: small, so that its matrices cost little, and large enough that the
+#: top direction stretches (≈ 1 + √(d/p)).
+AUDIT_TENSOR_SIZE = 10
 
 
 class AutomaticClipping(PrivateOptimizer):
@@ -110,12 +114,22 @@ class ProjectedNoise(AutomaticClipping):
     projected norm, noised by the model's own code from a generator derived from the model's draw (or in one draw
     with it, ``joint``), and released as they are. The model's matrices, noise and updates are those of a run
     without the block.
+
+    In the authors' order each canary has a tensor of its own (``AUDIT_TENSOR_SIZE`` entries), projected by a public
+    matrix A_j of its own (entries N(0, 1), p_j as for any tensor, redrawn as the model's are), and its gradient is
+    K·u_j with u_j the direction A_jᵀ stretches most (its top left singular vector). Clipped in the parameter space
+    (φ(K)·K·u_j) and then projected, it moves the release by φ(K)·K·κ_j along A_jᵀu_j, κ_j = s_max(A_j)/√p_j
+    (``audit_gains``); the block's coordinate j is the release read along that direction, whose noise is one
+    N(0, σ²) draw. The observer still divides by φ(K)·K, what a record adds where clipping follows the projection:
+    a present canary then adds κ_j > 1, the sensitivity the authors' order has and its ledger does not claim. The
+    projection arithmetic itself is not exercised (as in the DP order).
     """
 
     clip_after_projection: ClassVar[bool] = True
     settings_type = ProjectionSettings
     hyper: Hyperparameters[ProjectionSettings]
-    transient_state = (*Optimizer.transient_state, "_matrices", "_matrices_step")  # redrawn from the seed on use
+    # redrawn from the seed on use
+    transient_state = (*PrivateOptimizer.transient_state, "_matrices", "_matrices_step", "_gains", "_gains_step")
 
     def __init__(
         self, params: Sequence[torch.Tensor], hyper: Hyperparameters[ProjectionSettings], *, generator: torch.Generator
@@ -130,6 +144,8 @@ class ProjectedNoise(AutomaticClipping):
         self._projection_seed = int(np.random.SeedSequence([generator.initial_seed(), 3]).generate_state(1)[0])
         self._matrices_step: int | None = None
         self._matrices: list[torch.Tensor] = []
+        self._gains_step: int | None = None
+        self._gains = torch.ones(0)
         if self.clip_after_projection:
             self._sum = [torch.zeros(p, device=q.device, dtype=q.dtype) for p, q in zip(self.kept, self.params)]
 
@@ -138,23 +154,45 @@ class ProjectedNoise(AutomaticClipping):
 
     @classmethod
     def takes_dirac_records(cls) -> bool:
-        # in the DP order a canary designed against A is a Dirac in the projected space (the class docstring); in
-        # the authors' order it is clipped in the parameter space first, by a norm that depends on A
-        return cls.clip_after_projection
+        # a canary designed against the public projection is a Dirac in the projected space (the class docstring)
+        return True
 
     def set_audit_block(self, count: int, *, joint: bool = False) -> None:
-        if not self.takes_dirac_records():
-            Optimizer.set_audit_block(self, count, joint=joint)
         self.audit_parameters, self.audit_joint = count, joint
         for index in range(len(self.params) - count, len(self.params)):  # projected coordinates: no matrix
             self.kept[index] = self.params[index].numel()
             self._sum[index] = torch.zeros_like(self.params[index]).view(-1)
-        self._matrices_step = None
+        self._matrices_step = self._gains_step = None
+
+    def audit_gains(self) -> torch.Tensor:
+        """[M] κ_j = s_max(A_j)/√p of this step's matrices of the canaries' own tensors (authors' order: the class
+        docstring): how far canary j's clipped gradient φ(K)·K·u_j moves the release, in units of φ(K)·K. Fixed for
+        the run when projection_refresh='run'."""
+        step = 0 if self.hyper.settings.projection_refresh == "run" else self.steps_taken
+        if self._gains_step != step:
+            block = self.params[-1]
+            settings = self.hyper.settings
+            p = projected_dimension(
+                AUDIT_TENSOR_SIZE, rate=settings.reduction_rate, convention=settings.reduction_convention
+            )
+            generator = torch.Generator().manual_seed(self._projection_seed + 1_000_003 * (step + 1))
+            gains = []
+            for start in range(0, block.numel(), 100_000):  # [chunk, d, p] matrices, float64 on the CPU
+                chunk = min(100_000, block.numel() - start)
+                a = torch.randn(chunk, AUDIT_TENSOR_SIZE, p, generator=generator, dtype=torch.float64)
+                gains.append((torch.linalg.eigvalsh(a.transpose(1, 2) @ a)[:, -1] / p).sqrt())
+            self._gains = torch.cat(gains).to(device=block.device, dtype=block.dtype)
+            self._gains_step = step
+        return self._gains
 
     def accumulate_diracs(self, *, coordinates: torch.Tensor, magnitude: float) -> None:
         if not self.audit_parameters:
             Optimizer.accumulate_diracs(self, coordinates=coordinates, magnitude=magnitude)
-        super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
+        if self.clip_after_projection:
+            super().accumulate_diracs(coordinates=coordinates, magnitude=magnitude)
+            return
+        block = self._sum[-1].view(-1)  # clipped in the parameter space, then stretched κ_j by its tensor's A_j
+        block.index_add_(0, coordinates, self._dirac_value(block, magnitude) * self.audit_gains()[coordinates])
 
     @classmethod
     def check(cls, hyper: Hyperparameters[AutomaticClippingSettings]) -> None:  # AutomaticClipping's: by name

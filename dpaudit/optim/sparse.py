@@ -42,9 +42,18 @@ class MaskedSupport(DPSGD):
     is then one subsampled-Gaussian trial per step at that step's σ. The model's support, noise and updates are
     those of a run without the block (its noise comes from a generator derived from the model's draw, or in one
     draw with it, ``joint``).
+
+    With ``audit_ranked`` (``canary_support: ranked``; the supports learned once, ``ranks_audit_block``) the block's
+    coordinates are ranked instead, by the optimizer's own score, among themselves: the support keeps the same
+    fraction of them as of the model's. A support chosen from un-noised gradients then keeps the canaries that were
+    in the batches and freezes the others, which their releases show (a frozen coordinate releases exactly 0); a
+    support chosen from released values is a post-processing of them, and each canary stays one subsampled-Gaussian
+    trial per step it is released at.
     """
 
     fits_dirac_records: ClassVar[bool] = False  # a Dirac record is masked, then clipped as by DP-SGD
+    ranks_audit_block: ClassVar[bool] = False  # the support is learned once, and can rank an audit block
+    audit_ranked: bool = False
 
     def __init__(
         self, params: Sequence[torch.Tensor], hyper: Hyperparameters[OptimizerSettings], *, generator: torch.Generator
@@ -85,13 +94,29 @@ class MaskedSupport(DPSGD):
                 released += [total / b + sigma_dp * self._noise(total.shape) for total in self._sum[model:]]
         return released if self.mask is None else [value * m for value, m in zip(released, self.mask)]
 
-    def _random_order(self, stream: int) -> torch.Tensor:
-        """A data-independent permutation of the coordinates, fixed by the noise seed and ``stream``."""
+    def _random_order(self, stream: int, size: int | None = None) -> torch.Tensor:
+        """A data-independent permutation of ``size`` coordinates (default: the model's), fixed by the noise seed and
+        ``stream``."""
         seed = int(np.random.SeedSequence([self.generator.initial_seed(), stream]).generate_state(1)[0])
-        return torch.randperm(self.dimension, generator=torch.Generator().manual_seed(seed))
+        return torch.randperm(size or self.dimension, generator=torch.Generator().manual_seed(seed))
 
-    def _set_support(self, chosen: torch.Tensor | None) -> None:
-        """Make ``chosen`` (coordinate indices; None: all) the support; frozen velocity is dropped."""
+    def _audit_choice(
+        self, scores: Sequence[torch.Tensor] | None, fraction: float, *, stream: int
+    ) -> torch.Tensor | None:
+        """The audit block's coordinates a ranked support keeps (``audit_ranked``): the top ⌊fraction·M⌋ by the
+        block's part of the per-parameter ``scores`` (the model's ranking statistic, or any increasing function of it;
+        None: at random, by ``stream``); None where the block is kept whole."""
+        if not (self.audit_ranked and self.audit_parameters):
+            return None
+        size = sum(p.numel() for p in self.params[self._model_parameters :])
+        k = math.floor(fraction * size)
+        if scores is None:
+            return self._random_order(stream, size)[:k]
+        return top_k_indices(_flat(scores[self._model_parameters :]), k)
+
+    def _set_support(self, chosen: torch.Tensor | None, *, block: torch.Tensor | None = None) -> None:
+        """Make ``chosen`` (coordinate indices; None: all) the support, and of an audit block its coordinates
+        ``block`` (None: all); frozen velocity is dropped."""
         if chosen is None:
             self.mask = None
         else:
@@ -99,7 +124,13 @@ class MaskedSupport(DPSGD):
             flat[chosen.to(flat.device)] = 1
             model = self.params[: self._model_parameters]
             self.mask = [part.view_as(p) for part, p in zip(flat.split([p.numel() for p in model]), model)]
-            self.mask += [torch.ones_like(p) for p in self.params[len(model) :]]  # an audit block: always released
+            audited = self.params[len(model) :]
+            if block is None:  # an audit block: always released
+                self.mask += [torch.ones_like(p) for p in audited]
+            else:  # ranked among themselves
+                kept = torch.zeros(sum(p.numel() for p in audited), dtype=flat.dtype, device=flat.device)
+                kept[block.to(kept.device)] = 1
+                self.mask += [part.view_as(p) for part, p in zip(kept.split([p.numel() for p in audited]), audited)]
             if self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
                 for velocity, m in zip(self._velocity, self.mask):
                     velocity.mul_(m)
@@ -114,7 +145,9 @@ class TwoPhaseSparse(MaskedSupport):
     """
 
     learned: ClassVar[bool] = True
+    noisy_score: ClassVar[bool] = True  # the score from the released gradients (else from the clipped mean: no DP)
     fits_dirac_records = True
+    ranks_audit_block = True
     settings_type = TwoPhaseSettings
     hyper: Hyperparameters[TwoPhaseSettings]
 
@@ -160,9 +193,10 @@ class TwoPhaseSparse(MaskedSupport):
     def step(self, *, realized_batch_size: int) -> StepCost:
         warmup = self.steps_taken < self.hyper.warmup_steps
         sigma = self.warmup_sigma_dp if warmup else self.sigma_dp
+        clean = [total / self.hyper.expected_batch_size for total in self._sum] if not self.noisy_score else []
         released = self._release(sigma)
         if warmup:
-            for squares, value in zip(self._squares, released):
+            for squares, value in zip(self._squares, released if self.noisy_score else clean):
                 squares.add_(value * value)
         self._apply(released)
         if warmup and self.steps_taken == self.hyper.warmup_steps:
@@ -175,12 +209,14 @@ class TwoPhaseSparse(MaskedSupport):
     def _choose_support(self) -> None:
         # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
         self.score = self._model_flat(self._squares) / self.hyper.warmup_steps - self.warmup_sigma_dp**2
-        k = math.floor(self.hyper.settings.active_ratio * self.dimension)
+        ratio = self.hyper.settings.active_ratio
+        k = math.floor(ratio * self.dimension)
         order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
+        block = self._audit_choice(self._squares if self.learned else None, ratio, stream=2)  # ranked as the model
         if self._velocity is not None:
             for velocity in self._velocity:
                 velocity.zero_()
-        self._set_support(order)
+        self._set_support(order, block=block)
 
 
 @register(
@@ -195,6 +231,16 @@ class TPTopK(TwoPhaseSparse):
 @register("tp-rand", dp_claim=True, description="as tp-topk with a random support of the same size (TP-TopK paper)")
 class TPRand(TwoPhaseSparse):
     learned = False
+
+
+@register(
+    "tp-topk-clean-support",
+    dp_claim=False,
+    description="tp-topk with its support ranked on the warm-up's clipped mean gradients before noise (a planted "
+    "bug: the support leaks which records were in the warm-up's batches; no DP claim)",
+)
+class TPTopKCleanSupport(TwoPhaseSparse):
+    noisy_score = False
 
 
 class OnlineSparse(MaskedSupport):

@@ -5,6 +5,7 @@ record, the observation model, resume, the refused optimizers and the two regist
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -23,13 +24,17 @@ from dpaudit.train import Member, train_configuration, train_models
 from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood_ratio_scores, spread_scores
 
 SUPPORTED = [
+    "adadpigu",
+    "adadpigu-code",
     "auto-s",
     "auto-v",
     "d2p-sgd",
     "d2p2-sgd",
+    "d2p2-sgd-as-published",
     "dp-psac",
     "dp-psac-batch-noise",
     "dp2-sgd",
+    "dp2-sgd-as-published",
     "dpsgd-auto",
     "dpsgd-dc",
     "dpsgd-gc",
@@ -42,8 +47,11 @@ SUPPORTED = [
     "on-topk",
     "tp-rand",
     "tp-topk",
+    "tp-topk-clean-support",
 ]
 REFUSED = sorted(set(optim.available()) - set(SUPPORTED))
+# the authors' order of the projection pair: a canary is a record on a tensor of its own, not a Dirac (test below)
+DIRAC = [name for name in SUPPORTED if not name.endswith("-as-published")]
 SHAPES = [(3, 4), (4,)]  # a small "model"; the audit block is a last parameter of M coordinates
 M = 40
 
@@ -77,7 +85,7 @@ def _diracs(coordinates: torch.Tensor, magnitude: float) -> list[torch.Tensor]:
     return [torch.zeros((len(coordinates), *shape)) for shape in SHAPES] + [block]
 
 
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", DIRAC)
 @pytest.mark.parametrize("magnitude", [1e3, 0.3, 7.25])  # far above C, below it, a few times it
 def test_accumulate_diracs_is_accumulate_of_the_dense_gradients(name, magnitude):
     coordinates = torch.tensor([3, 17, 0, 39, 22])
@@ -102,7 +110,79 @@ def test_accumulate_diracs_is_accumulate_of_the_dense_gradients(name, magnitude)
     assert torch.equal(mixed._sum[-1], sparse._sum[-1])
 
 
-@pytest.mark.parametrize("name", ["sgd", "dp2-sgd-as-published", "adadpigu-code", "adadpigu"])
+def test_an_adadpigu_canary_designed_against_the_public_statistics_is_a_dirac_after_standardisation():
+    """AdaDPIGU's main phase: a canary record whose gradient is α on the model's coordinates (zero once standardised
+    by the public α and √β + μ) and K at its block coordinate (the block's α = 0, √β + μ = 1) adds, through the dense
+    standardisation, per-record top-k and clipping, exactly what ``accumulate_diracs`` adds; the real records' sums
+    are those of an optimizer without the block."""
+    dense, sparse = _optimizer("adadpigu"), _optimizer("adadpigu")
+    plain = optim.get_spec("adadpigu").cls(
+        [torch.zeros(shape) for shape in SHAPES], dense.hyper, generator=torch.Generator().manual_seed(0)
+    )
+    for optimizer in (dense, sparse, plain):
+        optimizer._importance = [
+            torch.rand(p.shape, generator=torch.Generator().manual_seed(p.numel())) for p in optimizer.params
+        ]
+        optimizer._choose_mask()
+        for alpha, beta in zip(optimizer.alpha, optimizer.beta):
+            alpha.copy_(torch.randn(alpha.shape, generator=torch.Generator().manual_seed(alpha.numel())))
+            beta.copy_(torch.rand(beta.shape, generator=torch.Generator().manual_seed(beta.numel())) + 0.1)
+    for optimizer in (dense, sparse):  # the block's statistics are not read
+        optimizer.alpha[-1].fill_(7.0)
+        optimizer.beta[-1].fill_(9.0)
+    assert 0 < sum(float(m.sum()) for m in dense.mask[:-1]) < dense.dimension and float(dense.mask[-1].min()) == 1
+    records = _records(12, seed=4)
+    coordinates = torch.tensor([0, 7, 39])
+    designed = [alpha.expand(3, *alpha.shape).clone() for alpha in dense.alpha[:-1]]
+    block = torch.zeros(3, M)
+    block[torch.arange(3), coordinates] = 1e3
+    dense.accumulate(records)
+    dense.accumulate(designed + [block])
+    sparse.accumulate(records[:-1])
+    sparse.accumulate_diracs(coordinates=coordinates, magnitude=1e3)
+    plain.accumulate(records[:-1])
+    for a, b in zip(dense._sum, sparse._sum):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(sparse._sum, plain._sum))
+    contribution = sparse.dirac_contribution(1e3)
+    assert contribution == pytest.approx(1.0, rel=1e-6)
+    assert torch.equal(sparse._sum[-1][coordinates], torch.full((3,), contribution))
+
+
+@pytest.mark.parametrize("name", ["dp2-sgd-as-published", "d2p2-sgd-as-published"])
+def test_in_the_authors_order_a_canarys_own_tensor_stretches_it_by_its_matrix(name):
+    """The authors' order on a tensor of AUDIT_TENSOR_SIZE entries (the variant's own accumulate and step): a record
+    K·u, u the direction Aᵀ stretches most, is clipped to φ(K)·K·u and then projected, moving the release by
+    φ(K)·K·s_max(A)/√p (first principles: ‖Aᵀu‖ = s_max for the top left singular vector). The block's gains are
+    that factor for matrices of the same shape: their rms is at least √(d/p) (E s_max² ≥ E‖A‖²_F/p = d) and their
+    mean at most (√d + √p)/√p (Gordon: E s_max ≤ √d + √p)."""
+    from dpaudit.optim.projection import AUDIT_TENSOR_SIZE
+
+    hyper = engine_config(name, sigma_dp=1e-12, lr=1.0).hyperparameters(60)
+    alone = optim.get_spec(name).cls(
+        [torch.zeros(AUDIT_TENSOR_SIZE, dtype=torch.float64)], hyper, generator=torch.Generator().manual_seed(0)
+    )
+    a = alone.matrices()[0]
+    p = a.shape[1]
+    left, singular, _ = torch.linalg.svd(a, full_matrices=False)
+    magnitude = 1e3
+    alone.accumulate([magnitude * left[:, 0][None]])
+    alone.step(realized_batch_size=1)
+    released = torch.linalg.lstsq(a, -alone.params[0][:, None] * hyper.expected_batch_size).solution.flatten()
+    contribution = alone.dirac_contribution(magnitude)
+    assert float(released.norm()) == pytest.approx(contribution * float(singular[0]) / math.sqrt(p), rel=1e-6)
+    gains = _optimizer(name).audit_gains()
+    assert gains.shape == (M,) and bool((gains > 1).all())
+    assert float(gains.square().mean().sqrt()) >= math.sqrt(AUDIT_TENSOR_SIZE / p) * 0.9  # M = 40 draws
+    assert float(gains.mean()) <= (math.sqrt(AUDIT_TENSOR_SIZE) + math.sqrt(p)) / math.sqrt(p)
+    dense = _optimizer(name)
+    dense.accumulate_diracs(coordinates=torch.tensor([3, 9]), magnitude=magnitude)
+    expected = torch.zeros(M)
+    expected[[3, 9]] = gains[[3, 9]] * contribution
+    torch.testing.assert_close(dense._sum[-1], expected)
+
+
+@pytest.mark.parametrize("name", REFUSED)
 def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
     optimizer = _optimizer(name)
     with pytest.raises(DPAuditError, match="does not take Dirac records"):
@@ -137,6 +217,7 @@ def test_too_few_whole_run_canaries_are_refused_before_training():
         ("dp2-sgd", "sequential", {"momentum": 0.5}),
         ("tp-topk", "ensemble", {}),  # the model's support (ranked without the block), noise and updates
         ("on-rand", "sequential", {"momentum": 0.5}),
+        ("adadpigu", "ensemble", {}),  # the model's mask, standardisation, top-k, noise and updates
     ],
 )
 def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(name, engine, changes):
@@ -215,11 +296,96 @@ def test_projection_canaries_are_one_gaussian_trial_per_step_in_the_projected_sp
         assert noisy.noise_multipliers[-1] < noisy.noise_multipliers[0]
 
 
-@pytest.mark.parametrize("name", ["tp-topk", "on-topk"])
+def test_the_authors_order_shows_its_stretch_and_is_flagged_where_its_dp_order_twin_is_not(tmp_path):
+    """DP2-SGD in the authors' order, its whole-run canaries on tensors of their own (one matrix each, fixed for the
+    run): without noise a member's observation at each step it is in is its own κ_j > 1 (not the 1 of the DP
+    order); with noise calibrated to ε = 2, the validation rule flags the run, and not its DP-order twin."""
+    from dpaudit.audit import validation_flag
+
+    quiet = _observed(tmp_path / "quiet", "dp2-sgd-as-published", sigma_dp=1e-6, projection_refresh="run")
+    members = quiet.observations[:, quiet.members]
+    present = np.abs(members) > 1e-3
+    assert np.abs(quiet.observations[:, ~quiet.members]).max() < 1e-3 and present.any()
+    assert members[present].min() > 1.0 and members[present].max() < 5.0
+    gains = np.where(present, members, np.nan)  # each canary's one κ_j at every step it is in
+    assert np.nanmax(np.abs(gains - np.nanmean(gains, 0)), initial=0.0) < 1e-3
+    flags = {}
+    for name in ("dp2-sgd-as-published", "dp2-sgd"):
+        config = engine_config(
+            name, canaries=4000, canary_design="whole-run", epochs=4, sigma_dp=None, target_epsilon=2.0, delta=1e-5
+        )
+        out = tmp_path / name
+        train_models(config=config, members=[replace(digit_members(1)[0], out_dir=out)], test_data=None, progress=False)
+        observed = RunCanaryObservations.load(out / "canaries_run.npz")
+        flags[name] = validation_flag(canaries=observed, epsilon=None, delta=1e-5)
+    assert flags["dp2-sgd-as-published"].flagged and not flags["dp2-sgd"].flagged
+
+
+@pytest.mark.parametrize("bug, twin", [("tp-topk-clean-support", "tp-topk"), ("adadpigu-code", "adadpigu")])
+def test_a_support_ranked_on_clean_gradients_is_flagged_by_ranked_canaries_and_its_twin_is_not(tmp_path, bug, twin):
+    """``canary_support: ranked``: the canary block ranked by the optimizer's own score among itself. A support
+    chosen from the warm-up's un-noised gradients keeps the canaries that were in its batches and freezes the others
+    (their releases are exactly 0 after it), and the validation rule flags the run at ε = 2; the correct twin, whose
+    support is a post-processing of released values, is not flagged."""
+    from dpaudit.audit import validation_flag
+
+    flags = {}
+    for name in (bug, twin):
+        extra = {"warmup_sigma_dp": None} if name.startswith("tp-") else {}
+        config = engine_config(
+            name,
+            canaries=4000,
+            canary_design="whole-run",
+            canary_support="ranked",
+            epochs=4,
+            sigma_dp=None,
+            target_epsilon=2.0,
+            delta=1e-5,
+            **extra,
+        )
+        out = tmp_path / name
+        train_models(config=config, members=[replace(digit_members(1)[0], out_dir=out)], test_data=None, progress=False)
+        observed = RunCanaryObservations.load(out / "canaries_run.npz")
+        frozen = np.all(observed.observations[-4:] == 0, axis=0)  # the last epoch: after the support is chosen
+        assert 0.3 < frozen.mean() < 0.8  # about 1 − ρ of the block (ρ = 0.5 / 0.6 of the defaults) is frozen
+        flags[name] = validation_flag(canaries=observed, epsilon=None, delta=1e-5)
+    assert flags[bug].flagged and not flags[twin].flagged
+
+
+def test_a_ranked_support_keeps_the_top_share_of_the_block_by_the_models_score():
+    """The block's part of the support under ``audit_ranked``: the ⌊ρ·M⌋ coordinates of the largest warm-up score,
+    ranked among themselves; without it, the whole block."""
+    for ranked in (False, True):
+        optimizer = _optimizer("tp-topk")
+        optimizer.audit_ranked = ranked
+        score = torch.randperm(M).double()
+        optimizer._squares[-1].copy_(score)
+        optimizer._choose_support()
+        kept = optimizer.mask[-1].bool()
+        ratio = optimizer.hyper.settings.active_ratio
+        if ranked:
+            assert int(kept.sum()) == math.floor(ratio * M) and bool((score[kept].min() > score[~kept].max()))
+        else:
+            assert bool(kept.all())
+        assert int(optimizer.support_mask().sum()) == math.floor(ratio * optimizer.dimension)
+
+
+@pytest.mark.parametrize(
+    "name, changes",
+    [("on-topk", {"canary_design": "whole-run"}), ("dpsgd-gc", {"canary_design": "whole-run"}), ("tp-topk", {})],
+)
+def test_ranked_canaries_are_refused_where_no_support_is_learned_once_or_no_whole_run_canaries(name, changes):
+    with pytest.raises(DPAuditError, match="canary_support 'ranked' is read by whole-run canaries") as error:
+        engine_config(name, canaries=100, canary_support="ranked", **changes)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["tp-topk", "on-topk", "adadpigu"])
 def test_support_canaries_are_released_at_every_step_with_each_phases_noise(tmp_path, name):
-    """TP-TopK and ON-TopK: the canary block stays in the support (left out of the ranking), so a present canary
-    adds exactly 1 at every step, warm-up and sparse phase alike, a non-member 0; with noise, the non-members'
-    observations have each step's std σ_t = z_t·C/c (TP-TopK: σ_1 in the warm-up, σ_2 after)."""
+    """TP-TopK, ON-TopK and AdaDPIGU: the canary block stays in the support (left out of the ranking, and of
+    AdaDPIGU's standardisation), so a present canary adds exactly 1 at every step, warm-up (pre-training) and sparse
+    phase alike, a non-member 0; with noise, the non-members' observations have each step's std σ_t = z_t·C/c
+    (TP-TopK: σ_1 in the warm-up, σ_2 after)."""
     quiet = _observed(tmp_path / "quiet", name, sigma_dp=1e-6, warmup_sigma_dp=1e-6)
     members = quiet.observations[:, quiet.members]
     np.testing.assert_allclose(members, np.round(members), atol=1e-3)
@@ -454,11 +620,20 @@ def test_the_ledger_chooses_the_family_threshold_and_every_canary_certifies(digi
     assert pooled["epsilon"] == both.epsilon and pooled["threshold"] == both.threshold
 
 
-@pytest.mark.parametrize(("sampling", "keep"), [("poisson", True), ("shuffle", True), ("poisson", False)])
-def test_whole_run_canaries_resume_bit_identically(sampling, keep, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("name", "sampling", "keep", "changes"),
+    [
+        ("dpsgd-gc", "poisson", True, {}),
+        ("dpsgd-gc", "shuffle", True, {}),
+        ("dpsgd-gc", "poisson", False, {}),
+        ("d2p2-sgd-as-published", "poisson", True, {}),  # the canaries' own matrices: redrawn from the seed
+        ("adadpigu", "poisson", True, {"canary_support": "ranked"}),  # the block's part of the mask: in the state
+    ],
+)
+def test_whole_run_canaries_resume_bit_identically(name, sampling, keep, changes, tmp_path, monkeypatch):
     if not keep:  # the statistics alone, summed online: in the training state
         monkeypatch.setattr(canary_run, "KEEP_OBSERVATIONS_MAX_VALUES", 0)
-    config = engine_config("dpsgd-gc", canaries=50, canary_design="whole-run", momentum=0.5, sampling=sampling)
+    config = engine_config(name, canaries=50, canary_design="whole-run", momentum=0.5, sampling=sampling, **changes)
     train_into(tmp_path / "whole", config)
     with monkeypatch.context() as patch:
         interrupt_at_save(patch, epoch=2, model_index=0)
@@ -492,11 +667,13 @@ def test_no_canaries_is_no_observer_and_the_cli_trains_the_design(tmp_path):
                 "train",
                 *flags.split(),
                 "--optimizer",
-                "adadpigu",
+                "on-topk",
                 "--canaries",
                 "64",
                 "--canary-design",
                 "whole-run",
+                "--canary-support",
+                "ranked",
                 "--out",
                 str(tmp_path / "refused"),
                 "--quiet",

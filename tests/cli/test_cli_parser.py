@@ -42,8 +42,9 @@ TRAIN_FLAGS = (
     "--reduction-convention --projection-refresh --active-ratio --warmup-fraction --warmup-budget-fraction "
     "--warmup-sigma-dp --pretrain-fraction --retention-ratio --example-topk-fraction --ema-mean-decay "
     "--ema-variance-decay --standardise-constant --diagnostics --histogram-epoch --canaries --canary-design "
-    "--canary-randomness --sampling --eval-epochs --target-size --num-shadows --shadow-size --split-design --trial "
-    "--seed --data-root --download --microbatch-size --grad-sample --engine --memory-budget-mb --device"
+    "--canary-randomness --canary-support --sampling --eval-epochs --target-size --num-shadows --shadow-size "
+    "--split-design --trial --seed --data-root --download --microbatch-size --grad-sample --engine --memory-budget-mb "
+    "--device"
 ).split()
 
 

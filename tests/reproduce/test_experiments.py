@@ -371,6 +371,16 @@ def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp
     runs = [run("adadpigu", retention_ratio=r) for r in (0.9, 0.6, 0.4, 0.1) for _ in range(2)] + [run("dpsgd-gc")]
     for name in ("adadpigu/figure5", "adadpigu/figure6", "adadpigu/figure7"):
         _check_claims(_draw(name, tmp_path / name, runs))
+    for family, verdict in ((2.5, "holds"), (3.5, "contradicted")):  # AdaDPIGU's whole-run canaries, per rate
+        whole = _with_whole_run(runs[:-1], family) + runs[-1:]
+        for name, keys in (
+            ("adadpigu/figure6", ["r=0.6"]),
+            ("adadpigu/figure7", ["rate 0.1", "rate 0.4", "rate 0.6", "rate 0.9"]),
+        ):
+            entry = _draw(name, tmp_path / f"{name}_{family}", whole)
+            _check_claims(entry)
+            assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
+            assert sorted(entry["claims"][-1]["numbers"]) == keys
     runs = [run("adadpigu", batch_size=b, lr=lr, epsilon=(b / 100, b / 50)) for b in (18, 36, 72) for lr in (0.05, 0.1)]
     _check_claims(_draw("adadpigu/figure8", tmp_path / "a8", runs))
     runs = [run(o, lr=lr, r=v, clip_norm=1.0) for o in ("dp-psac", "auto-s") for lr in (0.1, 1.0) for v in (0.01, 0.1)]

@@ -101,7 +101,8 @@ def _whole_run_attack_in_the_cross_audit(config):
 
 
 def _whole_run_twin_with_a_support(config):
-    _pairs(config).append(["dpsgd-auto", "adadpigu", {"canary_design": "whole-run"}])
+    config["optimizers"]["runs"].append({"name": "sgd", "lr": 0.1})
+    _pairs(config).append(["dpsgd-auto", "sgd", {"canary_design": "whole-run"}])
 
 
 def _whole_run_pair_scored_by_the_canary_attack(config):
@@ -109,14 +110,12 @@ def _whole_run_pair_scored_by_the_canary_attack(config):
 
 
 def _whole_run_without_a_fitting_run(config):
-    config["optimizers"]["runs"] = [
-        run for run in config["optimizers"]["runs"] if run["name"] in ("adadpigu", "adadpigu-code")
-    ]
-    config["audit"]["validation"]["pairs"] = [["adadpigu-code", "adadpigu", {"canary_design": "support"}]]
+    config["optimizers"]["runs"] = [run for run in config["optimizers"]["runs"] if run["name"] == "adadpigu-code"]
+    config["audit"]["validation"]["pairs"] = []
 
 
 def _whole_run_bug_with_an_unfit_twin(config):
-    config["audit"]["whole_run"]["validation"][0]["twin"] = "adadpigu"
+    config["audit"]["whole_run"]["validation"][0]["twin"] = "adadpigu-code"
 
 
 def _whole_run_bug_departing_twice(config):
@@ -134,13 +133,13 @@ def _whole_run_bugs_sharing_a_name(config):
         (_two_runs_share_a_name, "params optimizers.runs: two runs share a name"),
         (
             _whole_run_without_a_fitting_run,
-            "params audit.whole_run: no run of optimizers.runs has an optimizer that whole-run canaries fit",
+            "params audit.whole_run: no run of optimizers.runs has a DP-claiming optimizer that whole-run canaries fit",
         ),
         (
             _whole_run_bug_with_an_unfit_twin,
-            "params audit.whole_run.validation.understated-q: twin 'adadpigu' is not a run of optimizers.runs that "
-            "whole-run canaries fit (dpsgd-gc, auto-s, auto-v, dp-psac, dpsgd-auto, d2p-sgd, dp2-sgd, d2p2-sgd, "
-            "tp-topk, tp-rand, on-topk, on-rand)",
+            "params audit.whole_run.validation.understated-q: twin 'adadpigu-code' is not a run of optimizers.runs "
+            "that whole-run canaries fit (dpsgd-gc, auto-s, auto-v, dp-psac, dpsgd-auto, d2p-sgd, dp2-sgd, d2p2-sgd, "
+            "tp-topk, tp-rand, on-topk, on-rand, adadpigu)",
         ),
         (
             _whole_run_bug_departing_twice,
@@ -202,8 +201,8 @@ def _whole_run_bugs_sharing_a_name(config):
         ),
         (
             _whole_run_twin_with_a_support,
-            "params audit.validation.pairs.dpsgd-auto: whole-run canaries need each record's gradient weighted by its "
-            "norm alone; the twin 'adadpigu' (adadpigu) has none",
+            "params audit.validation.pairs.dpsgd-auto: whole-run canaries need per-record clipping and noise; the "
+            "twin 'sgd' (sgd) has none",
         ),
         (
             _whole_run_pair_scored_by_the_canary_attack,

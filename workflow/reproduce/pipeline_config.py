@@ -26,7 +26,7 @@ _NOT_SAFE = "is not a safe name (a letter or digit, then letters, digits, '_', '
 CANARY_DESIGN_NEEDS = {
     "projection-aligned": ("projection_optimizer_name", "a random projection"),
     "support": ("support_optimizer_name", "a support learned from dense steps"),
-    "whole-run": ("whole_run_optimizer_name", "each record's gradient weighted by its norm alone"),
+    "whole-run": ("whole_run_optimizer_name", "per-record clipping and noise"),
 }
 # the attacks that score whole-run canaries (dpaudit.attacks.canary_run), which only audit.whole_run's runs have
 # (the other audit sections' runs train Dirac canaries of one step)
@@ -199,10 +199,15 @@ def _check_validation(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[st
 
 def whole_run_names(runs: Mapping[str, Mapping[str, Any]], *, schema: Mapping[str, Any]) -> list[str]:
     """The runs of ``optimizers.runs`` (name → settings) that the pipeline audits with whole-run canaries: those
-    whose optimizer the design fits (the schema's ``whole_run_optimizer_name``), in their order. Every optimizer
-    there but the broken controls claims DP, and the broken controls are not runs of ``optimizers.runs``."""
+    whose optimizer claims DP and the design fits (the schema's ``whole_run_optimizer_name``), in their order."""
+    from dpaudit.optim import get_spec
+
     fits = set(schema["$defs"]["whole_run_optimizer_name"]["enum"])
-    return [name for name, settings in runs.items() if settings.get("optimizer", name) in fits]
+    return [
+        name
+        for name, settings in runs.items()
+        if settings.get("optimizer", name) in fits and get_spec(settings.get("optimizer", name)).dp_claim
+    ]
 
 
 def _check_whole_run(whole_run: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]], schema) -> None:
@@ -210,8 +215,8 @@ def _check_whole_run(whole_run: Mapping[str, Any], *, runs: Mapping[str, Mapping
     ``optimizers.runs`` that whole-run canaries fit, and departs from it by a broken optimizer or a sampling."""
     if not whole_run_names(runs, schema=schema):
         raise DPAuditError(
-            "params audit.whole_run: no run of optimizers.runs has an optimizer that whole-run canaries fit "
-            "(each record's gradient weighted by its norm alone, e.g. dpsgd-gc)"
+            "params audit.whole_run: no run of optimizers.runs has a DP-claiming optimizer that whole-run canaries "
+            "fit (any with per-record clipping and noise, e.g. dpsgd-gc)"
         )
     names = [bug["name"] for bug in whole_run["validation"]]
     if len(set(names)) != len(names):

@@ -32,11 +32,11 @@ WHOLE_COMMON = {**CROSS_COMMON, "canaries": WHOLE["canaries"], "canary_design": 
 WHOLE_SETTINGS = {name: {k: v for k, v in OPT_SETTINGS[name].items() if k != "canary_design"}
                   for name in whole_run_names(OPT_SETTINGS, schema=SCHEMA)}
 WHOLE_BUG_SETTINGS = {  # a bug departs from its twin by its broken optimizer or by its sampling
-    bug["name"]: {"optimizer": OPT_SETTINGS[bug["twin"]].get("optimizer", bug["twin"]), **OPT_SETTINGS[bug["twin"]],
+    bug["name"]: {"optimizer": OPT_SETTINGS[bug["twin"]].get("optimizer", bug["twin"]), **WHOLE_SETTINGS[bug["twin"]],
                   **{k: bug[k] for k in ("optimizer", "sampling") if k in bug}}
     for bug in WHOLE["validation"]
 }
-WHOLE_BUG_SETTINGS.update({bug["twin"]: OPT_SETTINGS[bug["twin"]] for bug in WHOLE["validation"]})
+WHOLE_BUG_SETTINGS.update({bug["twin"]: WHOLE_SETTINGS[bug["twin"]] for bug in WHOLE["validation"]})
 AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, attacks)
     "audit": (AUD_SETTINGS, AUD_COMMON, AUD["common"]["trials"], AUD["attacks"]),
     "audit_cross": (OPT_SETTINGS, CROSS_COMMON, CROSS["trials"], CROSS["attacks"]),

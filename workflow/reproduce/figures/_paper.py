@@ -461,6 +461,9 @@ AUDIT_HEADER = [
 
 #: What a whole-run family bound assumes, for every legend and caption that shows one.
 FAMILY_ASSUMPTION = "if the run is a composed Poisson-subsampled Gaussian with its ledger's q and T"
+#: Legend labels of the whole-run canaries' two bounds on all iterates (against the run's ε).
+WHOLE_RUN_LABEL = f"whole-run canaries, 95 % lower (family bound, all iterates, {FAMILY_ASSUMPTION})"
+WHOLE_RUN_FREE_LABEL = "whole-run canaries, 95 % lower (assumption-free, all iterates)"
 #: Table columns and caption text: the whole-run canary audit of each row's twin in the audit ladder, and that
 #: run's accuracy.
 WHOLE_RUN_COLUMNS = ["ε̂ whole run, 95 % family bound / ε (PLD)", "its run's test accuracy (%)"]

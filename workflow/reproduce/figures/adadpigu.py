@@ -140,7 +140,7 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
 
 def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Fig 6: training and test accuracy, and the accumulated ε per epoch with the loss attack's ε̂ at each
-    checkpoint (AdaDPIGU, r = 0.6)."""
+    checkpoint and the whole-run canaries' bounds at the last epoch (AdaDPIGU, r = 0.6)."""
     found = P.summaries(runs)
     group = P.group(found, "retention_ratio", where=lambda r: r["config"]["optimizer"] == "adadpigu")[TUNED_RETENTION]
     run = group[0]
@@ -170,19 +170,23 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             label=f"{P.LOSS_EPSILON_LABEL} (point)",
         )
         P.draw_null(right, checkpoints, audits)
-        canary = P.canary_audit(group)
+        whole = P.whole_run_audit(group)
+        if np.isfinite(whole["family"]):
+            right.plot(epochs[-1], whole["family"], "^", color="tab:blue", label=P.WHOLE_RUN_LABEL)
+            right.plot(
+                epochs[-1], whole["lower"], "^", color="tab:blue", markerfacecolor="none", label=P.WHOLE_RUN_FREE_LABEL
+            )
+            text = f"whole-run canaries: family ε̂ ≥ {whole['family']:.2f}, assumption-free ≥ {whole['lower']:.2f}"
+            text += f" vs ε (PLD) {whole['pld']:.2f}"
+        else:
+            canary = P.canary_audit(group)
+            text = f"white-box canaries: ε̂ ≥ {canary['lower']:.2f} vs {canary['mechanism']:.2f} per step"
         right.set_xlabel("epoch")
         right.xaxis.set_major_locator(MaxNLocator(integer=True))
         right.set_ylabel("ε")
         right.set_ylim(bottom=0)
-        right.legend(fontsize=7)
-        right.annotate(
-            f"white-box canaries: ε̂ ≥ {canary['lower']:.2f} vs {canary['mechanism']:.2f} per step",
-            (0.02, 0.97),
-            xycoords="axes fraction",
-            va="top",
-            fontsize=7,
-        )
+        right.legend(fontsize=6)
+        right.annotate(text, (0.02, 0.97), xycoords="axes fraction", va="top", fontsize=7)
         fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         files = save_figure(fig, Path(out_dir) / "figure6")
@@ -218,12 +222,15 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             epsilon=[float(epsilon[e - 1]) for e in checkpoints],
         ),
     ]
+    if np.isfinite(whole["family"]):
+        claims.append(P.whole_run_check({f"r={TUNED_RETENTION:g}": whole}))
     return P.entry(PAPER, "Fig 6", title, files, claims, dataset=P.describe(found, preset))
 
 
 def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Fig 7: accuracy (mean over the last quarter of epochs) against pruning rate, DP-SGD as a dashed line;
-    right panel: ε̂ against pruning rate beside the theoretical ε."""
+    right panel: ε̂ against pruning rate beside the theoretical ε (the whole-run canaries' bounds where the runs
+    trained them, else the per-step canaries' against one step's ε)."""
     found = P.summaries(runs)
     pruning, baseline = _pruning_runs(found)
     rates = np.array(list(pruning))
@@ -232,6 +239,8 @@ def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     base = P.final(baseline, last=last) if baseline else float("nan")
     loss = [P.loss_audit(group) for group in pruning.values()]
     canary = [P.canary_audit(group) for group in pruning.values()]
+    whole = {rate: P.whole_run_audit(group) for rate, group in pruning.items()}
+    trained = {rate: audit for rate, audit in whole.items() if np.isfinite(audit["family"])}
     title = f"Fig 7: AdaDPIGU accuracy vs pruning rate, ε = 4 ({P.describe(found, preset)})"
     with figure_style():
         fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 3.8))
@@ -253,10 +262,20 @@ def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             label=f"{P.LOSS_EPSILON_LABEL} (point)",
         )
         P.draw_null(right, rates, loss)
-        right.plot(
-            rates, [c["mechanism"] for c in canary], color="grey", linestyle=":", label="theoretical ε (one step)"
-        )
-        right.plot(rates, [c["lower"] for c in canary], "s", color="tab:purple", label="ε̂ canary (lower, vs one step)")
+        if trained:
+            right.plot(list(trained), [a["family"] for a in trained.values()], "^", color="tab:blue")
+            right.plot(
+                list(trained), [a["lower"] for a in trained.values()], "^", color="tab:blue", markerfacecolor="none"
+            )
+            right.plot([], [], "^", color="tab:blue", label=P.WHOLE_RUN_LABEL)
+            right.plot([], [], "^", color="tab:blue", markerfacecolor="none", label=P.WHOLE_RUN_FREE_LABEL)
+        else:
+            right.plot(
+                rates, [c["mechanism"] for c in canary], color="grey", linestyle=":", label="theoretical ε (one step)"
+            )
+            right.plot(
+                rates, [c["lower"] for c in canary], "s", color="tab:purple", label="ε̂ canary (lower, vs one step)"
+            )
         right.set_xlabel("pruning rate 1 − r")
         right.set_ylabel("ε (run or one step: legend)")
         right.set_ylim(bottom=0)
@@ -295,6 +314,8 @@ def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             rate_0_9=by_rate.get(0.9),
         ),
     ]
+    if trained:
+        claims.append(P.whole_run_check({f"rate {rate:g}": audit for rate, audit in trained.items()}))
     return P.entry(PAPER, "Fig 7", title, files, claims, dataset=P.describe(found, preset))
 
 

@@ -16,7 +16,6 @@ PAPER = "d2p2_sgd"
 METHODS = ("sgd", "dpsgd-auto", "d2p-sgd", "dp2-sgd", "d2p2-sgd")
 DYNAMIC = {"dpsgd-auto": "static", "dp2-sgd": "static", "d2p-sgd": "dynamic", "d2p2-sgd": "dynamic"}
 #: The whole-run canary audit's bound, as the figures' legends name it.
-WHOLE_RUN_LABEL = f"whole-run canaries, 95 % lower (family bound, all iterates, {P.FAMILY_ASSUMPTION})"
 TUNED_REDUCTION = 0.3  # the paper's and optimizers.runs' reduction rate
 # The paper's reported privacy loss at its own parameters (z = 3, B = 1024, 40 epochs, δ = 1e-5, PRV accountant,
 # ε logged after the first step of epoch 40): (dataset, n) → (static, dynamic). Reproduced from the privacy ledger
@@ -100,7 +99,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                     axes[2].plot(epochs[-1], whole["family"], "^", color=_style(name)["color"], markeredgecolor="black")
                     whole_run = True
         if whole_run:
-            axes[2].plot([], [], "k^", label=WHOLE_RUN_LABEL + ", at the last epoch")
+            axes[2].plot([], [], "k^", label=P.WHOLE_RUN_LABEL + ", at the last epoch")
         axes[2].plot([], [], "kv", label=f"{P.LOSS_EPSILON_LABEL} (95 % lower)")
         axes[2].plot([], [], "ko", markerfacecolor="none", label=f"{P.LOSS_EPSILON_LABEL} (point)")
         P.draw_null(axes[2], [e for e, _ in audited], [r for _, r in audited])
@@ -267,7 +266,7 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                     "^",
                     color=_style(name)["color"],
                     markeredgecolor="black",
-                    label=f"{name}: {WHOLE_RUN_LABEL}",
+                    label=f"{name}: {P.WHOLE_RUN_LABEL}",
                 )
                 whole_run.update({f"{name} z={s:g}": w for s, w in whole.items() if np.isfinite(w["family"])})
         P.draw_null(ax, [x for x, _ in audited], [loss for _, loss in audited])

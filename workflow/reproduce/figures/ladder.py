@@ -45,8 +45,7 @@ from reproduce.figures.style import figure_style, save_figure
 
 # why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim)
 UNFIT_REASONS = {
-    "projection": "in the authors' order a record is clipped before the projection, by a norm that depends on A",
-    "adadpigu": "a learned mask and per-record standardisation",
+    "adadpigu": "a mask ranked on un-noised gradients, which canaries left out of the ranking cannot see",
     "base": "no per-record clipping or noise",
 }
 # the rungs: (key in a ladder row, label, colour, marker, filled)
