@@ -391,13 +391,15 @@ def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp
         _check_claims(entry)
         assert "whole-run canary" in entry["title"] and "PLD 3.00" in entry["title"]
         assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
-    unprojected = ("dpsgd-auto", "d2p-sgd")  # D2P2-SGD: only these train whole-run canaries
-    for family, verdict in ((2.5, "holds"), (3.5, "contradicted")):
-        whole = _with_whole_run(sigma_by(unprojected), family) + sigma_by(("dp2-sgd", "d2p2-sgd"))
-        entry = _draw("d2p2_sgd/figure5", tmp_path / f"d5_{family}", whole)
-        _check_claims(entry)
-        assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
-        assert sorted(entry["claims"][-1]["numbers"]) == sorted(f"{o} z={z:g}" for o in unprojected for z in (1, 3, 8))
+    for audited in (("dpsgd-auto", "d2p-sgd"), tuple(DYNAMIC_NOISE)):  # older runs: the unprojected methods only
+        for family, verdict in ((2.5, "holds"), (3.5, "contradicted")):
+            rest = tuple(o for o in DYNAMIC_NOISE if o not in audited)
+            whole = _with_whole_run(sigma_by(audited), family, tag=str(len(audited))) + sigma_by(rest)
+            entry = _draw("d2p2_sgd/figure5", tmp_path / f"d5_{family}_{len(audited)}", whole)
+            _check_claims(entry)
+            assert entry["claims"][-1]["verdict"] == verdict and entry["claims"][-1]["kind"] == "check"
+            numbers = sorted(entry["claims"][-1]["numbers"])
+            assert numbers == sorted(f"{o} z={z:g}" for o in audited for z in (1, 3, 8))
     whole = _with_whole_run(seeds[0:2] + seeds[4:6], 1.0) + seeds[2:4] + seeds[6:]  # dpsgd-auto, d2p-sgd
     _check_claims(_draw("d2p2_sgd/figure2", tmp_path / "d2w", whole))
     runs = [run(o, epsilon=(eps / 2, eps), target=eps) for o in ("tp-topk", "dpsgd-gc") for eps in (1.0, 4.0)]
@@ -407,11 +409,12 @@ def test_every_claim_of_the_summary_figures_has_a_verdict_a_test_and_numbers(tmp
 DYNAMIC_NOISE = {"dpsgd-auto": False, "dp2-sgd": False, "d2p-sgd": True, "d2p2-sgd": True}
 
 
-def _with_whole_run(runs, family):
-    """Copies of the run summaries ``runs`` with a whole-run canary audit: family bound ``family``, PLD ε = 3."""
+def _with_whole_run(runs, family, tag=""):
+    """Copies of the run summaries ``runs`` with a whole-run canary audit: family bound ``family``, PLD ε = 3 (their
+    folders named by ``family`` and ``tag``)."""
     copies = []
     for summary in runs:
-        folder = summary.with_name(summary.name + f"_whole_{family}")
+        folder = summary.with_name(summary.name + f"_whole_{family}{tag}")
         payload = json.loads((summary / SUMMARY_FILE).read_text())
         payload["canary-run"] = {"family_epsilon": family, "epsilon_lower": 1.0, "epsilon_pld": 3.0, "epsilon_rdp": 3.3}
         folder.mkdir()
