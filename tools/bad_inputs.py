@@ -147,10 +147,10 @@ def main() -> None:
     )
     cases.append(
         (
-            "`train --canary-design whole-run` with adadpigu-code",
+            "`train --canary-design whole-run --canary-support ranked` with ON-TopK",
             *_run(
-                [*DPAUDIT, "train", *TINY, "--optimizer", "adadpigu-code", "--canaries", "10"]
-                + ["--canary-design", "whole-run", "--out", "r"],
+                [*DPAUDIT, "train", *TINY, "--optimizer", "on-topk", "--canaries", "10", "--canary-design"]
+                + ["whole-run", "--canary-support", "ranked", "--out", "r"],
                 work,
             ),
         )

@@ -240,6 +240,9 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     from reproduce.figures import ladder
 
     monkeypatch.chdir(tmp_path)
+    from dpaudit.optim import AdaDPIGUPaper
+
+    monkeypatch.setattr(AdaDPIGUPaper, "fits_dirac_records", False)  # as a plugin no whole-run design fits
     whole = {"family": {"epsilon": 0.8, "capped": False}, "epsilon_last_iterate": 1.1}
     files = []
     for name in ("dpsgd-gc", "adadpigu"):
@@ -261,7 +264,7 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     )
     rows = {row["name"]: row for row in ladder.ladder_rows(files, canaries=200, delta=1e-5)}
     gc, topk = rows["dpsgd-gc"], rows["adadpigu"]
-    assert gc["whole_run_unfit"] is None and "standardisation" in topk["whole_run_unfit"]
+    assert gc["whole_run_unfit"] is None and "no whole-run canary design" in topk["whole_run_unfit"]
     assert (gc["all_iterates_family"], gc["all_iterates_lower"], gc["final_model_lower"]) == (0.8, 0.5, 0.4)
     assert gc["per_step_lower"] == 1.5 and gc["epsilon_step"] == 4.0 and gc["epsilon_last_iterate"] == 1.1
     assert topk["all_iterates_family"] is None and topk["family_ceiling"] is None
@@ -281,7 +284,7 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     )
     assert all(path.stat().st_size > 0 for path in written)
     table = (tmp_path / "ladder.md").read_text()
-    assert "not fitted: a learned mask and per-record standardisation" in table and "1.50 (4.00)" in table
+    assert "not fitted: no whole-run canary design for its per-record processing" in table and "1.50 (4.00)" in table
     claims = read_json(tmp_path / "ladder.manifest.json")["claims"]
     assert claims[0]["verdict"] == "holds" and claims[0]["numbers"]["above"] == []
     assert (

@@ -43,11 +43,9 @@ from dpaudit._validation import DPAuditError
 from reproduce.figures._paper import claim
 from reproduce.figures.style import figure_style, save_figure
 
-# why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim)
-UNFIT_REASONS = {
-    "adadpigu": "a mask ranked on un-noised gradients, which canaries left out of the ranking cannot see",
-    "base": "no per-record clipping or noise",
-}
+# why whole-run canaries do not fit an optimizer, by the module of its class (dpaudit.optim; every DP-claiming one
+# registered here fits: a registered plugin may not)
+UNFIT_REASONS = {"base": "no per-record clipping or noise"}
 # the rungs: (key in a ladder row, label, colour, marker, filled)
 RUNGS = (
     ("all_iterates_family", "every iterate: family bound", "#1f77b4", "o", True),
@@ -72,7 +70,9 @@ def _unfit_reason(optimizer: str) -> str | None:
     cls = get_spec(optimizer).cls
     if cls.takes_dirac_records():
         return None
-    return UNFIT_REASONS.get(cls.__module__.rpartition(".")[2], "its per-record processing is not a norm weighting")
+    return UNFIT_REASONS.get(
+        cls.__module__.rpartition(".")[2], "no whole-run canary design for its per-record processing"
+    )
 
 
 def _ledger_claims(run_folder: str | Path, *, delta: float, whole_run: dict | None) -> dict[str, Any]:
