@@ -23,11 +23,12 @@ the canary design's limit, not evidence that the optimizer leaks less.
 
 One row and one panel per *mechanism*: runs at one target ε whose whole-run canaries meet the same mechanism —
 the same ledger (z_t, q_t), sampling and canary count, and a canary contribution φ(K)·K/C equal to 3 decimals —
-are drawn once, with the first optimizer's bounds, and the optimizers that share it listed. Where their canaries
-also saw the same noise draws and batches (the clipping optimizers: the model draws as much noise in each, so the
-canaries' derived noise is the same) their bounds are identical, one measurement; where not (a projection draws
-fewer model noises) each is another measurement of the mechanism. A second table gives every optimizer's own share
-of ε, and the check of bounds above their claims counts each distinct bound once.
+are drawn once, with DP-SGD's bounds (else the first optimizer's), and the optimizers that share it listed. Where
+their canaries also saw the same noise draws and batches (the clipping optimizers: the model draws as much noise in
+each, so the canaries' derived noise is the same) their bounds are identical, one measurement; where not (a
+projection, a support or a mask draws the model's noise otherwise) each is another measurement of the mechanism.
+A second table gives every optimizer's own share of ε, and the check of bounds above their claims counts each
+distinct bound once.
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
 
 
 MECHANISM_CONTRIBUTION_DIGITS = 3  # canary contributions c/C that agree to this many digits share a mechanism
+BASELINE = "dpsgd-gc"  # the optimizer whose bounds a merged row gives where it is a member (DP-SGD, the reference)
 
 
 def _mechanism(whole: dict[str, Any], claims: dict[str, Any], *, target: float) -> tuple | None:
@@ -191,7 +193,8 @@ def _mechanism(whole: dict[str, Any], claims: dict[str, Any], *, target: float) 
 
 
 def _one_row_per_mechanism(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows whose whole-run canaries meet one mechanism (``_mechanism``) merged into the first's (by name), with
+    """Rows whose whole-run canaries meet one mechanism (``_mechanism``) merged into DP-SGD's (``BASELINE``) where it
+    is one of them, else into the first's by name, with
     ``optimizers`` (all of them), ``name`` (the optimizers joined) and ``family_spread`` (the largest difference of
     their every-iterate family bounds: 0 where they saw the same draws)."""
     groups: dict[Any, list[dict[str, Any]]] = {}
@@ -199,7 +202,7 @@ def _one_row_per_mechanism(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault(row["mechanism"] if row["mechanism"] is not None else row["run"], []).append(row)
     merged = []
     for group in groups.values():
-        first = dict(min(group, key=lambda row: row["name"]))
+        first = dict(min(group, key=lambda row: (row["name"] != BASELINE, row["name"])))
         names = sorted(row["name"] for row in group)
         families = [row["all_iterates_family"] for row in group if row["all_iterates_family"] is not None]
         first["optimizers"] = names
