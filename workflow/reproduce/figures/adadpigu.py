@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,7 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     lowers = np.array([a["lower"] for a in audits])
     title = f"Fig 6: AdaDPIGU (r = {TUNED_RETENTION}), accuracy and accumulated privacy ({P.describe(found, preset)})"
     with figure_style():
-        fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 3.6))
         left.plot(epochs, np.nanmean(P.series(group, "train_accuracy"), 0), label="training accuracy")
         left.plot(epochs, np.nanmean(P.series(group, "test_accuracy"), 0), label="test accuracy")
         left.set_xlabel("epoch")
@@ -172,12 +173,17 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         P.draw_null(right, checkpoints, audits)
         whole = P.whole_run_audit(group)
         if np.isfinite(whole["family"]):
-            right.plot(epochs[-1], whole["family"], "^", color="tab:blue", label=P.WHOLE_RUN_LABEL)
+            right.plot(epochs[-1], whole["family"], "^", color="tab:blue", label=textwrap.fill(P.WHOLE_RUN_LABEL, 60))
             right.plot(
-                epochs[-1], whole["lower"], "^", color="tab:blue", markerfacecolor="none", label=P.WHOLE_RUN_FREE_LABEL
+                epochs[-1],
+                whole["lower"],
+                "^",
+                color="tab:blue",
+                markerfacecolor="none",
+                label=textwrap.fill(P.WHOLE_RUN_FREE_LABEL, 60),
             )
             text = f"whole-run canaries: family ε̂ ≥ {whole['family']:.2f}, assumption-free ≥ {whole['lower']:.2f}"
-            text += f" vs ε (PLD) {whole['pld']:.2f}"
+            text += f"\nvs ε (PLD) {whole['pld']:.2f}"
         else:
             canary = P.canary_audit(group)
             text = f"white-box canaries: ε̂ ≥ {canary['lower']:.2f} vs {canary['mechanism']:.2f} per step"
@@ -185,8 +191,8 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         right.xaxis.set_major_locator(MaxNLocator(integer=True))
         right.set_ylabel("ε")
         right.set_ylim(bottom=0)
-        right.legend(fontsize=6)
-        right.annotate(text, (0.02, 0.97), xycoords="axes fraction", va="top", fontsize=7)
+        right.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)  # off the curve
+        right.set_title(text, fontsize=7)
         fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         files = save_figure(fig, Path(out_dir) / "figure6")
@@ -267,14 +273,12 @@ def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             right.plot(
                 list(trained), [a["lower"] for a in trained.values()], "^", color="tab:blue", markerfacecolor="none"
             )
-            right.plot([], [], "^", color="tab:blue", label=P.WHOLE_RUN_LABEL)
-            right.plot([], [], "^", color="tab:blue", markerfacecolor="none", label=P.WHOLE_RUN_FREE_LABEL)
-            right.annotate(
-                "whole-run canaries are kept in the mask: every rate meets\nthe same subsampled Gaussian steps",
-                (0.02, 0.97),
-                xycoords="axes fraction",
-                va="top",
-                fontsize=6,
+            right.plot([], [], "^", color="tab:blue", label=textwrap.fill(P.WHOLE_RUN_LABEL, 60))
+            right.plot(
+                [], [], "^", color="tab:blue", markerfacecolor="none", label=textwrap.fill(P.WHOLE_RUN_FREE_LABEL, 60)
+            )
+            right.set_title(
+                "whole-run canaries are kept in the mask:\nevery rate meets the same Gaussian steps", fontsize=7
             )
         else:
             right.plot(
@@ -284,7 +288,7 @@ def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 rates, [c["lower"] for c in canary], "s", color="tab:purple", label="ε̂ canary (lower, vs one step)"
             )
         right.set_xlabel("pruning rate 1 − r")
-        right.set_ylabel("ε (run or one step: legend)")
+        right.set_ylabel("ε (run)" if trained else "ε (run or one step: legend)")
         right.set_ylim(bottom=0)
         right.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)  # off the markers
         fig.suptitle(title, fontsize=9)
