@@ -153,8 +153,8 @@ class AuditConfig:
             zeroed; scored by the noise level of the release; needs canaries = 1) — each audits the
             mechanism of one step — or "whole-run" (an audit of the whole run's composed, subsampled ε: each
             canary a member with probability ½, drawn once, and a member sampled into the batches as a record
-            is; ``dpaudit.attacks.canary_run``; the optimizers that weight each record's gradient by a function
-            of its norm only: the DP-SGD family, Auto-S/NSGD, Auto-V, DP-PSAC, DPSGD-Auto, D2P-SGD).
+            is; ``dpaudit.attacks.canary_run``; every private optimizer, each canary where the optimizer adds
+            its noise).
         canary_randomness: how whole-run canaries share the target's randomness. Either way their presence comes
             from the run's own sampler call and their noise from the model's noise generator, through the same
             code, so a bug in the model's sampling or noise is a bug in the canaries' observations. "derived"
@@ -186,7 +186,7 @@ class AuditConfig:
         'random projection; dp2-sgd, d2p2-sgd and variants), "support" (in or out of every dense step; AdaDPIGU '
         'and the two-phase optimizers), "noise-scale" (one canary per step, scored by the noise level; canaries '
         '1) or "whole-run" (each canary a member with probability ½ of the whole run, against its composed ε; '
-        "optimizers that weight each record by a function of its norm)",
+        "every private optimizer)",
         choices=CANARY_DESIGNS,
     )
     canary_randomness: str = _option(
@@ -488,20 +488,15 @@ class TrainConfig:
                     f"{name} learns none (use adadpigu, tp-topk, tp-rand or their variants)"
                 )
         if design == "whole-run" and not optimizer_cls.takes_dirac_records():
-            from dpaudit.optim import MaskedSupport, PrivateOptimizer, available, get_spec
+            from dpaudit.optim import PrivateOptimizer, available, get_spec
 
             supported = [name for name in available() if get_spec(name).cls.takes_dirac_records()]
-            if issubclass(optimizer_cls, MaskedSupport):
-                why = (
-                    "chooses its mask from un-noised gradients, which canaries left out of the ranking cannot see "
-                    "(its per-step support canaries audit it)"
-                )
-            elif not issubclass(optimizer_cls, PrivateOptimizer):
+            if not issubclass(optimizer_cls, PrivateOptimizer):
                 why = "does not clip per record"
             else:
                 why = "processes each record's gradient its own way"
             raise DPAuditError(
-                f"canary_design 'whole-run' supports optimizers that clip each record's gradient by its norm "
+                f"canary_design 'whole-run' supports the optimizers that clip each record's gradient and add noise "
                 f"({', '.join(supported)}); {name} {why}, which is not supported yet"
             )
         if design == "whole-run" and 0 < canaries < WHOLE_RUN_MIN_CANARIES:

@@ -193,7 +193,7 @@ def test_other_optimizers_take_no_diracs_and_keep_no_audit_block(name):
 
 @pytest.mark.parametrize("name", REFUSED)
 def test_the_design_is_refused_for_other_optimizers_before_training(name):
-    with pytest.raises(DPAuditError, match="canary_design 'whole-run' supports optimizers that clip") as error:
+    with pytest.raises(DPAuditError, match="canary_design 'whole-run' supports the optimizers that clip") as error:
         engine_config(name, canaries=100, canary_design="whole-run")
     message = str(error.value)
     assert "\n" not in message and f"; {name} " in message and "is not supported yet" in message
