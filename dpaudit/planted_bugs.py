@@ -6,11 +6,15 @@ canaries whose presence and noise are drawn by the run's own sampler and generat
 see each of them; canaries drawing from streams of their own saw none. ``benchmarks/model_stream_bugs.py`` measures
 which are flagged, ``tests/attacks/test_model_stream_bugs.py`` checks it on small runs.
 
-* ``reseeded-noise``: the noise generator is re-seeded before every step, so every step adds the same noise
-  vector (no privacy after the first step);
+* ``reseeded-noise``: the noise generator is re-seeded before every draw, so every step adds the same noise
+  (no privacy after the first step);
 * ``noise-over-batch``: the noise is divided by the expected batch size b once more (σ_DP/b instead of σ_DP);
 * ``half-rate-sampler``: Poisson sampling draws each record at q/2 while the ledger records q = b/n (the run is
   more private than it claims, but it is not the run the ledger describes).
+
+The two noise bugs are planted where every private optimizer draws its noise (``PrivateOptimizer._draw_noise``),
+so that they reach each optimizer's own noise code: DP-SGD's one draw per step, the per-tensor draws of the
+supports and masks (TP-TopK, AdaDPIGU) and the projected draws of DP2-SGD and D2P2-SGD.
 
 A bug is planted for the duration of a ``with planted(name):`` block, in this process only (it patches classes
 and functions; not thread-safe). None of them is a variant anyone should train with: they exist to be caught.
@@ -28,18 +32,18 @@ PLANTED_BUGS = ("reseeded-noise", "noise-over-batch", "half-rate-sampler")
 
 
 def _reseeded_noise(original: Callable[..., Any]) -> Callable[..., Any]:
-    def step(self: Any, *, realized_batch_size: int) -> Any:
+    def draw_noise(self: Any, out: Any) -> Any:
         self.generator.manual_seed(self.generator.initial_seed())  # the bug: the same state before every draw
-        return original(self, realized_batch_size=realized_batch_size)
+        return original(self, out)
 
-    return step
+    return draw_noise
 
 
 def _noise_over_batch(original: Callable[..., Any]) -> Callable[..., Any]:
-    def noisy_mean(self: Any, *, b: float, std: float) -> Any:
-        return original(self, b=b, std=std / b)  # the bug: σ_DP divided by b once more
+    def draw_noise(self: Any, out: Any) -> Any:
+        return original(self, out).div_(self.hyper.expected_batch_size)  # the bug: σ_DP divided by b once more
 
-    return noisy_mean
+    return draw_noise
 
 
 def _half_rate_sampler(original: Callable[..., float]) -> Callable[..., float]:
@@ -57,8 +61,8 @@ def planted(bug: str) -> Iterator[None]:
     from dpaudit.optim import PrivateOptimizer
 
     owner, name, patch = {
-        "reseeded-noise": (PrivateOptimizer, "step", _reseeded_noise),
-        "noise-over-batch": (PrivateOptimizer, "_noisy_mean", _noise_over_batch),
+        "reseeded-noise": (PrivateOptimizer, "_draw_noise", _reseeded_noise),
+        "noise-over-batch": (PrivateOptimizer, "_draw_noise", _noise_over_batch),
         "half-rate-sampler": (sampling, "poisson_rate", _half_rate_sampler),
     }[bug]
     original = getattr(owner, name)

@@ -191,15 +191,37 @@ def test_every_planted_bug_in_the_models_stream_is_flagged_and_its_twin_never(ra
         assert flag.flagged and check in flag.flagged_by, f"{bug}: {flag.summary()}"
 
 
+PAPERS_SETTINGS = {  # the papers' methods, each with its own whole-run canary design (the default preset's settings)
+    "tp-topk": {"lr": 0.2, "active_ratio": 0.4, "warmup_fraction": 0.3, "warmup_budget_fraction": 0.3},
+    "adadpigu": {"lr": 0.1, "retention_ratio": 0.6},
+    "d2p2-sgd": {"lr": 0.005, "gamma": 0.01, "reduction_rate": 0.3, "projection_refresh": "run"},
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(PAPERS_SETTINGS))
+def test_the_planted_bugs_reach_the_papers_own_noise_code_and_are_flagged(name, tmp_path):
+    """The planted bugs in the noise code every private optimizer draws from, and the sampler, on TP-TopK (per-tensor
+    draws on a support), AdaDPIGU (a mask and standardisation) and D2P2-SGD (projected draws, dynamic noise): each
+    flagged by the check that sees it, the correct twin not."""
+    config = _config("derived", optimizer=name, **PAPERS_SETTINGS[name])
+    twin = _flag(config, tmp_path / "twin")
+    assert not twin.flagged, twin.summary()
+    for bug, check in SEEN_BY.items():
+        with planted(bug):
+            flag = _flag(config, tmp_path / bug)
+        assert flag.flagged and check in flag.flagged_by, f"{name}, {bug}: {flag.summary()}"
+
+
 def test_a_planted_bug_is_gone_after_its_block_and_names_are_checked():
     from dpaudit import sampling
     from dpaudit.optim import PrivateOptimizer
 
-    before = (PrivateOptimizer.step, PrivateOptimizer._noisy_mean, sampling.poisson_rate)
+    before = (PrivateOptimizer._draw_noise, sampling.poisson_rate)
     for bug in PLANTED_BUGS:
         with planted(bug):
-            assert (PrivateOptimizer.step, PrivateOptimizer._noisy_mean, sampling.poisson_rate) != before
-    assert (PrivateOptimizer.step, PrivateOptimizer._noisy_mean, sampling.poisson_rate) == before
+            assert (PrivateOptimizer._draw_noise, sampling.poisson_rate) != before
+    assert (PrivateOptimizer._draw_noise, sampling.poisson_rate) == before
     with pytest.raises(DPAuditError, match="planted bug"), planted("no-such-bug"):
         pass
 
