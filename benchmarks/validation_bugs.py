@@ -56,15 +56,6 @@ TWINS = {
     "clean-mask": "adadpigu",
 }
 BUGS = tuple(TWINS)
-# each twin's settings beside the common ones: the default preset's optimizers.runs (params.yaml)
-PROJECTION = {"lr": 0.005, "gamma": 0.01, "reduction_rate": 0.3, "projection_refresh": "run"}
-TWIN_SETTINGS = {
-    "dpsgd-gc": {"lr": 0.2},
-    "d2p2-sgd": PROJECTION,
-    "dp2-sgd": PROJECTION,
-    "tp-topk": {"lr": 0.2, "active_ratio": 0.4, "warmup_fraction": 0.3, "warmup_budget_fraction": 0.3},
-    "adadpigu": {"lr": 0.1, "retention_ratio": 0.6},
-}
 # the twins whose learned support ranks the canaries (``canary_support: ranked``), and their bugs with them
 RANKED = ("tp-topk", "adadpigu")
 FLAG_RULE = (
@@ -78,6 +69,8 @@ def base_config(
 ):
     """A correct twin (dpsgd-gc by default), Poisson batches, calibrated by PRV to ``epsilon``, with whole-run
     canaries."""
+    from preset import run_settings
+
     from dpaudit.config import TrainConfig
 
     return TrainConfig.from_dict(
@@ -85,7 +78,7 @@ def base_config(
             dataset="digits",
             model="cnn-digits",
             optimizer=optimizer,
-            **TWIN_SETTINGS[optimizer],
+            **run_settings(optimizer),  # the default preset's run (params.yaml)
             sampling="poisson",
             batch_size=batch_size,
             epochs=epochs,

@@ -34,15 +34,7 @@ import time
 from pathlib import Path
 
 DELTA = 1e-5
-# each optimizer's settings beside the common ones: the default preset's optimizers.runs (params.yaml)
-SETTINGS = {
-    "dpsgd-gc": {"lr": 0.2},
-    "tp-topk": {"lr": 0.2, "active_ratio": 0.4, "warmup_fraction": 0.3, "warmup_budget_fraction": 0.3},
-    "adadpigu": {"lr": 0.1, "retention_ratio": 0.6},
-    "d2p2-sgd": {"lr": 0.005, "gamma": 0.01, "reduction_rate": 0.3, "projection_refresh": "run"},
-    "dp2-sgd": {"lr": 0.005, "gamma": 0.01, "reduction_rate": 0.3, "projection_refresh": "run"},
-    "on-topk": {"lr": 0.2, "active_ratio": 0.4},
-}
+OPTIMIZERS = ("dpsgd-gc", "tp-topk", "adadpigu", "d2p2-sgd", "dp2-sgd", "on-topk")  # runs of the default preset
 
 
 def _train(config, out: Path) -> float:
@@ -58,10 +50,11 @@ def main() -> None:
     parser.add_argument("--per-side", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 4.0, 8.0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--optimizers", nargs="+", default=["dpsgd-gc"], choices=sorted(SETTINGS))
+    parser.add_argument("--optimizers", nargs="+", default=["dpsgd-gc"], choices=OPTIMIZERS)
     args = parser.parse_args()
 
     import numpy as np
+    from preset import run_settings
 
     import dpaudit
     from dpaudit.attacks.canary_run import load_run_canaries
@@ -78,7 +71,7 @@ def main() -> None:
                     dataset="digits",
                     model="cnn-digits",
                     optimizer=optimizer,
-                    **SETTINGS[optimizer],
+                    **run_settings(optimizer),
                     sampling="poisson",
                     batch_size=36,
                     epochs=20,

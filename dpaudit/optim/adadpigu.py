@@ -126,8 +126,11 @@ class AdaDPIGU(MaskedSupport):
         pretraining = mask is None
         if mask is None:
             released = self._release(self.sigma_dp)
-            clean = [total / max(realized_batch_size, 1) for total in self._sum]
-            for importance, value in zip(self._importance, released if self.noisy_importance else clean):
+            if self.noisy_importance:
+                scored = released
+            else:  # the sums are cleared by ``_apply`` only
+                scored = [total / max(realized_batch_size, 1) for total in self._sum]
+            for importance, value in zip(self._importance, scored):
                 importance.add_(value.abs())
             self._apply(released)
             if self.steps_taken == self.hyper.pretrain_steps:

@@ -164,11 +164,15 @@ class ProjectedNoise(AutomaticClipping):
             self._sum[index] = torch.zeros_like(self.params[index]).view(-1)
         self._matrices_step = self._gains_step = None
 
+    def _projection_step(self) -> int:
+        """The step whose matrices this one uses: 0 when projection_refresh='run', else this step."""
+        return 0 if self.hyper.settings.projection_refresh == "run" else self.steps_taken
+
     def audit_gains(self) -> torch.Tensor:
         """[M] κ_j = s_max(A_j)/√p of this step's matrices of the canaries' own tensors (authors' order: the class
         docstring): how far canary j's clipped gradient φ(K)·K·u_j moves the release, in units of φ(K)·K. Fixed for
         the run when projection_refresh='run'."""
-        step = 0 if self.hyper.settings.projection_refresh == "run" else self.steps_taken
+        step = self._projection_step()
         if self._gains_step != step:
             block = self.params[-1]
             settings = self.hyper.settings
@@ -202,7 +206,7 @@ class ProjectedNoise(AutomaticClipping):
 
     def matrices(self) -> list[torch.Tensor]:
         """This step's A_l ∈ R^{d_l × p_l}, entries N(0, 1); fixed for the run when projection_refresh='run'."""
-        step = 0 if self.hyper.settings.projection_refresh == "run" else self.steps_taken
+        step = self._projection_step()
         if self._matrices_step != step:
             device, dtype = self.params[0].device, self.params[0].dtype
             generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)

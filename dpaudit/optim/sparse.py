@@ -24,6 +24,13 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.flatten() for t in tensors])
 
 
+def _indicator(chosen: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """1 at the flat coordinates ``chosen`` of ``tensors`` (taken together), 0 elsewhere, shaped as each tensor."""
+    flat = torch.zeros(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
+    flat[chosen.to(flat.device)] = 1
+    return [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+
 def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k largest entries, ties broken by the smaller coordinate index."""
     return torch.argsort(-score, stable=True)[:k]
@@ -120,17 +127,10 @@ class MaskedSupport(DPSGD):
         if chosen is None:
             self.mask = None
         else:
-            flat = torch.zeros(self.dimension, dtype=self.params[0].dtype, device=self.params[0].device)
-            flat[chosen.to(flat.device)] = 1
-            model = self.params[: self._model_parameters]
-            self.mask = [part.view_as(p) for part, p in zip(flat.split([p.numel() for p in model]), model)]
-            audited = self.params[len(model) :]
-            if block is None:  # an audit block: always released
-                self.mask += [torch.ones_like(p) for p in audited]
-            else:  # ranked among themselves
-                kept = torch.zeros(sum(p.numel() for p in audited), dtype=flat.dtype, device=flat.device)
-                kept[block.to(kept.device)] = 1
-                self.mask += [part.view_as(p) for part, p in zip(kept.split([p.numel() for p in audited]), audited)]
+            model, audited = self.params[: self._model_parameters], self.params[self._model_parameters :]
+            self.mask = _indicator(chosen, model)
+            if audited:  # an audit block: always released, or ranked among itself
+                self.mask += [torch.ones_like(p) for p in audited] if block is None else _indicator(block, audited)
             if self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
                 for velocity, m in zip(self._velocity, self.mask):
                     velocity.mul_(m)
@@ -193,10 +193,10 @@ class TwoPhaseSparse(MaskedSupport):
     def step(self, *, realized_batch_size: int) -> StepCost:
         warmup = self.steps_taken < self.hyper.warmup_steps
         sigma = self.warmup_sigma_dp if warmup else self.sigma_dp
-        clean = [total / self.hyper.expected_batch_size for total in self._sum] if not self.noisy_score else []
         released = self._release(sigma)
-        if warmup:
-            for squares, value in zip(self._squares, released if self.noisy_score else clean):
+        if warmup:  # the sums are cleared by ``_apply`` only
+            scored = released if self.noisy_score else [total / self.hyper.expected_batch_size for total in self._sum]
+            for squares, value in zip(self._squares, scored):
                 squares.add_(value * value)
         self._apply(released)
         if warmup and self.steps_taken == self.hyper.warmup_steps:

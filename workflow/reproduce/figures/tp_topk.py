@@ -86,6 +86,9 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     return P.entry(PAPER, "Fig 1", title, files, claims, dataset=config["config"]["dataset"])
 
 
+METHOD_NAMES = {"dpsgd-gc": "DP-SGD", "tp-topk": "TP-TopK"}  # Fig 2's methods, in legend order
+
+
 def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Fig 2 (data version): composed ε per epoch of TP-TopK (warm-up, then phase 2) and DP-SGD calibrated to
     the same ε, with the loss attack's ε̂ at the last checkpoint."""
@@ -93,7 +96,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     groups = P.group(found, "optimizer", "target_epsilon")
     epsilons = sorted({e for _, e in groups})
     title = f"Fig 2: composed ε of TP-TopK vs DP-SGD at matched ε ({P.describe(found, preset)})"
-    finals, audited, whole_run = {}, [], []
+    finals, audited, whole_run = {}, [], set()
     with figure_style():
         fig, ax = plt.subplots(figsize=(6.0, 4.0))
         for index, eps in enumerate(epsilons):
@@ -111,7 +114,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 ax.plot(x, loss["lower"], "v", color=colour)
                 if twins.get((eps, optimizer)):  # the method's run in the whole-run ladder at the same ε
                     ax.plot(x, P.whole_run_audit(twins[(eps, optimizer)])["family"], "^", color=colour, mec="black")
-                    whole_run += [] if optimizer in whole_run else [optimizer]
+                    whole_run.add(optimizer)
                 finals[(optimizer, eps)] = run["epsilon"][-1]
                 audited.append((x, loss))
             ax.plot([], [], color=colour, linewidth=4, label=f"target ε = {eps:g}")  # colour: the target ε
@@ -127,7 +130,7 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 [],
                 "w^",
                 mec="black",
-                label=" and ".join({"dpsgd-gc": "DP-SGD", "tp-topk": "TP-TopK"}[name] for name in whole_run)
+                label=" and ".join(name for optimizer, name in METHOD_NAMES.items() if optimizer in whole_run)
                 + f": whole-run canaries, 95 % lower (family bound, {P.FAMILY_ASSUMPTION}; the method's run in the "
                 "ladder)",
             )
