@@ -25,6 +25,7 @@ BUILTIN_OPTIMIZERS = (
     "dpsgd-dc",
     "dpsgd-gc",
     "dpsgd-gc-reused-noise",
+    "dpsgd-gc-skipped-noise",
     "dpsgd-gc-understated-q",
     "dpsgd-no-clip",
     "dpsgd-no-noise",

@@ -329,6 +329,11 @@ class WholeRunReport:
             was not audited.
         delta: δ.
         confidence: 1 − α of every bound.
+        all_iterates_profile: the assumption-free privacy profile of Λ (:class:`dpaudit.privacy_profile.
+            PrivacyProfile`): ε̂(δ') for δ' from δ to 10⁻², each threshold fixed by the ledger before the scores are
+            read, every canary certifying, beside the ledger's ε(δ'); its ``headline`` (at δ) is the assumption-free
+            number to quote. None where Λ was not audited.
+        final_model_profile: the same for Σ_t x_t.
         spread: the audit of S_j = Σ_t (x_tj/σ_t − mean)², each canary's spread over the steps
             (:func:`dpaudit.whole_run.spread_scores`; white box, every iterate): a test of the noise's independence
             across steps, which sees noise drawn once and reused (Λ does not). Its ``epsilon_lower`` is the
@@ -346,11 +351,16 @@ class WholeRunReport:
     delta: float
     confidence: float
     spread: AuditReport | None = None
+    all_iterates_profile: Any = None
+    final_model_profile: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy: the :class:`AuditReport` s as ``to_dict`` gives them, without their ROC curves
-        (None, with its family bound, where a statistic was not audited)."""
+        (None, with its family bound, where a statistic was not audited), and the privacy profiles."""
         out: dict[str, Any] = {}
+        for name in ("all_iterates_profile", "final_model_profile"):
+            profile = getattr(self, name)
+            out[name] = None if profile is None else profile.to_dict()
         for name in ("all_iterates", "final_model"):
             if getattr(self, name) is None:
                 out[name] = out[f"{name}_family"] = None
@@ -376,6 +386,8 @@ class WholeRunReport:
 
     def summary(self) -> str:
         """One paragraph of text for logs and reports."""
+        from dpaudit.whole_run import FAMILY_LABEL, FAMILY_TEST
+
         level = f"{100 * self.confidence:g} %"
         heuristic = (
             "" if self.epsilon_last_iterate is None else f", last-iterate heuristic {self.epsilon_last_iterate:.2f}"
@@ -390,15 +402,24 @@ class WholeRunReport:
             f"non-member canaries at δ = {self.delta:g}; the ledger claims ε = {self.epsilon_pld:.2f} (PLD), "
             f"{self.epsilon_rdp:.2f} (RDP). Each bound at {level} confidence."
         ]
+
+        def fixed(profile) -> str:
+            if profile is None:
+                return ""
+            point = profile.headline
+            return f"ε ≥ {point.epsilon_lower:.2f} (assumption-free, threshold fixed by the ledger), "
+
         if self.all_iterates is not None:
             parts.append(
-                f" All iterates: ε ≥ {self.all_iterates.epsilon_lower:.2f} (assumption-free), ε ≥ "
-                f"{family(self.all_iterates_family)} (if the run is a composed subsampled Gaussian)."
+                f" All iterates: {fixed(self.all_iterates_profile)}ε ≥ {self.all_iterates.epsilon_lower:.2f} "
+                f"(assumption-free, threshold chosen on held-out canaries), ε ≥ {family(self.all_iterates_family)} "
+                f"({FAMILY_LABEL})."
             )
         if self.final_model is not None:
             parts.append(
-                f" Final model: ε ≥ {self.final_model.epsilon_lower:.2f} (assumption-free), ε ≥ "
-                f"{family(self.final_model_family)} (family){heuristic}."
+                f" Final model: {fixed(self.final_model_profile)}ε ≥ {self.final_model.epsilon_lower:.2f} "
+                f"(assumption-free, held-out threshold), ε ≥ {family(self.final_model_family)} "
+                f"(family: {FAMILY_TEST}){heuristic}."
             )
         if self.spread is not None:
             parts.append(
@@ -558,12 +579,24 @@ def audit_whole_run(
     reports: dict[str, Any] = dict.fromkeys(
         ("all_iterates", "all_iterates_family", "final_model", "final_model_family")
     )
+    from dpaudit.privacy_profile import assumption_free_profile
+
     for name, statistic in scores.items():
         member_scores, nonmember_scores = statistic[flags], statistic[~flags]
         reports[name] = audit_scores(
             member_scores, nonmember_scores, delta=delta, confidence=confidence, seed=seed, selection=selection
         )
         if name != "spread":  # the family bound tests within the subsampled-Gaussian family: Λ and Σ_t x_t only
+            reports[f"{name}_profile"] = assumption_free_profile(
+                member_scores,
+                nonmember_scores,
+                statistic=name.replace("_", "-"),
+                noise_multipliers=sigma,
+                sample_rates=q,
+                claimed_noise_multipliers=z,
+                delta=delta,
+                confidence=confidence,
+            )
             chooser: str | tuple[Any, ...] | None = None
             statistic_name = None
             if chosen_on is not None:
@@ -649,7 +682,7 @@ def _accountant_claims(z: tuple, q: tuple, delta: float) -> dict[str, float]:
 VALIDATION_BOUNDS = ("all_iterates_family", "all_iterates", "spread")
 #: The checks of :func:`validation_flag`: the three bounds, then the test of the canaries' presence against the
 #: ledger's sample rates (where the run recorded which canaries its sampler drew).
-VALIDATION_CHECKS = (*VALIDATION_BOUNDS, "presence")
+VALIDATION_CHECKS = (*VALIDATION_BOUNDS, "presence", "step_noise", "contribution")
 
 
 @dataclass(frozen=True, eq=False)
@@ -663,7 +696,10 @@ class ValidationFlag:
             flagged): "all_iterates_family" (the family bound on Λ), "all_iterates" (the assumption-free bound on
             Λ), "spread" (the assumption-free bound on the spread over the steps), "presence" (the run's sampler
             drew the canaries at other rates than the ledger's: ``presence_p_value`` below 1 − ``confidence``),
-            then the names of ``checks`` below 1 − ``confidence``.
+            "step_noise" (a step released with less noise than its σ_t, or none:
+            ``RunCanaryObservations.noise_check``),
+            "contribution" (members that move more than q_t: a larger sample rate or sensitivity,
+            ``contribution_check``), then the names of ``checks`` below 1 − ``confidence``.
         bounds: each bound's ε (nats, a lower bound at ``confidence``), by name.
         epsilon_claimed: the ε the run claims (nats, at ``delta``), which the bounds are compared with.
         delta: δ of every ε.
@@ -676,6 +712,8 @@ class ValidationFlag:
         presence_p_value: two-sided p-value of the canaries' presence under the ledger's sample rates
             (``RunCanaryObservations.presence_p_value``); None where the run did not record it.
         checks: the further checks' p-values, by name (``validation_flag``'s ``checks``).
+        parameter_checks: the direct checks of σ_t and q_t (``dpaudit.attacks.canary_run.ParameterCheck``), by name
+            ("step_noise", "contribution"); empty where the run recorded no step sums.
     """
 
     flagged: bool
@@ -690,6 +728,7 @@ class ValidationFlag:
     spread: AuditReport = field(repr=False)
     presence_p_value: float | None = None
     checks: dict[str, float] = field(default_factory=dict)
+    parameter_checks: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy of the flag, the bounds and the claim (not the full reports)."""
@@ -704,6 +743,7 @@ class ValidationFlag:
             "false_alarm": self.false_alarm,
             "presence_p_value": self.presence_p_value,
             "checks": dict(self.checks),
+            "parameter_checks": {name: asdict(check) for name, check in self.parameter_checks.items()},
         }
 
     def summary(self) -> str:
@@ -712,6 +752,10 @@ class ValidationFlag:
         verdict = f"flagged by {', '.join(self.flagged_by)}" if self.flagged else "not flagged"
         p_value = self.presence_p_value
         presence = "" if p_value is None else f"; presence at the ledger's q: p = {p_value:.3g}"
+        presence += "".join(
+            f"; {name} {check.estimate:.3g} of the ledger's (worst step {check.worst:.3g}): p = {check.p_value:.3g}"
+            for name, check in self.parameter_checks.items()
+        )
         presence += "".join(f"; {name}: p = {value:.3g}" for name, value in self.checks.items())
         return (
             f"{verdict}: claimed ε = {self.epsilon_claimed:.2f} at δ = {self.delta:g}; lower bounds on ε at "
@@ -740,7 +784,10 @@ def validation_flag(
     Each bound's threshold is chosen on a held-out half of the canaries (seeded by ``seed``). Where the run
     recorded how many canaries its sampler drew at each step, a fourth check tests that against the ledger's
     sample rates (``RunCanaryObservations.presence_p_value``; a sampler departing from the ledger in either
-    direction is flagged), and each check gets ``false_alarm``/4.
+    direction is flagged); where it recorded its step sums, two direct checks of the ledger's parameters (σ_t at
+    every step, from the non-members' noise, and q_t times a present canary's contribution, from the members'
+    shift: ``RunCanaryObservations.noise_check`` and ``contribution_check``, each flagging a departure that costs
+    privacy). Each of the k checks gets ``false_alarm``/k.
 
     Args:
         canaries: a ``dpaudit.attacks.canary_run.RunCanaryObservations`` (with the spread's sums), or the output
@@ -792,7 +839,12 @@ def validation_flag(
     for name, p_value in extra.items():
         if name in VALIDATION_CHECKS or not (isinstance(p_value, (int, float)) and 0 <= p_value <= 1):
             raise DPAuditError(f"checks maps new check names to p-values in [0, 1], got {name!r}: {p_value!r}")
-    count = len(VALIDATION_BOUNDS) + (presence is not None) + len(extra)
+    parameters = {  # σ_t at every step and q_t·c, from the step sums where the run recorded them
+        check.name: check
+        for method in ("noise_check", "contribution_check")
+        if (check := getattr(canaries, method, lambda: None)()) is not None
+    }
+    count = len(VALIDATION_BOUNDS) + (presence is not None) + len(parameters) + len(extra)
     confidence = 1.0 - false_alarm / count
     family = family_lower_bound(
         members_lr,
@@ -813,6 +865,7 @@ def validation_flag(
     flagged_by = tuple(name for name in VALIDATION_BOUNDS if bounds[name] > epsilon)
     if presence is not None and presence < 1.0 - confidence:
         flagged_by += ("presence",)
+    flagged_by += tuple(name for name, check in parameters.items() if check.p_value < 1.0 - confidence)
     flagged_by += tuple(name for name, p_value in extra.items() if p_value < 1.0 - confidence)
     return ValidationFlag(
         flagged=bool(flagged_by),
@@ -827,6 +880,7 @@ def validation_flag(
         spread=spread,
         presence_p_value=presence,
         checks=extra,
+        parameter_checks=parameters,
     )
 
 

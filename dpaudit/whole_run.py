@@ -74,8 +74,12 @@ LEDGER_REFERENCE_SEED = 0
 LEDGER_CANDIDATES = 2047
 #: The statistics whose simulation ``selection="ledger"`` can draw: Λ and Σ_t x_t.
 STATISTICS = ("all-iterates", "final-model")
-#: What a family bound is, as reports label it.
-FAMILY_LABEL = "lower bound if the run is a composed Poisson-subsampled Gaussian with its q_t and T"
+#: What a family bound is, as reports label it: a test of the ledger's parameters, not what an adversary demonstrates
+#: without that assumption (the assumption-free bounds, ``dpaudit.privacy_profile``).
+FAMILY_TEST = "test of the ledger's σ, q and T"
+FAMILY_LABEL = (
+    f"{FAMILY_TEST}: a lower bound on ε only if the run is a composed Poisson-subsampled Gaussian with its q_t and T"
+)
 
 #: PLD discretisation (nats) of the hypotheses' privacy profiles: an upper estimate of δ(ε), so coarser
 #: only makes the test more conservative (it costs ≈ 0.3 % of ε at T = 100–200).

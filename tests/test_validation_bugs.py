@@ -1,4 +1,4 @@
-"""Auditor validation with whole-run canaries: three bugs that no one-step audit sees, each against its correct twin.
+"""Auditor validation with whole-run canaries: four bugs that no one-step audit sees, each against its correct twin.
 
 Each bug is a DP-SGD run on digits whose claimed ε (its own ledger's, replayed by the PLD accountant) is false;
 its twin is the correct run of the same configuration, ``dpsgd-gc`` with Poisson batches calibrated to the same
@@ -23,7 +23,10 @@ as private as the ledger's Poisson-subsampled Gaussian" (what the claim rests on
   and non-members separate perfectly), the twin not. Λ and Σ_t x_t are blind to it: they see the reused noise n_j
   of a canary as T copies of one draw, a spread T·z instead of √T·z around the members' shift, so the bug looks
   *more* private to them (their bounds stay below the claim). The spread's bound is capped by the number of
-  canaries (perfect separation certifies at most the sample-size ceiling), so at large claimed ε it takes more.
+  canaries (perfect separation certifies at most the sample-size ceiling), so at large claimed ε it takes more;
+* ``dpsgd-gc-skipped-noise``, no noise at every 20th step (5 % of the steps; the true ε is infinite): the bounds
+  stay near the twin's, and the direct check of σ_t at every step (the non-members' sample variance,
+  ``RunCanaryObservations.noise_check``) flags it at every claimed ε ∈ {1, 2, 4, 8}, the twin never.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ def _bug(bug: str, twin: TrainConfig, epsilon: float) -> TrainConfig:
         return twin.replaced(sampling="shuffle")
     if bug == "reused-noise":
         return twin.replaced(optimizer="dpsgd-gc-reused-noise")
+    if bug == "skipped-noise":
+        return twin.replaced(optimizer="dpsgd-gc-skipped-noise")
     assert bug == "understated-q"
     # calibrated as the buggy code would: to the claimed ε with the q its ledger records
     z = _noise_multiplier(epsilon, B / N / optim.UNDERSTATED_SAMPLE_RATE_FACTOR)
@@ -106,7 +111,7 @@ def _three_steps(name: str, *, audit_block: bool) -> tuple[list[list[torch.Tenso
     for _ in range(3):
         opt.accumulate([torch.zeros(2, 3, 2), torch.zeros(2, 4)])
         costs.append(opt.step(realized_batch_size=2))
-        releases.append(opt.last_update)
+        releases.append([update.clone() for update in opt.last_update])  # an audit block's: valid until the next step
     return releases, costs
 
 
@@ -177,6 +182,26 @@ def test_a_whole_run_audit_flags_reused_noise_by_the_spread_over_the_steps(tmp_p
     assert np.all(bug.spread()[~bug.members] < 1e-6)  # so every non-member's spread is 0
     assert _flagged(bug_flag) and bug_flag.flagged_by == ("spread",), bug_flag.summary()
     assert not _flagged(twin_flag), twin_flag.summary()
+
+
+@pytest.mark.integration
+def test_a_run_that_skips_the_noise_on_five_percent_of_its_steps_is_flagged_at_every_claimed_epsilon(
+    tmp_path_factory,
+):
+    """No noise at every 20th step: the true ε is infinite, yet Λ, the spread and the family bound stay near the
+    twin's; the per-step noise check (σ_t from the non-members at every step) flags it at each claimed ε, never the
+    twin."""
+    for epsilon in (1.0, 2.0, 4.0, 8.0):
+        twin = _twin(epsilon)
+        bug_flag, bug = _audit(_bug("skipped-noise", twin, epsilon), tmp_path_factory)
+        twin_flag, _ = _audit(twin, tmp_path_factory)
+        _check_claim(bug_flag, epsilon)
+        nonmembers = bug.observations[:, ~bug.members]
+        skipped = np.arange(STEPS) % optim.SKIPPED_NOISE_EVERY == optim.SKIPPED_NOISE_EVERY - 1
+        assert np.all(nonmembers[skipped] == 0) and np.all(nonmembers[~skipped] != 0)
+        assert "step_noise" in bug_flag.flagged_by, bug_flag.summary()
+        assert bug_flag.parameter_checks["step_noise"].worst_step == optim.SKIPPED_NOISE_EVERY - 1
+        assert not _flagged(twin_flag), twin_flag.summary()
 
 
 @pytest.mark.slow

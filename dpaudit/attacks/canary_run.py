@@ -53,9 +53,9 @@ writing took about half as long as the whole training on digits (≈ 1 s).
 Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
 is φ(K)·K at its coordinate and nothing elsewhere (``Optimizer.takes_dirac_records``): dpsgd-gc, dpsgd-dc,
-dpsgd-no-noise, dpsgd-no-clip, dpsgd-gc-understated-q, dpsgd-gc-reused-noise, auto-s (nsgd), auto-v, dp-psac,
-dp-psac-batch-noise, dpsgd-auto, d2p-sgd; and the random-projection optimizers in the DP order (dp2-sgd,
-d2p2-sgd), where the weighting and the noise happen in the projected space: there the canary block is a block
+dpsgd-no-noise, dpsgd-no-clip, dpsgd-gc-understated-q, dpsgd-gc-reused-noise, dpsgd-gc-skipped-noise, auto-s (nsgd),
+auto-v, dp-psac, dp-psac-batch-noise, dpsgd-auto, d2p-sgd; and the random-projection optimizers in the DP order
+(dp2-sgd, d2p2-sgd), where the weighting and the noise happen in the projected space: there the canary block is a block
 of projected coordinates (``ProjectedNoise``: a canary's gradient designed against the public projection A as
 √p·(Aᵀ)⁺·K·e_j projects to K·e_j, a Dirac where clipping and noise happen), released before A maps it back;
 in the authors' order (dp2-sgd-as-published, d2p2-sgd-as-published: clipped, then projected) each canary is a
@@ -110,6 +110,9 @@ SAVE_EVERY_SECONDS = 60.0
 # keep_observations=None keeps (and saves) the [T, M] float32 observations when T·M is at most this many values
 # (80 MB); beyond it only the two [M] statistics, summed online. Read when the observer attaches.
 KEEP_OBSERVATIONS_MAX_VALUES = 20_000_000
+# The direct parameter checks (``RunCanaryObservations.noise_check``, ``contribution_check``) read every step's sums
+# over the first this many canaries (a few hundred already catch 15 % less noise; more cost nothing that matters)
+CHECK_CANARIES = 1 << 16
 # every iterate (Λ), the final model only (Σ_t x_t), the spread over the steps (Σ_t (x_t/σ_t − mean)²)
 STATISTICS = ("all", "final", "spread")
 NORMALISATION = (
@@ -117,6 +120,32 @@ NORMALISATION = (
     "c = φ(K)·K the canary's clipped contribution; a present canary adds 1, the noise std is σ_t = z_t·C/c"
 )
 _STREAM = 0xC0A7  # the canaries' membership stream: the first child of SeedSequence([noise seed, _STREAM])
+
+
+@dataclass(frozen=True)
+class ParameterCheck:
+    """A direct check of one of the ledger's parameters from the whole-run canaries' step sums.
+
+    Attributes:
+        name: "step_noise" (σ_t at every step) or "contribution" (q_t times a present canary's contribution).
+        p_value: one-sided p-value of "the run is at least as private as the ledger says" on this parameter (small:
+            the run departs in the direction that costs privacy).
+        estimate: the measured parameter over the ledger's (1 if the run is its claim).
+        interval: its 95 % interval.
+        worst: the step whose measurement departs most in the costly direction (its ratio).
+        worst_step: that step's index (0-based).
+        canaries: the canaries the measurement uses.
+        meaning: what the ratio is, one line.
+    """
+
+    name: str
+    p_value: float
+    estimate: float
+    interval: tuple[float, float]
+    worst: float
+    worst_step: int
+    canaries: int
+    meaning: str
 
 
 @dataclass(eq=False)
@@ -143,9 +172,13 @@ class RunCanaryObservations:
             over the steps (:func:`dpaudit.whole_run.spread_scores`); None for a file written before they were
             summed that kept no observations.
         standardised_sum_of_squares: [M] float64 Σ_t x_tj²/σ_t²; None where ``standardised_sum`` is.
-        sampled: [T] int64, how many of the M canaries (members and non-members) the run's sampler drew into each
-            step's batch, as it happened (:meth:`presence_p_value` tests it against the ledger); None for a file
-            written before it was recorded.
+        sampled: [T] int64, how many of the members the run's sampler drew into each step's batch, as it happened
+            (:meth:`presence_p_value` tests it against the ledger; the sampler draws no non-member); None for a file
+            written before it was recorded this way.
+        step_sums: [T, 3] float64, per step over the first ``min(M, CHECK_CANARIES)`` canaries: the members' Σ x_t,
+            the non-members' Σ x_t and Σ x_t² (the direct parameter checks, :meth:`noise_check` and
+            :meth:`contribution_check`); None where not recorded (an older file, or ``canary_support: ranked``,
+            whose frozen canaries release no noise).
     """
 
     members: npt.NDArray[np.bool_]
@@ -163,6 +196,7 @@ class RunCanaryObservations:
     standardised_sum: npt.NDArray[np.float64] | None = None
     standardised_sum_of_squares: npt.NDArray[np.float64] | None = None
     sampled: npt.NDArray[np.int64] | None = None
+    step_sums: npt.NDArray[np.float64] | None = None
 
     @property
     def steps(self) -> int:
@@ -248,20 +282,94 @@ class RunCanaryObservations:
             raise DPAuditError(f"the whole-run canaries' {statistic!r} statistic is not finite (non-finite updates?)")
         return values[self.members], values[~self.members]
 
-    def presence_p_value(self) -> float | None:
-        """Two-sided p-value of "the run's sampler drew the canaries at the ledger's sample rates", from the
-        canaries it really drew (``sampled``); None where they were not recorded.
+    def _check_classes(self) -> tuple[int, int]:
+        """(members, non-members) among the canaries the step sums cover."""
+        assert self.step_sums is not None
+        covered = self.members[: min(self.members.size, CHECK_CANARIES)]
+        return int(covered.sum()), int((~covered).sum())
 
-        ``sampling: poisson``: N_t canaries of M drawn at step t are independent Binomial(M, q_t) under the ledger:
-        an exact binomial test of Σ_t N_t where every q_t is equal, else a normal approximation (mean Σ_t M·q_t,
-        variance Σ_t M·q_t(1 − q_t)). ``sampling: shuffle``: each canary is in exactly one batch of each epoch, so
-        Σ_t N_t over the run must be M times the epochs (1 if so, else 0; None for a part of an epoch).
+    def noise_check(self) -> ParameterCheck | None:
+        """σ_t from the non-members' noise at every step, against the ledger's: a step released with less noise
+        than claimed (or none) shows as a sample variance far below σ_t², whatever the other steps do.
+
+        Under the claim a non-member's x_t is N(0, σ_t²), so (n − 1)·s_t²/σ_t² is χ²_{n−1} at each step (n the
+        non-members covered). The p-value is the smallest one-sided (less noise) p-value over the steps times T
+        (Bonferroni; capped at 1); more noise than claimed is never a violation. The estimate is the pooled
+        s/σ over the steps, with its 95 % interval; ``worst`` the smallest per-step s_t/σ_t. None where the step
+        sums were not recorded or fewer than 3 non-members are covered.
+        """
+        if self.step_sums is None or self.steps == 0:
+            return None
+        from scipy import stats
+
+        _, count = self._check_classes()
+        if count < 3:
+            return None
+        total, squares = self.step_sums[:, 1], self.step_sums[:, 2]
+        variance = np.maximum(squares - total**2 / count, 0.0) / (count - 1)
+        ratio = variance / np.asarray(self.noise_std, dtype=float) ** 2
+        p_values = stats.chi2.cdf((count - 1) * ratio, count - 1)
+        dof = self.steps * (count - 1)
+        pooled = float(np.mean(ratio))
+        low, high = (float(np.sqrt(pooled * dof / stats.chi2.ppf(p, dof))) for p in (0.975, 0.025))
+        return ParameterCheck(
+            name="step_noise",
+            p_value=float(min(1.0, p_values.min() * self.steps)),
+            estimate=math.sqrt(pooled),
+            interval=(low, high),
+            worst=float(np.sqrt(ratio.min())),
+            worst_step=int(np.argmin(ratio)),
+            canaries=count,
+            meaning="σ_t measured on the non-members / the ledger's σ_t (1 if the run adds the noise it claims)",
+        )
+
+    def contribution_check(self) -> ParameterCheck | None:
+        """q_t times what a present canary adds, from the members' mean at every step, against the ledger's q_t: a
+        larger sample rate (or sensitivity) than claimed shows as members that move more than q_t on average.
+
+        Per step d_t = mean of the members' x_t − mean of the non-members' (E d_t = q_t·c with c = 1 under the
+        claim; variance (q_t(1 − q_t) + σ_t²)/n₁ + σ_t²/n₀ under Poisson sampling, less under shuffling). The
+        estimate is Σ_t d_t / Σ_t q_t with its 95 % interval; the p-value one-sided (more than claimed). None where
+        the step sums were not recorded or a class has no canary covered.
+        """
+        if self.step_sums is None or self.steps == 0:
+            return None
+        from scipy import stats
+
+        n1, n0 = self._check_classes()
+        if n1 == 0 or n0 == 0:
+            return None
+        q, sigma = np.asarray(self.sample_rates, dtype=float), np.asarray(self.noise_std, dtype=float)
+        shift = self.step_sums[:, 0] / n1 - self.step_sums[:, 1] / n0
+        std = float(np.sqrt(np.sum((q * (1 - q) + sigma**2) / n1 + sigma**2 / n0)))
+        expected = float(q.sum())
+        estimate = float(shift.sum())
+        return ParameterCheck(
+            name="contribution",
+            p_value=float(stats.norm.sf((estimate - expected) / std)),
+            estimate=estimate / expected,
+            interval=((estimate - 1.96 * std) / expected, (estimate + 1.96 * std) / expected),
+            worst=float(np.max(shift / q)),
+            worst_step=int(np.argmax(shift / q)),
+            canaries=n0 + n1,
+            meaning="the members' mean shift per step / the ledger's q_t (1 if the run samples at q_t a canary of "
+            "sensitivity C)",
+        )
+
+    def presence_p_value(self) -> float | None:
+        """Two-sided p-value of "the run's sampler drew the members at the ledger's sample rates", from the
+        members it really drew (``sampled``); None where they were not recorded.
+
+        ``sampling: poisson``: N_t of the M₁ members drawn at step t are independent Binomial(M₁, q_t) under the
+        ledger: an exact binomial test of Σ_t N_t where every q_t is equal, else a normal approximation (mean
+        Σ_t M₁·q_t, variance Σ_t M₁·q_t(1 − q_t)). ``sampling: shuffle``: each member is in exactly one batch of each
+        epoch, so Σ_t N_t over the run must be M₁ times the epochs (1 if so, else 0; None for a part of an epoch).
         """
         if self.sampled is None or self.steps == 0:
             return None
         from scipy import stats
 
-        drawn, canaries = np.asarray(self.sampled, dtype=np.int64), int(self.members.size)
+        drawn, canaries = np.asarray(self.sampled, dtype=np.int64), int(self.members.sum())
         total, rates = int(drawn.sum()), np.asarray(self.sample_rates, dtype=float)
         if self.sampling == "shuffle":  # ceil(n/b) = ceil(1/q) steps per epoch, each canary in one of them
             epochs, rest = divmod(self.steps, math.ceil(1 / float(rates[0]) - 1e-9))
@@ -308,7 +416,9 @@ class RunCanaryObservations:
         if self.observations is not None:
             arrays["observations"] = self.observations.astype(np.float32, copy=False)
         if self.sampled is not None:
-            arrays["sampled"] = np.asarray(self.sampled, dtype=np.int64)
+            arrays["members_sampled"] = np.asarray(self.sampled, dtype=np.int64)
+        if self.step_sums is not None:
+            arrays["step_sums"] = np.asarray(self.step_sums, dtype=float)
         # the keys are array names, never savez's own keyword allow_pickle
         return atomic_write_stream(path, lambda stream: np.savez(stream, **arrays))  # type: ignore[arg-type]
 
@@ -328,7 +438,9 @@ class RunCanaryObservations:
                 names = ("members", "noise_multipliers", "sample_rates", "noise_std")
                 arrays: dict[str, Any] = {name: data[name] for name in names}  # the fields, by name
                 arrays["observations"] = data["observations"] if "observations" in data.files else None
-                arrays["sampled"] = data["sampled"] if "sampled" in data.files else None
+                # per step, the members drawn (an older file's "sampled" counted non-members too: not read)
+                arrays["sampled"] = data["members_sampled"] if "members_sampled" in data.files else None
+                arrays["step_sums"] = data["step_sums"] if "step_sums" in data.files else None
                 if "all_iterates_scores" in data.files:
                     arrays["all_iterates_scores"] = data["all_iterates_scores"]
                     arrays["final_model_scores"] = data["final_model_scores"]
@@ -397,7 +509,9 @@ class RunCanaries(TrainingObserver):
     sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
     reads_updates = True  # the observations are read from the released update
     # the output file and when it was written; the device buffer (empty at every epoch end); this step's members
-    transient_state = ("path", "save_every", "_saved_at", "_pending", "_scratch", "_present")
+    transient_state = ("path", "save_every", "_saved_at", "_save_seconds", "_pending", "_scratch", "_normalised")
+    transient_state += ("_present",)
+    transient_state += ("_member_index", "_check_weights")  # derived from the members
 
     def __init__(
         self,
@@ -420,18 +534,21 @@ class RunCanaries(TrainingObserver):
             raise DPAuditError(f"norm_factor must be ≥ 1 (a canary's norm K ≥ C); got {norm_factor}")
         (membership,) = np.random.SeedSequence([seed, _STREAM]).spawn(1)
         self.count = count
-        self.extra_records = count  # the run's sampler draws every canary; the members among them join
+        self.members = np.random.default_rng(membership).random(count) < 0.5
+        # the run's sampler draws the members (a non-member never joins a batch, so drawing it would be idle work)
+        self._member_index = np.flatnonzero(self.members)
+        self.extra_records = int(self._member_index.size)
         self.sampling = sampling
         self.joint = joint
         self.ranked = ranked
         self.clip_norm = float(clip_norm)
         self.magnitude = float(norm_factor * clip_norm)
         self.parameter = torch.zeros(count, device=device, dtype=dtype)
-        self.members = np.random.default_rng(membership).random(count) < 0.5
         self._present: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)  # the members in this step's batch
         self.path = Path(path) if path is not None else None
         self.save_every = save_every
         self._saved_at = time.perf_counter()  # of the last write, or of the creation (a short run writes once)
+        self._save_seconds = 0.0  # how long the last write took
         # set by ``attach`` from the optimizer
         self.contribution = float("nan")
         self.batch_size = 0
@@ -448,10 +565,16 @@ class RunCanaries(TrainingObserver):
         # per step
         self._noise_multipliers: list[float] = []
         self._sample_rates: list[float] = []
-        self._sampled: list[int] = []  # how many canaries (members or not) the sampler drew, per step
+        self._sampled: list[int] = []  # how many members the sampler drew, per step
         self._recorded = 0  # steps whose observations are in ``_observations``
         self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
-        self._scratch: torch.Tensor | None = None  # [3, M] float64 work buffers of ``after_update``, made at its first
+        # work buffers of ``after_update``, made at its first: [3, M] float64 and the [M] float32 x
+        self._scratch: torch.Tensor | None = None
+        self._normalised: torch.Tensor | None = None
+        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``)
+        self._step_sums: torch.Tensor | None = None
+        covered = torch.from_numpy(self.members[:CHECK_CANARIES].astype(np.float64)).to(device)
+        self._check_weights = torch.stack([covered, 1.0 - covered])
 
     @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
@@ -481,11 +604,13 @@ class RunCanaries(TrainingObserver):
         )
         if self.keeps_observations:
             self._observations = np.zeros((steps, self.count), dtype=np.float32)
+        if not self.ranked:  # the parameter checks' sums (a ranked support freezes canaries: no noise to measure)
+            self._step_sums = torch.zeros((steps, 3), device=self.parameter.device, dtype=torch.float64)
 
     def sampled(self, present: npt.NDArray[np.intp]) -> None:
-        """The canaries the run's sampler drew into this step's batch; the members among them join it."""
+        """The members the run's sampler drew into this step's batch (indices among the members), which join it."""
         self._sampled.append(int(present.size))
-        self._present = present[self.members[present]]
+        self._present = self._member_index[present]
 
     def before_update(self, optimizer: Optimizer, *, epoch: int) -> None:
         """The members in this step's batch join it as Dirac records, through the optimizer's own weighting."""
@@ -506,22 +631,29 @@ class RunCanaries(TrainingObserver):
         z, q = float(cost.noise_multiplier), float(cost.sample_rate)
         if self._scratch is None:
             self._scratch = torch.empty((3, self.count), device=update.device, dtype=torch.float64)
+            self._normalised = torch.empty(self.count, device=update.device, dtype=torch.float32)
         with one_cpu_thread(update.device):  # faster where cores are shared; the same values up to rounding
-            if not self.keeps_observations:
-                x = update * scale
-            elif update.device.type == "cpu":  # straight into the host array
+            # x in float32 (as kept), into buffers: no new [M] tensor at every step (at 10⁷ canaries a fresh one
+            # costs as much as the arithmetic)
+            if self.keeps_observations and update.device.type == "cpu":  # straight into the host array
                 x = torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
                 self._recorded += 1
-            else:  # on the device until the epoch ends: no wait for the device at every step
-                x = update * scale
-                self._pending.append(x)
+            else:
+                x = torch.mul(update, scale, out=self._normalised)
+                if self.keeps_observations:  # on the device until the epoch ends: no wait for it at every step
+                    self._pending.append(x.clone())
             x = self._scratch[0].copy_(x)  # float64, exactly
-            terms = step_log_ratio(x, self._noise_std(z), q, out=self._scratch[1], work=self._scratch[2])
+            std = self._noise_std(z)
+            terms = step_log_ratio(x, std, q, out=self._scratch[1], work=self._scratch[2])
             self._all_iterates += terms
             self._final_model += x
-            standardised = torch.div(x, self._noise_std(z), out=self._scratch[1])  # y = x/σ_t, for the spread
-            self._standardised_sum += standardised
-            self._standardised_squares.addcmul_(standardised, standardised)
+            self._standardised_sum.add_(x, alpha=1 / std)  # Σ_t y_t and Σ_t y_t², y = x/σ_t: the spread
+            self._standardised_squares.addcmul_(x, x, value=1 / std**2)
+            if self._step_sums is not None:
+                head = x[:CHECK_CANARIES]
+                row = self._step_sums[len(self._noise_multipliers)]
+                row[:2] = self._check_weights @ head
+                row[2] = self._check_weights[1] @ (head * head)
         self._noise_multipliers.append(z)
         self._sample_rates.append(q)
 
@@ -546,10 +678,14 @@ class RunCanaries(TrainingObserver):
         it every ``save_every`` seconds."""
         self._flush()
         now = time.perf_counter()
-        if self.path is None or (epoch < self.epochs and now - self._saved_at < self.save_every):
+        # before the last epoch, at most one write per save_every seconds, and (at millions of canaries, where one
+        # write takes seconds) at most 5 % of the time in writes
+        wait = max(self.save_every, 20 * self._save_seconds)
+        if self.path is None or (epoch < self.epochs and now - self._saved_at < wait):
             return
         self.result().save(self.path)
         self._saved_at = time.perf_counter()
+        self._save_seconds = self._saved_at - now
 
     def result(self) -> RunCanaryObservations:
         self._flush()
@@ -570,4 +706,5 @@ class RunCanaries(TrainingObserver):
             batch_size=self.batch_size,
             sampling=self.sampling,
             sampled=np.array(self._sampled, dtype=np.int64),
+            step_sums=None if self._step_sums is None else self._step_sums[: z.size].cpu().numpy().copy(),
         )

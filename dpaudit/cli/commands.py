@@ -807,8 +807,14 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
         claims = payload["whole_run"]
         family = claims["family"]
         if family is not None:
-            caveat = "capped: the strongest hypothesis" if family["capped"] else "if the run is a subsampled SGM"
+            caveat = "capped: the strongest hypothesis" if family["capped"] else claims["family_label"]
             print(f"family bound: ε ≥ {family['epsilon']:.4g} at {100 * args.confidence:g} % ({caveat})")
+        if claims["profile"] is not None:
+            print(
+                f"assumption-free, threshold fixed by the ledger: ε ≥ {claims['profile']['epsilon_lower'][0]:.4g} at "
+                f"δ = {claims['profile']['delta'][0]:g}, ε ≥ {claims['profile']['epsilon_lower'][-1]:.4g} at "
+                f"δ' = {claims['profile']['delta'][-1]:g} (the ledger claims {claims['profile']['epsilon_pld'][-1]:.4g})"
+            )
         print(f"the ledger claims ε = {claims['epsilon_pld']:.4g} (PLD), {claims['epsilon_rdp']:.4g} (RDP)")
     return payload
 
@@ -822,8 +828,9 @@ def _whole_run_statistic(attack: str) -> str:
 
 
 def _whole_run_claims(report, *, attack: str, steps: int, selection=None) -> dict:
-    """What a whole-run canary audit adds to its JSON, from its :class:`dpaudit.audit.WholeRunReport`: the family
-    bound on the attack's statistic (the composed Poisson-subsampled Gaussian of the observations' σ_t and q_t; its
+    """What a whole-run canary audit adds to its JSON, from its :class:`dpaudit.audit.WholeRunReport`: the
+    assumption-free privacy profile of the attack's statistic (``profile``: ε̂(δ') from δ to 10⁻², thresholds fixed by
+    the ledger; none for the spread), the family bound on it (the composed Poisson-subsampled Gaussian of the observations' σ_t and q_t; its
     threshold chosen on ``selection``, the scores of ``--selection-run``, or on the ledger's simulation with
     ``"ledger"``, when given; none for the spread over the steps, which tests the noise's independence, not a
     mechanism within the family), the ε the ledger's z_t and q_t claim (PLD and RDP) and, for the final model, the
@@ -840,7 +847,9 @@ def _whole_run_claims(report, *, attack: str, steps: int, selection=None) -> dic
         chosen_on = "a simulation of the mechanism the ledger claims, before any score was read"
     else:
         chosen_on = "the --selection-run runs"
+    profile = None if statistic == "spread" else getattr(report, f"{statistic}_profile")
     return {
+        "profile": None if profile is None else profile.to_dict(),
         "family": None if family is None else asdict(family),
         "family_selection": chosen_on,
         "family_label": FAMILY_LABEL,

@@ -37,6 +37,7 @@ from dpaudit.estimate.bounds import (
     ThresholdSelection,
     epsilon_ceiling,
     epsilon_from_counts,
+    epsilon_from_rates,
     epsilon_lower_bound,
     resolve_selection,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "empirical_epsilon",
     "epsilon_ceiling",
     "epsilon_from_counts",
+    "epsilon_from_rates",
     "epsilon_gdp",
     "epsilon_lower_bound",
     "epsilon_one_run",

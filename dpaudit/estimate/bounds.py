@@ -71,6 +71,22 @@ def epsilon_from_counts(
     return _certify(int(fp), int(n_non), int(fn), int(n_mem), delta, alpha / 2, alpha / 2)[0]
 
 
+def epsilon_from_rates(*, fpr_upper: npt.ArrayLike, fnr_upper: npt.ArrayLike, delta: float) -> npt.NDArray[np.float64]:
+    """ε_lo = max(0, ln((1−δ−FPR_u)/FNR_u), ln((1−δ−FNR_u)/FPR_u)) elementwise (Kairouz–Oh–Viswanath), from upper
+    bounds on the error rates already at hand (e.g. Clopper–Pearson bounds of a threshold fixed in advance, or the
+    rates a threshold is expected to have); a ratio with a zero denominator or a numerator ≤ 0 counts as 0.
+
+    Args:
+        fpr_upper: upper bound(s) on the false-positive rate, in [0, 1].
+        fnr_upper: upper bound(s) on the false-negative rate, in [0, 1], broadcast against ``fpr_upper``.
+        delta: the DP δ in [0, 1).
+
+    Returns:
+        ε_lo in nats, ≥ 0, an array of the broadcast shape.
+    """
+    return _kov_epsilon(fpr_upper, fnr_upper, check_delta(delta))
+
+
 @dataclass(frozen=True)
 class EpsilonBound:
     """A certified lower bound on ε and how it was obtained.
@@ -586,6 +602,7 @@ __all__ = [
     "ThresholdSelection",
     "epsilon_ceiling",
     "epsilon_from_counts",
+    "epsilon_from_rates",
     "epsilon_lower_bound",
     "resolve_selection",
 ]

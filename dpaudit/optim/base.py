@@ -164,8 +164,8 @@ class Optimizer:
     # drawn in one call with the model's (else from a generator derived from the state the model's draw left)
     audit_parameters: int = 0
     audit_joint: bool = False
-    # not saved for resuming (``dpaudit._state``)
-    transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row")
+    # not saved for resuming (``dpaudit._state``); ``_block_release``: the audit block's ``last_update`` buffers
+    transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row", "_block_release")
 
     def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters[Any], *, generator: torch.Generator):
         self.params = list(params)
@@ -323,7 +323,8 @@ class Optimizer:
         """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums.
 
         With ``record_updates`` set, ``last_update`` keeps a copy of u, the step's release before
-        momentum (what a white-box observer of every update infers).
+        momentum (what a white-box observer of every update infers); an audit block's copy is a buffer kept from
+        step to step (valid until the next step: at 10⁷ coordinates a fresh one costs as much as its noise draw).
         """
         if self.record_updates:
             self.last_update = []
@@ -333,14 +334,22 @@ class Optimizer:
             model = self._model_parameters
             self._apply_to(slice(model), list(updates[:model]))
             with one_cpu_thread(self.params[-1].device):
-                self._apply_to(slice(model, None), list(updates[model:]))
+                self._apply_to(slice(model, None), list(updates[model:]), reuse=True)
         self.steps_taken += 1
 
-    def _apply_to(self, part: slice, updates: list[torch.Tensor]) -> None:
-        """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``."""
+    def _apply_to(self, part: slice, updates: list[torch.Tensor], *, reuse: bool = False) -> None:
+        """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``;
+        ``reuse``: their copies in ``last_update`` go to buffers kept from step to step."""
         if self.record_updates:
             assert self.last_update is not None  # ``_apply`` started it
-            self.last_update.extend(update.detach().clone() for update in updates)
+            if reuse:
+                kept = getattr(self, "_block_release", None)
+                if kept is None or [k.shape for k in kept] != [u.shape for u in updates]:
+                    kept = self._block_release = [torch.empty_like(update) for update in updates]
+                torch._foreach_copy_(kept, [update.detach() for update in updates])
+                self.last_update.extend(kept)
+            else:
+                self.last_update.extend(update.detach().clone() for update in updates)
         # torch._foreach_*: one call per list instead of one per tensor (the per-call overhead dominates
         # small models trained as an ensemble)
         if self._velocity is not None:

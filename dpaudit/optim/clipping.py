@@ -43,7 +43,9 @@ class PrivateOptimizer(Optimizer):
     """
 
     pure_factors: ClassVar[bool] = True
-    transient_state: ClassVar[tuple[str, ...]] = (*Optimizer.transient_state, "_dirac_values")  # a cache
+    # caches, and the audit block's noise buffer (reused at every step: at 10⁷ canaries a fresh one costs a page
+    # fault per 4 kB, about as much as the draw itself)
+    transient_state: ClassVar[tuple[str, ...]] = (*Optimizer.transient_state, "_dirac_values", "_block_noise")
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
@@ -201,7 +203,9 @@ class PrivateOptimizer(Optimizer):
         if not self.audit_parameters or self.audit_joint:
             return self._noise(sum(sizes))
         model = sum(sizes[: self._model_parameters])
-        noise = self.params[0].new_empty(sum(sizes))
+        noise = getattr(self, "_block_noise", None)  # consumed within the step (``_noisy_mean``): reused
+        if noise is None or noise.numel() != sum(sizes):
+            noise = self._block_noise = self.params[0].new_empty(sum(sizes))
         self._draw_noise(noise[:model])  # what the model's coordinates draw without the block
         with self._audit_block_stream():
             self._draw_noise(noise[model:])
@@ -231,10 +235,11 @@ class PrivateOptimizer(Optimizer):
         model = self._model_parameters  # the model's as without the block, the block on one thread
         updates = torch._foreach_div(self._sum[:model], b)
         torch._foreach_add_(updates, noise[:model], alpha=std)
-        with one_cpu_thread(self._sum[-1].device):
-            block = torch._foreach_div(self._sum[model:], b)
+        with one_cpu_thread(self._sum[-1].device):  # in place: the sums are cleared after the update (``_apply``)
+            block = self._sum[model:]
+            torch._foreach_div_(block, b)
             torch._foreach_add_(block, noise[model:], alpha=std)
-        return updates + block
+        return [*updates, *block]
 
     def _noise(self, shape) -> torch.Tensor:
         """N(0, I) values of ``shape`` from this optimizer's noise stream."""
@@ -351,6 +356,30 @@ class DPSGDReusedNoise(DPSGD):
         if out is not None:
             return out.copy_(self._reused_noise)
         return self._reused_noise.clone()
+
+
+SKIPPED_NOISE_EVERY = 20  # dpsgd-gc-skipped-noise adds no noise at every 20th step: 5 % of the steps
+
+
+@register(
+    "dpsgd-gc-skipped-noise",
+    dp_claim=False,
+    description="DP-SGD that adds no noise at every 20th step (5 % of the steps) but accounts for it (broken on "
+    "purpose: auditor check; no DP claim)",
+)
+class DPSGDSkippedNoise(DPSGD):
+    """DPSGD-GC whose noise is zero at steps 20, 40, … (``SKIPPED_NOISE_EVERY``; its ledger records the calibrated z).
+
+    A negative control of the auditor validation: the bug of a noise switched off on some steps (a flag, a schedule
+    or a warm-up that forgets the noise). A step without noise releases the clipped sum exactly, so the run's true ε
+    is infinite; on 5 % of the steps, the composed statistics hardly move, which is why the whole-run audit checks
+    σ_t at every step (``RunCanaryObservations.noise_check``). The noise is drawn at every step (the stream is the
+    twin's) and zeroed on the skipped ones, every coordinate of the step, an audit block's included.
+    """
+
+    def _draw_noise(self, out: torch.Tensor) -> torch.Tensor:
+        super()._draw_noise(out)
+        return out.zero_() if self.steps_taken % SKIPPED_NOISE_EVERY == SKIPPED_NOISE_EVERY - 1 else out
 
 
 @register(

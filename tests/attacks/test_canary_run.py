@@ -39,6 +39,7 @@ SUPPORTED = [
     "dpsgd-dc",
     "dpsgd-gc",
     "dpsgd-gc-reused-noise",
+    "dpsgd-gc-skipped-noise",
     "dpsgd-gc-understated-q",
     "dpsgd-no-clip",
     "dpsgd-no-noise",

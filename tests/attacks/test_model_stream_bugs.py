@@ -121,27 +121,29 @@ def test_the_audit_blocks_noise_is_the_models_generators_draw():
 
 
 def _observations(sampled: list[int], *, rates: list[float], sampling: str = "poisson", canaries: int = 100):
-    """Whole-run canary observations (all zero) whose sampler drew ``sampled`` canaries at the steps of ``rates``."""
+    """Whole-run canary observations (all zero, half of them members) whose sampler drew ``sampled`` members at the
+    steps of ``rates``."""
     zeros = np.zeros((canaries // 2, len(sampled)))
     steps = run_canaries(zeros, zeros, z=np.ones(len(sampled)), q=np.asarray(rates, dtype=float))
     return replace(steps, sampled=np.asarray(sampled), sampling=sampling)
 
 
 def test_the_presence_test_against_the_ledgers_sample_rates():
-    # Poisson, one q: the exact binomial test of Σ_t N_t ~ Binomial(M·T, q); 20 of 100·4 at q = 0.05 is its mean
-    assert _observations([5, 5, 5, 5], rates=[0.05] * 4).presence_p_value() == pytest.approx(1.0)
-    low = _observations([2, 3, 2, 3], rates=[0.05] * 4).presence_p_value()  # 10 of 400: half the rate
-    assert low == pytest.approx(stats.binomtest(10, 400, 0.05).pvalue) and low < 0.05
-    # rates that differ: the normal approximation, mean Σ M·q_t = 5 + 10, variance 4.75 + 9
-    varying = _observations([5, 10], rates=[0.05, 0.1]).presence_p_value()
+    # Poisson, one q: the exact binomial test of Σ_t N_t ~ Binomial(M₁·T, q) over the M₁ = 50 members; 20 of 50·4
+    # at q = 0.1 is its mean
+    assert _observations([5, 5, 5, 5], rates=[0.1] * 4).presence_p_value() == pytest.approx(1.0)
+    low = _observations([2, 3, 2, 3], rates=[0.1] * 4).presence_p_value()  # 10 of 200: half the rate
+    assert low == pytest.approx(stats.binomtest(10, 200, 0.1).pvalue) and low < 0.05
+    # rates that differ: the normal approximation, mean Σ M₁·q_t = 5 + 10, variance 4.5 + 8
+    varying = _observations([5, 10], rates=[0.1, 0.2]).presence_p_value()
     assert varying == pytest.approx(1.0)
-    off = _observations([0, 10], rates=[0.05, 0.1]).presence_p_value()
-    assert off == pytest.approx(2 * stats.norm.sf(5 / math.sqrt(4.75 + 9)))
-    # shuffled batches of b = 10 of n = 45 (q = 2/9): ceil(4.5) = 5 steps per epoch, each canary once an epoch
+    off = _observations([0, 10], rates=[0.1, 0.2]).presence_p_value()
+    assert off == pytest.approx(2 * stats.norm.sf(5 / math.sqrt(4.5 + 8)))
+    # shuffled batches of b = 10 of n = 45 (q = 2/9): ceil(4.5) = 5 steps per epoch, each member once an epoch
     shuffled = dict(rates=[10 / 45] * 10, sampling="shuffle")
-    assert _observations([20, 20, 20, 20, 20] * 2, **shuffled).presence_p_value() == 1.0
-    assert _observations([20, 20, 20, 20, 10] * 2, **shuffled).presence_p_value() == 0.0
-    assert _observations([20] * 3, rates=[10 / 45] * 3, sampling="shuffle").presence_p_value() is None  # mid-epoch
+    assert _observations([10, 10, 10, 10, 10] * 2, **shuffled).presence_p_value() == 1.0
+    assert _observations([10, 10, 10, 10, 5] * 2, **shuffled).presence_p_value() == 0.0
+    assert _observations([10] * 3, rates=[10 / 45] * 3, sampling="shuffle").presence_p_value() is None  # mid-epoch
 
 
 def _config(randomness: str, *, epsilon: float = 2.0, per_side: int = 2000, **changes) -> TrainConfig:

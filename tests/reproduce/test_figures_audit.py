@@ -243,7 +243,13 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     from dpaudit.optim import AdaDPIGUPaper
 
     monkeypatch.setattr(AdaDPIGUPaper, "fits_dirac_records", False)  # as a plugin no whole-run design fits
-    whole = {"family": {"epsilon": 0.8, "capped": False}, "epsilon_last_iterate": 1.1}
+    profile = {
+        "delta": [1e-5, 1e-2],
+        "epsilon_lower": [0.6, 0.9],
+        "epsilon_pld": [1.2, 0.95],
+        "epsilon_expected": [0.7, 0.9],
+    }
+    whole = {"family": {"epsilon": 0.8, "capped": False}, "epsilon_last_iterate": 1.1, "profile": profile}
     files = []
     for name in ("dpsgd-gc", "adadpigu"):
         files += _ladder_run(
@@ -266,12 +272,15 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     gc, topk = rows["dpsgd-gc"], rows["adadpigu"]
     assert gc["whole_run_unfit"] is None and "no whole-run canary design" in topk["whole_run_unfit"]
     assert (gc["all_iterates_family"], gc["all_iterates_lower"], gc["final_model_lower"]) == (0.8, 0.5, 0.4)
+    # the assumption-free headline: the profile's point at the run's δ; its 10⁻² point beside the claim there
+    assert (gc["all_iterates_fixed"], gc["all_iterates_expected"], gc["all_iterates_fixed_wide"]) == (0.6, 0.7, 0.9)
+    assert gc["epsilon_pld_wide"] == 0.95 and gc["delta_wide"] == 1e-2
     assert gc["per_step_lower"] == 1.5 and gc["epsilon_step"] == 4.0 and gc["epsilon_last_iterate"] == 1.1
-    assert topk["all_iterates_family"] is None and topk["family_ceiling"] is None
+    assert topk["all_iterates_family"] is None and topk["family_on_simulation"] is None
     # the claims are those of the ledger: PLD (tight) below RDP; a made-up mechanism of 20 steps at z = 1, q = 0.1
     assert 0 < gc["epsilon_pld"] < gc["epsilon_rdp"] and gc["epsilon_pld"] == topk["epsilon_pld"]
     # 100 canaries per side cannot certify much of the exact mechanism's ε
-    assert 0 <= gc["family_ceiling"] < gc["epsilon_pld"]
+    assert 0 <= gc["family_on_simulation"] < gc["epsilon_pld"]
     written = ladder.write_ladder(
         files,
         canaries=200,
@@ -285,11 +294,12 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     assert all(path.stat().st_size > 0 for path in written)
     table = (tmp_path / "ladder.md").read_text()
     assert "not fitted: no whole-run canary design for its per-record processing" in table and "1.50 (4.00)" in table
+    assert "0.90 (0.95)" in table and (tmp_path / "profile.png").stat().st_size > 0
     claims = read_json(tmp_path / "ladder.manifest.json")["claims"]
     assert claims[0]["verdict"] == "holds" and claims[0]["numbers"]["above"] == []
     assert (
         claims[1]["verdict"] == "holds"
-    )  # the family bound (0.8) is above the loss attack's (0) where whole-run canaries fit
+    )  # the assumption-free bound (0.6) is above the loss attack's (0) where whole-run canaries fit
 
 
 @pytest.mark.integration

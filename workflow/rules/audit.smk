@@ -265,6 +265,7 @@ rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, 
         metrics="metrics/audit_ladder.json",
         table="metrics/audit_ladder.md",
         figures=multiext("figures/audit/ladder", ".pdf", ".png", ".manifest.json"),
+        profile=multiext("figures/audit/profile", ".pdf", ".png"),
     params:
         title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
     log:
