@@ -46,13 +46,17 @@ def test_writes_both_files_and_labels_every_epsilon(report, tmp_path, monkeypatc
     assert all(path.is_file() and path.stat().st_size > 0 for path in paths)
     roc, epsilons = legends
     assert len(roc) == 3 and roc[-1] == "chance"  # both statistics' curves and the chance line
-    assert len(epsilons) == 6  # ledger, claim, each statistic's family and assumption-free bound
+    # ledger, claim, and per statistic its ledger test (family bound) and two assumption-free bounds
+    assert len(epsilons) == 8
     assert "guarantee if the run is the mechanism its ledger describes" in epsilons[0]
     assert epsilons[1].startswith("PRV accountant ε = 2.50") and "guarantee" in epsilons[1]
-    level = f"lower bound at {100 * report.confidence:g} %"
-    assert sum("family bound: assumes a composed subsampled Gaussian" in text for text in epsilons) == 2
-    assert sum("assumption-free" in text for text in epsilons) == 2
+    level = f"at {100 * report.confidence:g} %"
+    ledger_test = "a test of the ledger's σ, q and T: a lower bound only if the run is a composed subsampled Gaussian"
+    assert sum(ledger_test in text for text in epsilons) == 2
+    assert sum("assumption-free, Clopper–Pearson; threshold fixed by the ledger" in text for text in epsilons) == 2
+    assert sum("assumption-free, Clopper–Pearson; threshold on held-out canaries" in text for text in epsilons) == 2
     assert all(level in text for text in epsilons[2:])
+    assert f"{report.all_iterates_profile.headline.epsilon_lower:.2f}" in epsilons[3]
     assert f"{report.all_iterates_family.epsilon:.2f}" in epsilons[2]
 
 
@@ -65,7 +69,7 @@ def test_without_a_claim_or_the_final_model(tmp_path, monkeypatch):
     legends = _legend_texts(monkeypatch)
     paths = plot_whole_run(partial, stem=tmp_path / "final", title="final model only")
     assert all(path.stat().st_size > 0 for path in paths)
-    assert len(legends[0]) == 2 and len(legends[1]) == 3  # one curve and chance; the ledger and two bounds
+    assert len(legends[0]) == 2 and len(legends[1]) == 4  # one curve and chance; the ledger and three bounds
 
 
 @pytest.mark.parametrize(

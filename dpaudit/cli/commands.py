@@ -810,10 +810,11 @@ def _audit_one(args, members, nonmembers, *, attack, epoch, theory, source, out)
             caveat = "capped: the strongest hypothesis" if family["capped"] else claims["family_label"]
             print(f"family bound: ε ≥ {family['epsilon']:.4g} at {100 * args.confidence:g} % ({caveat})")
         if claims["profile"] is not None:
+            profile = claims["profile"]
             print(
-                f"assumption-free, threshold fixed by the ledger: ε ≥ {claims['profile']['epsilon_lower'][0]:.4g} at "
-                f"δ = {claims['profile']['delta'][0]:g}, ε ≥ {claims['profile']['epsilon_lower'][-1]:.4g} at "
-                f"δ' = {claims['profile']['delta'][-1]:g} (the ledger claims {claims['profile']['epsilon_pld'][-1]:.4g})"
+                f"assumption-free, threshold fixed by the ledger: ε ≥ {profile['epsilon_lower'][0]:.4g} at "
+                f"δ = {profile['delta'][0]:g}, ε ≥ {profile['epsilon_lower'][-1]:.4g} at "
+                f"δ' = {profile['delta'][-1]:g} (the ledger claims {profile['epsilon_pld'][-1]:.4g})"
             )
         print(f"the ledger claims ε = {claims['epsilon_pld']:.4g} (PLD), {claims['epsilon_rdp']:.4g} (RDP)")
     return payload
@@ -829,12 +830,13 @@ def _whole_run_statistic(attack: str) -> str:
 
 def _whole_run_claims(report, *, attack: str, steps: int, selection=None) -> dict:
     """What a whole-run canary audit adds to its JSON, from its :class:`dpaudit.audit.WholeRunReport`: the
-    assumption-free privacy profile of the attack's statistic (``profile``: ε̂(δ') from δ to 10⁻², thresholds fixed by
-    the ledger; none for the spread), the family bound on it (the composed Poisson-subsampled Gaussian of the observations' σ_t and q_t; its
-    threshold chosen on ``selection``, the scores of ``--selection-run``, or on the ledger's simulation with
-    ``"ledger"``, when given; none for the spread over the steps, which tests the noise's independence, not a
-    mechanism within the family), the ε the ledger's z_t and q_t claim (PLD and RDP) and, for the final model, the
-    last-iterate heuristic ε, each labelled; ``steps``: the ledger's T."""
+    assumption-free privacy profile of the attack's statistic (``profile``: ε̂(δ') from δ to 10⁻², thresholds fixed
+    by the ledger; none for the spread), the family bound on it (a test of the ledger's σ, q and T: the composed
+    Poisson-subsampled Gaussian of the observations' σ_t and q_t; its threshold chosen on ``selection``, the scores
+    of ``--selection-run``, or on the ledger's simulation with ``"ledger"``, when given; none for the spread over
+    the steps, which tests the noise's independence, not a mechanism within the family), the ε the ledger's z_t and
+    q_t claim (PLD and RDP) and, for the final model, the last-iterate heuristic ε, each labelled; ``steps``: the
+    ledger's T."""
     from dataclasses import asdict
 
     from dpaudit.whole_run import FAMILY_LABEL

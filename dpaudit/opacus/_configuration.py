@@ -264,7 +264,7 @@ def accountant_epsilon(accountant: IAccountant, *, delta: float) -> tuple[str, f
 
 #: What each check of a validation flag found, as a sentence (``claim_findings``).
 _FINDINGS = {
-    "all_iterates_family": "the family bound ε ≥ {value:.3f} (if the run is a composed subsampled Gaussian) exceeds",
+    "all_iterates_family": "the family bound ε ≥ {value:.3f} (a test of the ledger's σ, q and T) exceeds",
     "all_iterates": "the assumption-free all-iterates bound ε ≥ {value:.3f} exceeds",
     "spread": "the assumption-free bound of the spread over the steps (noise reused across steps?) ε ≥ {value:.3f} "
     "exceeds",
@@ -358,9 +358,11 @@ class OpacusAuditReport:
             f"non-member canaries, {self.steps} steps, {self.sampling.scheme} loader, δ = {run.delta:g}.",
             f"Claimed: ε = {self.epsilon_accountant:.3f} ({self.accountant} accountant); ledger ε = "
             f"{run.epsilon_pld:.3f} (PLD), {run.epsilon_rdp:.3f} (RDP).",
-            f"All iterates: ε ≥ {family.epsilon:.3f}{capped} (family bound, {level}; if the run is a composed "
-            f"subsampled Gaussian), ε ≥ {run.all_iterates.epsilon_lower:.3f} (assumption-free, {level}).",
-            f"Final model: ε ≥ {run.final_model_family.epsilon:.3f} (family), ε ≥ "
+            f"All iterates: ε ≥ {run.all_iterates_profile.headline.epsilon_lower:.3f} (assumption-free, {level}, "
+            f"threshold fixed by the ledger), ε ≥ {run.all_iterates.epsilon_lower:.3f} (assumption-free, held-out "
+            f"threshold), ε ≥ {family.epsilon:.3f}{capped} (family bound, {level}: a test of the ledger's σ, q and T, "
+            "a lower bound only if the run is a composed subsampled Gaussian).",
+            f"Final model: ε ≥ {run.final_model_family.epsilon:.3f} (family: ledger test), ε ≥ "
             f"{run.final_model.epsilon_lower:.3f} (assumption-free)"
             + (
                 ""

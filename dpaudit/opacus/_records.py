@@ -439,9 +439,11 @@ class RecordAuditReport:
             f"Claimed: ε = {self.epsilon_claimed:.3f}; the {self.accountant} accountant gives ε = "
             f"{self.epsilon_accountant:.3f} for the run it recorded, its ledger ε = {run.epsilon_pld:.3f} (PLD), "
             f"{run.epsilon_rdp:.3f} (RDP).",
-            f"All iterates: ε ≥ {family.epsilon:.3f}{capped} (family bound, {level}; if the run is a composed "
-            f"subsampled Gaussian), ε ≥ {run.all_iterates.epsilon_lower:.3f} (assumption-free, {level}).",
-            f"Final model: ε ≥ {run.final_model_family.epsilon:.3f} (family), ε ≥ "
+            f"All iterates: ε ≥ {run.all_iterates_profile.headline.epsilon_lower:.3f} (assumption-free, {level}, "
+            f"threshold fixed by the ledger), ε ≥ {run.all_iterates.epsilon_lower:.3f} (assumption-free, held-out "
+            f"threshold), ε ≥ {family.epsilon:.3f}{capped} (family bound, {level}: a test of the ledger's σ, q and T, "
+            "a lower bound only if the run is a composed subsampled Gaussian).",
+            f"Final model: ε ≥ {run.final_model_family.epsilon:.3f} (family: ledger test), ε ≥ "
             f"{run.final_model.epsilon_lower:.3f} (assumption-free).",
             "FLAGGED: " + " ".join(self.findings) if self.flagged else f"Not flagged ({self.flag.summary()}).",
             "The canaries see the sampling, clipping, noise and division of the records that reached the optimizer, "

@@ -182,7 +182,8 @@ def figure6(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
                 markerfacecolor="none",
                 label=textwrap.fill(P.WHOLE_RUN_FREE_LABEL, 60),
             )
-            text = f"whole-run canaries: family ε̂ ≥ {whole['family']:.2f}, assumption-free ≥ {whole['lower']:.2f}"
+            text = f"whole-run canaries: ledger test (family) ε̂ ≥ {whole['family']:.2f}, "
+            text += f"assumption-free ≥ {whole['lower']:.2f}"
             text += f"\nvs ε (PLD) {whole['pld']:.2f}"
         else:
             canary = P.canary_audit(group)

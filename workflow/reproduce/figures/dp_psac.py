@@ -58,7 +58,8 @@ def figure1(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
         ax.set_ylabel("cos(g_i, batch-averaged gradient)")
         loss, canary, whole = P.loss_audit([run]), P.canary_audit([run]), P.whole_run_audit([run])
         white_box = (
-            f"whole-run canaries ≥ {whole['family']:.2f} (family bound, all iterates) vs ε {whole['pld']:.2f} (PLD)"
+            f"whole-run canaries ≥ {whole['family']:.2f} (family bound, all iterates: a test of the ledger's σ, q, T) "
+            f"vs ε {whole['pld']:.2f} (PLD)"
             if np.isfinite(whole["family"])
             else f"canary ≥ {canary['lower']:.2f} vs {canary['mechanism']:.2f} per step"
         )
@@ -215,7 +216,8 @@ def figure4(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     if whole_run:
         claimed = P.whole_run_audit(found)
         cell_label = (
-            f"cell: accuracy, whole-run canary ε̂ ≥ (95 %, all iterates, family bound) of the run's ε = {eps:g} "
+            f"cell: accuracy, whole-run canary ε̂ ≥ (95 %, all iterates, family bound: a test of the ledger's σ, q, T) "
+            f"of the run's ε = {eps:g} "
             f"(RDP; PLD {claimed['pld']:.2f})"
         )
     else:
