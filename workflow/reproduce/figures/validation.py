@@ -332,9 +332,11 @@ def whole_run_validation_report(pairs: list[tuple[str | Path, str | Path]], *, d
             )
     bugs = list(dict.fromkeys(row["bug"] for row in rows))
     return {
-        "rule": "flagged = a lower bound above the ε of the run's own ledger (PLD) — the family and assumption-free "
-        "bounds on every iterate's log likelihood ratio and the assumption-free bound on the spread over the "
-        "steps — or the canaries' presence refuting the ledger's sample rates; each check at level 0.05/4",
+        "rule": "flagged = a lower bound above the ε of the run's own ledger (PLD) — the family bound (a test of the "
+        "ledger's σ, q and T) and the assumption-free bound on every iterate's log likelihood ratio and the "
+        "assumption-free bound on the spread over the steps — or a direct check refuting the ledger: the members' "
+        "presence against its sample rates, σ_t measured at every step (step_noise), q_t times a canary's "
+        "contribution (contribution); each of the k checks at level 0.05/k",
         "rows": rows,
         "bugs": {
             bug: [
