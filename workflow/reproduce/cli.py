@@ -338,7 +338,8 @@ def add_validation_run(commands: argparse._SubParsersAction) -> None:
         help="the auditor on bugs only a whole-run audit sees, each run beside its correct twin",
         description="Flag each run with whole-run canaries whose lower bounds (every iterate: family and "
         "assumption-free; spread over the steps: assumption-free) exceed the ε of its own ledger, or whose canaries' "
-        "presence refutes the ledger's sample rates (each check at level 0.05/4); figure, table, JSON and manifest "
+        "presence refutes the ledger's sample rates, or whose measured σ_t or q_t·c departs from it (each of the k "
+        "checks at level 0.05/k); figure, table, JSON and manifest "
         "entry.",
     )
     validation.add_argument("--pair", nargs="+", required=True, help="BUG_RUN=TWIN_RUN run folders")

@@ -302,9 +302,9 @@ def write_validation(
 
 def whole_run_validation_report(pairs: list[tuple[str | Path, str | Path]], *, delta: float) -> dict[str, Any]:
     """The bugs only a whole-run audit sees, each run beside its correct twin, by the rule of
-    :func:`dpaudit.audit.validation_flag` (three lower bounds against the ε of the run's own ledger and the canaries'
-    presence against its sample rates, each check at level 0.05/4: a run that keeps its claim is flagged with
-    probability ≤ 5 %).
+    :func:`dpaudit.audit.validation_flag` (three lower bounds against the ε of the run's own ledger, the members'
+    presence against its sample rates and the direct checks of σ_t and q_t·c, each of the k checks at level 0.05/k: a
+    run that keeps its claim is flagged with probability ≤ 5 %).
 
     Args:
         pairs: (bug run, twin run) folders of ``dpaudit train`` with whole-run canaries, the bug's run folder
@@ -391,7 +391,7 @@ def write_validation_run(
                 ax.text(i, 0.97 * top, verdict, ha="center", va="top", fontsize=7)
             ax.set_xticks(range(len(epsilons)), [f"{e:g}" for e in epsilons])
             ax.set_xlabel("target ε (black line: the ledger's claimed ε)", fontsize=8)
-            ax.set_ylabel("ε̂ lower bound (1 − 0.05/4 each)", fontsize=8)
+            ax.set_ylabel("ε̂ lower bound (1 − 0.05/k each, k checks)", fontsize=8)
             ax.set_title(bug, fontsize=9)
         handles, legend_labels = axes[0][0].get_legend_handles_labels()
         fig.suptitle(f"Auditor validation, whole-run canaries: bugs only a whole-run audit sees, {title}", fontsize=10)
