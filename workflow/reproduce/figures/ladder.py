@@ -37,6 +37,7 @@ distinct bound once.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -439,7 +440,7 @@ def plot_profiles(rows: list[dict[str, Any]], *, stem: str | Path, title: str, c
                     profile["delta"], profile["epsilon_lower"], color=color, marker="o", s=14, zorder=3
                 )
             ax.set_xscale("log")
-            ax.set_title(" = ".join(mine[0]["optimizers"]).replace(" = ", " =\n", 2), fontsize=8)
+            ax.set_title(textwrap.fill(" = ".join(mine[0]["optimizers"]), 48), fontsize=8)
             ax.set_xlabel("δ'", fontsize=7)
             ax.set_ylabel(f"ε (lower bounds at {100 * confidence:g} %, pointwise)", fontsize=7)
         fig.suptitle(f"Privacy profile: the ledger's claim and what the canaries certify, {title}", fontsize=10)
