@@ -401,7 +401,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
                 )
             ax.set_xlim(0, top)
             ax.set_ylim(0, top)
-            ax.set_title(" = ".join(mine[0]["optimizers"]).replace(" = ", " =\n", 2), fontsize=8)
+            ax.set_title(textwrap.fill(" = ".join(mine[0]["optimizers"]), 48), fontsize=8)
             ax.set_xlabel("claimed ε (PLD; one step's ε for per-step)", fontsize=7)
             ax.set_ylabel(f"ε̂ lower bound ({100 * confidence:g} %)", fontsize=7)
         fig.suptitle(f"Threat-model ladder: what each adversary certifies, {title}", fontsize=10)
