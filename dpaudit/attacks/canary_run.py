@@ -679,8 +679,8 @@ class RunCanaries(TrainingObserver):
         self._flush()
         now = time.perf_counter()
         # before the last epoch, at most one write per save_every seconds, and (at millions of canaries, where one
-        # write takes seconds) at most 5 % of the time in writes
-        wait = max(self.save_every, 20 * self._save_seconds)
+        # write takes seconds) at most 1 % of the time in writes (the training state holds them for a resume)
+        wait = max(self.save_every, 100 * self._save_seconds)
         if self.path is None or (epoch < self.epochs and now - self._saved_at < wait):
             return
         self.result().save(self.path)

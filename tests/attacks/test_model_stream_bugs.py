@@ -21,7 +21,7 @@ from dpaudit.attacks.canary_run import load_run_canaries
 from dpaudit.audit import validation_flag
 from dpaudit.config import TrainConfig
 from dpaudit.planted_bugs import PLANTED_BUGS, planted
-from dpaudit.sampling import batch_indices, sample_batches
+from dpaudit.sampling import batch_indices, bernoulli_positions, sample_batches
 from dpaudit.train import train_configuration
 
 
@@ -58,7 +58,23 @@ def test_derived_leaves_the_records_batches_and_the_stream_as_without_canaries()
     stream = np.random.default_rng(3)
     for records, extra in batches:
         stream.random(50)
-        np.testing.assert_array_equal(extra, np.flatnonzero(_derived(stream.bit_generator.state).random(7) < 0.2))
+        want = bernoulli_positions(_derived(stream.bit_generator.state), count=7, rate=0.2)
+        np.testing.assert_array_equal(extra, want)
+
+
+def test_bernoulli_positions_are_independent_bernoulli_trials():
+    """The gaps' draw is the law of one uniform per index compared with q: each index selected with probability q,
+    the count Binomial(n, q) (mean n·q, variance n·q(1 − q)), neighbours uncorrelated; q = 1 selects all."""
+    rng = np.random.default_rng(0)
+    draws = np.zeros((20_000, 40), dtype=bool)
+    for row in draws:
+        row[bernoulli_positions(rng, count=40, rate=0.3)] = True
+    assert np.abs(draws.mean(0) - 0.3).max() < 4 * math.sqrt(0.3 * 0.7 / 20_000)
+    counts = draws.sum(1)
+    assert abs(counts.mean() - 12) < 0.05 and abs(counts.var() / (40 * 0.3 * 0.7) - 1) < 0.05
+    assert abs(np.corrcoef(draws[:, :-1].ravel(), draws[:, 1:].ravel())[0, 1]) < 0.01
+    np.testing.assert_array_equal(bernoulli_positions(rng, count=5, rate=1.0), np.arange(5))
+    assert bernoulli_positions(rng, count=0, rate=0.5).size == 0
 
 
 def test_derived_canaries_are_independent_across_canaries_and_steps():
