@@ -37,36 +37,14 @@ DELTA = 1e-5
 
 def one_run(*, epsilon: float, per_side: int, batch_size: int, seed: int) -> dict:
     """Train and audit one configuration in this process; the row of the JSON."""
-    from preset import run_settings
+    from validation_bugs import base_config  # the digits DP-SGD run with whole-run canaries
 
     from dpaudit.attacks.canary_run import load_run_canaries
-    from dpaudit.config import TrainConfig
     from dpaudit.privacy_profile import assumption_free_profile, ledger_threshold
     from dpaudit.train import train_configuration
     from dpaudit.whole_run import FAMILY_LABEL, family_lower_bound
 
-    config = TrainConfig.from_dict(
-        dict(
-            dataset="digits",
-            model="cnn-digits",
-            optimizer="dpsgd-gc",
-            **run_settings("dpsgd-gc"),
-            sampling="poisson",
-            batch_size=batch_size,
-            epochs=20,
-            clip_norm=1.0,
-            target_epsilon=epsilon,
-            accountant="prv",
-            delta=DELTA,
-            target_size=360,
-            num_shadows=0,
-            diagnostics=False,
-            seed=seed,
-            device="cpu",
-            canaries=2 * per_side,
-            canary_design="whole-run",
-        )
-    )
+    config = base_config(epsilon=epsilon, per_side=per_side, epochs=20, seed=seed, batch_size=batch_size)
     with tempfile.TemporaryDirectory() as work:
         started = time.perf_counter()
         train_configuration(config, out_dir=Path(work) / "run", progress=False)

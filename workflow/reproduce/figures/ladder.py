@@ -467,7 +467,21 @@ def write_ladder(
     """``metrics`` (JSON rows), ``markdown`` (table), and ``ladder.{pdf,png}``, ``profile.{pdf,png}`` +
     ``ladder.manifest.json`` in ``out_dir``."""
     rows = ladder_rows(files, canaries=canaries, delta=delta)
-    write_json(metrics, {"confidence": confidence, "delta": delta, "rows": rows})
+    from dpaudit.privacy_profile import LABEL as ASSUMPTION_FREE
+    from dpaudit.whole_run import FAMILY_LABEL
+
+    labels = {  # what each whole-run bound of a row is
+        "all_iterates_fixed": ASSUMPTION_FREE,
+        "final_model_fixed": ASSUMPTION_FREE,
+        "all_iterates_fixed_wide": f"{ASSUMPTION_FREE}, at δ' = 10⁻² (against epsilon_pld_wide)",
+        "all_iterates_expected": "what the fixed threshold predicts for a run that is its claim (not a measurement)",
+        "all_iterates_lower": "assumption-free lower bound (threshold chosen on held-out canaries)",
+        "final_model_lower": "assumption-free lower bound (threshold chosen on held-out canaries)",
+        "all_iterates_family": FAMILY_LABEL,
+        "final_model_family": FAMILY_LABEL,
+        "family_on_simulation": f"{FAMILY_LABEL}; on one simulation of the claimed mechanism (one draw)",
+    }
+    write_json(metrics, {"confidence": confidence, "delta": delta, "labels": labels, "rows": rows})
     atomic_write_bytes(markdown, ladder_markdown(rows, confidence=confidence).encode("utf-8"))
     out = Path(out_dir)
     written = plot_ladder(rows, stem=out / "ladder", title=title, confidence=confidence)
