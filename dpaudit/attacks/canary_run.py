@@ -508,10 +508,12 @@ class RunCanaries(TrainingObserver):
     name = "canaries_run"
     sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
     reads_updates = True  # the observations are read from the released update
-    # the output file and when it was written; the device buffer (empty at every epoch end); this step's members
-    transient_state = ("path", "save_every", "_saved_at", "_save_seconds", "_pending", "_scratch", "_normalised")
-    transient_state += ("_present",)
-    transient_state += ("_member_index", "_check_weights")  # derived from the members
+    # the output file and when it was written; the device buffers (``_pending``: empty at every epoch end); this
+    # step's members; what derives from the members
+    transient_state: tuple[str, ...] = (
+        *("path", "save_every", "_saved_at", "_save_seconds"),
+        *("_pending", "_scratch", "_normalised", "_present", "_member_index", "_check_weights"),
+    )
 
     def __init__(
         self,

@@ -117,7 +117,7 @@ def _likelihood_ratio_tails(groups: tuple[StepGroup, ...], h: float) -> ScoreTai
     for which in (1, 2):
         mean = var = 0.0
         for (low, *masses), count in steps:
-            values = low + h * np.arange(masses[0].size)
+            values = low + h * np.arange(masses[0].size, dtype=np.float64)
             m, v = _moments(values, masses[which - 1])
             mean, var = mean + count * m, var + count * v
         bounds.append((mean - _WINDOW_SIGMAS * math.sqrt(var) - 1.0, mean + _WINDOW_SIGMAS * math.sqrt(var) + 1.0))
@@ -136,7 +136,7 @@ def _likelihood_ratio_tails(groups: tuple[StepGroup, ...], h: float) -> ScoreTai
     # index k holds Λ = origin + h·(k + j·size) for the j that puts it in the window [span[0], span[0] + h·size)
     start = int(math.floor((span[0] - origin) / h))
     shift = start % size
-    values = origin + h * (start + np.arange(size))
+    values = origin + h * (start + np.arange(size, dtype=np.float64))
     nonmember, member = (np.roll(p, -shift) for p in composed)
     tail = lambda p: np.cumsum(p[::-1])[::-1]  # noqa: E731 - P(Λ ≥ value), summed from the top (small tails exact)
     return ScoreTails("all-iterates", values, np.minimum(tail(member), 1.0), np.minimum(tail(nonmember), 1.0))
