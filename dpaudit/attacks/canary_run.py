@@ -328,7 +328,8 @@ class RunCanaryObservations:
         larger sample rate (or sensitivity) than claimed shows as members that move more than q_t on average.
 
         Per step d_t = mean of the members' x_t − mean of the non-members' (E d_t = q_t·c with c = 1 under the
-        claim; variance (q_t(1 − q_t) + σ_t²)/n₁ + σ_t²/n₀ under Poisson sampling, less under shuffling). The
+        claim; variance (q_t(1 − q_t) + σ_t²)/n₁ + σ_t²/n₀ under Poisson sampling, less under shuffling; the steps
+        independent, so noise reused across steps can make it reject the claimed mechanism too). The
         estimate is Σ_t d_t / Σ_t q_t with its 95 % interval; the p-value one-sided (more than claimed). None where
         the step sums were not recorded or a class has no canary covered.
         """

@@ -83,9 +83,10 @@ def _job_count(output: str, rule: str) -> int:
         # variants, and the twins of pairs with their own audit settings (support or noise-scale canaries);
         # whole-run canaries: one job per optimizer they fit (all its ε), and one per bug run and per twin run the
         # ladder does not train
-        (None, 4 + 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (13, 4 * 2 + 1)),
+        # (five bugs at two ε each, and shuffling's twin at ε = 32)
+        (None, 4 + 6, 14 * 1 * 1, 4 * 2, 2, 14, 6 + 2, (13, 5 * 2 + 1)),
         ("configs/smoke.yaml", 2 + 4, 6 * 1 * 1, 1, 1, 6, 4 + 1, (6, 1)),
-        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (12, 4 * 2 + 1)),
+        ("configs/paper.yaml", 6 * 10 + 6 * 10, 13 * 5 * 5, 4 * 5, 5, 13, 6 + 2, (12, 5 * 2 + 1)),
     ],
 )
 def test_presets_build_the_same_dag(
