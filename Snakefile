@@ -2,6 +2,7 @@
 # Parameters live in params.yaml (other presets: configs/smoke.yaml, configs/paper.yaml);
 # rules call the `dpaudit` command line and the reproduction's (`python -m reproduce`), and parameters reach jobs
 # through `params:`.
+import json
 import os
 import sys
 from pathlib import Path
@@ -57,8 +58,10 @@ rule manifest:
         manifest="figures/manifest.json",
         table="figures/claims.md",
         gallery="figures/gallery.md",
+    params:
+        skipped=json.dumps(PAPER_SKIPPED, sort_keys=True),
     log:
         "logs/manifest.log",
     shell:
         "{REPRODUCE} manifest {input:q} --out {output.manifest:q} --table {output.table:q} --gallery {output.gallery:q}"
-        " > {log:q} 2>&1"
+        " --preset-skipped {params.skipped:q} > {log:q} 2>&1"

@@ -19,7 +19,7 @@ import numpy as np
 
 from dpaudit._validation import DPAuditError
 
-__all__ = ["decide", "interval", "paired_verdict", "trials_verdict"]
+__all__ = ["decide", "equivalent", "interval", "paired_verdict", "trials_verdict"]
 
 
 def interval(
@@ -75,6 +75,32 @@ def decide(
     if high < margin:
         return "contradicted"
     return "inconclusive"
+
+
+def equivalent(*, difference: float, standard_error: float, margin: float, level: float = 0.95) -> bool:
+    """Two one-sided tests (TOST) of equivalence: whether the data show |true difference| < ``margin``, each
+    one-sided test at 1 − ``level``, i.e. the two-sided (2·``level`` − 1) normal interval lies inside
+    (−``margin``, ``margin``). A claim of superiority ("A beats B") that the data show equivalent within a margin
+    it states beforehand is refuted, not merely unproven.
+
+    Args:
+        difference: the estimate (any unit).
+        standard_error: its standard error (same unit, ≥ 0).
+        margin: the equivalence margin (> 0, same unit): differences smaller than it count as no advantage.
+        level: confidence of each one-sided test (0.5 < level < 1).
+
+    Returns:
+        True when both one-sided tests reject (False also when the difference or its standard error is not finite).
+
+    Raises:
+        DPAuditError: ``margin`` ≤ 0 or ``level`` outside (0.5, 1).
+    """
+    if not margin > 0:
+        raise DPAuditError(f"margin must be > 0, got {margin}")
+    if not 0.5 < level < 1:
+        raise DPAuditError(f"level must be in (0.5, 1), got {level}")
+    low, high = interval(difference=difference, standard_error=standard_error, level=2 * level - 1)
+    return bool(-margin < low and high < margin)
 
 
 def trials_verdict(*, more, less=None) -> tuple[str, dict[str, Any]]:

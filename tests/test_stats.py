@@ -5,10 +5,21 @@ import numpy as np
 import pytest
 
 from dpaudit._validation import DPAuditError
-from dpaudit.stats import decide, interval, paired_verdict, trials_verdict
+from dpaudit.stats import decide, equivalent, interval, paired_verdict, trials_verdict
 
 T2 = 4.302653  # t quantile 0.975, 2 degrees of freedom
 T3 = 3.182446  # 3 degrees of freedom
+
+
+def test_equivalence_known_answers():
+    """By hand: TOST at 95 % each side is the 90 % interval d ± 1.644854·SE inside (−m, m)."""
+    assert equivalent(difference=0.0, standard_error=0.006, margin=0.01)  # ±0.00987 inside ±0.01
+    assert not equivalent(difference=0.0, standard_error=0.0061, margin=0.01)  # ±0.01003 reaches past 0.01
+    assert equivalent(difference=0.004, standard_error=0.003, margin=0.01)  # [−0.00093, 0.00893]
+    assert not equivalent(difference=0.005, standard_error=0.0031, margin=0.01)  # upper end 0.0101
+    assert not equivalent(difference=float("nan"), standard_error=0.001, margin=0.01)
+    with pytest.raises(DPAuditError, match="margin must be > 0"):
+        equivalent(difference=0.0, standard_error=0.001, margin=0.0)
 
 
 def test_decide_known_answers():

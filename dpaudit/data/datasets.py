@@ -144,6 +144,8 @@ DATASET_STATS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = Mappi
         "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
         # Commonly published SVHN (train_32x32) per-channel statistics.
         "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
+        # UCI Adult's features are scaled by fixed transforms (``_adult_features``), not standardised.
+        "adult": ((0.0,), (1.0,)),
     }
 )
 
@@ -199,6 +201,34 @@ EMNIST_SPLITS: Mapping[str, tuple[int, int, int]] = MappingProxyType(
     }
 )
 
+# UCI Adult (``adult.names``): the categories of each categorical column, in the order of its one-hot code. Rows with
+# a missing value ("?") are dropped, as is usual (30,162 train and 15,060 test rows remain).
+ADULT_CATEGORIES: Mapping[int, tuple[str, ...]] = MappingProxyType(
+    {
+        1: ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "Without-pay",
+            "Never-worked"),
+        3: ("Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm", "Assoc-voc", "9th", "7th-8th",
+            "12th", "Masters", "1st-4th", "10th", "Doctorate", "5th-6th", "Preschool"),
+        5: ("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed", "Married-spouse-absent",
+            "Married-AF-spouse"),
+        6: ("Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
+            "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
+            "Priv-house-serv", "Protective-serv", "Armed-Forces"),
+        7: ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"),
+        8: ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"),
+        9: ("Female", "Male"),
+        13: ("United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany", "Outlying-US(Guam-USVI-etc)",
+             "India", "Japan", "Greece", "South", "China", "Cuba", "Iran", "Honduras", "Philippines", "Italy", "Poland",
+             "Jamaica", "Vietnam", "Mexico", "Portugal", "Ireland", "France", "Dominican-Republic", "Laos", "Ecuador",
+             "Taiwan", "Haiti", "Columbia", "Hungary", "Guatemala", "Nicaragua", "Scotland", "Thailand", "Yugoslavia",
+             "El-Salvador", "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands"),
+    }
+)
+# The numeric columns and the fixed transform of each (no statistic of the data): age/90, log(fnlwgt)/15,
+# education-num/16, log1p(capital-gain)/12, log1p(capital-loss)/9, hours-per-week/99.
+ADULT_NUMERIC = (0, 2, 4, 10, 11, 12)
+ADULT_FEATURES = len(ADULT_NUMERIC) + sum(len(values) for values in ADULT_CATEGORIES.values())
+
 _SHAPES_CLASSES_SIZES: Mapping[str, tuple[tuple[int, int, int], int, int, int]] = MappingProxyType(
     {
         "digits": ((1, 8, 8), 10, DIGITS_SIZE - DIGITS_TEST_SIZE, DIGITS_TEST_SIZE),
@@ -208,6 +238,7 @@ _SHAPES_CLASSES_SIZES: Mapping[str, tuple[tuple[int, int, int], int, int, int]] 
         "emnist": ((1, 28, 28), *EMNIST_SPLITS["balanced"]),
         "cifar10": ((3, 32, 32), 10, 50_000, 10_000),
         "svhn": ((3, 32, 32), 10, 73_257, 26_032),
+        "adult": ((1, 1, ADULT_FEATURES), 2, 30_162, 15_060),
     }
 )
 
@@ -216,6 +247,8 @@ _IDX_FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST", "kmnist": "KM
 _CIFAR_FOLDER = "cifar-10-batches-py"
 _CIFAR_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)}
 _SVHN_FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
+_ADULT_FILES = {"train": "adult/adult.data", "test": "adult/adult.test"}
+_FETCHABLE = ("mnist", "fashion-mnist", "adult")  # dpaudit.data.fetch.FETCHABLE's names (imported there lazily)
 
 
 def available_datasets() -> list[str]:
@@ -303,9 +336,12 @@ def load_dataset(
                 raise DatasetNotFoundError(
                     f"dataset {what} ({split}) still missing after download: looked for {missing}"
                 )
-            raise DatasetNotFoundError(f"dataset {what} ({split}) not found: looked for {missing}; {DOWNLOAD_HINT}")
+            hint = f"run `dpaudit data fetch {name} --root {root_path}`" if name in _FETCHABLE else DOWNLOAD_HINT
+            raise DatasetNotFoundError(f"dataset {what} ({split}) not found: looked for {missing}; {hint}")
         if name in _IDX_FOLDERS:
             images, labels = _load_idx_dataset(name, root_path, split, emnist_split, info)
+        elif name == "adult":
+            images, labels = _load_adult(root_path / _ADULT_FILES[split])
         elif name == "cifar10":
             images, labels = _load_cifar10(root_path, split)
         else:
@@ -369,6 +405,9 @@ def _missing_file(name: str, root: Path, split: str, emnist_split: str) -> str |
             if _existing_idx(path) is None:
                 return f"{path} (or {path.name}.gz)"
         return None
+    if name == "adult":
+        path = root / _ADULT_FILES[split]
+        return None if path.is_file() else str(path)
     if name == "cifar10":
         for file_name in _CIFAR_FILES[split]:
             path = root / _CIFAR_FOLDER / file_name
@@ -387,6 +426,8 @@ def _download(name: str, root: Path, split: str, emnist_split: str) -> None:
         raise DPAuditError(f"download=True needs torchvision, which failed to import: {error}") from None
     root.mkdir(parents=True, exist_ok=True)
     train = split == "train"
+    if name == "adult":
+        raise DPAuditError(f"torchvision has no {name}: run `dpaudit data fetch {name} --root {root}`")
     try:
         if name == "mnist":
             tv_datasets.MNIST(str(root), train=train, download=True)
@@ -464,6 +505,50 @@ def _load_idx_dataset(
     if name == "emnist":  # EMNIST stores each image transposed
         images = images.transpose(0, 2, 1)
     return _to_unit_float(images[:, None, :, :]), labels
+
+
+# ---- UCI Adult (comma-separated text) -----------------------------------------------------------
+
+
+def _adult_features(rows: list[list[str]]) -> np.ndarray:
+    """[n, ADULT_FEATURES] float32: the numeric columns by their fixed transforms, then each categorical column
+    one-hot in :data:`ADULT_CATEGORIES`' order."""
+    numeric = np.array([[float(row[column]) for column in ADULT_NUMERIC] for row in rows], dtype=np.float64)
+    age, fnlwgt, education, gain, loss, hours = numeric.T
+    columns = [age / 90, np.log(fnlwgt) / 15, education / 16, np.log1p(gain) / 12, np.log1p(loss) / 9, hours / 99]
+    for column, categories in ADULT_CATEGORIES.items():
+        code = {value: k for k, value in enumerate(categories)}
+        onehot = np.zeros((len(rows), len(categories)))
+        onehot[np.arange(len(rows)), [code[row[column]] for row in rows]] = 1.0
+        columns.extend(onehot.T)
+    return np.stack(columns, axis=1).astype(np.float32)
+
+
+def _load_adult(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """UCI's ``adult.data`` or ``adult.test`` (its first line a comment; labels end in "." there): rows with a missing
+    value dropped; label 1 for income >50K."""
+    try:
+        lines = path.read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeError) as error:
+        raise DPAuditError(f"{path}: cannot read the Adult table: {' '.join(str(error).split())}") from None
+    rows = [line.split(", ") for line in lines if line.strip() and not line.startswith("|")]
+    wrong = next((k for k, row in enumerate(rows) if len(row) != 15), None)
+    if wrong is not None:
+        raise DPAuditError(f"{path}: expected 15 comma-separated fields per row, got {len(rows[wrong])} in row {wrong + 1}")
+    rows = [row for row in rows if "?" not in row]
+    labels = [row[14].rstrip(".") for row in rows]
+    unknown = sorted(set(labels) - {"<=50K", ">50K"})
+    if unknown:
+        raise DPAuditError(f"{path}: expected labels <=50K or >50K, got {unknown[0]!r}")
+    for column, categories in ADULT_CATEGORIES.items():
+        extra = sorted({row[column] for row in rows} - set(categories))
+        if extra:
+            raise DPAuditError(f"{path}: column {column + 1} has a value outside UCI's categories: {extra[0]!r}")
+    try:
+        features = _adult_features(rows)
+    except ValueError as error:
+        raise DPAuditError(f"{path}: a numeric column is not a positive number ({error})") from None
+    return features[:, None, None, :], np.array([label == ">50K" for label in labels], dtype=np.int64)
 
 
 # ---- CIFAR-10 (pickled batches) ------------------------------------------------------------------

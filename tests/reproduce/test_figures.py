@@ -5,6 +5,7 @@ import inspect
 import json
 
 import pytest
+from support import ROOT
 
 from dpaudit._validation import DPAuditError
 from reproduce.cli import claims_markdown, main
@@ -89,7 +90,7 @@ def test_claims_table_lists_paper_claims_and_checks_apart(tmp_path):
     ]
     text = claims_markdown(entries, skipped=[])
     paper, checks = text.split("## Checks of the toolkit")
-    assert "| figure | claim | verdict | test |" in paper
+    assert "| figure | claim | the paper's words | verdict | test |" in paper
     assert "2 (0 holds, 1 contradicted, 1 inconclusive)" in paper and "**inconclusive**" in paper
     assert "difference \\|a − b\\|, 95 % CI" in paper  # a pipe inside a cell is escaped
     assert "ε is concave" in checks and "ε is concave" not in paper
@@ -132,9 +133,9 @@ def test_combine_known_answers():
     assert P.combine([]) == "inconclusive"
 
 
-def _runs(*accuracies, n=360):
+def _runs(*accuracies, n=360, dp_claim=True):
     """Summarised single-epoch runs at the given test accuracies, each on n test records."""
-    return [{"config": {"target_size": n}, "test_accuracy": [a]} for a in accuracies]
+    return [{"config": {"target_size": n}, "test_accuracy": [a], "dp_claim": dp_claim} for a in accuracies]
 
 
 def test_accuracy_verdict_adds_the_test_sets_binomial_error():
@@ -190,32 +191,42 @@ def test_single_run_verdicts_say_how_much_training_spread_they_survive():
     # trials 0.84, 0.86 (s = 0.01414) and 0.79, 0.81, 0.80 (s = 0.01): their SDs, for scale
     numbers = P.accuracy_verdict(runs(0.84, 0.86), runs(0.79, 0.81, 0.80))[1]
     assert numbers["trial_sd"] == pytest.approx([0.02**0.5 / 10, 0.01])
+    # non-private runs' spread is not a DP run's: not recorded for the floor
+    assert "trial_sd" not in P.accuracy_verdict(_runs(0.84, 0.86, dp_claim=False), runs(0.5))[1]
+    # one side a single run, the other two: the single side's spread is what the verdict does not model
+    mixed = P.accuracy_verdict(runs(0.85), runs(0.79, 0.81))[1]
+    v_mixed = 0.85 * 0.15 / 3600 + 0.8 * 0.2 / 3600 + 0.0001
+    assert mixed["stands_up_to_training_sd"] == pytest.approx(((0.05 / q) ** 2 - v_mixed) ** 0.5)
     modelled = P.claim("A beats B", numbers["verdict"], test="t", b=numbers)
     text = claims_markdown([_claim_entry("x/figure9", holds, modelled)], skipped=[])
     assert "that standard deviation is 1.2 points (median of 2 settings, 1.0–1.4)" in text
 
 
 def test_a_single_run_verdict_below_the_smallest_measured_spread_is_inconclusive(tmp_path):
-    """The run measured seed-to-seed SDs of 1 and 2 points where it had two runs of a setting. A contradiction that
-    stands only below 0.5 points is decided by noise: inconclusive, its former verdict kept; one that stands up to
-    1.5 points, and a claim with no single-run comparison, keep theirs. With no spread measured nothing changes."""
+    """The run measured seed-to-seed SDs of 1 and 2 points where it had two DP runs of a setting (median 1.5). A
+    contradiction that stands only below 0.5 points is decided by noise: inconclusive, its former verdict kept; one
+    that stands up to 1.6 points, and a claim with no single-run comparison, keep theirs. With no spread measured
+    nothing changes. The figure's own manifest is rewritten to say what the merged one says."""
 
     def comparison(verdict, tolerated):
         return {"verdict": verdict, "stands_up_to_training_sd": tolerated}
 
     def entries():
         fragile = P.claim("A beats B", "contradicted", test="t", b=comparison("contradicted", 0.005))
-        robust = P.claim("A beats C", "contradicted", test="u", c=comparison("contradicted", 0.015))
+        robust = P.claim("A beats C", "contradicted", test="u", c=comparison("contradicted", 0.016))
         modelled = P.claim("A beats D", "holds", test="w", d={"verdict": "holds", "trial_sd": [0.01, 0.02]})
         return [_claim_entry("x/figure9", fragile, robust, modelled)]
 
     settled = entries()
-    assert P.settle_by_measured_spread(settled) == 0.01
+    assert P.settle_by_measured_spread(settled) == 0.015
     fragile, robust, modelled = settled[0]["claims"]
     assert fragile["verdict"] == "inconclusive" and fragile["numbers"]["verdict_without_training_spread"] == (
         "contradicted"
     )
-    assert "below 0.5 points, less than the smallest this pipeline run measured (1.0)" in fragile["test"]
+    assert (
+        "below 0.5 points, less than the median this pipeline run measured between seeds of DP runs (1.5)"
+        in (fragile["test"])
+    )
     assert (robust["verdict"], modelled["verdict"]) == ("contradicted", "holds")
     unmeasured = entries()
     del unmeasured[0]["claims"][2]
@@ -230,6 +241,51 @@ def test_a_single_run_verdict_below_the_smallest_measured_spread_is_inconclusive
     assert main(["manifest", *map(str, paths), "--out", str(tmp_path / "m.json"), "--table", str(table)]) == 0
     assert json.loads((tmp_path / "m.json").read_text())["figures"][0]["claims"][0]["verdict"] == "inconclusive"
     assert "is decided by noise, and is inconclusive" in table.read_text()
+    assert json.loads(paths[0].read_text())["claims"][0]["verdict"] == "inconclusive"  # the figure's own manifest
+    assert json.loads(paths[1].read_text())["claims"][0]["verdict"] == "contradicted"
+
+
+def test_a_superiority_claim_the_data_show_equivalent_is_contradicted():
+    """0.851 against 0.850 on 100,000 test records each: SE = √(2·0.85·0.15/1e5) = 0.0016, 90 % CI
+    0.001 ± 0.0026, inside ±1 point: no advantage, so "A beats B" is contradicted; on 360 records it stays
+    inconclusive, and a non-inferiority claim (negative margin) is not turned by it."""
+    verdict, numbers = P.accuracy_verdict(_runs(0.851, n=100_000), _runs(0.850, n=100_000))
+    assert (verdict, numbers["equivalent_within"]) == ("contradicted", 0.01)
+    assert "stands_up_to_training_sd" not in numbers  # equivalence, not a gap, decided it
+    assert P.accuracy_verdict(_runs(0.851), _runs(0.850))[0] == "inconclusive"
+    assert P.accuracy_verdict(_runs(0.851, n=100_000), _runs(0.850, n=100_000), margin=-0.01)[0] == "holds"
+    assert P.accuracy_verdict(_runs(0.851, n=100_000), _runs(0.850, n=100_000), equivalence=None)[0] == "inconclusive"
+    assert "TOST" in P.accuracy_test(_runs(0.9)) and "TOST" not in P.accuracy_test(_runs(0.9), equivalence=False)
+
+
+def test_one_finding_tested_in_several_figures_counts_once():
+    first = P.claim("bound covers both directions", "contradicted", test="exact", x=1)
+    first["counts_once_as"] = "dpsgd_dc/adjacency"
+    entries = [_claim_entry("x/figure2", first), _claim_entry("x/figure3", dict(first))]
+    text = claims_markdown(entries, skipped=[])
+    assert "1 (0 holds, 1 contradicted, 0 inconclusive)" in text
+    assert text.count("the same finding as above, counted once") == 1
+
+
+def test_paper_claims_carry_the_papers_words(tmp_path):
+    """Every paper claim of a drawn figure carries its quote and section (or says no sentence makes it); a claim the
+    quotes file lacks is an error, not a silent omission."""
+    assert main(["figure", "dpsgd_dc/figure1", "--out", str(tmp_path)]) == 0
+    entry = json.loads((tmp_path / "figure1.manifest.json").read_text())
+    paper = [c for c in entry["claims"] if c["kind"] == "paper"]
+    assert paper and all(c["quote"] and c["section"] for c in paper)
+    assert "As shown in Figure 1" in paper[0]["quote"]
+    with pytest.raises(DPAuditError, match="has no entry in quotes.yaml"):
+        P.attach_quotes({"claims": [P.claim("An unquoted claim", "holds", test="t", x=1)]}, name="dpsgd_dc/figure1")
+
+
+def test_every_paper_claim_in_the_committed_figures_is_quoted():
+    for path in sorted((ROOT / "figures").glob("*/*.manifest.json")):
+        if path.parent.name in ("audit",):
+            continue
+        for claim in json.loads(path.read_text())["claims"]:
+            if claim["kind"] == "paper":
+                assert "quote" in claim and (claim["quote"] or claim.get("note")), (path.name, claim["claim"])
 
 
 def test_an_inconclusive_claim_over_several_comparisons_counts_them():

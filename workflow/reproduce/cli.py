@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import json
 import os
 import shlex
 import sys
@@ -33,6 +34,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     from dpaudit._io import write_json
     from dpaudit._validation import check_choice
     from reproduce.figures import FIGURES
+    from reproduce.figures._paper import PAPERS, attach_quotes
 
     check_choice("figure", args.name, FIGURES)
     draw = FIGURES[args.name]
@@ -44,6 +46,8 @@ def _cmd_figure(args: argparse.Namespace) -> int:
         options["preset"] = args.preset
     entry = draw(out_dir=args.out, **options)
     entry["name"] = args.name
+    if args.name.split("/")[0] in (*PAPERS, "dpsgd_dc"):  # a paper's figure: its claims in the paper's own words
+        attach_quotes(entry, name=args.name)
     write_json(args.out / f"{args.name.split('/')[-1]}.manifest.json", entry)
     for claim in entry["claims"]:
         print(f"[{claim['verdict']}{' (check)' if claim['kind'] == 'check' else ''}] {claim['claim']}")
@@ -53,13 +57,27 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from dpaudit._io import atomic_write_bytes, read_json, write_json
-    from reproduce.figures._paper import SKIPPED, settle_by_measured_spread
+    from reproduce.figures._paper import PAPERS, SKIPPED, settle_by_measured_spread
 
-    entries = sorted((read_json(path) for path in args.entries), key=lambda entry: entry["name"])
+    read = sorted(((read_json(path), path) for path in args.entries), key=lambda item: item[0]["name"])
+    entries = [entry for entry, _ in read]
+    before = [[claim["verdict"] for claim in entry["claims"]] for entry in entries]
     settle_by_measured_spread(entries)  # the spread is measured across figures: settled here, once all are read
-    write_json(args.out, {"figures": entries, "skipped": SKIPPED})
+    for (entry, path), verdicts in zip(read, before):  # the figure's own manifest says what the merged one says
+        if [claim["verdict"] for claim in entry["claims"]] != verdicts:
+            write_json(path, entry)
+    skipped = SKIPPED + [
+        {
+            "name": name,
+            "paper": PAPERS[name.split("/")[0]],
+            "figure": name.split("/")[1].replace("figure", "Fig ").replace("table", "Table "),
+            "skipped": f"not drawn by this preset: {reason}",
+        }
+        for name, reason in sorted(args.preset_skipped.items())
+    ]
+    write_json(args.out, {"figures": entries, "skipped": skipped})
     if args.table:
-        atomic_write_bytes(args.table, claims_markdown(entries, skipped=SKIPPED).encode())
+        atomic_write_bytes(args.table, claims_markdown(entries, skipped=skipped).encode())
     if args.gallery:
         from reproduce.results import gallery_markdown
 
@@ -74,14 +92,18 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def verdict_counts(entries: list[dict], *, kind: str) -> dict[str, int]:
-    """Claims of ``kind`` ("paper" or "check") per verdict ("holds", "contradicted", "inconclusive")."""
+    """Claims of ``kind`` ("paper" or "check") per verdict ("holds", "contradicted", "inconclusive"); one finding
+    that several figures test (the same ``counts_once_as``) counts once, with its first figure's verdict."""
     from reproduce.figures._paper import VERDICTS
 
     counts = dict.fromkeys(VERDICTS, 0)
+    seen = set()
     for entry in entries:
         for claim in entry["claims"]:
-            if claim["kind"] == kind:
+            once = claim.get("counts_once_as")
+            if claim["kind"] == kind and (once is None or once not in seen):
                 counts[claim["verdict"]] += 1
+                seen.add(once)
     return counts
 
 
@@ -113,17 +135,21 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
     measured = measured_training_sds(entries)
     if measured:
         lines[-1] += (
-            f" For scale: where this run has two trials or more of a setting, that standard deviation is "
+            f" For scale: where this run has two trials or more of a DP setting, that standard deviation is "
             f"{100 * float(np.median(measured)):.1f} points (median of {len(measured)} settings, "
-            f"{100 * measured[0]:.1f}–{100 * measured[-1]:.1f}); a single-run verdict that would change below the "
-            "smallest of them is decided by noise, and is inconclusive."
+            f"{100 * measured[0]:.1f}–{100 * measured[-1]:.1f}); a verdict that would change below the median is "
+            "decided by noise, and is inconclusive."
         )
     for kind, heading in (("paper", "Claims of the papers"), ("check", "Checks of the toolkit")):
         counts = verdict_counts(entries, kind=kind)
         lines += ["", f"## {heading}", "", f"{_counts_text(counts)}.", ""]
         if kind == "check":
             lines += ["True by construction, or checks of dpaudit itself: not evidence about the papers.", ""]
-        lines += ["| figure | claim | verdict | test |", "|---|---|---|---|"]
+        if kind == "paper":
+            lines += ["| figure | claim | the paper's words | verdict | test |", "|---|---|---|---|---|"]
+        else:
+            lines += ["| figure | claim | verdict | test |", "|---|---|---|---|"]
+        seen = set()
         for entry in entries:
             for claim in (c for c in entry["claims"] if c["kind"] == kind):
                 verdict = claim["verdict"] if claim["verdict"] == "holds" else f"**{claim['verdict']}**"
@@ -137,9 +163,21 @@ def claims_markdown(entries: list[dict], *, skipped: list[dict]) -> str:
                     test += "; of its {} comparisons: {} hold, {} contradicted, {} inconclusive".format(
                         sum(tally.values()), *tally.values()
                     )
-                lines.append(
-                    f"| {cell(entry['name'])} ({cell(entry['figure'])}) | {cell(text)} | {verdict} | {cell(test)} |"
-                )
+                once = claim.get("counts_once_as")
+                if once is not None and once in seen:
+                    test += "; the same finding as above, counted once"
+                seen.add(once)
+                words = ""
+                if kind == "paper":
+                    quote = claim.get("quote")
+                    words = (
+                        f"“{quote}” ({claim.get('section', '')})"
+                        if quote
+                        else f"no sentence of the paper: {claim.get('note', '')}"
+                    )
+                    words = f" {cell(words)} |"
+                figure = f"{cell(entry['name'])} ({cell(entry['figure'])})"
+                lines.append(f"| {figure} | {cell(text)} |{words} {verdict} | {cell(test)} |")
     lines += ["", "Not regenerated:", ""] + [
         f"- {item['name']} ({item['figure']}): {item['skipped']}" for item in skipped
     ]
@@ -306,7 +344,24 @@ def add_manifest(commands: argparse._SubParsersAction) -> None:
     manifest.add_argument("--out", required=True, type=Path, help="the manifest to write")
     manifest.add_argument("--table", type=Path, help="also write the claims as a Markdown table")
     manifest.add_argument("--gallery", type=Path, help="also write a Markdown gallery (PNG thumbnails by paper)")
+    manifest.add_argument(
+        "--preset-skipped",
+        type=_skipped_figures,
+        default={},
+        metavar="JSON",
+        help="the figures this preset opts out of (papers.skip_figures): a JSON object, figure name → what it lacks",
+    )
     manifest.set_defaults(handler=_cmd_manifest)
+
+
+def _skipped_figures(text: str) -> dict[str, str]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({error.msg})") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of figure name → reason, got {text!r}")
+    return value
 
 
 def add_summarize(commands: argparse._SubParsersAction) -> None:

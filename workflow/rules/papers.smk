@@ -3,7 +3,7 @@
 # summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
 from reproduce.experiments import experiment_trials, plan_experiments
-from reproduce.figures import FIGURE_SPECS
+from reproduce.figures import FIGURE_SPECS, preset_figures
 from reproduce.figures._paper import PAPERS as PAPER_FOLDERS  # folder → paper title
 
 PAPERS = config["papers"]
@@ -19,12 +19,11 @@ CROSS_EPSILONS = AUD["target_epsilons"]
 
 # figure → what it draws (declared once, in reproduce.figures.FIGURE_SPECS): paper experiments, cross-audit runs
 # (every ε) and their whole-run twins (results/audit_run), optimizers runs with diagnostics. A preset lacking an
-# experiment or an optimizer (optimizers.runs) a figure needs draws the other figures only; the DPSGD-GC/DC figures
-# have rules of their own (dpsgd_dc.smk).
-PAPER_FIGURES = {name: figure for name, figure in FIGURE_SPECS.items()
-                 if not name.startswith("dpsgd_dc/")
-                 and set(figure.cross + figure.diagnostics) <= set(OPT_SETTINGS)
-                 and set(figure.experiments) <= set(PAPER_EXPERIMENTS)}
+# experiment or an optimizer (optimizers.runs) a figure needs is an error unless it opts out of the figure by name
+# (papers.skip_figures; the manifest lists it with what the preset lacks); the DPSGD-GC/DC figures have rules of their own.
+PAPER_FIGURES, PAPER_SKIPPED = preset_figures(
+    experiments=PAPER_EXPERIMENTS, optimizer_runs=OPT_SETTINGS, skip=PAPERS.get("skip_figures", [])
+)
 PAPER_TABLES = {name for name in PAPER_FIGURES if name.split("/")[1].startswith("table")}
 
 

@@ -83,6 +83,28 @@ def claim(text: str, verdict: str, /, *, test: str, kind: str = "paper", **numbe
     return {"claim": text, "verdict": verdict, "kind": kind, "test": test, "numbers": numbers}
 
 
+QUOTES_FILE = Path(__file__).with_name("quotes.yaml")
+
+
+def attach_quotes(entry: dict[str, Any], *, name: str) -> dict[str, Any]:
+    """Give each paper claim of figure ``name``'s manifest ``entry`` the paper's own words (``quote``, ``section``,
+    ``dataset``; :data:`QUOTES_FILE`, matched by the start of the claim's text), or ``quote: None`` with a ``note``
+    saying that no sentence of the paper makes it. Changes ``entry`` in place and returns it.
+
+    Raises:
+        DPAuditError: a paper claim that the quotes file does not list (every claim must carry the paper's words).
+    """
+    import yaml
+
+    listed = yaml.safe_load(QUOTES_FILE.read_text(encoding="utf-8")).get(name, [])
+    for claim in (c for c in entry["claims"] if c["kind"] == "paper"):
+        found = next((item for item in listed if claim["claim"].startswith(item["claim"])), None)
+        if found is None:
+            raise DPAuditError(f"{name}: the claim {claim['claim']!r} has no entry in {QUOTES_FILE.name}")
+        claim.update({key: value for key, value in found.items() if key != "claim"})
+    return entry
+
+
 def exact(holds: bool) -> str:
     """Verdict of a deterministic comparison (closed form, or within a stated tolerance)."""
     return "holds" if holds else "contradicted"
@@ -140,8 +162,17 @@ def lower_bound_verdict(lowers: Iterable[float], epsilons: Iterable[float]) -> s
     return "holds" if any(np.isfinite(lo) and lo > 0 for lo, _ in pairs) else "inconclusive"
 
 
+#: The equivalence margin of accuracy claims (fraction): a superiority claim ("A beats B", "best") whose difference
+#: the data show inside ±1 point (two one-sided tests, each at 95 %) is contradicted: no advantage that matters.
+EQUIVALENCE_MARGIN = 0.01
+
+
 def accuracy_test(
-    runs: list[dict[str, Any]] | Iterable[list[dict[str, Any]]], *, last: int = 1, what: str = "accuracy difference"
+    runs: list[dict[str, Any]] | Iterable[list[dict[str, Any]]],
+    *,
+    last: int = 1,
+    what: str = "accuracy difference",
+    equivalence: bool = True,
 ) -> str:
     """The ``test`` line of accuracy comparisons decided by :func:`accuracy_verdict`.
 
@@ -149,6 +180,7 @@ def accuracy_test(
         runs: one group of summarised runs, or the groups compared (for their trial counts and test-set sizes).
         last: epochs averaged per run.
         what: the difference the claim is about.
+        equivalence: the claim is one of superiority, so equivalence within :data:`EQUIVALENCE_MARGIN` refutes it.
     """
     runs = list(runs)
     groups = [runs] if runs and isinstance(runs[0], dict) else [list(group) for group in runs if group]
@@ -157,18 +189,25 @@ def accuracy_test(
     count = "–".join(str(t) for t in (trials[0], trials[-1]) if t) if trials[0] != trials[-1] else str(trials[0])
     spread = "+ trials' s²/m" if trials[-1] > 1 else "(no training spread: 1 trial)"
     epochs = f"mean of last {last} epochs" if last > 1 else "last epoch"
-    return (
+    text = (
         f"{what} ({epochs}, {count} trials/seeds); 95 % normal CI, SE² = Σ p(1−p)/n_test (n_test = {n_test}) {spread}"
     )
+    if equivalence:
+        text += (
+            f"; contradicted also when equivalent within ±{100 * EQUIVALENCE_MARGIN:g} point (TOST, 90 % CI inside the "
+            "margin: no advantage)"
+        )
+    return text
 
 
 def accuracy_verdict(
-    better: list[dict[str, Any]] | float,
-    worse: list[dict[str, Any]] | float,
+    better: list[dict[str, Any]] | tuple[float, float],
+    worse: list[dict[str, Any]] | tuple[float, float],
     *,
     last: int = 1,
     margin: float = 0.0,
     level: float = 0.95,
+    equivalence: float | None = EQUIVALENCE_MARGIN,
 ) -> tuple[str, dict[str, float]]:
     """Verdict on "``better``'s test accuracy exceeds ``worse``'s by more than ``margin``" (fractions).
 
@@ -178,27 +217,42 @@ def accuracy_verdict(
         last: epochs averaged per run.
         margin: the claimed gap (fraction; negative for "at most −margin worse").
         level: confidence level.
+        equivalence: for a claim of superiority (``margin`` ≥ 0), the equivalence margin: an undecided comparison
+            whose difference the data show inside ±``equivalence`` (:func:`dpaudit.stats.equivalent`) is
+            contradicted; None: no equivalence test.
 
     Returns:
-        (verdict, numbers: the verdict, difference, its standard error and the CI's ends; ``trial_sd``, the
-        seed-to-seed SD of one run's accuracy of each side with two runs or more; when each side is one run and
-        the verdict is decided, ``stands_up_to_training_sd``, see :func:`training_sd_tolerated`).
+        (verdict, numbers: the verdict, difference, its standard error and the CI's ends; ``equivalent_within``
+        where equivalence decided it; ``trial_sd``, the seed-to-seed SD of one run's accuracy of each side with two
+        runs or more whose runs make a DP claim; when a side is one run and the verdict is decided,
+        ``stands_up_to_training_sd``, see :func:`training_sd_tolerated`).
     """
     (pa, va), (pb, vb) = (x if isinstance(x, tuple) else accuracy_estimate(x, last=last) for x in (better, worse))
     difference, se = pa - pb, float(np.sqrt(va + vb))
     from scipy import stats
 
+    from dpaudit.stats import equivalent
+
     q = float(stats.norm.ppf((1 + level) / 2))
     verdict = decide(difference=difference, standard_error=se, level=level, margin=margin)
-    numbers = {"verdict": verdict, "difference": difference, "standard_error": se}
+    numbers: dict[str, Any] = {"verdict": verdict, "difference": difference, "standard_error": se}
     numbers["ci"] = [difference - q * se, difference + q * se]
-    groups = [x for x in (better, worse) if isinstance(x, list) and len(x) > 1]
-    if groups:  # each side's seed-to-seed SD of one run's accuracy, where it has two runs or more
-        numbers["trial_sd"] = [float(np.std(run_accuracies(x, last=last), ddof=1)) for x in groups]
-    single_runs = all(isinstance(x, list) and len(x) == 1 for x in (better, worse))
-    if single_runs and verdict != "inconclusive":
+    if (
+        verdict == "inconclusive"
+        and equivalence is not None
+        and margin >= 0
+        and equivalent(difference=difference, standard_error=se, margin=equivalence, level=level)
+    ):
+        verdict = numbers["verdict"] = "contradicted"
+        numbers["equivalent_within"] = equivalence
+    private = [x for x in (better, worse) if isinstance(x, list) and len(x) > 1 and all(r.get("dp_claim") for r in x)]
+    if private:  # each DP side's seed-to-seed SD of one run's accuracy, where it has two runs or more
+        numbers["trial_sd"] = [float(np.std(run_accuracies(x, last=last), ddof=1)) for x in private]
+    single = [1 for x in (better, worse) if isinstance(x, list) and len(x) == 1]
+    if single and verdict != "inconclusive" and "equivalent_within" not in numbers:
+        # the one-run sides model no training spread: how large it may be before the verdict changes
         numbers["stands_up_to_training_sd"] = training_sd_tolerated(
-            gap=difference - margin, variance=se**2, quantile=q, runs=(1, 1)
+            gap=difference - margin, variance=se**2, quantile=q, runs=tuple(single)
         )
     return verdict, numbers
 
@@ -228,27 +282,28 @@ def _nested_dicts(value: Any) -> Iterable[dict[str, Any]]:
 
 
 def measured_training_sds(entries: Iterable[dict[str, Any]]) -> list[float]:
-    """The distinct seed-to-seed SDs of one run's test accuracy (``trial_sd`` of :func:`accuracy_verdict`) over
-    the claims of manifest ``entries``: what the pipeline measured where a setting has two runs or more."""
+    """The distinct seed-to-seed SDs of one DP run's test accuracy (``trial_sd`` of :func:`accuracy_verdict`) over
+    the claims of manifest ``entries``: what the pipeline measured where a DP setting has two runs or more."""
     found = (d.get("trial_sd", []) for entry in entries for c in entry["claims"] for d in _nested_dicts(c["numbers"]))
     return sorted({sd for sds in found for sd in sds})
 
 
 def settle_by_measured_spread(entries: Iterable[dict[str, Any]]) -> float | None:
     """Make *inconclusive* every decided claim of manifest ``entries`` that stands only while one run's
-    seed-to-seed SD is below the smallest SD the same pipeline run measured (:func:`measured_training_sds`): a
-    verdict that even the least spread seen between seeds would overturn is decided by noise. The claim keeps its
+    seed-to-seed SD is below the median SD this pipeline run measured between seeds of DP runs
+    (:func:`measured_training_sds`): a verdict that a typical DP run's spread would overturn is decided by noise
+    (one DP noise draw moves accuracy by several points, far more than non-private SGD's seeds). The claim keeps its
     former verdict as ``numbers["verdict_without_training_spread"]`` and its test says why. Changes ``entries``
     in place.
 
     Returns:
-        The smallest measured SD (fraction), or None when no setting had two runs or more (nothing changes).
+        The median measured SD (fraction), or None when no DP setting had two runs or more (nothing changes).
     """
     entries = list(entries)
     measured = measured_training_sds(entries)
     if not measured:
         return None
-    floor = measured[0]
+    floor = float(np.median(measured))
     for claim in (c for entry in entries for c in entry["claims"]):
         tolerated = claim_training_sd_tolerated(claim)
         if tolerated is not None and tolerated < floor:
@@ -256,8 +311,8 @@ def settle_by_measured_spread(entries: Iterable[dict[str, Any]]) -> float | None
             claim["verdict"] = "inconclusive"
             claim["test"] += (
                 f"; inconclusive: {claim['numbers']['verdict_without_training_spread']} only while one run's "
-                f"seed-to-seed SD is below {100 * tolerated:.1f} points, less than the smallest this pipeline run "
-                f"measured ({100 * floor:.1f})"
+                f"seed-to-seed SD is below {100 * tolerated:.1f} points, less than the median this pipeline run "
+                f"measured between seeds of DP runs ({100 * floor:.1f})"
             )
     return floor
 
