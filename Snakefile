@@ -21,7 +21,7 @@ if REPRODUCE_PATH not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 from reproduce.pipeline_config import check_pipeline_config, whole_run_names
 
 
-configfile: "params.yaml"
+configfile: os.path.join(workflow.basedir, "params.yaml")  # also where a preset runs apart (--directory)
 
 
 validate(config, "workflow/schemas/params.schema.yaml")  # the first gate: each field on its own

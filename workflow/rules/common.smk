@@ -2,11 +2,15 @@
 # `{...:q}`, and in the commands these helpers build with `shell_word` (shlex.quote; a safe name stays as it is, so
 # the commands of valid parameters read as before). The parameters' strings are safe names anyway (the schema and
 # reproduce.pipeline_config check every one): the quoting is the second wall, not the first.
+import os
 import shlex
 import sys
 from pathlib import Path
 
 PRESET = config.get("preset", "default")  # named in every figure title
+# The data folder beside the Snakefile (`dpaudit data fetch`'s default), as the jobs reach it from the working
+# directory: "data" for a run in the repository, "../../data" for a preset run apart (`--directory presets/mnist`).
+DATA_ROOT = os.path.relpath(Path(workflow.basedir) / "data")
 
 
 def shell_word(value):
@@ -25,7 +29,10 @@ def shell_words(values):
 
 
 def cli_flags(values):
-    """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated), each value quoted."""
+    """`dpaudit train` flags from a mapping of TrainConfig keys (lists become comma-separated), each value quoted;
+    with `--data-root` where the jobs run outside the repository (a preset's own folder)."""
+    if DATA_ROOT != "data":
+        values = {**values, "data_root": DATA_ROOT}
     parts = []
     for key, value in values.items():
         if value is None:
