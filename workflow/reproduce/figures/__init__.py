@@ -56,7 +56,7 @@ FIGURE_SPECS: dict[str, FigureSpec] = {
     # DPSGD-GC/DC (Liang et al.)
     "dpsgd_dc/figure1": FigureSpec(dpsgd_dc.figure1),
     "dpsgd_dc/figure2": FigureSpec(dpsgd_dc.figure2, grids=("gc",)),
-    "dpsgd_dc/figure3": FigureSpec(dpsgd_dc.figure3, grids=("dc",)),
+    "dpsgd_dc/figure3": FigureSpec(dpsgd_dc.figure3, grids=("dc", "gc")),  # GC: the control of "DC stabilises"
     "dpsgd_dc/figure4": FigureSpec(dpsgd_dc.figure4, grids=("gc",)),
     "dpsgd_dc/figure5": FigureSpec(dpsgd_dc.figure5),
     "dpsgd_dc/table1": FigureSpec(dpsgd_dc.table1),
