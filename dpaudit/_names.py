@@ -12,6 +12,7 @@ import sys
 BUILTIN_OPTIMIZERS = (
     "adadpigu",
     "adadpigu-code",
+    "adadpigu-freeze",
     "auto-s",
     "auto-v",
     "d2p-sgd",

@@ -400,7 +400,7 @@ class ImportanceMaskSettings(OptimizerSettings):
 
 @dataclass(frozen=True, kw_only=True)
 class AdaDPIGUSettings(ImportanceMaskSettings):
-    """AdaDPIGU's importance mask and its running statistics α, β of the released updates (adadpigu).
+    """AdaDPIGU's importance mask and its running statistics α, β of the released updates (adadpigu, adadpigu-freeze).
 
     Attributes:
         ema_mean_decay: γ1 of the running mean α.

@@ -99,7 +99,7 @@ from dpaudit.optim.sparse import (
 )
 
 # isort: split
-from dpaudit.optim.adadpigu import VARIANCE_CLAMP, AdaDPIGU, AdaDPIGUCode, AdaDPIGUPaper
+from dpaudit.optim.adadpigu import VARIANCE_CLAMP, AdaDPIGU, AdaDPIGUCode, AdaDPIGUFreeze, AdaDPIGUPaper
 
 __all__ = [
     # base
@@ -161,5 +161,6 @@ __all__ = [
     "VARIANCE_CLAMP",
     "AdaDPIGU",
     "AdaDPIGUCode",
+    "AdaDPIGUFreeze",
     "AdaDPIGUPaper",
 ]

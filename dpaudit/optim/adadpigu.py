@@ -41,6 +41,7 @@ class AdaDPIGU(MaskedSupport):
     fits_dirac_records = True
     ranks_audit_block = True
     adaptive_statistics: ClassVar[bool] = True
+    prunes_weights: ClassVar[bool] = True  # False: pruned weights keep their pre-trained values, frozen (official code)
     settings_type: ClassVar[type[ImportanceMaskSettings]] = AdaDPIGUSettings
     hyper: Hyperparameters[ImportanceMaskSettings]
 
@@ -158,8 +159,9 @@ class AdaDPIGU(MaskedSupport):
         block = self._audit_choice(self._importance, ratio, stream=2)  # an audit block ranked as the model
         self._set_support(top_k_indices(self.score, math.floor(ratio * self.dimension)), block=block)
         assert self.mask is not None  # a support is a mask
-        for param, m in zip(self.params, self.mask):
-            param.mul_(m)
+        if self.prunes_weights:  # the paper's forward pass at m ⊙ θ
+            for param, m in zip(self.params, self.mask):
+                param.mul_(m)
 
 
 @register(
@@ -182,3 +184,13 @@ class AdaDPIGUCode(AdaDPIGU):
     noisy_importance = False
     adaptive_statistics = False
     settings_type = ImportanceMaskSettings
+
+
+@register(
+    "adadpigu-freeze",
+    dp_claim=True,
+    description="AdaDPIGU (paper) whose pruned weights keep their pre-trained values, frozen, instead of being set "
+    "to 0 (the official code's training forward pass); the mask and updates are the paper's",
+)
+class AdaDPIGUFreeze(AdaDPIGU):
+    prunes_weights = False

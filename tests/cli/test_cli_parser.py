@@ -124,4 +124,4 @@ def test_train_flags_offer_the_registries_names_without_loading_torch(capsys):
     assert choices["dataset"][0] == "digits" and "cifar10" in choices["dataset"]
     assert choices["sampling"] == ("poisson", "shuffle") and choices["noise_decay_unit"] == ("epoch", "step")
     text = _train_help(capsys)
-    assert "one of: adadpigu, adadpigu-code, auto-s," in " ".join(text.split())
+    assert "one of: adadpigu, adadpigu-code, adadpigu-freeze, auto-s," in " ".join(text.split())

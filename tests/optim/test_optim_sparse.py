@@ -189,6 +189,25 @@ def test_adadpigu_pruned_weights_stay_zero_and_every_step_is_one_gaussian_step()
     assert len({(c.noise_multiplier, c.sample_rate) for c in costs}) == 1  # one (z, q) for the whole run
 
 
+def test_freeze_variant_keeps_the_pruned_weights_at_their_pretrained_values():
+    """adadpigu-freeze: at the switch the pruned weights keep the pre-trained (released) values and never move after;
+    the kept ones train as adadpigu's, with the same single (z, q) ledger and the same mask."""
+    assert optim.get_spec("adadpigu-freeze").dp_claim
+    params, opt = _adadpigu("adadpigu-freeze", momentum=0.9)
+    reference_params, reference = _adadpigu(momentum=0.9)
+    for step in range(4):
+        for o in (opt, reference):
+            o.accumulate([g * 30 for g in GRADS])
+        costs = opt.step(realized_batch_size=B), reference.step(realized_batch_size=B)
+        if step == 1:
+            switched = _flat(params).clone()  # the iterate right after the mask is chosen
+    assert [c.phase for c in costs] == ["train", "train"]
+    pruned = ~opt.support_mask().bool()
+    assert torch.equal(opt.support_mask(), reference.support_mask())  # the same noisy importance, the same mask
+    assert torch.all(_flat(params)[pruned] == switched[pruned]) and torch.any(switched[pruned] != 0)
+    assert torch.all(_flat(reference_params)[pruned] == 0)  # the paper's variant zeroes them
+
+
 def test_code_variant_ranks_by_unnoised_gradients_and_makes_no_claim():
     assert not optim.get_spec("adadpigu-code").dp_claim and optim.get_spec("adadpigu").dp_claim
     params, opt = _adadpigu("adadpigu-code")

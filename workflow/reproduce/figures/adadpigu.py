@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -71,11 +72,48 @@ def figure2(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     return P.entry(PAPER, "Fig 2", title, files, claims, dataset=config["config"]["dataset"])
 
 
+COLLAPSE_MARGIN = 0.05
+"""How close to chance (1/classes) a run's test accuracy must fall, in the epoch of the phase switch, to count as a
+collapse."""
+
+
+def switch_collapse(pruning: dict[float, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per pruning rate, the test accuracy just before the phase switch (the last pre-training epoch) and in the epoch
+    the switch happens, against chance: the switch evaluates the model at m ⊙ θ, and a mask no better than random
+    sets most of the trained weights to 0 there (docs/papers/adadpigu.md)."""
+    from dpaudit.data import dataset_info
+
+    rates = {}
+    for rate, group in pruning.items():
+        config = group[0]["config"]
+        switch = math.floor(float(config["pretrain_fraction"]) * len(group[0]["epoch"]))  # 0-based epoch of it
+        chance = 1 / dataset_info(config["dataset"]).num_classes
+        at = float(np.nanmean(P.series(group, "test_accuracy")[:, switch]))
+        before = float(np.nanmean(P.series(group, "test_accuracy")[:, switch - 1])) if switch else float("nan")
+        rates[f"rate_{rate:g}"] = {"before": before, "at_switch": at, "chance": chance, "switch_epoch": switch + 1}
+    collapsed = [k for k, v in rates.items() if v["at_switch"] <= v["chance"] + COLLAPSE_MARGIN]
+    return {"rates": rates, "collapsed": collapsed}
+
+
+def _collapse_note(collapse: dict[str, Any]) -> str:
+    """The figure's line on the phase switch, when a run collapses there."""
+    if not collapse["collapsed"]:
+        return ""
+    share = f"{len(collapse['collapsed'])} of {len(collapse['rates'])}"
+    before = np.nanmean([v["before"] for v in collapse["rates"].values()])
+    return (
+        f"\n{share} pruning rates are at chance in the epoch of the phase switch (test accuracy {before:.2f} before "
+        "it): the noisy mask is no better than random here and m ⊙ θ zeroes most weights (docs/papers/adadpigu.md)"
+    )
+
+
 def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
     """Fig 5: test accuracy per epoch for each pruning rate 1 − r, with unpruned DP-SGD; legend gives ε̂."""
     found = P.summaries(runs)
     pruning, baseline = _pruning_runs(found)
+    collapse = switch_collapse(pruning)
     title = f"Fig 5: AdaDPIGU test accuracy by pruning rate, ε = 4 ({P.describe(found, preset)})"
+    title += _collapse_note(collapse)
     with figure_style():
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         cmap = plt.get_cmap("viridis")
@@ -134,6 +172,14 @@ def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
             best=max(late.values()),
             best_rate=best_rate,
             **{f"rate_{r:g}": {"accuracy": late[r], **numbers} for r, (_, numbers) in degrades.items()},
+        ),
+        P.claim(
+            "No pruning rate is at chance in the epoch of the phase switch (test accuracy above 1/classes + 5 points)",
+            P.exact(not collapse["collapsed"]),
+            test="mean test accuracy over trials in the epoch of the switch against 1/classes + 0.05, each rate "
+            "(exact); a collapse makes the pruning verdicts a test of the switch, not of the mask",
+            kind="check",
+            **collapse,
         ),
     ]
     return P.entry(PAPER, "Fig 5", title, files, claims, dataset=P.describe(found, preset))
@@ -257,6 +303,7 @@ def figure7(*, out_dir: str | Path, runs: list[str | Path], preset: str = "defau
     whole = {rate: P.whole_run_audit(group) for rate, group in pruning.items()}
     trained = {rate: audit for rate, audit in whole.items() if np.isfinite(audit["family"])}
     title = f"Fig 7: AdaDPIGU accuracy vs pruning rate, ε = 4 ({P.describe(found, preset)})"
+    title += _collapse_note(switch_collapse(pruning))
     with figure_style():
         fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 3.8))
         left.plot(rates, accuracy, "o-", color="tab:blue", label=f"AdaDPIGU (mean of the last {last} epochs)")
