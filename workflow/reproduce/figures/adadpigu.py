@@ -101,10 +101,11 @@ def _collapse_note(collapse: dict[str, Any]) -> str:
         return ""
     share = f"{len(collapse['collapsed'])} of {len(collapse['rates'])}"
     before = np.nanmean([v["before"] for v in collapse["rates"].values()])
-    return (
-        f"\n{share} pruning rates are at chance in the epoch of the phase switch (test accuracy {before:.2f} before "
+    text = (
+        f"{share} pruning rates are at chance in the epoch of the phase switch (test accuracy {before:.2f} before "
         "it): the noisy mask is no better than random here and m ⊙ θ zeroes most weights (docs/papers/adadpigu.md)"
     )
+    return "\n" + textwrap.fill(text, width=100)
 
 
 def figure5(*, out_dir: str | Path, runs: list[str | Path], preset: str = "default", **_: Any) -> dict[str, Any]:
