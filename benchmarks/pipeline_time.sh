@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Wall time and peak memory (RSS of snakemake and all its jobs, `dpaudit` and `-m reproduce`, summed, sampled every second)
-# of the default pipeline from an empty results/, then the job-seconds per rule (benchmarks/pipeline_jobs.py).
-# Prints JSON. Usage: bash benchmarks/pipeline_time.sh [snakemake args]
+# of a pipeline from an empty results/, then the job-seconds per rule (benchmarks/pipeline_jobs.py). Prints JSON.
+# Usage: bash benchmarks/pipeline_time.sh [snakemake args]            # the default preset, in the repository
+#        bash benchmarks/pipeline_time.sh --directory presets/mnist --configfile configs/mnist.yaml   # a preset apart
 set -u
 cd "$(dirname "$0")/.."
-rm -rf results
-snakemake --cores all "$@" > results.log 2>&1 &
+folder=.
+previous=""
+for argument in "$@"; do  # the preset's own folder, where its results/ and its log go
+  [ "$previous" = "--directory" ] && folder=$argument
+  previous=$argument
+done
+rm -rf "$folder/results"
+mkdir -p "$folder"
+snakemake --cores all "$@" > "$folder/results.log" 2>&1 &
 pid=$!
 start=$(date +%s)
 peak=0
@@ -18,5 +26,5 @@ wait "$pid"
 rc=$?
 printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "cores": %d,\n "jobs":\n' \
   "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(nproc)"
-python benchmarks/pipeline_jobs.py results.log
+python benchmarks/pipeline_jobs.py "$folder/results.log"
 echo "}"
