@@ -271,6 +271,15 @@ def _lira_scorer(variant: str) -> Callable[..., AttackScores]:
     return scorer
 
 
+def _rmia_scorer(variant: str) -> Callable[..., AttackScores]:
+    def scorer(run: Path, *, epoch: int, delta: float) -> AttackScores:
+        from dpaudit.attacks.rmia import run_rmia_scores
+
+        return AttackScores(*run_rmia_scores(run, epoch=epoch, variant=variant))
+
+    return scorer
+
+
 def _model_scorer(signal: str) -> Callable[..., np.ndarray]:
     def model_scorer(model: Any, records: Any, *, device: Any = "cpu") -> np.ndarray:
         from dpaudit.attacks.loss import loss_scores
@@ -429,6 +438,21 @@ register_attack(
     name="lira-offline",
     description="LiRA (Carlini et al. 2022), the out Gaussian alone",
     scorer=_lira_scorer("offline"),
+    needs=_HALVES,
+    needs_shadows=True,
+)
+register_attack(
+    name="rmia-online",
+    description="RMIA (Zarifzadeh et al. 2024): pairwise likelihood ratios against test-split records, every shadow "
+    "a reference model",
+    scorer=_rmia_scorer("online"),
+    needs=_HALVES,
+    needs_shadows=True,
+)
+register_attack(
+    name="rmia-offline",
+    description="RMIA (Zarifzadeh et al. 2024) with the shadows that did not train on each record as references",
+    scorer=_rmia_scorer("offline"),
     needs=_HALVES,
     needs_shadows=True,
 )

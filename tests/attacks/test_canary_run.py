@@ -26,6 +26,7 @@ from dpaudit.whole_run import family_lower_bound, final_model_scores, likelihood
 SUPPORTED = [
     "adadpigu",
     "adadpigu-code",
+    "adadpigu-freeze",
     "auto-s",
     "auto-v",
     "d2p-sgd",

@@ -6,6 +6,7 @@ import inspect
 import re
 import shlex
 import sys
+import types
 
 import pytest
 import yaml
@@ -353,10 +354,22 @@ def test_the_strict_types_refuse_what_jsonschema_takes_and_keep_what_the_presets
 
 
 def _workflow_helpers():
-    """The helpers of workflow/rules/common.smk (plain Python), as the rules see them."""
-    namespace = {"config": {}}
+    """The helpers of workflow/rules/common.smk (plain Python), as the rules see them (run from the repository)."""
+    namespace = {"config": {}, "workflow": types.SimpleNamespace(basedir=str(ROOT))}
     exec(compile((ROOT / "workflow/rules/common.smk").read_text(), "common.smk", "exec"), namespace)
     return namespace
+
+
+def test_a_preset_run_apart_passes_the_repositorys_data_folder(tmp_path, monkeypatch):
+    """`snakemake --directory presets/NAME`: the jobs run there, and get --data-root pointing back to the data folder
+    beside the Snakefile; from the repository itself, no flag (the runs' settings do not change)."""
+    monkeypatch.chdir(ROOT)
+    assert "--data-root" not in _workflow_helpers()["cli_flags"]({"lr": 0.1})
+    (tmp_path / "presets" / "example").mkdir(parents=True)
+    helpers = {"config": {}, "workflow": types.SimpleNamespace(basedir=str(tmp_path))}
+    monkeypatch.chdir(tmp_path / "presets" / "example")
+    exec(compile((ROOT / "workflow/rules/common.smk").read_text(), "common.smk", "exec"), helpers)
+    assert helpers["cli_flags"]({"lr": 0.1}) == "--lr 0.1 --data-root ../../data"
 
 
 def test_cli_flags_quote_each_value():
