@@ -260,7 +260,7 @@ rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, 
     input:
         audit_files("audit_run"),
         audit_files("audit_cross"),
-        [path for path in audit_files("audit") if "/audit_lira" in path],
+        [path for path in audit_files("audit") if "/audit_lira" in path or "/audit_rmia" in path],
     output:
         metrics="metrics/audit_ladder.json",
         table="metrics/audit_ladder.md",

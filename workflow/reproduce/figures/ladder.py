@@ -72,6 +72,7 @@ RUNGS = (
     ("per_step_lower", "one step (per-step canaries), against one step's ε", "#9467bd", "D", True),
     ("loss_lower", "black box: loss attack", "#7f7f7f", "v", True),
     ("lira_lower", "black box: LiRA (online)", "#2ca02c", "^", True),
+    ("rmia_lower", "black box: RMIA (online)", "#17becf", "<", True),
 )
 
 
@@ -109,7 +110,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
 
     Args:
         files: ``dpaudit audit`` results: ``results/audit_run/<run>/audit_canary-*.json`` (whole-run canaries),
-            ``results/audit_cross/<run>/audit_{canary,loss}.json`` and ``results/audit/<run>/audit_lira-*.json``.
+            ``results/audit_cross/<run>/audit_{canary,loss}.json`` and ``results/audit/<run>/audit_{lira,rmia}-*.json``.
         canaries: M, the whole-run canaries per run (both classes), for the family bound's ceiling.
         delta: δ of every ε.
         seed: seed of the ceiling's simulation.
@@ -188,6 +189,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
             "epsilon_step": float(found["canary"]["epsilon_mechanism"]) if "canary" in found else None,
             "loss_lower": lower(found.get("loss")),
             "lira_lower": lower(core.get("lira-online")),
+            "rmia_lower": lower(core.get("rmia-online")),
             "canaries": canaries if whole else None,
         }
         if whole:
@@ -302,9 +304,9 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         "",
         "| optimizer | target ε | ε PLD | ε RDP | every iterate: AF | AF expected | every iterate: ledger test | "
         "final model: AF | final model: ledger test | last-iterate heuristic | ledger test on a simulation | "
-        "AF at δ' = 10⁻² (ε PLD there) | one step: AF (its ε) | loss: AF | LiRA: AF | AF / ε PLD | "
+        "AF at δ' = 10⁻² (ε PLD there) | one step: AF (its ε) | loss: AF | LiRA: AF | RMIA: AF | AF / ε PLD | "
         "members' ledger-test spread |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ratio = None if row["all_iterates_fixed"] is None else row["all_iterates_fixed"] / row["epsilon_pld"]
@@ -318,7 +320,8 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
             f"{_fmt(row['epsilon_last_iterate'])} | {_fmt(row['family_on_simulation'])} | "
             f"{_fmt(row['all_iterates_fixed_wide'])} ({_fmt(row['epsilon_pld_wide'])}) | "
             f"{_fmt(row['per_step_lower'])} ({_fmt(row['epsilon_step'])}) | "
-            f"{_fmt(row['loss_lower'])} | {_fmt(row['lira_lower'])} | {_fmt(ratio)} | {_fmt(row['family_spread'])} |"
+            f"{_fmt(row['loss_lower'])} | {_fmt(row['lira_lower'])} | {_fmt(row['rmia_lower'])} | {_fmt(ratio)} | "
+            f"{_fmt(row['family_spread'])} |"
         )
     lines += [
         "",
@@ -523,12 +526,13 @@ def write_ladder(
                 if not audited
                 else "holds"
                 if all(
-                    row["all_iterates_fixed"] >= max(row["loss_lower"] or 0.0, row["lira_lower"] or 0.0)
+                    row["all_iterates_fixed"]
+                    >= max(row["loss_lower"] or 0.0, row["lira_lower"] or 0.0, row["rmia_lower"] or 0.0)
                     for row in audited
                 )
                 else "contradicted",
                 test="assumption-free bound (threshold fixed by the ledger) ≥ the largest black-box lower bound "
-                "(loss, LiRA) per run, exact comparison of the bounds; inconclusive when no run has whole-run "
+                "(loss, LiRA, RMIA) per run, exact comparison of the bounds; inconclusive when no run has whole-run "
                 "canaries. Vacuous where every black-box bound is 0",
                 kind="check",
                 assumption_free_over_pld=ratios,
