@@ -50,6 +50,15 @@ TRAIN_ARGS = [
 ]
 
 
+def merged_config(base: dict, override: dict) -> dict:
+    """``override`` over ``base``, mappings merged key by key, as Snakemake merges a --configfile over params.yaml."""
+    merged = dict(base)
+    for key, value in override.items():
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = merged_config(base[key], value) if nested else value
+    return merged
+
+
 def hyperparameters_for(cls: type[optim.Optimizer], **values) -> Hyperparameters:
     """``Hyperparameters`` of optimizer class ``cls`` from flat values: its family's settings (``cls.settings_type``)
     go into ``settings``; settings of other families among ``values`` are left out."""

@@ -18,6 +18,7 @@ default, Carlini et al.'s choice below 64 shadows) pools the within-record sprea
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -114,6 +115,25 @@ def lira_scores(
     return log_normal(target, mean_in, std_in) - log_normal(target, mean_out, std_out)
 
 
+def open_halves_run(run_dir: str | Path, *, epoch: int, why: str) -> tuple[Any, Any, Any, Any, Any]:
+    """(config, split, model loader, device, the pool's records) of a ``split_design: halves`` run at ``epoch``.
+
+    Raises:
+        DPAuditError: another split design ("``why`` a run trained with split_design 'halves'").
+    """
+    from dpaudit.data import HalvesSplit, load_dataset
+    from dpaudit.run import open_run
+
+    config, split, load, device = open_run(run_dir, epoch=epoch)
+    if not isinstance(split, HalvesSplit):
+        raise DPAuditError(
+            f"{why} a run trained with split_design 'halves' (every record in half the shadow models); {run_dir} "
+            f"used '{config.audit.split_design}'"
+        )
+    pool = load_dataset(config.data.dataset, split="train", root=config.data.data_root).subset(split.pool)
+    return config, split, load, device, pool
+
+
 def run_lira_scores(
     run_dir: str | Path, *, epoch: int, variant: str = "online", variance: str = "global"
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -125,19 +145,12 @@ def run_lira_scores(
         variant: "online" or "offline".
         variance: "global" or "per-example".
     """
-    from dpaudit.data import HalvesSplit, load_dataset
     from dpaudit.inference import predict_logits
-    from dpaudit.run import open_run, shadow_name
+    from dpaudit.run import shadow_name
 
     check_choice("variant", variant, LIRA_VARIANTS)
     check_choice("variance", variance, VARIANCES)
-    config, split, load, device = open_run(run_dir, epoch=epoch)
-    if not isinstance(split, HalvesSplit):
-        raise DPAuditError(
-            f"LiRA needs a run trained with split_design 'halves' (every record in half the shadow "
-            f"models); {run_dir} used '{config.audit.split_design}'"
-        )
-    pool = load_dataset(config.data.dataset, split="train", root=config.data.data_root).subset(split.pool)
+    _, split, load, device, pool = open_halves_run(run_dir, epoch=epoch, why="LiRA needs")
 
     def signal(name: str) -> np.ndarray:
         return logit_confidence(predict_logits(load(name), pool.images, device=device), pool.labels)

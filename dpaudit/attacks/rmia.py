@@ -134,18 +134,13 @@ def run_rmia_scores(run_dir: str | Path, *, epoch: int, variant: str = "offline"
         epoch: checkpoint epoch of every model.
         variant: "online" or "offline".
     """
-    from dpaudit.data import HalvesSplit, load_dataset
+    from dpaudit.attacks.lira import open_halves_run
+    from dpaudit.data import load_dataset
     from dpaudit.inference import predict_logits
-    from dpaudit.run import open_run, shadow_name
+    from dpaudit.run import shadow_name
 
     check_choice("variant", variant, RMIA_VARIANTS)
-    config, split, load, device = open_run(run_dir, epoch=epoch)
-    if not isinstance(split, HalvesSplit):
-        raise DPAuditError(
-            f"RMIA needs a run trained with split_design 'halves' (its shadows are the reference models); {run_dir} "
-            f"used '{config.audit.split_design}'"
-        )
-    pool = load_dataset(config.data.dataset, split="train", root=config.data.data_root).subset(split.pool)
+    config, split, load, device, pool = open_halves_run(run_dir, epoch=epoch, why="RMIA takes its references from")
     test = load_dataset(config.data.dataset, split="test", root=config.data.data_root)
     population = test.subset(np.arange(min(POPULATION, len(test))))
 

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 import yaml
-from support import ROOT
+from support import ROOT, merged_config
 
 from dpaudit import DPAuditError
 from dpaudit.config import TrainConfig
@@ -22,17 +22,9 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 PRESETS = [None, *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "configs").glob("*.yaml"))]
 
 
-def merged(base, override):
-    result = dict(base)
-    for key, value in override.items():
-        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
-        result[key] = merged(base[key], value) if nested else value
-    return result
-
-
 def preset_config(preset):
     config = copy.deepcopy(PARAMS)
-    return config if preset is None else merged(config, yaml.safe_load((ROOT / preset).read_text()))
+    return config if preset is None else merged_config(config, yaml.safe_load((ROOT / preset).read_text()))
 
 
 def plan(config):

@@ -11,7 +11,7 @@ import types
 import pytest
 import yaml
 from jsonschema import Draft202012Validator
-from support import ROOT
+from support import ROOT, merged_config
 
 from dpaudit import DPAuditError
 from reproduce.figures import FIGURE_SPECS, FIGURES
@@ -19,15 +19,6 @@ from reproduce.pipeline_config import StrictValidator, check_pipeline_config
 
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
-
-
-def _merged(base, override):
-    """``override`` over ``base``, mappings merged key by key, as Snakemake merges a --configfile."""
-    merged = dict(base)
-    for key, value in override.items():
-        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
-        merged[key] = _merged(base[key], value) if nested else value
-    return merged
 
 
 def _params():
@@ -40,12 +31,6 @@ def _pairs(config):
 
 def _pair(config, variant):
     return next(pair for pair in _pairs(config) if pair[0] == variant)
-
-
-@pytest.mark.parametrize("preset", [None, "configs/smoke.yaml", "configs/paper.yaml"])
-def test_presets_pass(preset):
-    config = _params() if preset is None else _merged(_params(), yaml.safe_load((ROOT / preset).read_text()))
-    check_pipeline_config(config=config, schema=SCHEMA)
 
 
 def _two_runs_share_a_name(config):
@@ -337,7 +322,7 @@ def test_a_string_that_is_not_a_safe_name_is_refused_wherever_it_is(edit, messag
     ],
 )
 def test_non_finite_numbers_and_floats_for_integers_are_refused_naming_the_field(text, message):
-    config = _merged(_params(), yaml.safe_load(text))
+    config = merged_config(_params(), yaml.safe_load(text))
     _refused(config, message)
 
 
