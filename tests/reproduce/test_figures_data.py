@@ -133,7 +133,11 @@ def test_figure3_claims(tmp_path):
     entry = FIGURES["dpsgd_dc/figure3"](out_dir=tmp_path / "fig", runs=runs)
     verdicts = [c["verdict"] for c in entry["claims"]]
     assert verdicts[:3] == ["holds", "holds", "holds"]
-    assert [c["kind"] for c in entry["claims"][:4]] == ["paper", "paper", "paper", "check"]
+    assert [c["kind"] for c in entry["claims"][:5]] == ["paper", "paper", "paper", "paper", "check"]
+    control = entry["claims"][3]  # no DPSGD-GC runs among these: the control cannot be tested
+    assert control["claim"].startswith("The levelling off is the domain constraint's") and control["verdict"] == (
+        "inconclusive"
+    )
     assert set(entry["exact_accountant_at_last_epoch"]) == {"b=10", "b=40"}  # one curve per b: it ignores D
     assert (tmp_path / "fig" / "figure3.pdf").is_file()
 

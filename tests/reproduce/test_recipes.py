@@ -92,6 +92,13 @@ def _follow_recipes(folder):
         "FIGURE_SPECS: dict[str, FigureSpec] = {\n",
         f'FIGURE_SPECS: dict[str, FigureSpec] = {{\n    "{NEW_PAPER}/figure1": FigureSpec({NEW_PAPER}.figure1),\n',
     )
+    quotes = figures / "quotes.yaml"  # the claim in the paper's own words
+    quotes.write_text(
+        quotes.read_text(encoding="utf-8")
+        + f"{NEW_PAPER}/figure1:\n- claim: The μ-GDP trade-off curve is symmetric\n  quote: null\n"
+        "  note: a closed-form property of the curve the paper defines (its Prop. 2.4), stated here, not quoted\n",
+        encoding="utf-8",
+    )
 
 
 def _job_counts(output):
@@ -141,6 +148,7 @@ def test_a_new_paper_and_its_theory_figure_reach_the_pipeline(tmp_path):
     assert entry["name"] == f"{NEW_PAPER}/figure1" and entry["paper"] == NEW_TITLE
     [claim] = entry["claims"]
     assert claim["verdict"] == "holds" and claim["kind"] == "paper" and claim["numbers"]["max_error"] < 1e-9
+    assert claim["quote"] is None and "closed-form" in claim["note"]  # the quotes file's entry, attached
     assert "[holds] The μ-GDP trade-off curve is symmetric" in drawn.stdout
 
 

@@ -149,7 +149,7 @@ def test_bad_parameter_is_rejected_before_any_job(workflow_copy):
         ("{name: auto-v, lr: 0.2}", "{name: auto-w, lr: 0.2}", "unknown optimizer 'auto-w'"),
         ("target_epsilons: [4]", "target_epsilons: [0]", "Error validating config file"),
         (
-            "attacks: [loss, shadow, lira-online, lira-offline, canary]",
+            "attacks: [loss, shadow, lira-online, lira-offline, rmia-online, rmia-offline, canary]",
             "attacks: [loss, lira]",
             "Error validating config file",
         ),

@@ -82,11 +82,13 @@ def switch_collapse(pruning: dict[float, list[dict[str, Any]]]) -> dict[str, Any
     the switch happens, against chance: the switch evaluates the model at m ⊙ θ, and a mask no better than random
     sets most of the trained weights to 0 there (docs/papers/adadpigu.md)."""
     from dpaudit.data import dataset_info
+    from dpaudit.settings import SETTINGS
 
     rates = {}
     for rate, group in pruning.items():
         config = group[0]["config"]
-        switch = math.floor(float(config["pretrain_fraction"]) * len(group[0]["epoch"]))  # 0-based epoch of it
+        fraction = config.get("pretrain_fraction", SETTINGS["pretrain_fraction"].default)  # T_pre/T
+        switch = math.floor(float(fraction) * len(group[0]["epoch"]))  # 0-based epoch of it
         chance = 1 / dataset_info(config["dataset"]).num_classes
         at = float(np.nanmean(P.series(group, "test_accuracy")[:, switch]))
         before = float(np.nanmean(P.series(group, "test_accuracy")[:, switch - 1])) if switch else float("nan")
