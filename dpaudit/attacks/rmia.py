@@ -34,14 +34,6 @@ POPULATION = 2000
 GAMMA = 1.0
 
 
-def true_class_probability(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Pr(y | x) of each row: softmax(logits)[y], computed as exp(logit_y − logsumexp) without overflow."""
-    logits = np.asarray(logits, dtype=np.float64)
-    top = logits.max(axis=1, keepdims=True)
-    log_norm = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-    return np.exp(logits[np.arange(len(labels)), labels] - log_norm)
-
-
 def _reference(values: np.ndarray, trained: np.ndarray | None, *, variant: str, a: float) -> np.ndarray:
     """Pr(·) of each record from the reference models' values [S, N]; ``trained``: their [S, N] in-masks, or None
     where no reference model trained on any of the records (the population)."""
@@ -135,8 +127,8 @@ def run_rmia_scores(run_dir: str | Path, *, epoch: int, variant: str = "offline"
         variant: "online" or "offline".
     """
     from dpaudit.attacks.lira import open_halves_run
+    from dpaudit.attacks.loss import loss_scores
     from dpaudit.data import load_dataset
-    from dpaudit.inference import predict_logits
     from dpaudit.run import shadow_name
 
     check_choice("variant", variant, RMIA_VARIANTS)
@@ -144,12 +136,12 @@ def run_rmia_scores(run_dir: str | Path, *, epoch: int, variant: str = "offline"
     test = load_dataset(config.data.dataset, split="test", root=config.data.data_root)
     population = test.subset(np.arange(min(POPULATION, len(test))))
 
-    def probabilities(name: str, records) -> np.ndarray:
-        return true_class_probability(predict_logits(load(name), records.images, device=device), records.labels)
-
     names = ["target"] + [shadow_name(i) for i in range(split.num_shadows)]
-    on_pool = np.stack([probabilities(name, pool) for name in names])
-    on_population = np.stack([probabilities(name, population) for name in names])
+    # Pr(x | θ) of each model: the true class's softmax probability, the "confidence" signal of the loss attack
+    on_pool = np.stack([loss_scores(load(name), pool, signal="confidence", device=device) for name in names])
+    on_population = np.stack(
+        [loss_scores(load(name), population, signal="confidence", device=device) for name in names]
+    )
     scores = rmia_scores(
         on_pool[0],
         on_pool[1:],

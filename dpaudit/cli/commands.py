@@ -1109,9 +1109,9 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_data_fetch(args: argparse.Namespace) -> int:
-    from dpaudit.data.fetch import fetch_dataset
+    from dpaudit.data.fetch import ROUTES, fetch_dataset
 
-    result = fetch_dataset(name=args.name, root=args.root, routes=args.route or _fetch_routes())
+    result = fetch_dataset(name=args.name, root=args.root, routes=args.route or ROUTES)
     if args.json:
         _print_json(
             {
@@ -1125,12 +1125,6 @@ def _cmd_data_fetch(args: argparse.Namespace) -> int:
     else:
         print(f"{result.name}: {len(result.paths)} files verified from {result.source} in {args.root}")
     return 0
-
-
-def _fetch_routes() -> tuple[str, ...]:
-    from dpaudit.data.fetch import ROUTES
-
-    return ROUTES
 
 
 def add_data(commands: argparse._SubParsersAction) -> None:

@@ -64,15 +64,11 @@ class PinnedFile:
     digest: str
     member: str
 
-    def matches(self, data: bytes) -> bool:
-        """Whether ``data`` has this file's digest."""
+    def mismatch(self, data: bytes) -> str | None:
+        """None where ``data`` has this file's digest, else a one-line reason (its digest against the pinned one)."""
         algorithm, expected = self.digest.split(":", 1)
-        return hashlib.new(algorithm, data).hexdigest() == expected
-
-    def mismatch(self, data: bytes) -> str:
-        """A one-line reason ``data`` is not this file (its digest against the pinned one)."""
-        algorithm, expected = self.digest.split(":", 1)
-        return f"{Path(self.path).name}: {algorithm} {hashlib.new(algorithm, data).hexdigest()} ≠ pinned {expected}"
+        found = hashlib.new(algorithm, data).hexdigest()
+        return None if found == expected else f"{Path(self.path).name}: {algorithm} {found} ≠ pinned {expected}"
 
 
 def _idx(folder: str, digests: Mapping[str, str], member: str) -> tuple[PinnedFile, ...]:
@@ -162,18 +158,25 @@ def _read(path: Path) -> bytes:
         raise _RouteFailed(f"{path}: {' '.join(str(error).split())}") from None
 
 
-def _present(name: str, root: Path, scratch: Path) -> tuple[str, dict[str, bytes]]:
+def _present_paths(name: str, root: Path) -> dict[str, Path]:
+    """Where each pinned file of ``name`` is under ``root`` (plain, or else ``.gz``), without reading it."""
     found = {}
     for pinned in FETCHABLE[name]:
         path = root / pinned.path
         packed = path.with_name(path.name + ".gz")
-        if path.is_file():
-            found[pinned.path] = _read(path)
-        elif packed.is_file():
-            found[pinned.path] = _read(packed)
-        else:
+        if not (path.is_file() or packed.is_file()):
             raise _RouteFailed(f"{path} (or .gz) absent")
-    return f"the files in {root}", found
+        found[pinned.path] = path if path.is_file() else packed
+    return found
+
+
+def _present(name: str, root: Path, scratch: Path) -> tuple[str, dict[str, bytes]]:
+    return f"the files in {root}", {key: _read(path) for key, path in _present_paths(name, root).items()}
+
+
+def _mismatches(name: str, files: Mapping[str, bytes]) -> list[str]:
+    """Why each of ``files`` (pinned path → decompressed bytes) is not the pinned file; empty when all are."""
+    return [reason for pinned in FETCHABLE[name] if (reason := pinned.mismatch(files[pinned.path])) is not None]
 
 
 def _run(command: Sequence[str], *, cwd: Path) -> None:
@@ -326,7 +329,7 @@ def fetch_dataset(
             with tempfile.TemporaryDirectory(prefix="dpaudit-fetch-") as scratch:
                 try:
                     source, files = _ROUTE_FUNCTIONS[route](name, folder, Path(scratch))
-                    wrong = [pinned.mismatch(files[pinned.path]) for pinned in FETCHABLE[name] if not pinned.matches(files[pinned.path])]
+                    wrong = _mismatches(name, files)
                     if wrong:
                         raise _RouteFailed(f"{source}: checksum mismatch, " + "; ".join(wrong))
                 except _RouteFailed as failure:
@@ -357,10 +360,11 @@ def dataset_status(*, name: str, root: str | Path = "data", verify: bool = True)
         missing = [_missing_file(name, folder, split, "balanced") for split in ("train", "test")]
         return "absent" if any(missing) else "present"
     try:
+        if not verify:  # presence alone: no file is read
+            _present_paths(name, folder)
+            return "present"
         _, files = _present(name, folder, folder)
     except _RouteFailed:
         return "absent"
-    if not verify:
-        return "present"
-    wrong = [pinned.mismatch(files[pinned.path]) for pinned in FETCHABLE[name] if not pinned.matches(files[pinned.path])]
+    wrong = _mismatches(name, files)
     return f"corrupt ({'; '.join(wrong)})" if wrong else "verified"

@@ -10,8 +10,9 @@ import pytest
 
 from dpaudit._validation import DPAuditError
 from dpaudit.attacks import get_attack
-from dpaudit.attacks.rmia import rmia_scores, run_rmia_scores, true_class_probability
-from dpaudit.data import make_halves_split
+from dpaudit.attacks.loss import loss_scores
+from dpaudit.attacks.rmia import rmia_scores, run_rmia_scores
+from dpaudit.data import ArrayDataset, make_halves_split
 from dpaudit.estimate import auc
 
 TARGET = np.array([0.8, 0.4])
@@ -33,8 +34,14 @@ def scores(**kwargs):
 
 
 def test_true_class_probability_known_values():
-    logits = np.array([[0.0, 0.0], [math.log(3), 0.0], [1000.0, 0.0]])  # 1/2, 3/4, and no overflow
-    assert true_class_probability(logits, np.array([0, 0, 0])) == pytest.approx([0.5, 0.75, 1.0])
+    """RMIA's Pr(x | θ) is the loss attack's "confidence" signal; a model whose output is its input gives it for
+    chosen logits: 1/2, 3/4, and no overflow at a logit of 1000."""
+    import torch
+
+    logits = np.array([[0.0, 0.0], [math.log(3), 0.0], [1000.0, 0.0]], dtype=np.float32)
+    records = ArrayDataset("logits", logits[:, None, None, :], np.zeros(3, dtype=np.int64), 2)
+    confidence = loss_scores(torch.nn.Flatten(), records, signal="confidence")
+    assert confidence == pytest.approx([0.5, 0.75, 1.0])
 
 
 def test_online_known_answer():

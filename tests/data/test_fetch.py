@@ -110,6 +110,12 @@ def test_cli_fetch_and_list(tmp_path, tiny_mnist, capsys):
     assert err.startswith("dpaudit: error: could not fetch mnist into") and "checksum mismatch" in err
 
 
+def test_the_loaders_know_which_datasets_can_be_fetched():
+    from dpaudit.data import datasets
+
+    assert datasets._FETCHABLE == tuple(fetch_module.FETCHABLE)  # the hint of an absent dataset names the command
+
+
 def test_an_absent_dataset_names_the_fetch_command():
     with pytest.raises(Exception, match=r"run `dpaudit data fetch fashion-mnist --root /nowhere`"):
         load_dataset("fashion-mnist", root="/nowhere")

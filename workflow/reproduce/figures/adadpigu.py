@@ -90,9 +90,14 @@ def switch_collapse(pruning: dict[float, list[dict[str, Any]]]) -> dict[str, Any
         fraction = config.get("pretrain_fraction", SETTINGS["pretrain_fraction"].default)  # T_pre/T
         switch = math.floor(float(fraction) * len(group[0]["epoch"]))  # 0-based epoch of it
         chance = 1 / dataset_info(config["dataset"]).num_classes
-        at = float(np.nanmean(P.series(group, "test_accuracy")[:, switch]))
-        before = float(np.nanmean(P.series(group, "test_accuracy")[:, switch - 1])) if switch else float("nan")
-        rates[f"rate_{rate:g}"] = {"before": before, "at_switch": at, "chance": chance, "switch_epoch": switch + 1}
+        accuracy = np.nanmean(P.series(group, "test_accuracy"), axis=0)  # mean over trials, per epoch
+        before = float(accuracy[switch - 1]) if switch else float("nan")
+        rates[f"rate_{rate:g}"] = {
+            "before": before,
+            "at_switch": float(accuracy[switch]),
+            "chance": chance,
+            "switch_epoch": switch + 1,
+        }
     collapsed = [k for k, v in rates.items() if v["at_switch"] <= v["chance"] + COLLAPSE_MARGIN]
     return {"rates": rates, "collapsed": collapsed}
 
