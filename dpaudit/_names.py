@@ -38,7 +38,7 @@ BUILTIN_OPTIMIZERS = (
     "tp-topk",
     "tp-topk-clean-support",
 )
-BUILTIN_MODELS = ("cnn", "cnn-digits", "mlp", "resnet18-gn", "resnet18-gn-cifar")
+BUILTIN_MODELS = ("cnn", "cnn-digits", "cnn-small", "mlp", "resnet18-gn", "resnet18-gn-cifar")
 
 
 def optimizer_names() -> list[str]:

@@ -96,6 +96,15 @@ def _group_norm(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(min(32, channels), channels, affine=True)
 
 
+def _conv_blocks(channels: int, widths: Sequence[int]) -> list[nn.Module]:
+    """3×3 convolution (padding 1), GroupNorm, ReLU and 2×2 max-pool per width: the papers' CNN blocks."""
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), _group_norm(width), nn.ReLU(), nn.MaxPool2d(2)]
+        channels = width
+    return layers
+
+
 @register_model("mlp", description="two-layer perceptron (flattened input → 128 → classes)")
 def _mlp(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
     channels, height, width = input_shape
@@ -130,18 +139,28 @@ def _cnn(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequentia
     channels, height, _ = input_shape
     spatial = height // 4
     return nn.Sequential(
-        nn.Conv2d(channels, 32, kernel_size=3, padding=1),
-        _group_norm(32),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, kernel_size=3, padding=1),
-        _group_norm(64),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
+        *_conv_blocks(channels, (32, 64)),
         nn.Flatten(),
         nn.Linear(64 * spatial * spatial, 128),
         nn.ReLU(),
         nn.Linear(128, num_classes),
+    )
+
+
+@register_model(
+    "cnn-small",
+    description="small CNN for 28×28 and 32×32 images: 2 conv+pool blocks (16, 32 channels; GroupNorm), max-pool, "
+    "linear; no tensor above 5,120 entries, so that D2P2-SGD's d × p Gaussian projections fit in memory",
+    image_sizes=(28, 32),
+)
+def _cnn_small(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
+    channels, height, _ = input_shape
+    spatial = height // 8
+    return nn.Sequential(
+        *_conv_blocks(channels, (16, 32)),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * spatial * spatial, num_classes),
     )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 import torch
 
+from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
 from dpaudit.optim.clipping import PrivateOptimizer, _flat_norms
 from dpaudit.settings import (
@@ -74,6 +76,24 @@ class AutomaticClipping(PrivateOptimizer):
         decay = self._decay(self.hyper.settings)
         k = self.epoch if decay.noise_decay_unit == "epoch" else self.steps_taken + 1
         return float(k) ** -decay.noise_decay_exponent
+
+
+def _check_projections_fit(params: Sequence[torch.Tensor], kept: Sequence[int]) -> None:
+    """A clear error before the first step when the d_l × p_l Gaussian matrices of the model's tensors cannot fit in
+    the memory of their device (a dense layer of 4·10⁵ weights needs hundreds of GB)."""
+    device = params[0].device
+    need = sum(p.numel() * k for p, k in zip(params, kept)) * params[0].element_size()
+    if device.type == "cuda":
+        have = torch.cuda.get_device_properties(device).total_memory
+    else:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have:
+        largest = max(p.numel() for p in params)
+        raise DPAuditError(
+            f"the projected optimizers' d × p Gaussian matrices need {need / 2**30:.1f} GiB for this model (largest "
+            f"tensor: {largest:,} entries), more than the {have / 2**30:.1f} GiB of the {device.type} device; choose a "
+            "model with smaller tensors (e.g. cnn-small) or a higher reduction_rate"
+        )
 
 
 @register(
@@ -209,8 +229,10 @@ class ProjectedNoise(AutomaticClipping):
         step = self._projection_step()
         if self._matrices_step != step:
             device, dtype = self.params[0].device, self.params[0].dtype
-            generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)
             model = self._model_parameters  # an audit block is in the projected space already
+            if self._matrices_step is None:
+                _check_projections_fit(self.params[:model], self.kept[:model])
+            generator = torch.Generator(device=device).manual_seed(self._projection_seed + step)
             self._matrices = [
                 torch.randn(param.numel(), p, generator=generator, device=device, dtype=dtype)
                 for param, p in zip(self.params[:model], self.kept[:model])

@@ -14,6 +14,7 @@ SHAPES = {
     "mlp": [(1, 8, 8), (3, 32, 32)],
     "cnn-digits": [(1, 8, 8)],
     "cnn": [(1, 28, 28), (3, 32, 32)],
+    "cnn-small": [(1, 28, 28), (3, 32, 32)],
     "resnet18-gn": [(3, 32, 32), (1, 28, 28)],
     "resnet18-gn-cifar": [(3, 32, 32)],
 }
@@ -97,3 +98,11 @@ def test_seeded_initialisation_is_reproducible():
 def test_bad_model_requests(name, shape, classes, message):
     with pytest.raises(DPAuditError, match=message):
         models.build_model(name, input_shape=shape, num_classes=classes)
+
+
+@pytest.mark.parametrize("shape", SHAPES["cnn-small"])
+def test_cnn_small_keeps_every_tensor_small_enough_to_project(shape):
+    """D2P2-SGD draws a d × p Gaussian matrix per tensor (p ≤ 0.7·d at a 30 % reduction, either convention): at most
+    5,120 entries keep it under 75 MB; `cnn`'s 401,408-entry layer would need 180–420 GiB."""
+    model = models.build_model("cnn-small", input_shape=shape, num_classes=10, seed=0)
+    assert max(p.numel() for p in model.parameters()) <= 5120

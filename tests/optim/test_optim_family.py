@@ -475,3 +475,12 @@ def test_bad_two_phase_input_is_a_one_line_error(overrides, message):
     with pytest.raises(DPAuditError, match=message) as caught:
         TrainConfig.from_dict(values).validated()
     assert "\n" not in str(caught.value)
+
+
+def test_projections_too_large_for_memory_are_refused_before_the_first_step():
+    """`cnn`'s 401,408-weight layer with p = 0.3·d: a 180 GiB matrix, refused with the size and the way out."""
+    from dpaudit.optim.projection import _check_projections_fit
+
+    with pytest.raises(DPAuditError, match=r"need 180\.\d GiB for this model \(largest tensor: 401,408 entries\)"):
+        _check_projections_fit([torch.empty(401_408, device="meta")], [120_422])
+    _check_projections_fit([torch.empty(4608, device="meta")], [1382])  # cnn-small's largest: 25 MB

@@ -488,3 +488,25 @@ def test_every_claim_of_the_diagnostics_figures_has_a_verdict_a_test_and_numbers
     assert verdicts["tp_topk/figure1"] == ["holds", "holds"]  # 0.3 vs 0.1 ± 1.96·0.05, 0.7 vs 0.5 ± 0.098
     assert verdicts["dp_psac/figure1"][0] == "holds"  # cosine rises with log norm by construction
     assert verdicts["dp_psac/figure3"] == ["inconclusive"]  # two draws of one distribution
+
+
+def test_adadpigu_collapse_note_names_the_collapsed_rates_and_a_switch_in_the_first_epoch():
+    """Every rate at chance: the case the AdaDPIGU page investigates; some rates only: they are named, and a switch
+    inside the first epoch has no accuracy before it (not "nan")."""
+    from reproduce.figures.adadpigu import _collapse_note
+
+    nan = float("nan")
+    some = {
+        "rates": {"rate_0.9": {"before": nan, "at_switch": 0.1}, "rate_0.4": {"before": nan, "at_switch": 0.8}},
+        "collapsed": ["rate_0.9"],
+    }
+    text = " ".join(_collapse_note(some).split())
+    assert "1 of 2 pruning rates" in text and "the switch falls in the first epoch" in text and "pruning 0.9:" in text
+    assert "nan" not in text and "no better than random" not in text
+    every = {
+        "rates": {"rate_0.9": {"before": 0.5, "at_switch": 0.1}, "rate_0.4": {"before": 0.7, "at_switch": 0.1}},
+        "collapsed": ["rate_0.9", "rate_0.4"],
+    }
+    text = " ".join(_collapse_note(every).split())
+    assert "test accuracy 0.60 before it" in text and "no better than random" in text
+    assert _collapse_note({"rates": some["rates"], "collapsed": []}) == ""

@@ -13,7 +13,7 @@ from support import ROOT, merged_config
 
 from dpaudit import DPAuditError
 from dpaudit.config import TrainConfig
-from reproduce.experiments import experiment_trials, plan_experiments
+from reproduce.experiments import plan_experiments, run_trials
 from reproduce.figures import FIGURE_SPECS, preset_figures
 from reproduce.pipeline_config import check_pipeline_config
 
@@ -53,7 +53,25 @@ def summary(run, settings, trial):
 
 
 def test_the_presets_are_the_configs_folder():
-    assert {"configs/smoke.yaml", "configs/paper.yaml"} <= set(PRESETS)
+    assert {"configs/smoke.yaml", "configs/paper.yaml", "configs/mnist.yaml"} <= set(PRESETS)
+
+
+def test_only_the_experiments_of_drawn_figures_are_trained():
+    """The MNIST preset opts out of TP-TopK Table 4 (CIFAR-10 only): the tp_split experiment it inherits from
+    params.yaml trains nothing; a run two drawn experiments share takes the larger trial count."""
+    config = preset_config("configs/mnist.yaml")
+    experiments, _, runs = plan(config)
+    assert "tp_split" in experiments  # merged in from params.yaml
+    figures, skipped = preset_figures(
+        experiments=experiments, optimizer_runs=runs, skip=config["papers"]["skip_figures"]
+    )
+    assert "tp_topk/table4" in skipped
+    trials = run_trials(config["papers"], experiments, drawn={e for f in figures.values() for e in f.experiments})
+    assert not set(experiments["tp_split"]) & set(trials)
+    assert set(experiments["d2p2_sigma"]) <= set(trials)
+    papers = {"common": {"trials": 1}, "experiments": {"a": {"settings": {"trials": 3}}, "b": {}}}
+    assert run_trials(papers, {"a": ["x"], "b": ["x", "y"]}, drawn={"a", "b"}) == {"x": 3, "y": 1}
+    assert run_trials(papers, {"a": ["x"], "b": ["x", "y"]}, drawn={"b"}) == {"x": 1, "y": 1}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -68,11 +86,12 @@ def test_every_figure_of_every_preset_finds_its_runs(preset):
     for name, figure in figures.items():
         if figure.select is None:
             continue
+        trials = run_trials(config["papers"], experiments, drawn=figure.experiments)
         found = [
             summary(run, settings[run], trial)
             for experiment in figure.experiments
             for run in experiments[experiment]
-            for trial in range(experiment_trials(config["papers"], experiment))
+            for trial in range(trials[run])
         ]
         try:
             figure.select(found)

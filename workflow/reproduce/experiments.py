@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "load_summaries",
     "plan_experiments",
     "run_id",
+    "run_trials",
 ]
 
 
@@ -95,6 +96,26 @@ def plan_experiments(
 def experiment_trials(papers: Mapping[str, Any], name: str) -> int:
     """Trials of each run of experiment ``name`` (its settings' ``trials``, else ``papers.common.trials``)."""
     return int((papers["experiments"][name].get("settings") or {}).get("trials", papers["common"].get("trials", 1)))
+
+
+def run_trials(
+    papers: Mapping[str, Any], experiments: Mapping[str, list[str]], *, drawn: Collection[str]
+) -> dict[str, int]:
+    """Run id → trials to train, over the experiments in ``drawn`` only (those a figure the preset draws needs: a
+    preset that opts out of a figure still inherits its experiment from params.yaml, as a --configfile merges over
+    it); a run several experiments share gets the most trials any of them asks.
+
+    Args:
+        papers: The preset's ``papers`` section.
+        experiments: Experiment name → its run ids (:func:`plan_experiments`).
+        drawn: The names of the experiments to train.
+    """
+    trials: dict[str, int] = {}
+    for name in experiments:
+        if name in drawn:
+            for run in experiments[name]:
+                trials[run] = max(trials.get(run, 1), experiment_trials(papers, name))
+    return trials
 
 
 def load_summaries(paths) -> list[dict[str, Any]]:

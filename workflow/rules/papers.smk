@@ -2,7 +2,7 @@
 # its settings (reproduce.experiments.run_id), so a run several experiments share is trained once. Every run is
 # summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
-from reproduce.experiments import experiment_trials, plan_experiments
+from reproduce.experiments import plan_experiments, run_trials
 from reproduce.figures import FIGURE_SPECS, preset_figures
 from reproduce.figures._paper import PAPERS as PAPER_FOLDERS  # folder → paper title
 
@@ -11,10 +11,6 @@ PAPER_RESOURCES = section_resources(PAPERS)  # of the training jobs
 TUNED = {settings.get("optimizer", name): {k: v for k, v in settings.items() if k != "optimizer"}
          for name, settings in OPT_SETTINGS.items()}
 PAPER_EXPERIMENTS, PAPER_RUNS = plan_experiments(PAPERS, tuned=TUNED)
-PAPER_TRIALS = {}
-for _name, _ids in PAPER_EXPERIMENTS.items():
-    for _id in _ids:
-        PAPER_TRIALS[_id] = max(PAPER_TRIALS.get(_id, 1), experiment_trials(PAPERS, _name))
 CROSS_EPSILONS = AUD["target_epsilons"]
 
 # figure → what it draws (declared once, in reproduce.figures.FIGURE_SPECS): paper experiments, cross-audit runs
@@ -25,6 +21,9 @@ PAPER_FIGURES, PAPER_SKIPPED = preset_figures(
     experiments=PAPER_EXPERIMENTS, optimizer_runs=OPT_SETTINGS, skip=PAPERS.get("skip_figures", [])
 )
 PAPER_TABLES = {name for name in PAPER_FIGURES if name.split("/")[1].startswith("table")}
+PAPER_TRIALS = run_trials(  # only the experiments a drawn figure needs are trained
+    PAPERS, PAPER_EXPERIMENTS, drawn={e for figure in PAPER_FIGURES.values() for e in figure.experiments}
+)
 
 
 def paper_figure_inputs(name):
@@ -61,7 +60,7 @@ rule papers_all:
 # is a few seconds of work, and starting torch for each would cost a third of the time. An edit to an optimizer's entry in
 # optimizers.runs, or to an experiment, reruns the jobs of the optimizers it touches.
 PAPER_GROUPS = {}
-for _run in dict.fromkeys(run for ids in PAPER_EXPERIMENTS.values() for run in ids):
+for _run in PAPER_TRIALS:
     PAPER_GROUPS.setdefault(PAPER_RUNS[_run]["optimizer"], []).extend(
         (_run, trial) for trial in range(PAPER_TRIALS[_run]))
 

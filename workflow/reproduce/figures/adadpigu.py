@@ -107,11 +107,18 @@ def _collapse_note(collapse: dict[str, Any]) -> str:
     if not collapse["collapsed"]:
         return ""
     share = f"{len(collapse['collapsed'])} of {len(collapse['rates'])}"
-    before = np.nanmean([v["before"] for v in collapse["rates"].values()])
-    text = (
-        f"{share} pruning rates are at chance in the epoch of the phase switch (test accuracy {before:.2f} before "
-        "it): the noisy mask is no better than random here and m ⊙ θ zeroes most weights (docs/papers/adadpigu.md)"
-    )
+    earlier = [collapse["rates"][k]["before"] for k in collapse["collapsed"]]
+    if all(np.isnan(earlier)):
+        before = "the switch falls in the first epoch"
+    else:
+        before = f"test accuracy {np.nanmean(earlier):.2f} before it"
+    if len(collapse["collapsed"]) == len(collapse["rates"]):  # the case docs/papers/adadpigu.md investigates
+        why = "the noisy mask is no better than random here and m ⊙ θ zeroes most weights"
+    else:
+        rates = ", ".join(k.removeprefix("rate_") for k in collapse["collapsed"])
+        why = f"pruning {rates}: m ⊙ θ keeps only the masked weights"
+    text = f"{share} pruning rates are at chance in the epoch of the phase switch ({before}): {why}"
+    text += " (docs/papers/adadpigu.md)"
     return "\n" + textwrap.fill(text, width=100)
 
 
