@@ -82,11 +82,12 @@ def test_every_figure_of_every_preset_finds_its_runs(preset):
     figures, _ = preset_figures(
         experiments=experiments, optimizer_runs=runs, skip=config["papers"].get("skip_figures", [])
     )
+    # each run's trials as papers.smk trains them: the most any drawn figure's experiment asks
+    trials = run_trials(config["papers"], experiments, drawn={e for f in figures.values() for e in f.experiments})
     selected = 0
     for name, figure in figures.items():
         if figure.select is None:
             continue
-        trials = run_trials(config["papers"], experiments, drawn=figure.experiments)
         found = [
             summary(run, settings[run], trial)
             for experiment in figure.experiments
