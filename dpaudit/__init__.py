@@ -26,13 +26,13 @@ def _installed_version() -> str:
 
 __version__ = _installed_version()
 
-_SUBMODULES = ("attacks", "audit", "data", "estimate", "models", "optim", "theory", "train")
+_SUBMODULES = ("attacks", "audit", "blackbox", "data", "estimate", "models", "optim", "theory", "train")
 _AUDIT_FUNCTIONS = ("audit_scores", "audit_model", "audit_whole_run", "validation_flag")
 
 __all__ = ["DPAuditError", "empirical_epsilon", "__version__", *_AUDIT_FUNCTIONS, *_SUBMODULES]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpaudit import attacks, audit, data, models, optim, theory, train  # noqa: F401
+    from dpaudit import attacks, audit, blackbox, data, models, optim, theory, train  # noqa: F401
     from dpaudit.audit import audit_model, audit_scores, audit_whole_run, validation_flag  # noqa: F401
 
 

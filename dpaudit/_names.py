@@ -1,4 +1,5 @@
-"""The names of the built-in optimizers and models, importable without torch (``dpaudit train``'s choices).
+"""The names of the built-in optimizers, models and black-box canaries, importable without torch (the CLI's
+choices).
 
 The registries themselves (:mod:`dpaudit.optim`, :mod:`dpaudit.models`) load torch. Once one is loaded, its function
 here returns the registry's names, those a user registered included; before that, the built-in ones listed here
@@ -38,7 +39,10 @@ BUILTIN_OPTIMIZERS = (
     "tp-topk",
     "tp-topk-clean-support",
 )
-BUILTIN_MODELS = ("cnn", "cnn-digits", "cnn-small", "mlp", "resnet18-gn", "resnet18-gn-cifar")
+#: The black-box audit's input-space canaries and initialisations (``dpaudit.blackbox``, ``dpaudit blackbox``).
+CANARY_KINDS = ("mislabelled", "blank", "bright", "gradient-aligned")
+INITIALISATIONS = ("natural", "worst-case")
+BUILTIN_MODELS = ("cnn", "cnn-d2p2", "cnn-digits", "cnn-small", "mlp", "resnet18-gn", "resnet18-gn-cifar")
 
 
 def optimizer_names() -> list[str]:

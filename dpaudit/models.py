@@ -165,6 +165,28 @@ def _cnn_small(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Seq
 
 
 @register_model(
+    "cnn-d2p2",
+    description="D2P2-SGD's 4-layer CNN (its Table 5): 3×3 convolutions of 16, 32, 32, 64 channels with ReLU, 2×2 "
+    "average pools and a global average pool, linear 64 → classes (33,194 weights on one channel)",
+    image_sizes=(28, 32),
+)
+def _cnn_d2p2(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    channels = input_shape[0]
+    for width in (16, 32, 32):
+        layers += [nn.Conv2d(channels, width, kernel_size=3, padding=1), nn.ReLU(), nn.AvgPool2d(2)]
+        channels = width
+    return nn.Sequential(
+        *layers,
+        nn.Conv2d(channels, 64, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
+    )
+
+
+@register_model(
     "resnet18-gn",
     description="torchvision ResNet-18 (ImageNet stem, as the DPSGD-GC/DC authors' code) with GroupNorm(min(32, c), c)",
 )

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
 import math
 import platform
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,12 +130,26 @@ def model_seeds(*, seed: int, trial: int, model_index: int) -> tuple[int, int, i
 
 @dataclass(frozen=True)
 class Member:
-    """One model of an ensemble: its training records, its index (0: target) and where its files go."""
+    """One model of an ensemble: its training records, its index (0: target) and where its files go.
+
+    Attributes:
+        train_data: Its records; n = len(train_data) sets q = b/n and the steps per epoch.
+        model_index: 0 for the target, 1 + i for shadow i; with (seed, trial) it fixes the randomness.
+        label: Its name in progress bars and messages.
+        out_dir: Where its files go (None: kept in memory).
+        absent: Indices of ``train_data`` records the sampler draws like any other but that never join a batch: the
+            "out" world of an input-space canary (``dpaudit.blackbox``), which differs from the "in" world by that
+            record alone, at the same q and with the same draws (add/remove adjacency).
+        initial_state: Parameters to start from instead of the seeded initialisation (a ``state_dict``): the
+            worst-case initialisation of a black-box audit, where the adversary chooses θ₀.
+    """
 
     train_data: ArrayDataset
     model_index: int
     label: str = "model"
     out_dir: str | Path | None = None
+    absent: tuple[int, ...] = ()
+    initial_state: Mapping[str, torch.Tensor] | None = None
 
 
 def _observers(
@@ -216,7 +231,12 @@ class _ModelRun:
         info = dataset_info(config.data.dataset)
         self.model = model_registry.build_model(
             config.model.name, input_shape=info.input_shape, num_classes=info.num_classes, seed=init_seed
-        ).to(device)
+        )
+        if member.initial_state is not None:
+            self.model.load_state_dict(member.initial_state)
+        self.model.to(device)
+        self.absent = np.asarray(member.absent, dtype=np.intp)
+        self._initial_digest = _state_digest(member.initial_state)
         spec = optim.get_spec(config.optimizer.name)
         self.params = model_registry.trainable_parameters(self.model)
         self.out = ModelDir(Path(member.out_dir)) if member.out_dir is not None else None
@@ -271,7 +291,7 @@ class _ModelRun:
         ):
             if observer is not None:
                 observer.sampled(extra)
-            yield records
+            yield records[~np.isin(records, self.absent)] if len(self.absent) else records
 
     def begin_epoch(self, epoch: int) -> None:
         self.optimizer.begin_epoch(epoch)
@@ -359,7 +379,13 @@ class _ModelRun:
     def identity(self) -> str:
         """What a saved state must have been trained with to be resumed here."""
         return json.dumps(
-            {"config": self.config.to_dict(), "model_index": self.model_index, "records": len(self.train_data)},
+            {
+                "config": self.config.to_dict(),
+                "model_index": self.model_index,
+                "records": len(self.train_data),
+                **({"absent": self.absent.tolist()} if len(self.absent) else {}),
+                **({"initial_state": self._initial_digest} if self._initial_digest else {}),
+            },
             sort_keys=True,
         )
 
@@ -420,6 +446,17 @@ class _ModelRun:
     def drop_states(self, *, keep: int | None = None) -> None:
         """Delete the saved training states, but for epoch ``keep``'s."""
         integrity.forget([path for epoch, path in self.saved_states().items() if epoch != keep])
+
+
+def _state_digest(state: Mapping[str, torch.Tensor] | None) -> str | None:
+    """SHA-1 of a ``state_dict``'s names and values (None: none), for a saved state's identity."""
+    if state is None:
+        return None
+    digest = hashlib.sha1()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _resume(runs: list[_ModelRun]) -> int:

@@ -1,4 +1,4 @@
-"""The ``dpaudit`` command line: train, audit, attack, theory, epsilon, calibrate, list, data.
+"""The ``dpaudit`` command line: train, audit, blackbox, attack, theory, epsilon, calibrate, list, data.
 
 :mod:`dpaudit.cli.commands` holds the commands. The reproduction's pipeline commands (figure, manifest, batch, …)
 are not the library's: they are ``python -m reproduce`` (``workflow/reproduce``, beside the Snakemake rules that run
@@ -23,7 +23,9 @@ from dpaudit.cli import commands
 __all__ = ["build_parser", "main", "user_error"]
 
 #: ``dpaudit --help``'s headings and the commands under each, in the order it lists them.
-COMMAND_GROUPS = (("commands", ("train", "audit", "attack", "theory", "epsilon", "calibrate", "list", "data")),)
+COMMAND_GROUPS = (
+    ("commands", ("train", "audit", "blackbox", "attack", "theory", "epsilon", "calibrate", "list", "data")),
+)
 
 
 def _list_commands_by_group(parser: argparse.ArgumentParser, subcommands: argparse._SubParsersAction) -> None:
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     # this order is the order of argparse's "invalid choice" message
     commands.add_train(subcommands)
     commands.add_audit(subcommands)
+    commands.add_blackbox(subcommands)
     commands.add_attack(subcommands)
     commands.add_theory(subcommands)
     commands.add_epsilon(subcommands)

@@ -1,4 +1,4 @@
-"""The user-facing commands: train, attack, audit, epsilon, calibrate, theory, list, data.
+"""The user-facing commands: train, attack, audit, blackbox, epsilon, calibrate, theory, list, data.
 
 Each ``add_<command>(commands)`` declares one subcommand of :func:`dpaudit.cli.build_parser` and its handler;
 torch loads only inside the handlers that train or attack, so building the parser stays instant.
@@ -987,6 +987,97 @@ def add_audit(commands: argparse._SubParsersAction) -> None:
     audit.add_argument("--no-plot", action="store_true", help="skip the ROC plot (PNG + PDF beside the JSON)")
     _add_json_argument(audit, "a list of the audits' payloads (what each JSON file holds)")
     audit.set_defaults(handler=_cmd_audit)
+
+
+_BLACKBOX_EXAMPLE = """example (DP-SGD at ε = 8, Poisson q = 0.5, 20,000 models with the bright canary):
+  dpaudit blackbox --dataset digits --model mlp --optimizer dpsgd-gc --target-epsilon 8 --accountant prv \\
+      --clip-norm 1 --lr 0.1 --target-size 100 --batch-size 50 --epochs 10 --models 20000 --out blackbox.json"""
+
+
+def _cmd_blackbox(args: argparse.Namespace) -> int:
+    config = _config_from_args(args)
+    from dpaudit import blackbox
+
+    if args.design == "one-run":
+        report = blackbox.audit_one_run(
+            config=config,
+            canaries=args.input_canaries,
+            initialisation=args.initialisation,
+            seed=args.audit_seed,
+            confidence=args.confidence,
+            progress=not args.quiet,
+        )
+    else:
+        report = blackbox.audit_many_models(
+            config=config,
+            models=args.models,
+            canary=args.canary,
+            initialisation=args.initialisation,
+            seed=args.audit_seed,
+            chunk=args.chunk,
+            confidence=args.confidence,
+            progress=not args.quiet,
+        )
+    payload = report.to_dict()
+    if args.out is not None:
+        from dpaudit._io import write_json
+
+        write_json(args.out, payload)
+        _status(f"wrote {args.out}")
+    if args.json:
+        _print_json(payload)
+        return 0
+    heuristic = "–" if report.epsilon_last_iterate is None else f"{report.epsilon_last_iterate:.2f}"
+    gdp = "" if report.epsilon_gdp is None else f"; Gaussian-DP reading {report.epsilon_gdp:.2f} ({report.gdp_label})"
+    print(
+        f"{report.design}, {report.trials} trials, canary {report.canary}, {report.threat_model}\n"
+        f"ε = {report.epsilon:.2f} (accountant), last-iterate heuristic {heuristic}; "
+        f"{report.confidence:.0%} lower bound {report.epsilon_lower:.2f} (assumption-free; ceiling "
+        f"{report.epsilon_ceiling:.2f}){gdp}"
+    )
+    return 0
+
+
+def add_blackbox(commands: argparse._SubParsersAction) -> None:
+    """Declare ``dpaudit blackbox`` and its handler."""
+    from dpaudit._names import CANARY_KINDS, INITIALISATIONS
+
+    parser = commands.add_parser(
+        "blackbox",
+        help="black-box audit: input-space canaries scored by the final models' outputs alone",
+        description="Train many models of one configuration, each with a crafted input-space canary present with "
+        "probability 1/2 (or one model with many mislabelled canaries), and bound ε from the final models' losses "
+        "on the canaries alone (dpaudit.blackbox). target_size counts the canary slots.",
+        epilog=_BLACKBOX_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_arguments(parser)
+    audit = parser.add_argument_group("black-box audit", "The design, the canary and the adversary.")
+    audit.add_argument(
+        "--design", choices=("many-models", "one-run"), default="many-models", help="(default: many-models)"
+    )
+    audit.add_argument("--models", type=int, default=1000, help="many models: K models, one trial each (default: 1000)")
+    audit.add_argument("--input-canaries", type=int, default=100, help="one run: m mislabelled canaries (default: 100)")
+    audit.add_argument(
+        "--canary", choices=CANARY_KINDS, default="bright", help="many models: the canary (default: bright)"
+    )
+    audit.add_argument(
+        "--initialisation",
+        choices=INITIALISATIONS,
+        default="worst-case",
+        help="worst-case: the adversary chooses θ₀, trained on the records the models share (default: worst-case)",
+    )
+    audit.add_argument(
+        "--audit-seed", type=int, default=0, help="seeds the records, canary and memberships (default: 0)"
+    )
+    audit.add_argument("--chunk", type=int, default=1000, help="models trained together at once (default: 1000)")
+    audit.add_argument("--confidence", type=float, default=0.95, help="of the lower bounds (default: 0.95)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", type=Path, help="write the report (JSON) here")
+    out.add_argument("--config", type=Path, help="YAML file of configuration keys (flags override it)")
+    out.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_json_argument(out, "the report")
+    parser.set_defaults(handler=_cmd_blackbox)
 
 
 def add_attack(commands: argparse._SubParsersAction) -> None:

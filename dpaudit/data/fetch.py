@@ -171,7 +171,7 @@ def _present_paths(name: str, root: Path) -> dict[str, Path]:
 
 
 def _present(name: str, root: Path, scratch: Path) -> tuple[str, dict[str, bytes]]:
-    return f"the files in {root}", {key: _read(path) for key, path in _present_paths(name, root).items()}
+    return "the files already there", {key: _read(path) for key, path in _present_paths(name, root).items()}
 
 
 def _mismatches(name: str, files: Mapping[str, bytes]) -> list[str]:

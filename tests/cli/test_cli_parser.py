@@ -22,7 +22,17 @@ def _sections(text: str) -> dict[str, list[str]]:
 def test_help_lists_the_library_commands_and_no_pipeline_command():
     parser = build_parser()
     sections = _sections(parser.format_help())
-    assert sections["commands"] == ["train", "audit", "attack", "theory", "epsilon", "calibrate", "list", "data"]
+    assert sections["commands"] == [
+        "train",
+        "audit",
+        "blackbox",
+        "attack",
+        "theory",
+        "epsilon",
+        "calibrate",
+        "list",
+        "data",
+    ]
     assert "pipeline commands" not in sections
     commands = next(action for action in parser._actions if action.dest == "command").choices
     assert sorted(name for _, names in COMMAND_GROUPS for name in names) == sorted(commands)

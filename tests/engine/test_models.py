@@ -15,6 +15,7 @@ SHAPES = {
     "cnn-digits": [(1, 8, 8)],
     "cnn": [(1, 28, 28), (3, 32, 32)],
     "cnn-small": [(1, 28, 28), (3, 32, 32)],
+    "cnn-d2p2": [(1, 28, 28), (3, 32, 32)],
     "resnet18-gn": [(3, 32, 32), (1, 28, 28)],
     "resnet18-gn-cifar": [(3, 32, 32)],
 }
@@ -106,3 +107,17 @@ def test_cnn_small_keeps_every_tensor_small_enough_to_project(shape):
     5,120 entries keep it under 75 MB; `cnn`'s 401,408-entry layer would need 180–420 GiB."""
     model = models.build_model("cnn-small", input_shape=shape, num_classes=10, seed=0)
     assert max(p.numel() for p in model.parameters()) <= 5120
+
+
+@pytest.mark.parametrize(
+    "shape, total, first",
+    [((1, 28, 28), 33_194, 144), ((3, 32, 32), 33_482, 432)],
+)
+def test_cnn_d2p2_is_the_papers_table_5_network(shape, total, first):
+    """D2P2-SGD's Table 5 and its code's convnet(): 33,194 weights on one channel, 33,482 on three; per tensor
+    (3 channels) 432, 16, 4608, 32, 9216, 32, 18432, 64, 640, 10 (conv 3×3 16/32/32/64, linear 64 → 10)."""
+    model = models.build_model("cnn-d2p2", input_shape=shape, num_classes=10, seed=0)
+    assert models.parameter_count(model) == total
+    assert [p.numel() for p in model.parameters()] == [first, 16, 4608, 32, 9216, 32, 18432, 64, 640, 10]
+    kinds = [type(m).__name__ for m in model]
+    assert kinds.count("AvgPool2d") == 3 and "AdaptiveAvgPool2d" in kinds and "MaxPool2d" not in kinds

@@ -271,8 +271,30 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
         noise_multiplier=1.0,
         attacks=[("canary-run", 0.5, {"whole_run": whole}), ("canary-final", 0.4, {"whole_run": whole})],
     )
+    black_box = tmp_path / "results" / "audit_blackbox" / "dpsgd-gc_eps2" / "blackbox.json"
+    black_box.parent.mkdir(parents=True)
+    write_json(
+        black_box,
+        {
+            "epsilon_lower": 0.2,
+            "epsilon": 2.0,
+            "epsilon_gdp": 1.2,
+            "gdp_label": "estimate",
+            "epsilon_last_iterate": 1.0,
+            "epsilon_ceiling": 4.0,
+            "trials": 2000,
+            "threat_model": "black box",
+        },
+    )
+    files.append(black_box)
     rows = {row["name"]: row for row in ladder.ladder_rows(files, canaries=200, delta=1e-5)}
     gc, topk = rows["dpsgd-gc"], rows["adadpigu"]
+    # the crafted-canary black-box rung: against its own run's ε, shared per optimizer (none for AdaDPIGU here)
+    assert (gc["black_box_lower"], gc["black_box_epsilon"], topk["black_box_lower"]) == (0.2, 2.0, None)
+    assert gc["members"]["dpsgd-gc"]["black_box_over_own"] == 0.1
+    assert gc["members"]["dpsgd-gc"]["black_box_over_last_iterate"] == 0.2
+    # compared with the run's bounds as a share of its own run's ε: 0.1 of the run's PLD ε
+    assert ladder._black_box_best(gc) == pytest.approx(0.1 * gc["epsilon_pld"])
     assert gc["whole_run_unfit"] is None and "no whole-run canary design" in topk["whole_run_unfit"]
     assert (gc["all_iterates_family"], gc["all_iterates_lower"], gc["final_model_lower"]) == (0.8, 0.5, 0.4)
     # the assumption-free headline: the profile's point at the run's δ; its 10⁻² point beside the claim there
@@ -298,11 +320,12 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
     table = (tmp_path / "ladder.md").read_text()
     assert "not fitted: no whole-run canary design for its per-record processing" in table and "1.50 (4.00)" in table
     assert "0.90 (0.95)" in table and (tmp_path / "profile.png").stat().st_size > 0
+    assert "| 0.20 (2.00) |" in table and "| 0.10 | 0.20 | 0.60 |" in table
     claims = read_json(tmp_path / "ladder.manifest.json")["claims"]
     assert claims[0]["verdict"] == "holds" and claims[0]["numbers"]["above"] == []
-    assert (
-        claims[1]["verdict"] == "holds"
-    )  # the assumption-free bound (0.6) is above the loss attack's (0) where whole-run canaries fit
+    # the assumption-free bound (0.6, 0.17 of the run's ε) is above the loss attack's (0) and the crafted canary's
+    # share (0.1) where whole-run canaries fit; a crafted canary above it would contradict the claim
+    assert claims[1]["verdict"] == "holds" and claims[1]["numbers"]["black_box_over_own"] == {"dpsgd-gc at 2": 0.1}
 
 
 @pytest.mark.integration

@@ -14,7 +14,7 @@ from support import ROOT, merged_config
 from dpaudit import DPAuditError
 from dpaudit.config import TrainConfig
 from reproduce.experiments import plan_experiments, run_trials
-from reproduce.figures import FIGURE_SPECS, preset_figures
+from reproduce.figures import FIGURE_SPECS, check_figure_models, preset_figures
 from reproduce.pipeline_config import check_pipeline_config
 
 SCHEMA = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
@@ -52,6 +52,24 @@ def summary(run, settings, trial):
     }
 
 
+def cross_settings(config):
+    """Each optimizers run's settings in the cross-optimizer audit (audit.common under the run's own, as audit.smk)."""
+    return {run["name"]: {**config["audit"]["common"], **run} for run in config["optimizers"]["runs"]}
+
+
+def test_a_figure_never_compares_two_models_on_one_dataset():
+    """The paper preset trains D2P2-SGD's runs on its own CNN (`cnn` is too large to project): its non-private
+    reference, drawn beside them in Fig 2, must be the same network."""
+    config = preset_config("configs/paper.yaml")
+    config["papers"]["experiments"]["nonprivate"]["settings"]["model"] = "cnn"
+    experiments, settings, runs = plan(config)
+    figures, _ = preset_figures(experiments=experiments, optimizer_runs=runs, skip=[])
+    with pytest.raises(
+        DPAuditError, match=r"^params: adadpigu/table4 would compare models cnn, cnn-d2p2 on fashion-mnist; give"
+    ):
+        check_figure_models(figures, experiments=experiments, paper_runs=settings, cross_runs=cross_settings(config))
+
+
 def test_the_presets_are_the_configs_folder():
     assert {"configs/smoke.yaml", "configs/paper.yaml", "configs/mnist.yaml"} <= set(PRESETS)
 
@@ -82,6 +100,7 @@ def test_every_figure_of_every_preset_finds_its_runs(preset):
     figures, _ = preset_figures(
         experiments=experiments, optimizer_runs=runs, skip=config["papers"].get("skip_figures", [])
     )
+    check_figure_models(figures, experiments=experiments, paper_runs=settings, cross_runs=cross_settings(config))
     # each run's trials as papers.smk trains them: the most any drawn figure's experiment asks
     trials = run_trials(config["papers"], experiments, drawn={e for f in figures.values() for e in f.experiments})
     selected = 0

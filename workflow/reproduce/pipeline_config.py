@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jsonschema
@@ -100,6 +100,8 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
                 )
     _check_validation(config["audit"], runs=runs, schema=schema)
     _check_whole_run(config["audit"]["whole_run"], runs=runs, schema=schema)
+    if "black_box" in config["audit"]:
+        _check_black_box(config["audit"], runs=runs)
 
 
 def _where(path: list[str | int]) -> str:
@@ -208,6 +210,47 @@ def whole_run_names(runs: Mapping[str, Mapping[str, Any]], *, schema: Mapping[st
         for name, settings in runs.items()
         if settings.get("optimizer", name) in fits and get_spec(settings.get("optimizer", name)).dp_claim
     ]
+
+
+def black_box_names(runs: Mapping[str, Mapping[str, Any]], *, skip: Collection[str] = ()) -> list[str]:
+    """The runs of ``optimizers.runs`` (name → settings) that the black-box rung audits (``audit.black_box``): those
+    whose optimizer claims DP and that sample by Poisson, but the projected ones (DP2-SGD, D2P2-SGD: a d × p
+    projection per model and step is too large for thousands of models) and those in ``skip``
+    (``audit.black_box.skip``), in their order."""
+    from dpaudit.optim import get_spec
+    from dpaudit.settings import ProjectionSettings
+
+    names = []
+    for name, settings in runs.items():
+        if name in skip:
+            continue
+        cls = get_spec(settings.get("optimizer", name)).cls
+        projected = issubclass(getattr(cls, "settings_type", object), ProjectionSettings)
+        if (
+            get_spec(settings.get("optimizer", name)).dp_claim
+            and not projected
+            and settings.get("sampling") != "shuffle"
+        ):
+            names.append(name)
+    return names
+
+
+def _check_black_box(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]]) -> None:
+    """``audit.black_box``: a run it audits, at target ε the ladder has (``audit.target_epsilons``)."""
+    unknown = sorted(set(audit["black_box"].get("skip", [])) - set(runs))
+    if unknown:
+        raise DPAuditError(f"params audit.black_box.skip: {unknown[0]!r} is not a run of optimizers.runs")
+    if not black_box_names(runs, skip=audit["black_box"].get("skip", [])):
+        raise DPAuditError(
+            "params audit.black_box: no run of optimizers.runs has a DP-claiming optimizer without a projection "
+            "(e.g. dpsgd-gc); remove the section or add one"
+        )
+    missing = sorted(set(audit["black_box"]["target_epsilons"]) - set(audit["target_epsilons"]))
+    if missing:
+        raise DPAuditError(
+            f"params audit.black_box.target_epsilons: {', '.join(f'{e:g}' for e in missing)} not in "
+            "audit.target_epsilons (the ladder's rows)"
+        )
 
 
 def _check_whole_run(whole_run: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]], schema) -> None:

@@ -46,6 +46,18 @@ AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, a
 }
 
 
+# the black-box rung: its own run per DP-claiming, unprojected run of optimizers.runs and ε (audit.black_box.settings
+# over the cross-optimizer settings and the run's own), K models each, scored by `dpaudit blackbox`
+BLACK_BOX = AUD.get("black_box")
+BLACK_BOX_NAMES = black_box_names(OPT_SETTINGS, skip=BLACK_BOX.get("skip", [])) if BLACK_BOX else []
+BLACK_BOX_COMMON = {**CROSS_COMMON, "canaries": 0, **(BLACK_BOX or {}).get("settings", {})}
+BLACK_BOX_COMMON["eval_epochs"] = [BLACK_BOX_COMMON["epochs"]]
+
+
+def black_box_files():
+    return [f"results/audit_blackbox/{name}_eps{eps:g}/blackbox.json" for name in BLACK_BOX_NAMES
+            for eps in BLACK_BOX["target_epsilons"]] if BLACK_BOX else []
+
 AUD_RUN_TABLES = {section: epsilon_run_table(settings, AUD["target_epsilons"])
                   for section, (settings, _, _, _) in AUD_SECTIONS.items() if section != "audit_run_validation"}
 
@@ -101,6 +113,7 @@ rule audit_all:
         audit_files("audit_validation"),
         audit_files("audit_run"),
         audit_files("audit_run_validation"),
+        black_box_files(),
         "figures/audit/validation.png",
         "figures/audit/validation_run.png",
         "figures/audit/ladder.png",
@@ -256,8 +269,34 @@ rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at
         "{params.commands} > {log:q} 2>&1"
 
 
+def black_box_command(name, eps):
+    """`dpaudit blackbox` of one optimizers run at one ε: K models of its own run, the report as JSON."""
+    settings = {k: v for k, v in OPT_SETTINGS[name].items() if k != "canary_design"}
+    flags = cli_flags({**BLACK_BOX_COMMON, "optimizer": name, **settings, **BLACK_BOX["settings"],
+                       "target_epsilon": eps})
+    return (f"blackbox --quiet {flags} --models {shell_word(BLACK_BOX['models'])}"
+            f" --canary {shell_word(BLACK_BOX['canary'])} --initialisation {shell_word(BLACK_BOX['initialisation'])}"
+            f" --out {shell_word(f'results/audit_blackbox/{name}_eps{eps:g}/blackbox.json')}")
+
+
+rule audit_blackbox:  # the black-box rung of one optimizer at every ε of audit.black_box, in one process
+    output:
+        expand("results/audit_blackbox/{{name}}_eps{eps:g}/blackbox.json",
+               eps=BLACK_BOX["target_epsilons"] if BLACK_BOX else []),
+    params:
+        commands=lambda wildcards: batch_command(
+            *[black_box_command(wildcards.name, eps) for eps in BLACK_BOX["target_epsilons"]]),
+    resources:
+        **AUD_RESOURCES,
+    log:
+        "logs/audit_blackbox/{name}.log",
+    shell:
+        "{params.commands} > {log:q} 2>&1"
+
+
 rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, final model), per step, black box
     input:
+        black_box_files(),
         audit_files("audit_run"),
         audit_files("audit_cross"),
         [path for path in audit_files("audit") if "/audit_lira" in path or "/audit_rmia" in path],

@@ -3,7 +3,7 @@
 # summarised (theoretical ε per epoch, loss-attack ε̂ per checkpoint, canary ε̂) and the figures draw those
 # summaries, the cross-optimizer audit runs (matched ε) and the optimizers runs' training diagnostics.
 from reproduce.experiments import plan_experiments, run_trials
-from reproduce.figures import FIGURE_SPECS, preset_figures
+from reproduce.figures import FIGURE_SPECS, check_figure_models, preset_figures
 from reproduce.figures._paper import PAPERS as PAPER_FOLDERS  # folder → paper title
 
 PAPERS = config["papers"]
@@ -19,6 +19,10 @@ CROSS_EPSILONS = AUD["target_epsilons"]
 # (papers.skip_figures; the manifest lists it with what the preset lacks); the DPSGD-GC/DC figures have rules of their own.
 PAPER_FIGURES, PAPER_SKIPPED = preset_figures(
     experiments=PAPER_EXPERIMENTS, optimizer_runs=OPT_SETTINGS, skip=PAPERS.get("skip_figures", [])
+)
+check_figure_models(  # a figure never compares two models on one dataset
+    PAPER_FIGURES, experiments=PAPER_EXPERIMENTS, paper_runs=PAPER_RUNS,
+    cross_runs={name: {**CROSS_COMMON, **settings} for name, settings in OPT_SETTINGS.items()},
 )
 PAPER_TABLES = {name for name in PAPER_FIGURES if name.split("/")[1].startswith("table")}
 PAPER_TRIALS = run_trials(  # only the experiments a drawn figure needs are trained

@@ -8,7 +8,7 @@ evaluated on the data. Importing this package loads matplotlib (Agg backend) but
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +145,39 @@ def preset_figures(
     return chosen, skipped
 
 
+def check_figure_models(
+    figures: Mapping[str, FigureSpec],
+    *,
+    experiments: Mapping[str, Collection[str]],
+    paper_runs: Mapping[str, Mapping[str, Any]],
+    cross_runs: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Each figure compares one model per dataset: the runs it draws from experiments and from the cross-optimizer
+    audit (a non-private reference beside DP runs, a table of optimizers) train the same network on the same data.
+
+    Args:
+        figures: The figures a preset draws (:func:`preset_figures`).
+        experiments: Experiment name → its run ids.
+        paper_runs: Run id → its full settings (``dataset``, ``model``, …).
+        cross_runs: Name of each ``optimizers.runs`` entry → its full settings in the cross-optimizer audit.
+
+    Raises:
+        DPAuditError: a figure would draw two models on one dataset.
+    """
+    for name, figure in figures.items():
+        runs = [paper_runs[run] for experiment in figure.experiments for run in experiments[experiment]]
+        runs += [cross_runs[run] for run in figure.cross]
+        models: dict[str, set[str]] = {}
+        for settings in runs:
+            models.setdefault(str(settings.get("dataset")), set()).add(str(settings.get("model")))
+        for dataset, found in models.items():
+            if len(found) > 1:
+                raise DPAuditError(
+                    f"params: {name} would compare models {', '.join(sorted(found))} on {dataset}; give the runs it "
+                    "draws one model (papers.experiments.*.settings.model, optimizers.common.model, audit.common.model)"
+                )
+
+
 # name → drawing function, for the `figure` and `list` commands of `python -m reproduce`
 FIGURES: dict[str, Callable[..., dict[str, Any]]] = {name: spec.draw for name, spec in FIGURE_SPECS.items()}
 
@@ -153,6 +186,7 @@ __all__ = [
     "FIGURE_SPECS",
     "SERIES_STYLES",
     "FigureSpec",
+    "check_figure_models",
     "figure_style",
     "preset_figures",
     "save_figure",

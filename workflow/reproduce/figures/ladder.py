@@ -14,7 +14,10 @@ from the strongest adversary to the weakest:
   and the last-iterate heuristic ε (a heuristic, not a guarantee);
 * white box, one step (``canary``): the per-step Dirac canaries, against the ε of the one unsubsampled step
   each canary faces — a different claim, larger than the run's;
-* black box: the loss attack on the target (and LiRA where the audit core ran it), against the run's ε.
+* black box: the loss attack on the target (and LiRA and RMIA where the audit core ran them), against the run's ε;
+  and the crafted-canary audit of ``audit.black_box`` (``dpaudit blackbox``: K models of the optimizer's own run at
+  the same target ε, one input-space canary, the final models' losses alone; the adversary chooses θ₀), against
+  that run's ε.
 
 Each lower bound is drawn against the claim it tests (y = x: the audit certifies all of it), beside what the
 sample size allows: for the family bound, its value on one simulation of the claimed mechanism with as many
@@ -73,7 +76,9 @@ RUNGS = (
     ("loss_lower", "black box: loss attack", "#7f7f7f", "v", True),
     ("lira_lower", "black box: LiRA (online)", "#2ca02c", "^", True),
     ("rmia_lower", "black box: RMIA (online)", "#17becf", "<", True),
+    ("black_box_lower", "black box: crafted canary, adversary's θ₀ (its own run's ε)", "#d62728", "P", True),
 )
+BLACK_BOX_FILE = "blackbox.json"  # results/audit_blackbox/<run>/: the report of `dpaudit blackbox`
 
 
 def _run_parts(run: str) -> tuple[str, float]:
@@ -110,7 +115,8 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
 
     Args:
         files: ``dpaudit audit`` results: ``results/audit_run/<run>/audit_canary-*.json`` (whole-run canaries),
-            ``results/audit_cross/<run>/audit_{canary,loss}.json`` and ``results/audit/<run>/audit_{lira,rmia}-*.json``.
+            ``results/audit_cross/<run>/audit_{canary,loss}.json`` and ``results/audit/<run>/audit_{lira,rmia}-*.json``;
+            and ``dpaudit blackbox`` reports, ``results/audit_blackbox/<run>/blackbox.json``.
         canaries: M, the whole-run canaries per run (both classes), for the family bound's ceiling.
         delta: δ of every ε.
         seed: seed of the ceiling's simulation.
@@ -127,7 +133,9 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
         path = Path(path)
         payload = read_json(path)
         section, run = path.parent.parent.name, path.parent.name
-        by_run.setdefault((section, run), {})[payload["attack"]] = payload
+        by_run.setdefault((section, run), {})["blackbox" if path.name == BLACK_BOX_FILE else payload["attack"]] = (
+            payload
+        )
     cross = sorted((run for section, run in by_run if section == "audit_cross"), key=lambda run: _run_parts(run)[::-1])
     if not cross:
         raise DPAuditError("the ladder needs the cross-optimizer audit's results (results/audit_cross/…)")
@@ -146,6 +154,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
         audited = next((p["whole_run"] for p in whole.values() if "epsilon_pld" in p.get("whole_run", {})), None)
         claims = _ledger_claims(source, delta=delta, whole_run=audited)
         core = by_run.get(("audit", run), {})
+        black_box = by_run.get(("audit_blackbox", run), {}).get("blackbox")
 
         def lower(payload):
             return None if payload is None else float(payload["report"]["epsilon_lower"])
@@ -190,6 +199,15 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
             "loss_lower": lower(found.get("loss")),
             "lira_lower": lower(core.get("lira-online")),
             "rmia_lower": lower(core.get("rmia-online")),
+            "black_box_lower": None if black_box is None else float(black_box["epsilon_lower"]),
+            "black_box_epsilon": None if black_box is None else float(black_box["epsilon"]),
+            "black_box_gdp": None if black_box is None else black_box["epsilon_gdp"],
+            "black_box_gdp_label": None if black_box is None else black_box["gdp_label"],
+            "black_box_last_iterate": None if black_box is None else black_box["epsilon_last_iterate"],
+            "black_box_ceiling": None if black_box is None else float(black_box["epsilon_ceiling"]),
+            "black_box_models": None if black_box is None else int(black_box["trials"]),
+            "black_box_threat_model": None if black_box is None else black_box["threat_model"],
+            "black_box_unfit": _black_box_unfit(optimizer) if black_box is None else None,
             "canaries": canaries if whole else None,
         }
         if whole:
@@ -251,7 +269,8 @@ def _one_row_per_mechanism(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _share(row: dict[str, Any]) -> dict[str, float | None]:
     """One optimizer's shares of the ε each rung tests: every iterate (family, assumption-free) of the run's PLD ε,
-    and the per-step canaries' bound of one step's ε."""
+    the per-step canaries' bound of one step's ε, and the crafted-canary black-box audit's of its own run's ε (and of
+    that run's last-iterate heuristic)."""
 
     def ratio(value, claimed):
         return None if value is None or not claimed else value / claimed
@@ -262,6 +281,9 @@ def _share(row: dict[str, Any]) -> dict[str, float | None]:
         "assumption_free_over_pld": ratio(row["all_iterates_fixed"], row["epsilon_pld"]),
         "assumption_free_wide_over_pld": ratio(row["all_iterates_fixed_wide"], row["epsilon_pld_wide"]),
         "per_step_over_step": ratio(row["per_step_lower"], row["epsilon_step"]),
+        "black_box_over_own": ratio(row["black_box_lower"], row["black_box_epsilon"]),
+        "black_box_gdp_over_own": ratio(row["black_box_gdp"], row["black_box_epsilon"]),
+        "black_box_over_last_iterate": ratio(row["black_box_lower"], row["black_box_last_iterate"]),
     }
 
 
@@ -293,7 +315,9 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         "predicts for a run that is its claim (these canary counts' reach); ledger test on a simulation = the family "
         "bound of one simulated run of the claim (one draw). The per-step canaries' bound is against one step's ε "
         "(no subsampling, no composition), every other bound against the run's ε; AF at δ' = 10⁻² against the "
-        "ledger's ε at that δ'.",
+        "ledger's ε at that δ'. Crafted canary = the black-box audit of audit.black_box: K models of the optimizer's "
+        "own run at the same target ε (its settings in metrics/audit_ladder.json), one input-space canary, the final "
+        "models' losses alone, the adversary choosing θ₀; its AF against that run's ε (in brackets).",
         "",
         "One row per mechanism: the whole-run canaries of optimizers joined by = meet the same mechanism (the same "
         "ledger, sampling and canary count, and a canary contribution φ(K)·K/C equal to 3 decimals: a Dirac canary "
@@ -304,9 +328,9 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         "",
         "| optimizer | target ε | ε PLD | ε RDP | every iterate: AF | AF expected | every iterate: ledger test | "
         "final model: AF | final model: ledger test | last-iterate heuristic | ledger test on a simulation | "
-        "AF at δ' = 10⁻² (ε PLD there) | one step: AF (its ε) | loss: AF | LiRA: AF | RMIA: AF | AF / ε PLD | "
-        "members' ledger-test spread |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "AF at δ' = 10⁻² (ε PLD there) | one step: AF (its ε) | loss: AF | LiRA: AF | RMIA: AF | "
+        "crafted canary: AF (its ε) | AF / ε PLD | members' ledger-test spread |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ratio = None if row["all_iterates_fixed"] is None else row["all_iterates_fixed"] / row["epsilon_pld"]
@@ -320,7 +344,8 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
             f"{_fmt(row['epsilon_last_iterate'])} | {_fmt(row['family_on_simulation'])} | "
             f"{_fmt(row['all_iterates_fixed_wide'])} ({_fmt(row['epsilon_pld_wide'])}) | "
             f"{_fmt(row['per_step_lower'])} ({_fmt(row['epsilon_step'])}) | "
-            f"{_fmt(row['loss_lower'])} | {_fmt(row['lira_lower'])} | {_fmt(row['rmia_lower'])} | {_fmt(ratio)} | "
+            f"{_fmt(row['loss_lower'])} | {_fmt(row['lira_lower'])} | {_fmt(row['rmia_lower'])} | "
+            f"{_black_box_cell(row)} | {_fmt(ratio)} | "
             f"{_fmt(row['family_spread'])} |"
         )
     lines += [
@@ -328,17 +353,35 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         f"Share of ε by optimizer ({level} lower bounds over the ε each tests; – where the rung was not audited).",
         "",
         "| optimizer | target ε | mechanism (row above) | every iterate: AF / ε PLD | AF at 10⁻² / ε PLD there | "
-        "every iterate: ledger test / ε PLD | one step: AF / its ε |",
-        "|---|---|---|---|---|---|---|",
+        "every iterate: ledger test / ε PLD | one step: AF / its ε | crafted canary: AF / its ε | "
+        "crafted canary: AF / its last-iterate ε | crafted canary: Gaussian-DP reading / its ε (an estimate) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     shares = [(name, row, share) for row in rows for name, share in row["members"].items()]
     for name, row, share in sorted(shares, key=lambda item: (item[0], item[1]["target_epsilon"])):
         lines.append(
             f"| {name} | {row['target_epsilon']:g} | {row['name']} | {_fmt(share['assumption_free_over_pld'])} | "
             f"{_fmt(share['assumption_free_wide_over_pld'])} | {_fmt(share['family_over_pld'])} | "
-            f"{_fmt(share['per_step_over_step'])} |"
+            f"{_fmt(share['per_step_over_step'])} | {_fmt(share['black_box_over_own'])} | "
+            f"{_fmt(share['black_box_over_last_iterate'])} | {_fmt(share['black_box_gdp_over_own'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _black_box_unfit(optimizer: str) -> str | None:
+    """Why the pipeline's crafted-canary audit does not run ``optimizer`` (None: it may; ``audit.black_box`` says)."""
+    from dpaudit.optim import get_spec
+    from dpaudit.settings import ProjectionSettings
+
+    if issubclass(getattr(get_spec(optimizer).cls, "settings_type", object), ProjectionSettings):
+        return "a d × p projection per model"
+    return None
+
+
+def _black_box_cell(row: dict[str, Any]) -> str:
+    if row["black_box_lower"] is None:
+        return f"not run: {row['black_box_unfit']}" if row["black_box_unfit"] else "–"
+    return f"{_fmt(row['black_box_lower'])} ({_fmt(row['black_box_epsilon'])})"
 
 
 def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, confidence: float) -> list[Path]:
@@ -359,7 +402,13 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
         for ax, name in zip(axes.flat, names):
             mine = sorted((row for row in rows if row["name"] == name), key=lambda row: row["target_epsilon"])
             claims = np.array([row["epsilon_pld"] for row in mine])
-            top = 1.15 * max([*claims, *(row["epsilon_step"] or 0 for row in mine)])
+            top = 1.15 * max(
+                [
+                    *claims,
+                    *(row["epsilon_step"] or 0 for row in mine),
+                    *(_claim(r, "black_box_lower") or 0 for r in mine),
+                ]
+            )
             (legend["y = x: the audit certifies all of the claim"],) = ax.plot(
                 [0, top], [0, top], color="black", linewidth=0.8
             )
@@ -376,11 +425,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
                         x, y, color=color, linestyle=style, marker="_", markersize=9, linewidth=0.8, alpha=0.7
                     )
             for key, label, color, marker, filled in RUNGS:
-                points = [
-                    (row["epsilon_step"] if key == "per_step_lower" else row["epsilon_pld"], row[key])
-                    for row in mine
-                    if row[key] is not None
-                ]
+                points = [(_claim(row, key), row[key]) for row in mine if row[key] is not None]
                 if not points:
                     continue
                 x, y = np.array(points).T
@@ -405,7 +450,7 @@ def plot_ladder(rows: list[dict[str, Any]], *, stem: str | Path, title: str, con
             ax.set_xlim(0, top)
             ax.set_ylim(0, top)
             ax.set_title(textwrap.fill(" = ".join(mine[0]["optimizers"]), 48), fontsize=8)
-            ax.set_xlabel("claimed ε (PLD; one step's ε for per-step)", fontsize=7)
+            ax.set_xlabel("claimed ε (PLD; one step's for per-step; its own run's for the crafted canary)", fontsize=7)
             ax.set_ylabel(f"ε̂ lower bound ({100 * confidence:g} %)", fontsize=7)
         fig.suptitle(f"Threat-model ladder: what each adversary certifies, {title}", fontsize=10)
         fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
@@ -483,6 +528,11 @@ def write_ladder(
         "all_iterates_family": FAMILY_LABEL,
         "final_model_family": FAMILY_LABEL,
         "family_on_simulation": f"{FAMILY_LABEL}; on one simulation of the claimed mechanism (one draw)",
+        "black_box_lower": "assumption-free lower bound of the crafted-canary black-box audit (threshold on a held-out "
+        "fifth of its models), against its own run's ε (black_box_epsilon); the adversary chooses θ₀",
+        "black_box_gdp": "the crafted-canary audit's Gaussian-DP reading: a family bound at q = 1, an estimate with "
+        "subsampling (black_box_gdp_label says which)",
+        "black_box_last_iterate": "the last-iterate heuristic ε of the crafted-canary audit's run (no guarantee)",
     }
     write_json(metrics, {"confidence": confidence, "delta": delta, "labels": labels, "rows": rows})
     atomic_write_bytes(markdown, ladder_markdown(rows, confidence=confidence).encode("utf-8"))
@@ -525,17 +575,19 @@ def write_ladder(
                 "inconclusive"
                 if not audited
                 else "holds"
-                if all(
-                    row["all_iterates_fixed"]
-                    >= max(row["loss_lower"] or 0.0, row["lira_lower"] or 0.0, row["rmia_lower"] or 0.0)
-                    for row in audited
-                )
+                if all(row["all_iterates_fixed"] >= _black_box_best(row) for row in audited)
                 else "contradicted",
                 test="assumption-free bound (threshold fixed by the ledger) ≥ the largest black-box lower bound "
-                "(loss, LiRA, RMIA) per run, exact comparison of the bounds; inconclusive when no run has whole-run "
-                "canaries. Vacuous where every black-box bound is 0",
+                "(loss, LiRA, RMIA on the run; the crafted-canary audit on the optimizer's own run at the same target "
+                "ε, as a share of its ε times the run's) per run, exact comparison of the bounds; inconclusive when "
+                "no run has whole-run canaries",
                 kind="check",
                 assumption_free_over_pld=ratios,
+                black_box_over_own={
+                    f"{row['name']} at {row['target_epsilon']:g}": row["black_box_lower"] / row["black_box_epsilon"]
+                    for row in audited
+                    if row["black_box_lower"] is not None
+                },
                 runs_audited=len(audited),
             ),
         ],
@@ -544,10 +596,24 @@ def write_ladder(
     return [*written, out / "ladder.manifest.json"]
 
 
+def _black_box_best(row: dict[str, Any]) -> float:
+    """The largest black-box lower bound of a row, on the scale of the run's ε (the crafted-canary audit's share of
+    its own run's ε, times the run's)."""
+    crafted = (
+        0.0
+        if row["black_box_lower"] is None
+        else row["black_box_lower"] / row["black_box_epsilon"] * row["epsilon_pld"]
+    )
+    return max(row["loss_lower"] or 0.0, row["lira_lower"] or 0.0, row["rmia_lower"] or 0.0, crafted)
+
+
 def _row(rows: list[dict[str, Any]], run: str) -> dict[str, Any]:
     return next(row for row in rows if row["run"] == run)
 
 
 def _claim(row: dict[str, Any], key: str) -> float:
-    """The ε a rung's lower bound tests: one step's for the per-step canaries, the run's (PLD) otherwise."""
-    return row["epsilon_step"] if key == "per_step_lower" else row["epsilon_pld"]
+    """The ε a rung's lower bound tests: one step's for the per-step canaries, its own run's for the crafted-canary
+    black-box audit, the run's (PLD) otherwise."""
+    if key == "per_step_lower":
+        return row["epsilon_step"]
+    return row["black_box_epsilon"] if key == "black_box_lower" else row["epsilon_pld"]
