@@ -37,7 +37,14 @@ CANCELLED_RULE = "dpsgd_dc_run"
 # rules' own defaults (section_resources in workflow/rules/common.smk) for the other training jobs, the profile's
 # default-resources for the rest
 TRAINING_DEFAULTS = ("2000M", "60", None)
-TRAINING_RULES = ("optimizers_run", "audit_run", "audit_optimizer", "audit_run_optimizer", "audit_run_bug")
+TRAINING_RULES = (
+    "optimizers_run",
+    "audit_run",
+    "audit_optimizer",
+    "audit_run_optimizer",
+    "audit_run_bug",
+    "audit_blackbox",
+)
 RESOURCES = {"dpsgd_dc_run": ("3000M", "30", "1"), **dict.fromkeys(TRAINING_RULES, TRAINING_DEFAULTS)}
 PROFILE_DEFAULTS = ("4000M", "120", None)
 
