@@ -7,7 +7,9 @@ thread. Without canaries the loader's batch is 64; with M canaries the dataset h
 the batch is ``batch_size_for(64)``, so that the user's records are sampled at the same q. The runs are interleaved
 (without, 2·10⁴, 2·10⁵, without, …) ``--repeats`` times; ``overhead`` is the median training-loop time with the
 canaries over the median without. The last run of each count is reported (``report``): the all-iterates family and
-assumption-free bounds, their ratio to the accountant's ε, the checks, the seconds the report took.
+assumption-free bounds, their ratio to the accountant's ε, the checks, the seconds the report took. ``floor`` repeats
+the largest count with the canaries' online statistics switched off (the run's sampling, noise, loss rows and checks as
+before): what the record-level design costs before any statistic is computed.
 
 Usage: python benchmarks/opacus_records.py [--canaries 20000 200000] [--repeats 3] [--epsilon 4] [--device cuda]
 """
@@ -93,16 +95,22 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import torch
 
+    import dpaudit.opacus
+
     torch.set_num_threads(1)
     options = {"epsilon": args.epsilon, "epochs": args.epochs, "device": args.device}
     train(canaries=0, seed=0, **options)  # warm-up: imports, first-call costs
     seconds: dict[int, list[float]] = {count: [] for count in [0, *args.canaries]}
     last = {}
+    floor, accumulate = [], dpaudit.opacus.RecordCanaries._accumulate
     for repeat in range(args.repeats):
         for count in seconds:
             elapsed, audit, engine, steps = train(canaries=count, seed=repeat, **options)
             seconds[count].append(elapsed)
             last[count] = (audit, engine, steps)
+        dpaudit.opacus.RecordCanaries._accumulate = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        floor.append(train(canaries=max(args.canaries), seed=repeat, **options)[0])
+        dpaudit.opacus.RecordCanaries._accumulate = accumulate  # type: ignore[method-assign]
     base = statistics.median(seconds[0])
     runs = []
     for count in args.canaries:
@@ -146,6 +154,12 @@ def main() -> None:
         "epochs": args.epochs,
         "seconds_training_without_canaries": seconds[0],
         "runs": runs,
+        "floor": {
+            "canaries": max(args.canaries),
+            "what": "the run with the canaries' online statistics (Λ, Σx, Σx²) switched off",
+            "seconds_training": floor,
+            "overhead": statistics.median(floor) / base,
+        },
     }
     print(json.dumps(result, indent=1))
 

@@ -498,7 +498,6 @@ class RecordCanaries:
         membership = np.random.SeedSequence([check_seed(seed), _STREAM, 1]).spawn(1)[0]
         self.members = np.random.default_rng(membership).random(count) < 0.5
         self.member_ids = np.flatnonzero(self.members).astype(np.int64)
-        self._members_t = torch.from_numpy(self.members)
         self._norm_factor = float(norm_factor)
         self._keep = bool(keep_observations)
         self._dataset: CanaryDataset | None = None
@@ -522,9 +521,11 @@ class RecordCanaries:
         # Λ, Σx, Σx/σ, Σx²/σ²: float64 sums of partial sums over up to _PARTIAL_STEPS steps in the block's dtype
         self._sums = torch.zeros((4, count), dtype=torch.float64, device=device)
         self._counts = torch.zeros(count, dtype=torch.int64)
+        self._present: list[torch.Tensor] = []  # canary ids that reached the optimizer, not yet in _counts
         work = torch.float64 if self._block.dtype == torch.float64 else torch.float32  # the block's noise, or finer
         self._partial = torch.zeros((3, count), dtype=work, device=device)
         self._partial_steps, self._partial_scale = 0, (1.0, 1.0)  # steps in the partial sums, the first's (c, c·σ)
+        self._partial_constant = 0.0  # Σ log(1 − q) of the steps in the partial sums (Λ's terms without it)
         self._buffers = (torch.empty(count, dtype=work, device=device),)
         self._observations: list[npt.NDArray[np.float32]] = []
         self.noise_multipliers: list[float] = []
@@ -629,16 +630,16 @@ class RecordCanaries:
 
     def _check_ids(self, values: torch.Tensor) -> torch.Tensor:
         values = values.cpu()
-        ids = values.to(torch.int64)
-        low, high = (int(value) for value in torch.aminmax(ids))
-        if low < 0 or high >= self.members.size or not torch.equal(ids.to(values.dtype), values):  # exact ids
+        found = values.numpy()
+        ids = found.astype(np.int64)
+        if ids.min() < 0 or ids.max() >= self.members.size or not np.array_equal(ids, found):  # exact ids
             raise DPAuditError(
                 "a canary input reached the model altered (its id is not a canary's): pass the loader's inputs to "
                 "the model unchanged, or normalise them in the dataset's transform"
             )
-        if not bool(self._members_t[ids].all()):
+        if not self.members[ids].all():
             raise DPAuditError("a non-member canary reached the model: its record is not in the dataset")
-        return ids
+        return torch.from_numpy(ids)
 
     def _backward(self, ids: torch.Tensor, slopes: torch.Tensor) -> None:
         self._pending.append((ids, slopes.detach().to(torch.float64).cpu()))
@@ -666,7 +667,8 @@ class RecordCanaries:
         for ids, slopes in self._pending:
             if slopes.numel():  # every row's clipped gradient must be the first's (to 1e-6): checked at the extremes
                 low, high = (float(value) for value in torch.aminmax(slopes))
-                smallest = float(slopes.abs().min()) * self._norm_factor * clip
+                least = min(abs(low), abs(high)) if low * high > 0 else float(slopes.abs().min())
+                smallest = least * self._norm_factor * clip
                 if smallest < clip:
                     raise DPAuditError(
                         "the loss gives a canary row a per-sample gradient below the clipping bound (its slope at "
@@ -703,10 +705,12 @@ class RecordCanaries:
         )
         self.noise_chi2.append(squares / std**2 if std > 0 else math.nan)
         self._probe = noised[:_PROBE].to(torch.float64)  # the divisor, from these coordinates after scale_grad
-        present = torch.cat(self._step_ids) if self._step_ids else torch.zeros(0, dtype=torch.int64)
-        self._counts.index_add_(0, present, torch.ones_like(present))
+        present = sum(int(ids.numel()) for ids in self._step_ids)
+        self._present += self._step_ids
+        if len(self._present) >= _PARTIAL_STEPS:
+            self._count_present()
         self.batch_rows.append(self._step_rows)
-        self.canary_rows.append(int(present.numel()))
+        self.canary_rows.append(present)
         self._step_ids, self._step_rows = [], 0
         self.noise_multipliers.append(float(optimizer.noise_multiplier))
         self.clip_norms.append(float(optimizer.max_grad_norm))
@@ -718,6 +722,12 @@ class RecordCanaries:
             self._accumulate(earlier, earlier_std, index)
         self._deferred.clear()
         self._accumulate(noised, std, len(self.contributions) - 1)
+
+    def _count_present(self) -> None:
+        """Add the ids that reached the optimizer to the members' counts (one bincount per ``_PARTIAL_STEPS``)."""
+        if self._present:
+            self._counts += torch.bincount(torch.cat(self._present), minlength=self.members.size)
+            self._present = []
 
     def _group(self) -> dict[str, Any]:
         """The optimizer's parameter group of the canary block."""
@@ -744,7 +754,7 @@ class RecordCanaries:
         Partial sums over up to ``_PARTIAL_STEPS`` steps of one noise std (z·C) and one sign of c, in the block's
         float32: of Λ's terms, of noised·c₁/c (c₁ the first step's c) and of noised²; added to the float64 sums of
         Λ, x, x/σ and x²/σ² (σ = z·C/|c|) after. Λ's terms are in float64 where an exponent exceeds float32's range.
-        On the CPU the exp and log are numpy's on the same memory (several times faster than torch's)."""
+        On the CPU the exp and log1p are numpy's on the same memory (several times faster than torch's)."""
         contribution, rate = cast(float, self._contribution), self._rate
         self.contributions[index] = contribution
         sigma = noise_std / abs(contribution)
@@ -757,18 +767,25 @@ class RecordCanaries:
             self._partial_scale = scale
         (terms,) = self._buffers
         partial = self._partial
-        if sigma > 0:  # u = x/σ² − ½/σ², then log(1 − q + q·e^u) = log(1 − q + q·e^(−½/σ²)·e^(x/σ²))
+        if sigma > 0 and terms.device.type == "cpu" and noised.dtype == terms.dtype and 0 < rate < 1:
+            # log(1 − q + q·e^(x/σ² − ½/σ²)) = log(1 − q) + log1p(e^(x/σ² + s)), s = log(q/(1 − q)) − ½/σ²: numpy's
+            # exp and log1p on the buffer's memory, log(1 − q) once per step
+            shift = math.log(rate / (1 - rate)) - 0.5 / (sigma * sigma)
+            values = terms.numpy()
+            np.multiply(noised.numpy(), 1.0 / (contribution * sigma * sigma), out=values)
+            if float(values.max()) + shift <= _EXP_CAP32:
+                values += shift
+                np.exp(values, out=values)
+                np.log1p(values, out=values)
+                partial[0].add_(terms)
+                self._partial_constant += math.log1p(-rate)
+            else:
+                self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
+        elif sigma > 0:  # u = x/σ² − ½/σ², then log(1 − q + q·e^u) = log(1 − q + q·e^(−½/σ²)·e^(x/σ²))
             torch.mul(noised, 1.0 / (contribution * sigma * sigma), out=terms)
             if float(terms.max()) <= _EXP_CAP32:
                 factor = rate * math.exp(-0.5 / (sigma * sigma))
-                if terms.device.type == "cpu":
-                    values = terms.numpy()
-                    np.exp(values, out=values)
-                    values *= factor
-                    values += 1.0 - rate
-                    np.log(values, out=values)
-                else:
-                    terms.exp_().mul_(factor).add_(1.0 - rate).log_()
+                terms.exp_().mul_(factor).add_(1.0 - rate).log_()
                 partial[0].add_(terms)
             else:
                 self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
@@ -785,12 +802,12 @@ class RecordCanaries:
         if not self._partial_steps:
             return
         first, first_std = self._partial_scale
-        self._sums[0].add_(self._partial[0])
+        self._sums[0].add_(self._partial[0]).add_(self._partial_constant)
         self._sums[1].add_(self._partial[1], alpha=1.0 / first)
         self._sums[2].add_(self._partial[1], alpha=1.0 / first_std)
         self._sums[3].add_(self._partial[2], alpha=1.0 / first_std**2)
         self._partial.zero_()
-        self._partial_steps = 0
+        self._partial_steps, self._partial_constant = 0, 0.0
 
     # ------------------------------------------------------------------------------------------
     # Results
@@ -826,6 +843,7 @@ class RecordCanaries:
         if self._contribution is None:
             raise DPAuditError("no canary record reached the optimizer yet: train longer or with more canaries")
         self._flush_partial()
+        self._count_present()
         sums = self._sums.cpu().numpy()
         return RecordCanaryObservations(
             **claimed_record(
