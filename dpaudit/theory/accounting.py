@@ -34,6 +34,7 @@ use.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -459,18 +460,42 @@ def prv_grid(
     return _prv_grid(table, delta=delta, eps_error=eps_error)
 
 
-def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> dict:
-    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV, compute_safe_domain_size
+@functools.lru_cache(maxsize=4096)
+def _opacus_step_rdp(sample_rate: float, noise_multiplier: float) -> npt.NDArray[np.float64]:
+    """One step's RDP at Opacus's ``RDPAccountant.DEFAULT_ALPHAS``, as its ``compute_rdp`` computes it (read-only;
+    cached: a calibration asks for the same (q, z) several times)."""
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import _compute_rdp
 
-    delta_error = delta / 1000  # Opacus's default
+    rdp = np.array([_compute_rdp(sample_rate, noise_multiplier, order) for order in RDPAccountant.DEFAULT_ALPHAS])
+    rdp.flags.writeable = False
+    return rdp
+
+
+def _opacus_rdp_epsilon(table: list[tuple[float, float, int]], *, delta: float) -> float:
+    """Opacus's ``RDPAccountant`` with history ``table`` (z, q, T): its ``get_epsilon(delta)``, bit for bit."""
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    rdp = sum([_opacus_step_rdp(q, z) * count for z, q, count in table])
+    return float(get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rdp, delta=delta)[0])
+
+
+def _prv_domain(table: list[tuple[float, float, int]], *, eps_error: float, delta_error: float) -> float:
+    """L of Opacus's ``compute_safe_domain_size`` (remark 5.6 of Gopi, Lee & Wutschitz 2021) for this run, bit for bit,
+    with each (z, q)'s RDP computed once."""
+    total = sum(count for *_, count in table)
     with warnings.catch_warnings():  # Opacus warns when its RDP bound's best order is an end of its grid
         warnings.simplefilter("ignore", UserWarning)
-        domain = compute_safe_domain_size(
-            prvs=[PoissonSubsampledGaussianPRV(q, z) for z, q, _ in table],
-            max_self_compositions=[count for *_, count in table],
-            eps_error=eps_error,
-            delta_error=delta_error,
-        )
+        domain = _opacus_rdp_epsilon(table, delta=delta_error / 4)
+        for z, q, _ in table:
+            domain = max(domain, _opacus_rdp_epsilon([(z, q, 1)], delta=delta_error / (8 * total)))
+    return max(domain, eps_error) + 3
+
+
+def _prv_grid(table: list[tuple[float, float, int]], *, delta: float, eps_error: float) -> dict:
+    delta_error = delta / 1000  # Opacus's default
+    domain = _prv_domain(table, eps_error=eps_error, delta_error=delta_error)
     steps = sum(count for *_, count in table)
     mesh = eps_error / math.sqrt(steps * math.log(12 / delta_error) / 2)
     points = 2 * domain / mesh
@@ -521,9 +546,7 @@ def _prv_epsilon(
             f"{PRV_MEMORY_BUDGET / 2**30:.1f} GiB) for {settings}, eps_error = {eps_error:g}; use "
             f"accountant='rdp' or a larger eps_error"
         )
-    from opacus.accountants import PRVAccountant
-
-    prv = PRVAccountant()
+    prv = _prv_accountant(grid["domain"])
     prv.history = list(table)
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -533,6 +556,20 @@ def _prv_epsilon(
     if not math.isfinite(value):
         return fallback(f"the grid gave ε = {value}")
     return max(value, 0.0)
+
+
+def _prv_accountant(domain: float):
+    """Opacus's ``PRVAccountant`` that discretises on [−``domain``, ``domain``] (the L ``_prv_grid`` computed, which
+    its own ``compute_safe_domain_size`` would compute again)."""
+    from opacus.accountants import PRVAccountant
+    from opacus.accountants.analysis.prv import Domain
+
+    class KnownDomain(PRVAccountant):
+        def _get_domain(self, prvs, num_self_compositions, eps_error, delta_error):  # noqa: ANN001, ANN202
+            mesh = eps_error / np.sqrt(sum(num_self_compositions) * np.log(12 / delta_error) / 2)
+            return Domain.create_aligned(-domain, domain, mesh)
+
+    return KnownDomain()
 
 
 def _pld_epsilon(

@@ -16,7 +16,14 @@ import pytest
 
 from dpaudit._validation import DPAuditError
 from dpaudit.ledger import PrivacyLedger
-from dpaudit.theory import DEFAULT_ORDERS, calibrate_noise, epsilon, ledger_epsilons, rdp_subsampled_gaussian
+from dpaudit.theory import (
+    DEFAULT_ORDERS,
+    accounting,
+    calibrate_noise,
+    epsilon,
+    ledger_epsilons,
+    rdp_subsampled_gaussian,
+)
 from dpaudit.theory._dpaccounting_adapter import step_rdp
 from dpaudit.theory.accounting import (
     OPACUS_ORDERS,
@@ -360,6 +367,27 @@ def test_prv_grid_follows_opacus_mesh_and_domain():
     assert grid["mesh"] == pytest.approx(0.01 / math.sqrt(1000 * math.log(12 / 1e-8) / 2), rel=1e-12)
     assert grid["domain"] >= epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=1000, delta=1e-5) + 3
     assert grid["points"] == pytest.approx(2 * grid["domain"] / grid["mesh"])
+
+
+def test_prv_domain_and_epsilon_are_opacus_bit_for_bit():
+    from opacus.accountants import PRVAccountant
+    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV, compute_safe_domain_size
+
+    table = [(0.9, 0.05, 120), (2.5, 0.3, 7)]
+    theirs = compute_safe_domain_size(
+        prvs=[PoissonSubsampledGaussianPRV(q, z) for z, q, _ in table],
+        max_self_compositions=[count for *_, count in table],
+        eps_error=0.01,
+        delta_error=1e-8,
+    )
+    assert (
+        prv_grid(noise_multiplier=[0.9] * 120 + [2.5] * 7, sample_rate=[0.05] * 120 + [0.3] * 7, delta=1e-5)["domain"]
+        == theirs
+    )
+    ours = accounting._prv_epsilon(table, delta=1e-5, eps_error=0.01, orders=DEFAULT_ORDERS, conversion="improved")
+    accountant = PRVAccountant()
+    accountant.history = list(table)
+    assert ours == accountant.get_epsilon(delta=1e-5)  # the same domain, grid and composition: bit for bit
 
 
 def test_prv_calibration_stays_within_memory(tmp_path):
