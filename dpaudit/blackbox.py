@@ -42,6 +42,7 @@ from dpaudit.audit import audit_scores
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, dataset_info, load_dataset
 from dpaudit.estimate import epsilon_one_run, epsilon_one_run_scores
+from dpaudit.inference import predict_logits
 from dpaudit.theory.tradeoff import last_iterate_epsilon
 from dpaudit.train import Member, planned_epsilon, train_models
 
@@ -289,11 +290,21 @@ def _with(data: ArrayDataset, images: np.ndarray, labels: np.ndarray) -> ArrayDa
 
 def _scores(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The final model's negative loss on each record (higher: member): what a black-box adversary reads."""
-    model.eval()
     with torch.no_grad():
-        device = next(model.parameters()).device
-        logits = model(torch.from_numpy(images).to(device))
-        return -F.cross_entropy(logits, torch.from_numpy(labels).to(device), reduction="none").double().cpu().numpy()
+        logits = torch.from_numpy(predict_logits(model, images, device=next(model.parameters()).device))
+    return -F.cross_entropy(logits, torch.from_numpy(labels), reduction="none").double().numpy()
+
+
+def many_models_unfit(optimizer: str) -> str | None:
+    """Why the many-models design does not suit ``optimizer`` at thousands of models (None: it does).
+
+    A projected optimizer (DP2-SGD, D2P2-SGD) draws a d × p projection per model and step, which thousands of models
+    cannot hold."""
+    from dpaudit.settings import ProjectionSettings
+
+    if issubclass(getattr(optim.get_spec(optimizer).cls, "settings_type", object), ProjectionSettings):
+        return "a d × p projection per model"
+    return None
 
 
 def audit_many_models(
@@ -303,7 +314,7 @@ def audit_many_models(
     canary: str = "bright",
     initialisation: str = "worst-case",
     seed: int = 0,
-    chunk: int = 1000,
+    chunk: int = 250,
     confidence: float = 0.95,
     progress: bool = True,
 ) -> BlackBoxReport:

@@ -1070,7 +1070,7 @@ def add_blackbox(commands: argparse._SubParsersAction) -> None:
     audit.add_argument(
         "--audit-seed", type=int, default=0, help="seeds the records, canary and memberships (default: 0)"
     )
-    audit.add_argument("--chunk", type=int, default=1000, help="models trained together at once (default: 1000)")
+    audit.add_argument("--chunk", type=int, default=250, help="models trained together at once (default: 250)")
     audit.add_argument("--confidence", type=float, default=0.95, help="of the lower bounds (default: 0.95)")
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, help="write the report (JSON) here")

@@ -217,18 +217,16 @@ def black_box_names(runs: Mapping[str, Mapping[str, Any]], *, skip: Collection[s
     whose optimizer claims DP and that sample by Poisson, but the projected ones (DP2-SGD, D2P2-SGD: a d × p
     projection per model and step is too large for thousands of models) and those in ``skip``
     (``audit.black_box.skip``), in their order."""
+    from dpaudit.blackbox import many_models_unfit
     from dpaudit.optim import get_spec
-    from dpaudit.settings import ProjectionSettings
 
     names = []
     for name, settings in runs.items():
-        if name in skip:
-            continue
-        cls = get_spec(settings.get("optimizer", name)).cls
-        projected = issubclass(getattr(cls, "settings_type", object), ProjectionSettings)
+        optimizer = settings.get("optimizer", name)
         if (
-            get_spec(settings.get("optimizer", name)).dp_claim
-            and not projected
+            name not in skip
+            and get_spec(optimizer).dp_claim
+            and many_models_unfit(optimizer) is None
             and settings.get("sampling") != "shuffle"
         ):
             names.append(name)

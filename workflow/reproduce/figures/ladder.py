@@ -126,6 +126,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
         lower bounds of each rung (nats; None where the rung was not audited), their ceilings, and
         ``whole_run_unfit`` (why whole-run canaries do not fit the optimizer, or None).
     """
+    from dpaudit.blackbox import many_models_unfit
     from dpaudit.optim import get_spec
 
     by_run: dict[tuple[str, str], dict[str, Any]] = {}
@@ -207,7 +208,7 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
             "black_box_ceiling": None if black_box is None else float(black_box["epsilon_ceiling"]),
             "black_box_models": None if black_box is None else int(black_box["trials"]),
             "black_box_threat_model": None if black_box is None else black_box["threat_model"],
-            "black_box_unfit": _black_box_unfit(optimizer) if black_box is None else None,
+            "black_box_unfit": many_models_unfit(optimizer) if black_box is None else None,
             "canaries": canaries if whole else None,
         }
         if whole:
@@ -366,16 +367,6 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
             f"{_fmt(share['black_box_over_last_iterate'])} | {_fmt(share['black_box_gdp_over_own'])} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _black_box_unfit(optimizer: str) -> str | None:
-    """Why the pipeline's crafted-canary audit does not run ``optimizer`` (None: it may; ``audit.black_box`` says)."""
-    from dpaudit.optim import get_spec
-    from dpaudit.settings import ProjectionSettings
-
-    if issubclass(getattr(get_spec(optimizer).cls, "settings_type", object), ProjectionSettings):
-        return "a d × p projection per model"
-    return None
 
 
 def _black_box_cell(row: dict[str, Any]) -> str:
