@@ -298,8 +298,8 @@ def _scores(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> np.ndar
 def many_models_unfit(optimizer: str) -> str | None:
     """Why the many-models design does not suit ``optimizer`` at thousands of models (None: it does).
 
-    A projected optimizer (DP2-SGD, D2P2-SGD) draws a d × p projection per model and step, which thousands of models
-    cannot hold."""
+    A projected optimizer (DP2-SGD, D2P2-SGD) keeps a d × p projection per model and applies it to every record at
+    every step: thousands of models can neither hold nor afford it."""
     from dpaudit.settings import ProjectionSettings
 
     if issubclass(getattr(optim.get_spec(optimizer).cls, "settings_type", object), ProjectionSettings):

@@ -561,15 +561,25 @@ def _prv_epsilon(
 def _prv_accountant(domain: float):
     """Opacus's ``PRVAccountant`` that discretises on [−``domain``, ``domain``] (the L ``_prv_grid`` computed, which
     its own ``compute_safe_domain_size`` would compute again)."""
+    accountant = _known_domain_accountant()()
+    accountant.domain = domain
+    return accountant
+
+
+@functools.cache
+def _known_domain_accountant() -> type:
+    """The class of :func:`_prv_accountant` (made once, when Opacus is first needed)."""
     from opacus.accountants import PRVAccountant
     from opacus.accountants.analysis.prv import Domain
 
     class KnownDomain(PRVAccountant):
+        domain = 0.0
+
         def _get_domain(self, prvs, num_self_compositions, eps_error, delta_error):  # noqa: ANN001, ANN202
             mesh = eps_error / np.sqrt(sum(num_self_compositions) * np.log(12 / delta_error) / 2)
-            return Domain.create_aligned(-domain, domain, mesh)
+            return Domain.create_aligned(-self.domain, self.domain, mesh)
 
-    return KnownDomain()
+    return KnownDomain
 
 
 def _pld_epsilon(
