@@ -188,3 +188,12 @@ def test_the_command_line_writes_the_report(tmp_path, capsys):
     assert main(["blackbox", *flags, "--models", "2"]) == 2
     error = capsys.readouterr().err.strip()
     assert error == "dpaudit: error: models must be at least 4 (two per world at least), got 2"
+
+
+@pytest.mark.parametrize(
+    "optimizer, unfit",
+    [("dp2-sgd", True), ("d2p2-sgd", True), ("dpsgd-gc", False), ("adadpigu", False), ("tp-topk", False)],
+)
+def test_the_many_models_design_refuses_the_projected_optimizers_with_its_reason(optimizer, unfit):
+    reason = blackbox.many_models_unfit(optimizer)
+    assert (reason == "a d × p projection per model") if unfit else reason is None

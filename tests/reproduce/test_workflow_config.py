@@ -488,3 +488,19 @@ def test_the_dvc_stage_depends_on_all_the_code_its_jobs_run():
     locked = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]["figures"]["deps"]
     assert [dep["path"] for dep in locked] == stage["deps"]
     assert {"__pycache__/", "*.pyc"} <= set((ROOT / ".dvcignore").read_text().splitlines())
+
+
+def test_the_black_box_rung_takes_the_dp_claiming_unprojected_poisson_runs_not_skipped():
+    from reproduce.pipeline_config import black_box_names
+
+    runs = {
+        "dpsgd-gc": {},
+        "adadpigu": {"retention_ratio": 0.6},
+        "d2p2-sgd": {"reduction_rate": 0.3},  # a projection per model: refused with its reason
+        "dp2-sgd": {"reduction_rate": 0.3},
+        "dpsgd-no-noise": {},  # no DP claim
+        "shuffled": {"optimizer": "dpsgd-gc", "sampling": "shuffle"},  # the accountants' Poisson claim does not hold
+        "tp-topk": {},
+    }
+    assert black_box_names(runs) == ["dpsgd-gc", "adadpigu", "tp-topk"]
+    assert black_box_names(runs, skip=["adadpigu"]) == ["dpsgd-gc", "tp-topk"]
