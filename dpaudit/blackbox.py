@@ -302,7 +302,7 @@ def many_models_unfit(optimizer: str) -> str | None:
     every step: thousands of models can neither hold nor afford it."""
     from dpaudit.settings import ProjectionSettings
 
-    if issubclass(getattr(optim.get_spec(optimizer).cls, "settings_type", object), ProjectionSettings):
+    if issubclass(optim.get_spec(optimizer).cls.settings_type, ProjectionSettings):
         return "a d × p projection per model"
     return None
 

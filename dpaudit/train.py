@@ -236,7 +236,7 @@ class _ModelRun:
             self.model.load_state_dict(member.initial_state)
         self.model.to(device)
         self.absent = np.asarray(member.absent, dtype=np.intp)
-        self._initial_digest = _state_digest(member.initial_state)
+        self.initial_state = member.initial_state
         spec = optim.get_spec(config.optimizer.name)
         self.params = model_registry.trainable_parameters(self.model)
         self.out = ModelDir(Path(member.out_dir)) if member.out_dir is not None else None
@@ -384,10 +384,15 @@ class _ModelRun:
                 "model_index": self.model_index,
                 "records": len(self.train_data),
                 **({"absent": self.absent.tolist()} if len(self.absent) else {}),
-                **({"initial_state": self._initial_digest} if self._initial_digest else {}),
+                **({"initial_state": self._initial_digest} if self.initial_state is not None else {}),
             },
             sort_keys=True,
         )
+
+    @functools.cached_property
+    def _initial_digest(self) -> str | None:
+        """The chosen initial state's digest, for ``identity`` (computed when a saved state first needs it)."""
+        return _state_digest(self.initial_state)
 
     def saved_states(self) -> dict[int, Path]:
         """Saved training states of this model's folder, by epoch."""

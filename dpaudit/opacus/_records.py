@@ -765,37 +765,41 @@ class RecordCanaries:
             self._flush_partial()
         if not self._partial_steps:
             self._partial_scale = scale
-        (terms,) = self._buffers
         partial = self._partial
-        if sigma > 0 and terms.device.type == "cpu" and noised.dtype == terms.dtype and 0 < rate < 1:
-            # log(1 − q + q·e^(x/σ² − ½/σ²)) = log(1 − q) + log1p(e^(x/σ² + s)), s = log(q/(1 − q)) − ½/σ²: numpy's
-            # exp and log1p on the buffer's memory, log(1 − q) once per step
-            shift = math.log(rate / (1 - rate)) - 0.5 / (sigma * sigma)
-            values = terms.numpy()
-            np.multiply(noised.numpy(), 1.0 / (contribution * sigma * sigma), out=values)
-            if float(values.max()) + shift <= _EXP_CAP32:
-                values += shift
-                np.exp(values, out=values)
-                np.log1p(values, out=values)
-                partial[0].add_(terms)
-                self._partial_constant += math.log1p(-rate)
-            else:
-                self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
-        elif sigma > 0:  # u = x/σ² − ½/σ², then log(1 − q + q·e^u) = log(1 − q + q·e^(−½/σ²)·e^(x/σ²))
-            torch.mul(noised, 1.0 / (contribution * sigma * sigma), out=terms)
-            if float(terms.max()) <= _EXP_CAP32:
-                factor = rate * math.exp(-0.5 / (sigma * sigma))
-                terms.exp_().mul_(factor).add_(1.0 - rate).log_()
-                partial[0].add_(terms)
-            else:
-                self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
-        else:
+        if not sigma > 0:  # no noise (or none measurable): Λ is undefined
             self._sums[0].fill_(math.nan)
+        elif not self._add_log_ratio_terms(noised, contribution=contribution, sigma=sigma, rate=rate):
+            self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
         partial[1].add_(noised, alpha=self._partial_scale[0] / contribution)
         partial[2].addcmul_(noised, noised)
         self._partial_steps += 1
         if self._partial_steps == _PARTIAL_STEPS:
             self._flush_partial()
+
+    def _add_log_ratio_terms(self, noised: torch.Tensor, *, contribution: float, sigma: float, rate: float) -> bool:
+        """Add one step's Λ terms log(1 − q + q·e^(x/σ² − ½/σ²)), x = noised/c, to the float32 partial sums through the
+        scratch buffer; False, with nothing added, where an exponent would exceed float32's range."""
+        (terms,) = self._buffers
+        inverse = 1.0 / (contribution * sigma * sigma)  # x/σ² = noised·inverse
+        if terms.device.type == "cpu" and noised.dtype == terms.dtype and 0 < rate < 1:
+            # = log(1 − q) + log1p(e^(x/σ² + s)), s = log(q/(1 − q)) − ½/σ²: numpy's exp and log1p on the buffer's
+            # memory, log(1 − q) once per step
+            shift = math.log(rate / (1 - rate)) - 0.5 / (sigma * sigma)
+            values = terms.numpy()
+            np.multiply(noised.numpy(), inverse, out=values)
+            if float(values.max()) + shift > _EXP_CAP32:
+                return False
+            values += shift
+            np.exp(values, out=values)
+            np.log1p(values, out=values)
+            self._partial_constant += math.log1p(-rate)
+        else:  # = log(1 − q + q·e^(−½/σ²)·e^(x/σ²))
+            torch.mul(noised, inverse, out=terms)
+            if float(terms.max()) > _EXP_CAP32:
+                return False
+            terms.exp_().mul_(rate * math.exp(-0.5 / (sigma * sigma))).add_(1.0 - rate).log_()
+        self._partial[0].add_(terms)
+        return True
 
     def _flush_partial(self) -> None:
         """Add the partial sums to the float64 sums (Λ, Σx, Σx/σ, Σx²/σ²) and start new ones."""

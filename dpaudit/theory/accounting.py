@@ -546,7 +546,7 @@ def _prv_epsilon(
             f"{PRV_MEMORY_BUDGET / 2**30:.1f} GiB) for {settings}, eps_error = {eps_error:g}; use "
             f"accountant='rdp' or a larger eps_error"
         )
-    prv = _prv_accountant(grid["domain"])
+    prv = _known_domain_accountant()(grid["domain"])
     prv.history = list(table)
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -558,22 +558,18 @@ def _prv_epsilon(
     return max(value, 0.0)
 
 
-def _prv_accountant(domain: float):
-    """Opacus's ``PRVAccountant`` that discretises on [−``domain``, ``domain``] (the L ``_prv_grid`` computed, which
-    its own ``compute_safe_domain_size`` would compute again)."""
-    accountant = _known_domain_accountant()()
-    accountant.domain = domain
-    return accountant
-
-
 @functools.cache
 def _known_domain_accountant() -> type:
-    """The class of :func:`_prv_accountant` (made once, when Opacus is first needed)."""
+    """Opacus's ``PRVAccountant``, made to discretise on [−L, L] for the L it is given (the one ``_prv_grid``
+    computed, which its own ``compute_safe_domain_size`` would compute again); the class is made once, when Opacus is
+    first needed."""
     from opacus.accountants import PRVAccountant
     from opacus.accountants.analysis.prv import Domain
 
     class KnownDomain(PRVAccountant):
-        domain = 0.0
+        def __init__(self, domain: float) -> None:
+            super().__init__()
+            self.domain = domain
 
         def _get_domain(self, prvs, num_self_compositions, eps_error, delta_error):  # noqa: ANN001, ANN202
             mesh = eps_error / np.sqrt(sum(num_self_compositions) * np.log(12 / delta_error) / 2)
