@@ -18,7 +18,7 @@ if REPRODUCE_PATH not in sys.path:
 if REPRODUCE_PATH not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (REPRODUCE_PATH, os.environ.get("PYTHONPATH"))))
 
-from reproduce.pipeline_config import black_box_names, check_pipeline_config, whole_run_names
+from reproduce.pipeline_config import black_box_settings, black_box_unfit, check_pipeline_config, whole_run_names
 
 
 configfile: os.path.join(workflow.basedir, "params.yaml")  # also where a preset runs apart (--directory)

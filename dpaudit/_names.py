@@ -42,7 +42,7 @@ BUILTIN_OPTIMIZERS = (
 #: The black-box audit's input-space canaries and initialisations (``dpaudit.blackbox``, ``dpaudit blackbox``).
 CANARY_KINDS = ("mislabelled", "blank", "bright", "gradient-aligned")
 INITIALISATIONS = ("natural", "worst-case")
-BUILTIN_MODELS = ("cnn", "cnn-d2p2", "cnn-digits", "cnn-small", "mlp", "resnet18-gn", "resnet18-gn-cifar")
+BUILTIN_MODELS = ("cnn", "cnn-d2p2", "cnn-digits", "cnn-small", "linear", "mlp", "resnet18-gn", "resnet18-gn-cifar")
 
 
 def optimizer_names() -> list[str]:

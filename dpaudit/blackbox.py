@@ -78,6 +78,9 @@ class BlackBoxReport:
     """A black-box audit's result; every ε in nats at ``delta``.
 
     Attributes:
+        optimizer: The audited run's optimizer.
+        model: Its model.
+        dataset: Its dataset.
         design: "many models" or "one run".
         canary: The canary kind.
         initialisation: "natural" or "worst-case".
@@ -98,6 +101,9 @@ class BlackBoxReport:
         confidence: Of the lower bounds.
     """
 
+    optimizer: str
+    model: str
+    dataset: str
     design: str
     canary: str
     initialisation: str
@@ -229,6 +235,9 @@ class _Run:
 
     def report(self, *, confidence: float, **fields: Any) -> BlackBoxReport:
         return BlackBoxReport(
+            optimizer=self.config.optimizer.name,
+            model=self.config.model.name,
+            dataset=self.config.data.dataset,
             sample_rate=self.sample_rate,
             steps=self.steps,
             noise_multiplier=self.noise_multiplier,
@@ -295,15 +304,33 @@ def _scores(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> np.ndar
     return -F.cross_entropy(logits, torch.from_numpy(labels), reduction="none").double().numpy()
 
 
-def many_models_unfit(optimizer: str) -> str | None:
-    """Why the many-models design does not suit ``optimizer`` at thousands of models (None: it does).
+#: The most d × p projection entries per model the many-models design holds (4 MB in float32): thousands of models
+#: each keep their own projection and apply it to every record at every step.
+PROJECTION_ENTRIES_LIMIT = 10**6
 
-    A projected optimizer (DP2-SGD, D2P2-SGD) keeps a d × p projection per model and applies it to every record at
-    every step: thousands of models can neither hold nor afford it."""
+
+def many_models_unfit(*, config: TrainConfig) -> str | None:
+    """Why the many-models design does not suit ``config``'s run at thousands of models (None: it does).
+
+    A projected optimizer (DP2-SGD, D2P2-SGD) keeps a d_l × p_l projection per tensor and model and applies it to every
+    record at every step: it suits only a model whose projections hold at most :data:`PROJECTION_ENTRIES_LIMIT`
+    entries (e.g. ``linear`` on digits: 1.2·10⁵; ``mlp``: 2·10⁷)."""
+    from dpaudit.optim.projection import projected_dimension
     from dpaudit.settings import ProjectionSettings
 
-    if issubclass(optim.get_spec(optimizer).cls.settings_type, ProjectionSettings):
-        return "a d × p projection per model"
+    settings = config.optimizer.settings
+    if not isinstance(settings, ProjectionSettings):
+        return None
+    info = dataset_info(config.data.dataset)
+    model = model_registry.build_model(config.model.name, input_shape=info.input_shape, num_classes=info.num_classes)
+    sizes = [p.numel() for p in model_registry.trainable_parameters(model)]
+    rate, convention = settings.reduction_rate, settings.reduction_convention
+    entries = sum(d * projected_dimension(d, rate=rate, convention=convention) for d in sizes)
+    if entries > PROJECTION_ENTRIES_LIMIT:
+        return (
+            f"its d × p projections hold {entries:,} entries per model on {config.model.name} (at most "
+            f"{PROJECTION_ENTRIES_LIMIT:,}): a model with smaller tensors (e.g. linear on digits)"
+        )
     return None
 
 
@@ -345,6 +372,9 @@ def audit_many_models(
     check_choice("initialisation", initialisation, INITIALISATIONS)
     run = _run(config)
     config = run.config
+    unfit = many_models_unfit(config=config)
+    if unfit:
+        raise DPAuditError(f"the many-models design does not suit {config.optimizer.name} here: {unfit}")
     known, others = _records(config, 1, seed=seed)
     reference = pretrain(model_name=config.model.name, data=known, seed=seed)
     crafted = craft_canary(kind=canary, reference=reference, data=known, candidates=others, seed=seed)

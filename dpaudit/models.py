@@ -105,6 +105,12 @@ def _conv_blocks(channels: int, widths: Sequence[int]) -> list[nn.Module]:
     return layers
 
 
+@register_model("linear", description="softmax regression (flattened input → classes): one layer")
+def _linear(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
+    channels, height, width = input_shape
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, num_classes))
+
+
 @register_model("mlp", description="two-layer perceptron (flattened input → 128 → classes)")
 def _mlp(*, input_shape: tuple[int, int, int], num_classes: int) -> nn.Sequential:
     channels, height, width = input_shape

@@ -1030,7 +1030,8 @@ def _cmd_blackbox(args: argparse.Namespace) -> int:
     heuristic = "–" if report.epsilon_last_iterate is None else f"{report.epsilon_last_iterate:.2f}"
     gdp = "" if report.epsilon_gdp is None else f"; Gaussian-DP reading {report.epsilon_gdp:.2f} ({report.gdp_label})"
     print(
-        f"{report.design}, {report.trials} trials, canary {report.canary}, {report.threat_model}\n"
+        f"{report.optimizer} on {report.model}, {report.dataset}: {report.design}, {report.trials} trials, canary "
+        f"{report.canary}, {report.threat_model}\n"
         f"ε = {report.epsilon:.2f} (accountant), last-iterate heuristic {heuristic}; "
         f"{report.confidence:.0%} lower bound {report.epsilon_lower:.2f} (assumption-free; ceiling "
         f"{report.epsilon_ceiling:.2f}){gdp}"

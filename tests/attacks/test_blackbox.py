@@ -191,9 +191,22 @@ def test_the_command_line_writes_the_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "optimizer, unfit",
-    [("dp2-sgd", True), ("d2p2-sgd", True), ("dpsgd-gc", False), ("adadpigu", False), ("tp-topk", False)],
+    "optimizer, model, entries",
+    [
+        # ⌊0.3·d_l⌋ columns per tensor: linear 640·192 + 10·3; mlp 8192·2457 + 128·38 + 1280·384 + 10·3
+        ("dp2-sgd", "linear", None),
+        ("d2p2-sgd", "mlp", "20,624,158"),
+        ("dpsgd-gc", "mlp", None),
+        ("adadpigu", "mlp", None),
+    ],
 )
-def test_the_many_models_design_refuses_the_projected_optimizers_with_its_reason(optimizer, unfit):
-    reason = blackbox.many_models_unfit(optimizer)
-    assert (reason == "a d × p projection per model") if unfit else reason is None
+def test_the_many_models_design_refuses_a_projection_too_large_for_thousands_of_models(optimizer, model, entries):
+    settings = {"reduction_rate": 0.3} if "p2" in optimizer else {}
+    config = TrainConfig.from_dict({"optimizer": optimizer, "model": model, **settings})
+    reason = blackbox.many_models_unfit(config=config)
+    if entries is None:
+        assert reason is None
+        return
+    assert reason.startswith(f"its d × p projections hold {entries} entries per model on {model}")
+    with pytest.raises(DPAuditError, match=f"does not suit {optimizer} here: its d × p projections hold {entries}"):
+        blackbox.audit_many_models(config=config.replaced(target_epsilon=8.0, clip_norm=1.0), models=4, progress=False)

@@ -11,6 +11,7 @@ from dpaudit._validation import DPAuditError
 from dpaudit.per_sample import PerSampleGradients
 
 SHAPES = {
+    "linear": [(1, 8, 8), (3, 32, 32)],
     "mlp": [(1, 8, 8), (3, 32, 32)],
     "cnn-digits": [(1, 8, 8)],
     "cnn": [(1, 28, 28), (3, 32, 32)],

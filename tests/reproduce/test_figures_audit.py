@@ -284,13 +284,16 @@ def test_the_ladder_puts_every_rung_against_the_epsilon_it_tests(tmp_path, monke
             "epsilon_ceiling": 4.0,
             "trials": 2000,
             "threat_model": "black box",
+            "model": "mlp",
         },
     )
     files.append(black_box)
-    rows = {row["name"]: row for row in ladder.ladder_rows(files, canaries=200, delta=1e-5)}
+    unfit = {"adadpigu": "in audit.black_box.skip"}  # the pipeline's reason
+    rows = {row["name"]: row for row in ladder.ladder_rows(files, canaries=200, delta=1e-5, black_box_unfit=unfit)}
     gc, topk = rows["dpsgd-gc"], rows["adadpigu"]
     # the crafted-canary black-box rung: against its own run's ε, shared per optimizer (none for AdaDPIGU here)
     assert (gc["black_box_lower"], gc["black_box_epsilon"], topk["black_box_lower"]) == (0.2, 2.0, None)
+    assert (gc["black_box_model"], ladder._black_box_cell(topk)) == ("mlp", "not run: in audit.black_box.skip")
     assert gc["members"]["dpsgd-gc"]["black_box_over_own"] == 0.1
     assert gc["members"]["dpsgd-gc"]["black_box_over_last_iterate"] == 0.2
     # compared with the run's bounds as a share of its own run's ε: 0.1 of the run's PLD ε

@@ -116,9 +116,9 @@ def test_presets_build_the_same_dag(
     assert _job_count(output, "audit_cross_table") == 1 and _job_count(output, "audit_validation") == 1
     assert (_job_count(output, "audit_run_optimizer"), _job_count(output, "audit_run_bug")) == whole_run
     assert _job_count(output, "audit_ladder") == 1 and _job_count(output, "audit_run_validation") == 1
-    # the crafted-canary black-box rung: one job per DP-claiming, unprojected, Poisson run (all its ε) but AdaDPIGU,
-    # which the paper preset (GPUs) runs too
-    black_box_jobs = {None: 10, "configs/smoke.yaml": 4, "configs/paper.yaml": 10, "configs/mnist.yaml": 9}
+    # the crafted-canary black-box rung: one job per DP-claiming, Poisson run (all its ε) whose rung settings fit the
+    # many-models design: the projected pair only on digits' linear model (not on MNIST's, nor on the paper's data)
+    black_box_jobs = {None: 13, "configs/smoke.yaml": 6, "configs/paper.yaml": 10, "configs/mnist.yaml": 10}
     assert _job_count(output, "audit_blackbox") == black_box_jobs[preset]
     # every paper figure and table (AdaDPIGU, TP-TopK, DP-PSAC, D2P2-SGD) whose optimizers the preset has
     figures = sum(
@@ -280,13 +280,14 @@ def test_every_value_reaches_the_shell_quoted_even_past_the_checks(workflow_copy
     assert not (workflow_copy / "pwned").exists()
 
 
-def test_schema_knows_every_registered_optimizer():
+def test_schema_knows_every_registered_optimizer_and_model():
     import yaml
 
-    from dpaudit import optim
+    from dpaudit import models, optim
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
     assert sorted(schema["$defs"]["optimizer_name"]["enum"]) == sorted(optim.available())
+    assert sorted(schema["$defs"]["model_name"]["enum"]) == sorted(models.available())
     projected = [name for name in optim.available() if issubclass(optim.get_spec(name).cls, optim.ProjectedNoise)]
     assert sorted(schema["$defs"]["projection_optimizer_name"]["enum"]) == sorted(projected)
     learned = [

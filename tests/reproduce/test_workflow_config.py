@@ -104,6 +104,13 @@ def _whole_run_bug_with_an_unfit_twin(config):
     config["audit"]["whole_run"]["validation"][0]["twin"] = "adadpigu-code"
 
 
+def _black_box_without_a_fitting_run(config):
+    config["optimizers"]["runs"] = [run for run in config["optimizers"]["runs"] if run["name"] == "dp2-sgd"]
+    config["audit"]["black_box"]["run_settings"] = {}
+    config["audit"]["validation"]["pairs"] = []
+    config["audit"]["whole_run"]["validation"] = []
+
+
 def _whole_run_bug_departing_twice(config):
     config["audit"]["whole_run"]["validation"][0]["sampling"] = "shuffle"
 
@@ -133,6 +140,11 @@ def _whole_run_bugs_sharing_a_name(config):
             "sampling",
         ),
         (_whole_run_bugs_sharing_a_name, "params audit.whole_run.validation: two bugs share a name"),
+        (
+            _black_box_without_a_fitting_run,
+            "params audit.black_box: no run of optimizers.runs has a DP-claiming, Poisson-sampled optimizer that the "
+            "many-models design fits",
+        ),
         (
             _unknown_optimizer,
             "params optimizers.runs.auto-w: unknown optimizer 'auto-w'; set `optimizer:` to one of "
@@ -420,7 +432,7 @@ def test_batch_commands_keep_each_value_one_word_through_both_shell_splits():
 # `{...}` fields of a rule's shell command that hold words the rule's helpers quoted already (batch_command,
 # run_folders, shell_words; REPRODUCE, the interpreter as one word and `-m reproduce`); every other field must be
 # quoted by Snakemake (`:q`)
-PRE_QUOTED = {"params.commands", "params.runs", "params.pairs", "REPRODUCE"}
+PRE_QUOTED = {"params.commands", "params.runs", "params.pairs", "params.unfit", "REPRODUCE"}
 
 
 def _shell_commands():
@@ -490,17 +502,27 @@ def test_the_dvc_stage_depends_on_all_the_code_its_jobs_run():
     assert {"__pycache__/", "*.pyc"} <= set((ROOT / ".dvcignore").read_text().splitlines())
 
 
-def test_the_black_box_rung_takes_the_dp_claiming_unprojected_poisson_runs_not_skipped():
-    from reproduce.pipeline_config import black_box_names
+def test_the_black_box_rung_takes_the_dp_claiming_poisson_runs_that_fit_and_says_why_it_leaves_out_the_others():
+    from reproduce.pipeline_config import black_box_names, black_box_settings, black_box_unfit
 
     runs = {
         "dpsgd-gc": {},
         "adadpigu": {"retention_ratio": 0.6},
-        "d2p2-sgd": {"reduction_rate": 0.3},  # a projection per model: refused with its reason
+        "d2p2-sgd": {"reduction_rate": 0.3},  # a projection per model: fits on linear, not on mlp
         "dp2-sgd": {"reduction_rate": 0.3},
         "dpsgd-no-noise": {},  # no DP claim
         "shuffled": {"optimizer": "dpsgd-gc", "sampling": "shuffle"},  # the accountants' Poisson claim does not hold
         "tp-topk": {},
     }
-    assert black_box_names(runs) == ["dpsgd-gc", "adadpigu", "tp-topk"]
-    assert black_box_names(runs, skip=["adadpigu"]) == ["dpsgd-gc", "tp-topk"]
+    audit = copy.deepcopy(PARAMS["audit"])
+    audit["black_box"]["settings"]["model"] = "mlp"
+    audit["black_box"]["run_settings"] = {"d2p2-sgd": {"model": "linear"}}
+    audit["black_box"]["skip"] = ["tp-topk"]
+    assert black_box_names(runs, audit=audit) == ["dpsgd-gc", "adadpigu", "d2p2-sgd"]
+    reasons = black_box_unfit(runs, audit=audit)
+    assert set(reasons) == {"dp2-sgd", "dpsgd-no-noise", "shuffled", "tp-topk"}
+    assert "20,624,158 entries per model on mlp" in reasons["dp2-sgd"]  # 64·128 weights × ⌊0.3·8192⌋ + … (mlp)
+    assert reasons["dpsgd-no-noise"] == "no DP claim" and reasons["tp-topk"] == "in audit.black_box.skip"
+    settings = black_box_settings("d2p2-sgd", runs=runs, audit=audit)  # run_settings over settings over the run's
+    assert (settings["model"], settings["reduction_rate"], settings["eval_epochs"]) == ("linear", 0.3, [10])
+    assert (settings["canaries"], settings["num_shadows"]) == (0, 0) and "trials" not in settings

@@ -245,12 +245,18 @@ def _cmd_audit_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pairs(items: list[str], *, flag: str, form: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` items split at their first "=" (a one-line error naming ``form`` for one without)."""
+    pairs = [tuple(item.split("=", 1)) for item in items]
+    if any(len(pair) != 2 for pair in pairs):
+        raise DPAuditError(f"{flag} takes {form}; got {' '.join(items)}")
+    return pairs  # type: ignore[return-value]
+
+
 def _cmd_validation(args: argparse.Namespace) -> int:
     from reproduce.figures.validation import write_validation
 
-    pairs = dict(pair.split("=", 1) for pair in args.pair if "=" in pair)
-    if len(pairs) != len(args.pair):
-        raise DPAuditError(f"--pair takes VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc; got {' '.join(args.pair)}")
+    pairs = dict(_pairs(args.pair, flag="--pair", form="VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc"))
     files = write_validation(args.files, pairs=pairs, attack=args.attack, out_dir=args.out, title=args.title)
     print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
     return 0
@@ -377,9 +383,7 @@ def _cmd_validation_run(args: argparse.Namespace) -> int:
     from dpaudit._validation import check_delta
     from reproduce.figures.validation import write_validation_run
 
-    pairs = [tuple(pair.split("=", 1)) for pair in args.pair]
-    if any(len(pair) != 2 for pair in pairs):
-        raise DPAuditError(f"--pair takes BUG_RUN=TWIN_RUN (run folders); got {' '.join(args.pair)}")
+    pairs = _pairs(args.pair, flag="--pair", form="BUG_RUN=TWIN_RUN (run folders)")
     check_delta(args.delta, allow_zero=False)
     files = write_validation_run(pairs, delta=args.delta, out_dir=args.out, title=args.title)
     print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
@@ -419,6 +423,7 @@ def _cmd_ladder(args: argparse.Namespace) -> int:
         markdown=args.markdown,
         out_dir=args.figures,
         title=args.title,
+        black_box_unfit=dict(_pairs(args.black_box_unfit, flag="--black-box-unfit", form="RUN=REASON")),
     )
     print(args.markdown.read_text(encoding="utf-8"), end="")
     return 0
@@ -440,6 +445,13 @@ def add_ladder(commands: argparse._SubParsersAction) -> None:
     ladder.add_argument("--markdown", required=True, type=Path, help="Markdown table to write")
     ladder.add_argument("--figures", required=True, type=Path, help="folder for ladder.{pdf,png} and its manifest")
     ladder.add_argument("--title", default="", help="figure title (state dataset and preset)")
+    ladder.add_argument(
+        "--black-box-unfit",
+        nargs="*",
+        default=[],
+        metavar="RUN=REASON",
+        help="why the black-box rung left out a run (the ladder says so in its cell)",
+    )
     ladder.set_defaults(handler=_cmd_ladder)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
@@ -212,25 +212,57 @@ def whole_run_names(runs: Mapping[str, Mapping[str, Any]], *, schema: Mapping[st
     ]
 
 
-def black_box_names(runs: Mapping[str, Mapping[str, Any]], *, skip: Collection[str] = ()) -> list[str]:
-    """The runs of ``optimizers.runs`` (name → settings) that the black-box rung audits (``audit.black_box``): those
-    whose optimizer claims DP and that sample by Poisson, but the projected ones (DP2-SGD, D2P2-SGD: a d × p
-    projection per model and step is too large for thousands of models) and those in ``skip``
-    (``audit.black_box.skip``), in their order."""
+def black_box_settings(name: str, *, runs: Mapping[str, Mapping[str, Any]], audit: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat ``TrainConfig`` settings (but ``target_epsilon``) of the black-box rung's run of ``name``: targets only
+    on ``audit.common``, the run's own settings (``optimizers.runs``, but its canary design), then
+    ``audit.black_box.settings`` and the run's ``audit.black_box.run_settings``, each over the ones before; evaluated
+    at its last epoch."""
+    black_box = audit["black_box"]
+    common = {
+        key: value for key, value in audit["common"].items() if key not in ("num_shadows", "split_design", "trials")
+    }
+    settings = {
+        **common,
+        "num_shadows": 0,
+        "diagnostics": False,
+        "canaries": 0,
+        "optimizer": name,
+        **{key: value for key, value in runs[name].items() if key != "canary_design"},
+        **black_box["settings"],
+        **black_box.get("run_settings", {}).get(name, {}),
+    }
+    settings["eval_epochs"] = [settings["epochs"]]
+    return settings
+
+
+def black_box_unfit(runs: Mapping[str, Mapping[str, Any]], *, audit: Mapping[str, Any]) -> dict[str, str]:
+    """Run of ``optimizers.runs`` → why the black-box rung (``audit.black_box``) leaves it out, for those it leaves
+    out: no DP claim, shuffled sampling, in ``skip``, or its rung settings unfit for the many-models design
+    (:func:`dpaudit.blackbox.many_models_unfit`: a projection too large for thousands of models)."""
     from dpaudit.blackbox import many_models_unfit
+    from dpaudit.config import TrainConfig
     from dpaudit.optim import get_spec
 
-    names = []
+    reasons = {}
     for name, settings in runs.items():
-        optimizer = settings.get("optimizer", name)
-        if (
-            name not in skip
-            and get_spec(optimizer).dp_claim
-            and many_models_unfit(optimizer) is None
-            and settings.get("sampling") != "shuffle"
-        ):
-            names.append(name)
-    return names
+        if not get_spec(settings.get("optimizer", name)).dp_claim:
+            reasons[name] = "no DP claim"
+        elif settings.get("sampling") == "shuffle":
+            reasons[name] = "shuffled sampling (the audit reads q = b/n of Poisson sampling)"
+        elif name in audit["black_box"].get("skip", []):
+            reasons[name] = "in audit.black_box.skip"
+        else:
+            unfit = many_models_unfit(config=TrainConfig.from_dict(black_box_settings(name, runs=runs, audit=audit)))
+            if unfit:
+                reasons[name] = unfit
+    return reasons
+
+
+def black_box_names(runs: Mapping[str, Mapping[str, Any]], *, audit: Mapping[str, Any]) -> list[str]:
+    """The runs of ``optimizers.runs`` (name → settings) that the black-box rung audits, in their order: every one
+    :func:`black_box_unfit` does not leave out."""
+    unfit = black_box_unfit(runs, audit=audit)
+    return [name for name in runs if name not in unfit]
 
 
 def _check_black_box(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]]) -> None:
@@ -238,10 +270,10 @@ def _check_black_box(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str
     unknown = sorted(set(audit["black_box"].get("skip", [])) - set(runs))
     if unknown:
         raise DPAuditError(f"params audit.black_box.skip: {unknown[0]!r} is not a run of optimizers.runs")
-    if not black_box_names(runs, skip=audit["black_box"].get("skip", [])):
+    if not black_box_names(runs, audit=audit):
         raise DPAuditError(
-            "params audit.black_box: no run of optimizers.runs has a DP-claiming optimizer without a projection "
-            "(e.g. dpsgd-gc); remove the section or add one"
+            "params audit.black_box: no run of optimizers.runs has a DP-claiming, Poisson-sampled optimizer that the "
+            "many-models design fits (e.g. dpsgd-gc); remove the section or add one"
         )
     missing = sorted(set(audit["black_box"]["target_epsilons"]) - set(audit["target_epsilons"]))
     if missing:

@@ -46,12 +46,12 @@ AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, a
 }
 
 
-# the black-box rung: its own run per DP-claiming, unprojected run of optimizers.runs and ε (audit.black_box.settings
-# over the cross-optimizer settings and the run's own), K models each, scored by `dpaudit blackbox`
+# the black-box rung: its own run per DP-claiming, Poisson-sampled run of optimizers.runs and ε that the many-models
+# design fits (black_box_settings: audit.black_box's settings over the cross-optimizer ones and the run's own), K models
+# each, scored by `dpaudit blackbox`; the ladder names why it leaves out the others (BLACK_BOX_UNFIT)
 BLACK_BOX = AUD.get("black_box")
-BLACK_BOX_NAMES = black_box_names(OPT_SETTINGS, skip=BLACK_BOX.get("skip", [])) if BLACK_BOX else []
-BLACK_BOX_COMMON = {**CROSS_COMMON, "canaries": 0, **(BLACK_BOX or {}).get("settings", {})}
-BLACK_BOX_COMMON["eval_epochs"] = [BLACK_BOX_COMMON["epochs"]]
+BLACK_BOX_UNFIT = black_box_unfit(OPT_SETTINGS, audit=AUD) if BLACK_BOX else {}
+BLACK_BOX_NAMES = [name for name in OPT_SETTINGS if name not in BLACK_BOX_UNFIT] if BLACK_BOX else []
 
 
 def black_box_files():
@@ -271,9 +271,7 @@ rule audit_run_bug:  # one run of the whole-run validation (a bug or its twin at
 
 def black_box_command(name, eps):
     """`dpaudit blackbox` of one optimizers run at one ε: K models of its own run, the report as JSON."""
-    settings = {k: v for k, v in OPT_SETTINGS[name].items() if k != "canary_design"}
-    flags = cli_flags({**BLACK_BOX_COMMON, "optimizer": name, **settings, **BLACK_BOX["settings"],
-                       "target_epsilon": eps})
+    flags = cli_flags({**black_box_settings(name, runs=OPT_SETTINGS, audit=AUD), "target_epsilon": eps})
     return (f"blackbox --quiet {flags} --models {shell_word(BLACK_BOX['models'])}"
             f" --canary {shell_word(BLACK_BOX['canary'])} --initialisation {shell_word(BLACK_BOX['initialisation'])}"
             f" --out {shell_word(f'results/audit_blackbox/{name}_eps{eps:g}/blackbox.json')}")
@@ -307,11 +305,12 @@ rule audit_ladder:  # the threat-model ladder: theory, whole-run (all iterates, 
         profile=multiext("figures/audit/profile", ".pdf", ".png"),
     params:
         title=f"{AUD_COMMON['dataset']}, {config.get('preset', 'default')} preset",
+        unfit=shell_words(f"{name}={reason}" for name, reason in BLACK_BOX_UNFIT.items()),
     log:
         "logs/audit_ladder.log",
     shell:
         "{REPRODUCE} ladder {input:q} --metrics {output.metrics:q} --markdown {output.table:q} --figures figures/audit"
-        " --title {params.title:q} --canaries {WHOLE[canaries]:q} > {log:q} 2>&1"
+        " --title {params.title:q} --canaries {WHOLE[canaries]:q} --black-box-unfit {params.unfit} > {log:q} 2>&1"
 
 
 rule audit_run_validation:  # the bugs only a whole-run audit sees, beside their twins

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,14 @@ def _ledger_claims(run_folder: str | Path, *, delta: float, whole_run: dict | No
     return {"epsilon_pld": claims["epsilon_pld"], "epsilon_rdp": claims["epsilon_rdp"], "z": z, "q": q}
 
 
-def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: int = 0) -> list[dict[str, Any]]:
+def ladder_rows(
+    files: list[str | Path],
+    *,
+    canaries: int,
+    delta: float,
+    black_box_unfit: Mapping[str, str] | None = None,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """One row per DP-claiming optimizer run (name and target ε) of the cross-optimizer audit.
 
     Args:
@@ -119,6 +127,8 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
             and ``dpaudit blackbox`` reports, ``results/audit_blackbox/<run>/blackbox.json``.
         canaries: M, the whole-run canaries per run (both classes), for the family bound's ceiling.
         delta: δ of every ε.
+        black_box_unfit: optimizer run → why the black-box rung left it out (the pipeline's reasons; a run left out
+            without one shows "–").
         seed: seed of the ceiling's simulation.
 
     Returns:
@@ -126,7 +136,6 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
         lower bounds of each rung (nats; None where the rung was not audited), their ceilings, and
         ``whole_run_unfit`` (why whole-run canaries do not fit the optimizer, or None).
     """
-    from dpaudit.blackbox import many_models_unfit
     from dpaudit.optim import get_spec
 
     by_run: dict[tuple[str, str], dict[str, Any]] = {}
@@ -207,8 +216,9 @@ def ladder_rows(files: list[str | Path], *, canaries: int, delta: float, seed: i
             "black_box_last_iterate": None if black_box is None else black_box["epsilon_last_iterate"],
             "black_box_ceiling": None if black_box is None else float(black_box["epsilon_ceiling"]),
             "black_box_models": None if black_box is None else int(black_box["trials"]),
+            "black_box_model": None if black_box is None else black_box["model"],
             "black_box_threat_model": None if black_box is None else black_box["threat_model"],
-            "black_box_unfit": many_models_unfit(optimizer) if black_box is None else None,
+            "black_box_unfit": (black_box_unfit or {}).get(name) if black_box is None else None,
             "canaries": canaries if whole else None,
         }
         if whole:
@@ -285,6 +295,8 @@ def _share(row: dict[str, Any]) -> dict[str, float | None]:
         "black_box_over_own": ratio(row["black_box_lower"], row["black_box_epsilon"]),
         "black_box_gdp_over_own": ratio(row["black_box_gdp"], row["black_box_epsilon"]),
         "black_box_over_last_iterate": ratio(row["black_box_lower"], row["black_box_last_iterate"]),
+        "black_box_model": row["black_box_model"],
+        "black_box_unfit": row["black_box_unfit"],
     }
 
 
@@ -317,8 +329,8 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         "bound of one simulated run of the claim (one draw). The per-step canaries' bound is against one step's ε "
         "(no subsampling, no composition), every other bound against the run's ε; AF at δ' = 10⁻² against the "
         "ledger's ε at that δ'. Crafted canary = the black-box audit of audit.black_box: K models of the optimizer's "
-        "own run at the same target ε (its settings in metrics/audit_ladder.json), one input-space canary, the final "
-        "models' losses alone, the adversary choosing θ₀; its AF against that run's ε (in brackets).",
+        "own run at the same target ε (audit.black_box.settings; its model in the second table), one input-space "
+        "canary, the final models' losses alone, the adversary choosing θ₀; its AF against that run's ε (in brackets).",
         "",
         "One row per mechanism: the whole-run canaries of optimizers joined by = meet the same mechanism (the same "
         "ledger, sampling and canary count, and a canary contribution φ(K)·K/C equal to 3 decimals: a Dirac canary "
@@ -355,8 +367,9 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
         "",
         "| optimizer | target ε | mechanism (row above) | every iterate: AF / ε PLD | AF at 10⁻² / ε PLD there | "
         "every iterate: ledger test / ε PLD | one step: AF / its ε | crafted canary: AF / its ε | "
-        "crafted canary: AF / its last-iterate ε | crafted canary: Gaussian-DP reading / its ε (an estimate) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "crafted canary: AF / its last-iterate ε | crafted canary: Gaussian-DP reading / its ε (an estimate) | "
+        "crafted canary: its run's model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     shares = [(name, row, share) for row in rows for name, share in row["members"].items()]
     for name, row, share in sorted(shares, key=lambda item: (item[0], item[1]["target_epsilon"])):
@@ -364,13 +377,15 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
             f"| {name} | {row['target_epsilon']:g} | {row['name']} | {_fmt(share['assumption_free_over_pld'])} | "
             f"{_fmt(share['assumption_free_wide_over_pld'])} | {_fmt(share['family_over_pld'])} | "
             f"{_fmt(share['per_step_over_step'])} | {_fmt(share['black_box_over_own'])} | "
-            f"{_fmt(share['black_box_over_last_iterate'])} | {_fmt(share['black_box_gdp_over_own'])} |"
+            f"{_fmt(share['black_box_over_last_iterate'])} | {_fmt(share['black_box_gdp_over_own'])} | "
+            f"{share['black_box_model'] or _black_box_cell(share)} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def _black_box_cell(row: dict[str, Any]) -> str:
-    if row["black_box_lower"] is None:
+    """The crafted-canary rung's bound (its ε) of a row, or why it was not run (a row or a member's share)."""
+    if row.get("black_box_lower") is None:
         return f"not run: {row['black_box_unfit']}" if row["black_box_unfit"] else "–"
     return f"{_fmt(row['black_box_lower'])} ({_fmt(row['black_box_epsilon'])})"
 
@@ -502,10 +517,11 @@ def write_ladder(
     markdown: str | Path,
     out_dir: str | Path,
     title: str,
+    black_box_unfit: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """``metrics`` (JSON rows), ``markdown`` (table), and ``ladder.{pdf,png}``, ``profile.{pdf,png}`` +
-    ``ladder.manifest.json`` in ``out_dir``."""
-    rows = ladder_rows(files, canaries=canaries, delta=delta)
+    ``ladder.manifest.json`` in ``out_dir`` (``black_box_unfit``: as :func:`ladder_rows`)."""
+    rows = ladder_rows(files, canaries=canaries, delta=delta, black_box_unfit=black_box_unfit)
     from dpaudit.privacy_profile import LABEL as ASSUMPTION_FREE
     from dpaudit.whole_run import FAMILY_LABEL
 
