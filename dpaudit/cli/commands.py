@@ -998,11 +998,12 @@ def _cmd_blackbox(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     from dpaudit import blackbox
 
+    adversary = {} if args.initialisation is None else {"initialisation": args.initialisation}  # else the design's
     if args.design == "one-run":
         report = blackbox.audit_one_run(
             config=config,
             canaries=args.input_canaries,
-            initialisation=args.initialisation,
+            **adversary,
             seed=args.audit_seed,
             confidence=args.confidence,
             progress=not args.quiet,
@@ -1012,7 +1013,7 @@ def _cmd_blackbox(args: argparse.Namespace) -> int:
             config=config,
             models=args.models,
             canary=args.canary,
-            initialisation=args.initialisation,
+            **adversary,
             seed=args.audit_seed,
             chunk=args.chunk,
             confidence=args.confidence,
@@ -1065,8 +1066,8 @@ def add_blackbox(commands: argparse._SubParsersAction) -> None:
     audit.add_argument(
         "--initialisation",
         choices=INITIALISATIONS,
-        default="worst-case",
-        help="worst-case: the adversary chooses θ₀, trained on the records the models share (default: worst-case)",
+        help="worst-case: the adversary chooses θ₀, trained on the records the models share (default: worst-case "
+        "for many models, natural for one run)",
     )
     audit.add_argument(
         "--audit-seed", type=int, default=0, help="seeds the records, canary and memberships (default: 0)"

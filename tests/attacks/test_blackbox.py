@@ -178,13 +178,16 @@ def test_the_command_line_writes_the_report(tmp_path, capsys):
     flags += ["--target-size", "40", "--batch-size", "40", "--epochs", "3", "--noise-multiplier", "1"]
     assert main(["blackbox", *flags, "--models", "20", "--quiet", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "many models, 20 trials, canary bright" in printed and "assumption-free" in printed
+    assert "dpsgd-gc on mlp, digits: many models, 20 trials, canary bright" in printed and "assumption-free" in printed
     import json
 
     report = json.loads(out.read_text())
     assert report["trials"] == 20 and report["labels"]["epsilon_gdp"] == blackbox.GDP_FAMILY_LABEL
+    assert (report["optimizer"], report["model"], report["dataset"]) == ("dpsgd-gc", "mlp", "digits")
+    assert report["initialisation"] == "worst-case"  # each design's default, as in the API
     assert main(["blackbox", *flags, "--design", "one-run", "--input-canaries", "10", "--quiet", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["design"] == "one run"
+    one_run = json.loads(capsys.readouterr().out)
+    assert (one_run["design"], one_run["initialisation"]) == ("one run", "natural")
     assert main(["blackbox", *flags, "--models", "2"]) == 2
     error = capsys.readouterr().err.strip()
     assert error == "dpaudit: error: models must be at least 4 (two per world at least), got 2"
