@@ -315,7 +315,7 @@ def many_models_unfit(*, config: TrainConfig) -> str | None:
     A projected optimizer (DP2-SGD, D2P2-SGD) keeps a d_l × p_l projection per tensor and model and applies it to every
     record at every step: it suits only a model whose projections hold at most :data:`PROJECTION_ENTRIES_LIMIT`
     entries (e.g. ``linear`` on digits: 1.2·10⁵; ``mlp``: 2·10⁷)."""
-    from dpaudit.optim.projection import projected_dimension
+    from dpaudit.optim.projection import projected_dimensions
     from dpaudit.settings import ProjectionSettings
 
     settings = config.optimizer.settings
@@ -324,8 +324,7 @@ def many_models_unfit(*, config: TrainConfig) -> str | None:
     info = dataset_info(config.data.dataset)
     model = model_registry.build_model(config.model.name, input_shape=info.input_shape, num_classes=info.num_classes)
     sizes = [p.numel() for p in model_registry.trainable_parameters(model)]
-    rate, convention = settings.reduction_rate, settings.reduction_convention
-    entries = sum(d * projected_dimension(d, rate=rate, convention=convention) for d in sizes)
+    entries = sum(d * p for d, p in zip(sizes, projected_dimensions(sizes, settings=settings)))
     if entries > PROJECTION_ENTRIES_LIMIT:
         return (
             f"its d × p projections hold {entries:,} entries per model on {config.model.name} (at most "

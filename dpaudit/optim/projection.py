@@ -120,6 +120,13 @@ def projected_dimension(d: int, *, rate: float, convention: str) -> int:
     return max(1, min(d, p))
 
 
+def projected_dimensions(sizes: Sequence[int], *, settings: ProjectionSettings) -> list[int]:
+    """p_l of each tensor of d_l = ``sizes[l]`` entries under ``settings``' reduction rate and convention."""
+    return [
+        projected_dimension(d, rate=settings.reduction_rate, convention=settings.reduction_convention) for d in sizes
+    ]
+
+
 class ProjectedNoise(AutomaticClipping):
     """Random projection per tensor: release z = Σ_i φ_i Aᵀg_i/√p + N(0, (z_t C)² I_p), update A z / b.
 
@@ -155,12 +162,7 @@ class ProjectedNoise(AutomaticClipping):
         self, params: Sequence[torch.Tensor], hyper: Hyperparameters[ProjectionSettings], *, generator: torch.Generator
     ) -> None:
         super().__init__(params, hyper, generator=generator)
-        self.kept = [
-            projected_dimension(
-                p.numel(), rate=hyper.settings.reduction_rate, convention=hyper.settings.reduction_convention
-            )
-            for p in self.params
-        ]
+        self.kept = projected_dimensions([p.numel() for p in self.params], settings=hyper.settings)
         self._projection_seed = int(np.random.SeedSequence([generator.initial_seed(), 3]).generate_state(1)[0])
         self._matrices_step: int | None = None
         self._matrices: list[torch.Tensor] = []

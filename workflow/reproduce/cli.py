@@ -247,16 +247,18 @@ def _cmd_audit_table(args: argparse.Namespace) -> int:
 
 def _pairs(items: list[str], *, flag: str, form: str) -> list[tuple[str, str]]:
     """``NAME=VALUE`` items split at their first "=" (a one-line error naming ``form`` for one without)."""
-    pairs = [tuple(item.split("=", 1)) for item in items]
-    if any(len(pair) != 2 for pair in pairs):
+    if any("=" not in item for item in items):
         raise DPAuditError(f"{flag} takes {form}; got {' '.join(items)}")
-    return pairs  # type: ignore[return-value]
+    return [(name, value) for name, _, value in (item.partition("=") for item in items)]
 
 
 def _cmd_validation(args: argparse.Namespace) -> int:
     from reproduce.figures.validation import write_validation
 
-    pairs = dict(_pairs(args.pair, flag="--pair", form="VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc"))
+    form = "VARIANT=TWIN, e.g. dpsgd-no-noise=dpsgd-gc"
+    pairs = dict(_pairs(args.pair, flag="--pair", form=form))
+    if len(pairs) != len(args.pair):  # a variant named twice
+        raise DPAuditError(f"--pair takes {form}; got {' '.join(args.pair)}")
     files = write_validation(args.files, pairs=pairs, attack=args.attack, out_dir=args.out, title=args.title)
     print(next(path for path in files if path.suffix == ".md").read_text(encoding="utf-8"), end="")
     return 0

@@ -258,19 +258,12 @@ def black_box_unfit(runs: Mapping[str, Mapping[str, Any]], *, audit: Mapping[str
     return reasons
 
 
-def black_box_names(runs: Mapping[str, Mapping[str, Any]], *, audit: Mapping[str, Any]) -> list[str]:
-    """The runs of ``optimizers.runs`` (name → settings) that the black-box rung audits, in their order: every one
-    :func:`black_box_unfit` does not leave out."""
-    unfit = black_box_unfit(runs, audit=audit)
-    return [name for name in runs if name not in unfit]
-
-
 def _check_black_box(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]]) -> None:
     """``audit.black_box``: a run it audits, at target ε the ladder has (``audit.target_epsilons``)."""
     unknown = sorted(set(audit["black_box"].get("skip", [])) - set(runs))
     if unknown:
         raise DPAuditError(f"params audit.black_box.skip: {unknown[0]!r} is not a run of optimizers.runs")
-    if not black_box_names(runs, audit=audit):
+    if set(runs) <= set(black_box_unfit(runs, audit=audit)):
         raise DPAuditError(
             "params audit.black_box: no run of optimizers.runs has a DP-claiming, Poisson-sampled optimizer that the "
             "many-models design fits (e.g. dpsgd-gc); remove the section or add one"

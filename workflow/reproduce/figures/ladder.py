@@ -378,15 +378,19 @@ def ladder_markdown(rows: list[dict[str, Any]], *, confidence: float) -> str:
             f"{_fmt(share['assumption_free_wide_over_pld'])} | {_fmt(share['family_over_pld'])} | "
             f"{_fmt(share['per_step_over_step'])} | {_fmt(share['black_box_over_own'])} | "
             f"{_fmt(share['black_box_over_last_iterate'])} | {_fmt(share['black_box_gdp_over_own'])} | "
-            f"{share['black_box_model'] or _black_box_cell(share)} |"
+            f"{share['black_box_model'] or _black_box_not_run(share)} |"
         )
     return "\n".join(lines) + "\n"
 
 
+def _black_box_not_run(row: dict[str, Any]) -> str:
+    """Why the crafted-canary rung was not run for a row or a member's share ("–": no reason given)."""
+    return f"not run: {row['black_box_unfit']}" if row["black_box_unfit"] else "–"
+
+
 def _black_box_cell(row: dict[str, Any]) -> str:
-    """The crafted-canary rung's bound (its ε) of a row, or why it was not run (a row or a member's share)."""
-    if row.get("black_box_lower") is None:
-        return f"not run: {row['black_box_unfit']}" if row["black_box_unfit"] else "–"
+    if row["black_box_lower"] is None:
+        return _black_box_not_run(row)
     return f"{_fmt(row['black_box_lower'])} ({_fmt(row['black_box_epsilon'])})"
 
 
