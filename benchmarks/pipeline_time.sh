@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Wall time and peak memory (RSS of snakemake and all its jobs, `dpaudit` and `-m reproduce`, summed, sampled every second)
-# of a pipeline from an empty results/, then the job-seconds per rule (benchmarks/pipeline_jobs.py). Prints JSON.
+# Wall time and peak memory of a pipeline from an empty results/, then the job-seconds per rule
+# (benchmarks/pipeline_jobs.py). Prints JSON. Memory: snakemake and all its jobs (`dpaudit`, `-m reproduce`), sampled
+# every second, summed two ways: RSS (each process's pages, the libraries they share counted once per process: an
+# upper bound) and PSS (a shared page split between the processes that map it: what they hold together).
 # Usage: bash benchmarks/pipeline_time.sh [snakemake args]            # the default preset, in the repository
 #        bash benchmarks/pipeline_time.sh --directory presets/mnist --configfile configs/mnist.yaml   # a preset apart
 set -u
@@ -17,14 +19,18 @@ snakemake --cores all "$@" > "$folder/results.log" 2>&1 &
 pid=$!
 start=$(date +%s)
 peak=0
+peak_pss=0
 while kill -0 "$pid" 2>/dev/null; do
-  total=$(ps -eo rss=,args= | grep -E "snakemake|dpaudit|-m reproduce" | grep -v grep | awk '{s+=$1} END {print s+0}')
+  pids=$(ps -eo pid=,args= | grep -E "snakemake|dpaudit|-m reproduce" | grep -v grep | awk '{print $1}')
+  total=$(for p in $pids; do awk '/^Rss:/ {print $2}' "/proc/$p/smaps_rollup" 2>/dev/null; done | awk '{s+=$1} END {print s+0}')
+  shared=$(for p in $pids; do awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup" 2>/dev/null; done | awk '{s+=$1} END {print s+0}')
   [ "$total" -gt "$peak" ] && peak=$total
+  [ "$shared" -gt "$peak_pss" ] && peak_pss=$shared
   sleep 1
 done
 wait "$pid"
 rc=$?
-printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "cores": %d,\n "jobs":\n' \
-  "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(nproc)"
+printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "peak_pss_mb": %d, "cores": %d,\n "jobs":\n' \
+  "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(( peak_pss / 1024 ))" "$(nproc)"
 python benchmarks/pipeline_jobs.py "$folder/results.log"
 echo "}"

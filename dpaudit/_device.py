@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -18,26 +17,6 @@ def host_to_device(values: np.ndarray | torch.Tensor | list[int], device: torch.
     if device.type != "cuda":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
-
-
-@contextmanager
-def one_cpu_thread(device: torch.device) -> Iterator[None]:
-    """torch on one CPU thread inside, where ``device`` is the CPU (elsewhere nothing changes).
-
-    For the few passes over an audit block (whole-run canaries: ``dpaudit.attacks.canary_run``), each well under a
-    millisecond: split over the threads, each pass waits for all of them, which costs more than it saves where the
-    cores are shared (the model's small tensors run on one thread anyway). Results equal those on more threads up
-    to rounding (at most where a fused operation is split between threads).
-    """
-    threads = torch.get_num_threads() if device.type == "cpu" else 1
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def padding_mask(counts: Sequence[int], width: int, device: torch.device) -> torch.Tensor:

@@ -179,7 +179,9 @@ def test_a_whole_run_audit_flags_reused_noise_by_the_spread_over_the_steps(tmp_p
     _check_claim(bug_flag, 4.0)
     nonmembers = bug.observations[:, ~bug.members]
     assert np.all(nonmembers == nonmembers[0])  # one draw, at every step
-    assert np.all(bug.spread()[~bug.members] < 1e-6)  # so every non-member's spread is 0
+    # so every non-member's spread is 0, up to the rounding of the online float32 sums it is computed from (against
+    # T − 1 = 199 for fresh noise)
+    assert np.all(bug.spread()[~bug.members] < 1e-3)
     # the bounds on Λ are blind to it; the spread flags it (and the members' shift, whose test assumes noise
     # independent across steps, may reject the claimed mechanism too)
     assert _flagged(bug_flag) and bug_flag.flagged_by[0] == "spread", bug_flag.summary()

@@ -43,9 +43,10 @@ Three statistics score the canaries (``RunCanaryObservations.scores``), each aga
   the steps (:func:`dpaudit.whole_run.spread_scores`): 0 for every non-member if one noise draw is reused at every
   step, which Λ and Σ_t x_t cannot see.
 
-They are summed online, step by step, in float64 on the block's device (each step's Λ term by
-:func:`dpaudit.whole_run.step_log_ratio`, the function :func:`~dpaudit.whole_run.likelihood_ratio_scores`
-sums; Σ_t x_tj; and the spread's Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t²), and saved as [M] arrays. The [T, M]
+They are summed online, step by step, on the block's device (``dpaudit._online.OnlineSums``: each step in the
+released values' float32, into float64 sums every 16 steps; Λ's terms, those
+:func:`~dpaudit.whole_run.likelihood_ratio_scores` sums; Σ_t x_tj; and the spread's Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t²),
+and saved as [M] arrays. The [T, M]
 observations themselves (float32) are kept and saved only when asked (``keep_observations``) or small
 (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps they are 160 MB, whose filling and
 writing took about half as long as the whole training on digits (≈ 1 s).
@@ -88,8 +89,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from dpaudit._device import host_to_device, one_cpu_thread
+from dpaudit._device import host_to_device
 from dpaudit._io import atomic_write_stream, read_json, write_json
+from dpaudit._online import OnlineSums
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import SAMPLING_SCHEMES
 from dpaudit.integrity import verify_file
@@ -97,7 +99,7 @@ from dpaudit.observers import TrainingObserver
 from dpaudit.optim import StepCost
 from dpaudit.rundir import RunDir
 from dpaudit.theory.tradeoff import group_steps
-from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, spread_scores, step_log_ratio
+from dpaudit.whole_run import final_model_scores, likelihood_ratio_scores, spread_scores
 
 if TYPE_CHECKING:
     from dpaudit.optim import MaskedSupport, Optimizer, PrivateOptimizer
@@ -513,7 +515,7 @@ class RunCanaries(TrainingObserver):
     # step's members; what derives from the members
     transient_state: tuple[str, ...] = (
         *("path", "save_every", "_saved_at", "_save_seconds"),
-        *("_pending", "_scratch", "_normalised", "_present", "_member_index", "_check_weights"),
+        *("_pending", "_head", "_normalised", "_present", "_member_index", "_check_weights"),
     )
 
     def __init__(
@@ -559,21 +561,18 @@ class RunCanaries(TrainingObserver):
         self.keep_observations = keep_observations
         self.keeps_observations = bool(keep_observations)  # decided by ``attach`` where None
         self._observations = np.zeros((0, count), dtype=np.float32)  # [T, M] where kept
-        # per canary, summed online in float64: Λ_j (``step_log_ratio`` of each step) and Σ_t x_tj
-        self._all_iterates = torch.zeros(count, device=device, dtype=torch.float64)
-        self._final_model = torch.zeros(count, device=device, dtype=torch.float64)
-        # Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t², the sums of the spread over the steps (``spread_scores``)
-        self._standardised_sum = torch.zeros(count, device=device, dtype=torch.float64)
-        self._standardised_squares = torch.zeros(count, device=device, dtype=torch.float64)
+        # per canary, summed online: Λ_j, Σ_t x_tj and the spread's Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t² (``spread_scores``)
+        self._sums = OnlineSums(count, device=device, dtype=dtype)
         # per step
         self._noise_multipliers: list[float] = []
         self._sample_rates: list[float] = []
         self._sampled: list[int] = []  # how many members the sampler drew, per step
         self._recorded = 0  # steps whose observations are in ``_observations``
         self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
-        # work buffers of ``after_update``, made at its first: [3, M] float64 and the [M] float32 x
-        self._scratch: torch.Tensor | None = None
+        # work buffers of ``after_update``, made at its first: the [M] float32 x (kept observations off the CPU) and
+        # the float64 x of the first CHECK_CANARIES canaries
         self._normalised: torch.Tensor | None = None
+        self._head: torch.Tensor | None = None
         # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``)
         self._step_sums: torch.Tensor | None = None
         covered = torch.from_numpy(self.members[:CHECK_CANARIES].astype(np.float64)).to(device)
@@ -619,44 +618,36 @@ class RunCanaries(TrainingObserver):
         """The members in this step's batch join it as Dirac records, through the optimizer's own weighting."""
         coordinates = self._present
         if coordinates.size:
-            with one_cpu_thread(self.parameter.device):
-                optimizer.accumulate_diracs(
-                    coordinates=host_to_device(coordinates, self.parameter.device), magnitude=self.magnitude
-                )
+            optimizer.accumulate_diracs(
+                coordinates=host_to_device(coordinates, self.parameter.device), magnitude=self.magnitude
+            )
 
     def after_update(self, optimizer: Optimizer, cost: StepCost | None, *, epoch: int) -> None:
-        """Normalise the released update at the canary block (x = u·b/c, float32), add the step's terms to the
-        two statistics (float64, on the block's device), keep x where asked, and record the step's z and q."""
+        """Add the released update at the canary block (x = u·b/c) to the statistics (``OnlineSums``, on the block's
+        device), keep x where asked (float32), and record the step's z and q."""
         # a private optimizer (attach) returns a cost, and keeps last_update for an observer that reads_updates
         assert cost is not None and optimizer.last_update is not None
-        update = optimizer.last_update[-1].detach().float()
-        scale = self.batch_size / self.contribution
+        update = optimizer.last_update[-1].detach()
+        scale = self.batch_size / self.contribution  # x = u·scale
         z, q = float(cost.noise_multiplier), float(cost.sample_rate)
-        if self._scratch is None:
-            self._scratch = torch.empty((3, self.count), device=update.device, dtype=torch.float64)
-            self._normalised = torch.empty(self.count, device=update.device, dtype=torch.float32)
-        with one_cpu_thread(update.device):  # faster where cores are shared; the same values up to rounding
-            # x in float32 (as kept), into buffers: no new [M] tensor at every step (at 10⁷ canaries a fresh one
-            # costs as much as the arithmetic)
-            if self.keeps_observations and update.device.type == "cpu":  # straight into the host array
-                x = torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
+        std = self._noise_std(z)
+        if self.keeps_observations:  # x in float32, into buffers: no new [M] tensor at every step
+            if update.device.type == "cpu":  # straight into the host array
+                torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
                 self._recorded += 1
-            else:
-                x = torch.mul(update, scale, out=self._normalised)
-                if self.keeps_observations:  # on the device until the epoch ends: no wait for it at every step
-                    self._pending.append(x.clone())
-            x = self._scratch[0].copy_(x)  # float64, exactly
-            std = self._noise_std(z)
-            terms = step_log_ratio(x, std, q, out=self._scratch[1], work=self._scratch[2])
-            self._all_iterates += terms
-            self._final_model += x
-            self._standardised_sum.add_(x, alpha=1 / std)  # Σ_t y_t and Σ_t y_t², y = x/σ_t: the spread
-            self._standardised_squares.addcmul_(x, x, value=1 / std**2)
-            if self._step_sums is not None:
-                head = x[:CHECK_CANARIES]
-                row = self._step_sums[len(self._noise_multipliers)]
-                row[:2] = self._check_weights @ head
-                row[2] = self._check_weights[1] @ (head * head)
+            else:  # on the device until the epoch ends: no wait for it at every step
+                if self._normalised is None:
+                    self._normalised = torch.empty(self.count, device=update.device, dtype=torch.float32)
+                self._pending.append(torch.mul(update, scale, out=self._normalised).clone())
+        self._sums.add(update, contribution=1 / scale, noise_std=std / scale, rate=q)
+        if self._step_sums is not None:
+            head = update[:CHECK_CANARIES]
+            if self._head is None:
+                self._head = torch.empty(head.numel(), device=update.device, dtype=torch.float64)
+            head = torch.mul(head, scale, out=self._head)  # float32 x, widened exactly
+            row = self._step_sums[len(self._noise_multipliers)]
+            row[:2] = self._check_weights @ head
+            row[2] = self._check_weights[1] @ (head * head)
         self._noise_multipliers.append(z)
         self._sample_rates.append(q)
 
@@ -693,13 +684,14 @@ class RunCanaries(TrainingObserver):
     def result(self) -> RunCanaryObservations:
         self._flush()
         z = np.array(self._noise_multipliers, dtype=float)
+        sums = self._sums.result()
         return RunCanaryObservations(
             members=self.members.copy(),
             observations=self._observations[: self._recorded] if self.keeps_observations else None,
-            all_iterates_scores=self._all_iterates.cpu().numpy().copy(),
-            final_model_scores=self._final_model.cpu().numpy().copy(),
-            standardised_sum=self._standardised_sum.cpu().numpy().copy(),
-            standardised_sum_of_squares=self._standardised_squares.cpu().numpy().copy(),
+            all_iterates_scores=sums[0],
+            final_model_scores=sums[1],
+            standardised_sum=sums[2],
+            standardised_sum_of_squares=sums[3],
             noise_multipliers=z,
             sample_rates=np.array(self._sample_rates, dtype=float),
             noise_std=self._noise_std(z),

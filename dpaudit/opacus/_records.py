@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from dpaudit._online import PARTIAL_STEPS, OnlineSums
 from dpaudit._validation import DPAuditError, check_count, check_positive, check_seed
 from dpaudit.attacks.canary_run import RunCanaryObservations
 from dpaudit.audit import ValidationFlag, WholeRunReport, validation_flag
@@ -25,7 +26,6 @@ from dpaudit.opacus._configuration import (
     claimed_record,
     loader_sampling,
 )
-from dpaudit.whole_run import step_log_ratio
 
 try:  # the optional extra: ``pip install -e ".[train]"``
     from opacus.optimizers import DPOptimizer
@@ -61,8 +61,6 @@ REFUSED_OPTIMIZERS = {
 #: record's influence, whatever their affine parameters (Opacus refuses them only when they are trainable).
 CROSS_RECORD_MODULES = (torch.nn.modules.batchnorm._BatchNorm,)
 _PROBE = 4096  # coordinates of the canary block that measure the divisor
-_EXP_CAP32 = 80.0  # the largest exponent the float32 terms take (else float64)
-_PARTIAL_STEPS = 16  # steps summed in the block's dtype before the float64 sums take them
 CACHE_BYTES = 2**26  # the member canaries' inputs are built once where they take at most this (64 MiB)
 
 
@@ -518,15 +516,9 @@ class RecordCanaries:
     def _reset_sums(self) -> None:
         count = self.members.size
         device = self._block.device
-        # Λ, Σx, Σx/σ, Σx²/σ²: float64 sums of partial sums over up to _PARTIAL_STEPS steps in the block's dtype
-        self._sums = torch.zeros((4, count), dtype=torch.float64, device=device)
+        self._sums = OnlineSums(count, device=device, dtype=self._block.dtype)  # Λ, Σx, Σx/σ, Σx²/σ²
         self._counts = torch.zeros(count, dtype=torch.int64)
         self._present: list[torch.Tensor] = []  # canary ids that reached the optimizer, not yet in _counts
-        work = torch.float64 if self._block.dtype == torch.float64 else torch.float32  # the block's noise, or finer
-        self._partial = torch.zeros((3, count), dtype=work, device=device)
-        self._partial_steps, self._partial_scale = 0, (1.0, 1.0)  # steps in the partial sums, the first's (c, c·σ)
-        self._partial_constant = 0.0  # Σ log(1 − q) of the steps in the partial sums (Λ's terms without it)
-        self._buffers = (torch.empty(count, dtype=work, device=device),)
         self._observations: list[npt.NDArray[np.float32]] = []
         self.noise_multipliers: list[float] = []
         self.clip_norms: list[float] = []
@@ -707,7 +699,7 @@ class RecordCanaries:
         self._probe = noised[:_PROBE].to(torch.float64)  # the divisor, from these coordinates after scale_grad
         present = sum(int(ids.numel()) for ids in self._step_ids)
         self._present += self._step_ids
-        if len(self._present) >= _PARTIAL_STEPS:
+        if len(self._present) >= PARTIAL_STEPS:
             self._count_present()
         self.batch_rows.append(self._step_rows)
         self.canary_rows.append(present)
@@ -724,7 +716,7 @@ class RecordCanaries:
         self._accumulate(noised, std, len(self.contributions) - 1)
 
     def _count_present(self) -> None:
-        """Add the ids that reached the optimizer to the members' counts (one bincount per ``_PARTIAL_STEPS``)."""
+        """Add the ids that reached the optimizer to the members' counts (one bincount per ``PARTIAL_STEPS``)."""
         if self._present:
             self._counts += torch.bincount(torch.cat(self._present), minlength=self.members.size)
             self._present = []
@@ -749,69 +741,12 @@ class RecordCanaries:
         return proceed
 
     def _accumulate(self, noised: torch.Tensor, noise_std: float, index: int) -> None:
-        """Add one step's observations x = noised/c to the online sums, through one scratch buffer.
-
-        Partial sums over up to ``_PARTIAL_STEPS`` steps of one noise std (z·C) and one sign of c, in the block's
-        float32: of Λ's terms, of noised·c₁/c (c₁ the first step's c) and of noised²; added to the float64 sums of
-        Λ, x, x/σ and x²/σ² (σ = z·C/|c|) after. Λ's terms are in float64 where an exponent exceeds float32's range.
-        On the CPU the exp and log1p are numpy's on the same memory (several times faster than torch's)."""
-        contribution, rate = cast(float, self._contribution), self._rate
+        """Add one step's observations x = noised/c to the online sums (``dpaudit._online.OnlineSums``)."""
+        contribution = cast(float, self._contribution)
         self.contributions[index] = contribution
-        sigma = noise_std / abs(contribution)
         if self._keep:
             self._observations.append((noised / contribution).to(torch.float32).cpu().numpy())
-        scale = (contribution, math.copysign(noise_std, contribution))  # (c, c·σ)
-        if self._partial_steps and scale[1] != self._partial_scale[1]:
-            self._flush_partial()
-        if not self._partial_steps:
-            self._partial_scale = scale
-        partial = self._partial
-        if not sigma > 0:  # no noise (or none measurable): Λ is undefined
-            self._sums[0].fill_(math.nan)
-        elif not self._add_log_ratio_terms(noised, contribution=contribution, sigma=sigma, rate=rate):
-            self._sums[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
-        partial[1].add_(noised, alpha=self._partial_scale[0] / contribution)
-        partial[2].addcmul_(noised, noised)
-        self._partial_steps += 1
-        if self._partial_steps == _PARTIAL_STEPS:
-            self._flush_partial()
-
-    def _add_log_ratio_terms(self, noised: torch.Tensor, *, contribution: float, sigma: float, rate: float) -> bool:
-        """Add one step's Λ terms log(1 − q + q·e^(x/σ² − ½/σ²)), x = noised/c, to the float32 partial sums through the
-        scratch buffer; False, with nothing added, where an exponent would exceed float32's range."""
-        (terms,) = self._buffers
-        inverse = 1.0 / (contribution * sigma * sigma)  # x/σ² = noised·inverse
-        if terms.device.type == "cpu" and noised.dtype == terms.dtype and 0 < rate < 1:
-            # = log(1 − q) + log1p(e^(x/σ² + s)), s = log(q/(1 − q)) − ½/σ²: numpy's exp and log1p on the buffer's
-            # memory, log(1 − q) once per step
-            shift = math.log(rate / (1 - rate)) - 0.5 / (sigma * sigma)
-            values = terms.numpy()
-            np.multiply(noised.numpy(), inverse, out=values)
-            if float(values.max()) + shift > _EXP_CAP32:
-                return False
-            values += shift
-            np.exp(values, out=values)
-            np.log1p(values, out=values)
-            self._partial_constant += math.log1p(-rate)
-        else:  # = log(1 − q + q·e^(−½/σ²)·e^(x/σ²))
-            torch.mul(noised, inverse, out=terms)
-            if float(terms.max()) > _EXP_CAP32:
-                return False
-            terms.exp_().mul_(rate * math.exp(-0.5 / (sigma * sigma))).add_(1.0 - rate).log_()
-        self._partial[0].add_(terms)
-        return True
-
-    def _flush_partial(self) -> None:
-        """Add the partial sums to the float64 sums (Λ, Σx, Σx/σ, Σx²/σ²) and start new ones."""
-        if not self._partial_steps:
-            return
-        first, first_std = self._partial_scale
-        self._sums[0].add_(self._partial[0]).add_(self._partial_constant)
-        self._sums[1].add_(self._partial[1], alpha=1.0 / first)
-        self._sums[2].add_(self._partial[1], alpha=1.0 / first_std)
-        self._sums[3].add_(self._partial[2], alpha=1.0 / first_std**2)
-        self._partial.zero_()
-        self._partial_steps, self._partial_constant = 0, 0.0
+        self._sums.add(noised, contribution=contribution, noise_std=noise_std, rate=self._rate)
 
     # ------------------------------------------------------------------------------------------
     # Results
@@ -846,9 +781,8 @@ class RecordCanaries:
             raise DPAuditError("the canaries saw no optimizer step yet: attach them, then train")
         if self._contribution is None:
             raise DPAuditError("no canary record reached the optimizer yet: train longer or with more canaries")
-        self._flush_partial()
         self._count_present()
-        sums = self._sums.cpu().numpy()
+        sums = self._sums.result()
         return RecordCanaryObservations(
             **claimed_record(
                 accountant,
@@ -859,11 +793,11 @@ class RecordCanaries:
             ),
             batch_size=int(round(self.divisors[-1])) if math.isfinite(self.divisors[-1]) else 0,
             sampling="poisson",
-            all_iterates_scores=sums[0].copy(),
-            final_model_scores=sums[1].copy(),
+            all_iterates_scores=sums[0],
+            final_model_scores=sums[1],
             observations=self.observations,
-            standardised_sum=sums[2].copy(),
-            standardised_sum_of_squares=sums[3].copy(),
+            standardised_sum=sums[2],
+            standardised_sum_of_squares=sums[3],
             member_counts=self._counts.numpy().copy(),
             divisors=np.asarray(self.divisors, dtype=float),
             noise_chi2=np.asarray(self.noise_chi2, dtype=float),

@@ -17,7 +17,6 @@ from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, cast
 import numpy as np
 import torch
 
-from dpaudit._device import one_cpu_thread
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import dense
@@ -164,7 +163,7 @@ class Optimizer:
     # drawn in one call with the model's (else from a generator derived from the state the model's draw left)
     audit_parameters: int = 0
     audit_joint: bool = False
-    # not saved for resuming (``dpaudit._state``); ``_block_release``: the audit block's ``last_update`` buffers
+    # not saved for resuming (``dpaudit._state``); ``_block_release``: spare buffers of the audit block's sums
     transient_state: ClassVar[tuple[str, ...]] = ("params", "hyper", "_stack", "_row", "_block_release")
 
     def __init__(self, params: Sequence[torch.Tensor], hyper: Hyperparameters[Any], *, generator: torch.Generator):
@@ -323,33 +322,49 @@ class Optimizer:
         """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums.
 
         With ``record_updates`` set, ``last_update`` keeps a copy of u, the step's release before
-        momentum (what a white-box observer of every update infers); an audit block's copy is a buffer kept from
-        step to step (valid until the next step: at 10⁷ coordinates a fresh one costs as much as its noise draw).
+        momentum (what a white-box observer of every update infers). An audit block's parameters
+        (``set_audit_block``) are not moved: ``last_update`` keeps their release itself (valid until the next step)
+        and their sums are cleared (``_release_block``).
         """
         if self.record_updates:
             self.last_update = []
-        if not self.audit_parameters:
-            self._apply_to(slice(None), list(updates))
-        else:  # the model's tensors as without the block, then the block's (``set_audit_block``) on one thread
-            model = self._model_parameters
-            self._apply_to(slice(model), list(updates[:model]))
-            with one_cpu_thread(self.params[-1].device):
-                self._apply_to(slice(model, None), list(updates[model:]), reuse=True)
+        model = self._model_parameters
+        self._apply_to(slice(model), list(updates[:model]))
+        if self.audit_parameters:
+            self._release_block(list(updates[model:]))
         self.steps_taken += 1
 
-    def _apply_to(self, part: slice, updates: list[torch.Tensor], *, reuse: bool = False) -> None:
-        """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``;
-        ``reuse``: their copies in ``last_update`` go to buffers kept from step to step."""
+    def _release_block(self, updates: list[torch.Tensor]) -> None:
+        """The audit block's part of ``_apply``: ``updates``, its release, go to ``last_update`` as they are (one
+        released in place in its sums is kept, and the sums go on in a spare buffer), and its sums are cleared.
+
+        The block's parameters and velocities are left as they are: no loss reads them and the observers read the
+        release, so a copy, the momentum and the update would be passes over the block at every step that no
+        observation needs."""
+        spares: list[torch.Tensor | None] = getattr(self, "_block_release", None) or []
+        if len(spares) != len(updates):
+            spares = [None] * len(updates)
+            self._block_release = spares
+        for index, (position, update) in enumerate(enumerate(updates, start=self._model_parameters)):
+            total = self._sum[position]
+            if update.data_ptr() == total.data_ptr():  # released in place (``_noisy_mean``): keep it
+                spare = spares[index]
+                if spare is None or spare.shape != total.shape:
+                    spare = torch.zeros_like(total)
+                else:
+                    spare.zero_()
+                self._sum[position], spares[index] = spare, total
+            else:
+                total.zero_()
+            if self.record_updates:
+                assert self.last_update is not None  # ``_apply`` started it
+                self.last_update.append(update.detach())
+
+    def _apply_to(self, part: slice, updates: list[torch.Tensor]) -> None:
+        """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``."""
         if self.record_updates:
             assert self.last_update is not None  # ``_apply`` started it
-            if reuse:
-                kept = getattr(self, "_block_release", None)
-                if kept is None or [k.shape for k in kept] != [u.shape for u in updates]:
-                    kept = self._block_release = [torch.empty_like(update) for update in updates]
-                torch._foreach_copy_(kept, [update.detach() for update in updates])
-                self.last_update.extend(kept)
-            else:
-                self.last_update.extend(update.detach().clone() for update in updates)
+            self.last_update.extend(update.detach().clone() for update in updates)
         # torch._foreach_*: one call per list instead of one per tensor (the per-call overhead dominates
         # small models trained as an ensemble)
         if self._velocity is not None:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Self
 
 import torch
 
-from dpaudit._device import one_cpu_thread, padding_mask
+from dpaudit._device import padding_mask
 from dpaudit._streams import derived_generator
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
@@ -232,13 +232,12 @@ class PrivateOptimizer(Optimizer):
             updates = torch._foreach_div(self._sum, b)
             torch._foreach_add_(updates, noise, alpha=std)
             return updates
-        model = self._model_parameters  # the model's as without the block, the block on one thread
+        model = self._model_parameters  # the model's as without the block, then the block's
         updates = torch._foreach_div(self._sum[:model], b)
         torch._foreach_add_(updates, noise[:model], alpha=std)
-        with one_cpu_thread(self._sum[-1].device):  # in place: the sums are cleared after the update (``_apply``)
-            block = self._sum[model:]
-            torch._foreach_div_(block, b)
-            torch._foreach_add_(block, noise[model:], alpha=std)
+        block = self._sum[model:]  # in place: its sums go on in a spare (``_release_block``)
+        torch._foreach_div_(block, b)
+        torch._foreach_add_(block, noise[model:], alpha=std)
         return [*updates, *block]
 
     def _noise(self, shape) -> torch.Tensor:

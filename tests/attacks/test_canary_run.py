@@ -450,28 +450,29 @@ def test_member_canaries_score_higher_on_a_dpsgd_run(digits_run):
     assert abs(outside.mean()) < 5 * 0.8 / np.sqrt(outside.size)
     assert outside.std() == pytest.approx(0.8, rel=0.03)
     members, nonmembers = observed.scores("all")
-    # the statistics summed online during training are those of the kept observations
+    # the statistics summed online during training are those of the kept observations, up to the float32 rounding
+    # of each step's terms (dpaudit._online: ≲ 1e-7 of each term's size, here ≲ 10, over T = 20 steps)
     ours = likelihood_ratio_scores(
         observed.observations.T, noise_multipliers=observed.noise_std, sample_rates=observed.sample_rates
     )
     np.testing.assert_allclose(
         np.concatenate([members, nonmembers]),
         np.concatenate([ours[observed.members], ours[~observed.members]]),
-        rtol=1e-9,
-        atol=1e-12,
+        rtol=1e-6,
+        atol=2e-5,
     )
     assert auc(members, nonmembers) > 0.65
     final = observed.scores("final")
     sums = final_model_scores(observed.observations.T)
-    np.testing.assert_allclose(final[0], sums[observed.members], rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(final[1], sums[~observed.members], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(final[0], sums[observed.members], rtol=1e-6, atol=2e-5)
+    np.testing.assert_allclose(final[1], sums[~observed.members], rtol=1e-6, atol=2e-5)
     assert auc(*final) > 0.6
     # the spread over the steps from the sums summed online: that of the kept observations; a non-member's is
     # χ² with T − 1 = 19 degrees of freedom (fresh noise at every step)
     spread = observed.scores("spread")
     ours = spread_scores(observations=observed.observations.T, noise_std=observed.noise_std)
-    np.testing.assert_allclose(spread[0], ours[observed.members], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(spread[1], ours[~observed.members], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(spread[0], ours[observed.members], rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(spread[1], ours[~observed.members], rtol=1e-5, atol=2e-5)
     assert abs(spread[1].mean() - 19) < 5 * np.sqrt(2 * 19 / spread[1].size)
 
 
@@ -500,9 +501,9 @@ def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path
     old.with_suffix(".json").write_text((tmp_path / "kept" / "target" / "canaries_run.json").read_text())
     loaded = RunCanaryObservations.load(old)
     np.testing.assert_array_equal(loaded.observations, kept.observations)
-    for statistic in ("all", "final", "spread"):
+    for statistic in ("all", "final", "spread"):  # recomputed in float64; online in float32 steps (dpaudit._online)
         for ours, theirs in zip(loaded.scores(statistic), kept.scores(statistic)):
-            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=2e-5)
     # a file written before the spread's sums were stored, without observations: Λ and Σ_t x_t, no spread
     names = ("members", "noise_multipliers", "sample_rates", "noise_std", "all_iterates_scores", "final_model_scores")
     with np.load(path) as data:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from support import hyperparameters_for
+from support import engine_config, hyperparameters_for
 from torch import nn
 
 from dpaudit import optim
@@ -219,3 +219,25 @@ def test_step_together_is_step_model_by_model(name, momentum):
         for a, b in zip(mine, theirs):
             assert torch.equal(a, b)
     assert not torch.equal(together_params[1][0], together_params[2][0])
+
+
+@pytest.mark.parametrize("name", ["dpsgd-gc", "dp2-sgd", "tp-topk"])
+def test_an_audit_blocks_release_is_kept_its_sums_cleared_and_its_parameters_left_alone(name):
+    # two steps with a Dirac record at block coordinate 1 in the first: the released value there is c/b + σ_DP·n, the
+    # block's parameters stay zero (no loss reads them), and the second step's release has no record left in it
+    torch.manual_seed(0)
+    block = torch.zeros(5)
+    params = [torch.zeros(3, 4), block]
+    hyper = engine_config(name, sigma_dp=1e-6, momentum=0.9).hyperparameters(20)
+    optimizer = optim.get_spec(name).cls(params, hyper, generator=torch.Generator().manual_seed(1))
+    optimizer.set_audit_block(1)
+    optimizer.record_updates = True
+    releases = []
+    for coordinates in ([1], []):
+        optimizer.accumulate_diracs(coordinates=torch.tensor(coordinates, dtype=torch.long), magnitude=10.0)
+        optimizer.step(realized_batch_size=hyper.expected_batch_size)
+        releases.append(optimizer.last_update[-1].clone())
+    contribution = optimizer.dirac_contribution(10.0) / hyper.expected_batch_size
+    assert float(releases[0][1]) == pytest.approx(contribution, abs=1e-4)
+    assert float(releases[1].abs().max()) < 1e-4  # the noise alone
+    assert torch.equal(block, torch.zeros(5))

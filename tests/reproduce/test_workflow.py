@@ -280,14 +280,16 @@ def test_every_value_reaches_the_shell_quoted_even_past_the_checks(workflow_copy
     assert not (workflow_copy / "pwned").exists()
 
 
-def test_schema_knows_every_registered_optimizer_and_model():
+def test_schema_knows_every_registered_optimizer_model_and_dataset():
     import yaml
 
     from dpaudit import models, optim
+    from dpaudit.data.datasets import available_datasets
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/params.schema.yaml").read_text())
     assert sorted(schema["$defs"]["optimizer_name"]["enum"]) == sorted(optim.available())
     assert sorted(schema["$defs"]["model_name"]["enum"]) == sorted(models.available())
+    assert sorted(schema["$defs"]["dataset_name"]["enum"]) == sorted(available_datasets())
     projected = [name for name in optim.available() if issubclass(optim.get_spec(name).cls, optim.ProjectedNoise)]
     assert sorted(schema["$defs"]["projection_optimizer_name"]["enum"]) == sorted(projected)
     learned = [
