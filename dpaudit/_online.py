@@ -9,11 +9,11 @@ canaries (``dpaudit.opacus.RecordCanaries``): per canary j, from each step's rel
 * Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t² (the sums of :func:`dpaudit.whole_run.spread_scores`).
 
 Each step's work is a few passes over the M released values in their own dtype (float32 for a float32 model) into
-partial sums over up to :data:`PARTIAL_STEPS` steps of one c and one σ, which are then added to float64 sums. On the CPU
-Λ's exp and log1p are numpy's on the same memory (several times faster than torch's); its constant log(1 − q) is
-added once per partial sum, and its terms are computed in float64 where an exponent would exceed float32's range.
-Each float32 term is within about 1e-7 (relative, or absolute near 0) of its float64 value, so that Λ over T steps
-moves by about 1e-7·√T, far below the spread of the scores between canaries.
+partial sums over up to :data:`PARTIAL_STEPS` steps of one noise std and one c (to :data:`C_TOLERANCE`), which are
+then added to float64 sums. On the CPU Λ's exp and log1p are numpy's on the same memory (several times faster than
+torch's); its constant log(1 − q) is added once per partial sum, and its terms are computed in float64 where an
+exponent would exceed float32's range. Each float32 term is within about 1e-7 (relative, or absolute near 0) of its
+float64 value, so that Λ over T steps moves by about 1e-7·√T, far below the spread of the scores between canaries.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from dpaudit.whole_run import step_log_ratio
 
 EXP_CAP32 = 80.0  # the largest exponent float32 terms take (e^80 ≈ 5.5e34; else float64)
 PARTIAL_STEPS = 16  # steps summed in the released values' dtype before the float64 sums take them
+# a partial sum goes on while c stays within this relative distance of its first step's (Opacus's c varies by an ulp)
+C_TOLERANCE = 1e-9
 
 
 class OnlineSums:
@@ -43,7 +45,7 @@ class OnlineSums:
     def __init__(self, count: int, *, device: torch.device | str, dtype: torch.dtype) -> None:
         work = torch.float64 if dtype == torch.float64 else torch.float32
         self.totals = torch.zeros((4, count), dtype=torch.float64, device=device)  # Λ, Σx, Σx/σ, Σx²/σ²
-        self._partial = torch.zeros((3, count), dtype=work, device=device)  # Λ's terms, noised, noised²
+        self._partial = torch.zeros((3, count), dtype=work, device=device)  # Λ's terms, noised·c_window/c, noised²
         self._steps = 0  # steps in the partial sums
         # the partial sums' c and c·σ (the noised values' std, signed as c)
         self._contribution, self._signed_std = 1.0, 1.0
@@ -55,7 +57,8 @@ class OnlineSums:
         values' noise std (σ = noise_std/|c| in x's units); ``rate`` the step's q. A step without noise
         (σ = 0) makes Λ, Σx/σ and Σx²/σ² undefined (NaN)."""
         signed_std = math.copysign(noise_std, contribution)
-        if self._steps and (contribution, signed_std) != (self._contribution, self._signed_std):
+        changed = abs(contribution - self._contribution) > C_TOLERANCE * abs(self._contribution)
+        if self._steps and (signed_std != self._signed_std or changed):
             self.flush()
         if not self._steps:
             self._contribution, self._signed_std = contribution, signed_std
@@ -64,7 +67,7 @@ class OnlineSums:
             self.totals[0].fill_(math.nan)
         elif not self._add_log_ratio_terms(noised, contribution=contribution, sigma=sigma, rate=rate):
             self.totals[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
-        self._partial[1].add_(noised)
+        self._partial[1].add_(noised, alpha=self._contribution / contribution)  # in units of the window's c
         self._partial[2].addcmul_(noised, noised)
         self._steps += 1
         if self._steps == PARTIAL_STEPS:

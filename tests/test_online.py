@@ -86,3 +86,15 @@ def test_reading_the_sums_midway_changes_nothing():
             sums.add(torch.from_numpy(values), contribution=0.5, noise_std=0.4, rate=0.1)
         often.result()
     np.testing.assert_array_equal(once.result(), often.result())
+
+
+def test_a_contribution_that_moves_by_rounding_keeps_its_partial_sum():
+    # Opacus's c of a canary row is recomputed at every step and moves by an ulp: the partial sum goes on (a flush at
+    # every step would cost four float64 passes), and Σx still divides each step by its own c
+    c = [-1.0, float(np.nextafter(-1.0, 0.0))] * 5
+    noised = np.full((10, 3), 0.25, dtype=np.float32)
+    sums = OnlineSums(3, device="cpu", dtype=torch.float32)
+    for step, values in enumerate(noised):
+        sums.add(torch.from_numpy(values), contribution=c[step], noise_std=0.5, rate=0.1)
+    assert sums._steps == 10
+    np.testing.assert_allclose(sums.result()[1], (0.25 / np.array(c)).sum(), rtol=1e-7)
