@@ -130,38 +130,32 @@ _EXP_CAP = 700.0  # step_log_ratio: the largest exponent it exponentiates (e^700
 
 
 @overload
-def step_log_ratio(
-    x: torch.Tensor, z: float, q: float, *, out: torch.Tensor | None = None, work: torch.Tensor | None = None
-) -> torch.Tensor: ...
+def step_log_ratio(x: torch.Tensor, z: float, q: float) -> torch.Tensor: ...
 @overload
 def step_log_ratio(x: npt.NDArray[np.float64], z: npt.ArrayLike, q: npt.ArrayLike) -> npt.NDArray[np.float64]: ...
 def step_log_ratio(
     x: torch.Tensor | npt.NDArray[np.float64],
     z: Any,  # a number for a tensor x, numbers or arrays for an array x (the overloads)
     q: Any,
-    *,
-    out: torch.Tensor | None = None,
-    work: torch.Tensor | None = None,
 ) -> torch.Tensor | npt.NDArray[np.float64]:
     """log(1 − q + q·exp((x − ½)/z²)), elementwise and stable; exactly (x − ½)/z² where q = 1.
 
-    One step's term of :func:`likelihood_ratio_scores`, also summed online, step by step, by the whole-run
-    canaries of a training run (``dpaudit.attacks.canary_run.RunCanaries``).
+    One step's term of :func:`likelihood_ratio_scores`. The online sums of the canaries during training
+    (``dpaudit._online.OnlineSums``) compute it in float32, and with this function where an exponent would exceed
+    float32's range.
 
     Args:
         x: normalised observations: a numpy array, or a float64 torch tensor (then z and q are numbers and the
             term is computed by torch on the tensor's device).
         z: the noise std(s), > 0, broadcasting against ``x`` (numpy) or a number (torch).
         q: the sample rate(s), in (0, 1], broadcasting against ``x`` (numpy) or a number (torch).
-        out, work: torch only: float64 tensors shaped like ``x`` for the terms and a scratch value (None: new
-            ones), so that a caller at every step allocates nothing.
 
     Returns:
-        The terms, of the type and shape of ``x`` (``out`` where given, or ``work`` where q = 1).
+        The terms, of the type and shape of ``x``.
     """
     torch = sys.modules.get("torch")  # loaded by a caller passing a tensor; never imported here
-    if torch is not None and isinstance(x, torch.Tensor):  # on x's device, in place on two buffers
-        u = torch.sub(x, 0.5, out=work) if work is not None else x - 0.5
+    if torch is not None and isinstance(x, torch.Tensor):  # on x's device, in place on one new tensor
+        u = x - 0.5
         u.div_(float(np.square(z)))
         q = float(q)
         if q >= 1.0:
@@ -171,9 +165,8 @@ def step_log_ratio(
         # about as much again on the CPU); where 1 − q + q·e^u rounds near 1 its log is off by ≲ 1e-16, absolute
         if u.device.type == "cpu" and float(u.max()) <= _EXP_CAP:  # nothing to cap (the usual case; on the CPU the
             # max is one pass and no device wait): the terms below, whose correction adds zeros, in 3 passes fewer
-            terms = torch.exp(u, out=out) if out is not None else u.exp()
-            return terms.mul_(q).add_(1.0 - q).log_()
-        terms = torch.clamp(u, max=_EXP_CAP, out=out) if out is not None else u.clamp(max=_EXP_CAP)
+            return u.exp_().mul_(q).add_(1.0 - q).log_()
+        terms = u.clamp(max=_EXP_CAP)
         terms.exp_().mul_(q).add_(1.0 - q).log_()
         return terms.add_(u.sub_(_EXP_CAP).clamp_(min=0.0))
     u = (x - 0.5) / np.square(z)

@@ -345,14 +345,12 @@ class Optimizer:
         if len(spares) != len(updates):
             spares = [None] * len(updates)
             self._block_release = spares
-        for index, (position, update) in enumerate(enumerate(updates, start=self._model_parameters)):
+        for index, update in enumerate(updates):
+            position = self._model_parameters + index
             total = self._sum[position]
             if update.data_ptr() == total.data_ptr():  # released in place (``_noisy_mean``): keep it
                 spare = spares[index]
-                if spare is None or spare.shape != total.shape:
-                    spare = torch.zeros_like(total)
-                else:
-                    spare.zero_()
+                spare = torch.zeros_like(total) if spare is None else spare.zero_()
                 self._sum[position], spares[index] = spare, total
             else:
                 total.zero_()

@@ -705,9 +705,8 @@ def test_step_terms_with_and_without_a_capped_exponent_agree_bit_for_bit(q):
     x = np.random.default_rng(5).normal(size=4099) * 30  # (x − ½)/σ² ≤ 700: the uncapped branch
     capped = x.copy()
     capped[0] = 0.5 + 1000 * 1.3**2
-    plain, work = torch.empty(x.size, dtype=torch.float64), torch.empty(x.size, dtype=torch.float64)
-    ours = step_log_ratio(torch.from_numpy(x), 1.3, q, out=plain, work=work).clone()
-    theirs = step_log_ratio(torch.from_numpy(capped), 1.3, q, out=plain, work=work)
+    ours = step_log_ratio(torch.from_numpy(x), 1.3, q)
+    theirs = step_log_ratio(torch.from_numpy(capped), 1.3, q)
     assert torch.equal(ours[1:], theirs[1:])
     assert float(theirs[0]) == pytest.approx(np.log(q) + 1000, rel=1e-14)
     np.testing.assert_allclose(ours.numpy(), step_log_ratio(x, 1.3, q), rtol=1e-13, atol=1e-13)
