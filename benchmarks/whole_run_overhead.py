@@ -1,14 +1,15 @@
 """What whole-run Dirac canaries add to the training time of the run they audit, on the CPU; prints JSON.
 
-The run of ``whole_run_audit.py``: DP-SGD (dpsgd-gc, lr 0.2) on digits (cnn-digits, n = 360, b = 36 Poisson,
-20 epochs = 200 steps, C = 1), its noise calibrated with the PRV accountant to ε = 4 at δ = 1e-5, trained without
-canaries and with M whole-run canaries (``--canaries M --canary-design whole-run``; M = 2·10⁴ and 2·10⁵, i.e. 10⁴
-and 10⁵ per side), one after the other in each repetition (the order rotating), in this one process. Two times per
-training: ``loop`` is the training loop's own seconds (``metrics.json``'s last ``elapsed_seconds``: the steps, the
-canaries' work, the epochs' evaluations and writes), ``wall`` the whole ``train_configuration`` call (the noise's
-calibration, the data, the loop, the files). Per M: the median of the per-repetition ratios with / without canaries
-(each repetition's trainings run back to back), the ratio of the medians, and ``milliseconds_per_step_added`` (the
-median of the repetitions' differences, per step).
+The run of ``whole_run_audit.py``: DP-SGD (dpsgd-gc, lr 0.2) on digits (cnn-digits, n = 360, b = 36 Poisson, 20
+epochs = 200 steps, or ``--epochs``, C = 1), its noise calibrated with the PRV accountant to ε = 4 at δ = 1e-5,
+trained without canaries and with M whole-run canaries (``--canaries M --canary-design whole-run``; M = 2·10⁴ and
+2·10⁵, i.e. 10⁴ and 10⁵ per side; M = 20 measures what the canaries cost per step whatever their number), one after
+the other in each repetition (the order rotating), in this one process. Two times per training: ``loop`` is the
+training loop's own seconds (``metrics.json``'s last ``elapsed_seconds``: the steps, the canaries' work, the epochs'
+evaluations and writes), ``wall`` the whole ``train_configuration`` call (the noise's calibration, the data, the
+loop, the files). Per M: the median of the per-repetition ratios with / without canaries (each repetition's
+trainings run back to back), the ratio of the medians, and ``milliseconds_per_step_added`` (the median of the
+repetitions' differences, per step).
 
 Per M also the floor of any implementation: the work every canary needs at every step whatever the code around it —
 the members' presence draw (``bernoulli_positions``: by the gaps between present steps, about q·M/2 draws), the
@@ -25,7 +26,7 @@ float32) and three online sums of float32 partials that float64 sums take every 
 loop's time. The engine's statistics are computed as the floor's (``dpaudit._online``), so what lies above the floor
 is the engine's own work: the sampler's and the optimizer's passes over the block, the observer and its Python.
 
-Usage: python benchmarks/whole_run_overhead.py [--canaries 20000 200000] [--repeats 5] [--threads N]
+Usage: python benchmarks/whole_run_overhead.py [--canaries 20000 200000] [--repeats 5] [--epochs 20] [--threads N]
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _floor_in_loop(count: int) -> Iterator[None]:
         train._observers = original
 
 
-def _added_milliseconds(seconds: list[float], without: list[float], *, steps: int = 200) -> float:
+def _added_milliseconds(seconds: list[float], without: list[float], *, steps: int) -> float:
     """Milliseconds per step added: the median over the repetitions of each one's difference (its trainings run back
     to back, so a slow spell of the machine affects both)."""
     return 1e3 * statistics.median(a - b for a, b in zip(seconds, without)) / steps
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=20, help="of 10 steps each")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
 
@@ -154,7 +156,7 @@ def main() -> None:
             lr=0.2,
             sampling="poisson",
             batch_size=36,
-            epochs=20,
+            epochs=args.epochs,
             clip_norm=1.0,
             target_epsilon=args.epsilon,
             accountant="prv",
@@ -166,6 +168,7 @@ def main() -> None:
             device="cpu",
         )
     )
+    steps = 10 * args.epochs  # ceil(n/b) = 10 steps per epoch
     cases = [("none", base, None)]
     for count in args.canaries:
         cases += [(str(count), base.replaced(canaries=count, canary_design="whole-run"), None)]
@@ -185,7 +188,7 @@ def main() -> None:
         "machine": platform.machine(),
         "torch_threads": torch.get_num_threads(),
         "repeats": args.repeats,
-        "steps": 200,
+        "steps": steps,
         "seconds_without_canaries": {kind: statistics.median(times["none"][kind]) for kind in ("loop", "wall")},
     }
     for count in args.canaries:
@@ -200,15 +203,15 @@ def main() -> None:
             summary[f"{kind}_seconds_median"] = statistics.median(with_canaries[kind])
             summary[f"{kind}_ratios"] = ratios  # a list: kept in the JSON file, not in the docs' table
         without = statistics.median(times["none"]["loop"])
-        added = _added_milliseconds(with_canaries["loop"], times["none"]["loop"])
-        in_loop = _added_milliseconds(times[f"floor_{count}"]["loop"], times["none"]["loop"])
+        added = _added_milliseconds(with_canaries["loop"], times["none"]["loop"], steps=steps)
+        in_loop = _added_milliseconds(times[f"floor_{count}"]["loop"], times["none"]["loop"], steps=steps)
         floor = _floor_milliseconds(count)
         summary["milliseconds_per_step_added"] = added
         summary["floor_milliseconds_per_step"] = floor
         summary["floor_in_loop_milliseconds_per_step"] = in_loop
         summary["ratio_to_floor"] = added / floor
         summary["ratio_to_floor_in_loop"] = added / in_loop
-        summary["floor_loop_ratio"] = 1 + floor * 200 / 1e3 / without
+        summary["floor_loop_ratio"] = 1 + floor * steps / 1e3 / without
         result[f"canaries_{count}"] = summary
     result["seconds"] = times
     print(json.dumps(result, indent=1))

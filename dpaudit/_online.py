@@ -40,7 +40,7 @@ class OnlineSums:
         dtype: the released values' dtype: float64 keeps the partial sums in float64, anything else float32.
     """
 
-    transient_state: tuple[str, ...] = ("_buffer",)  # a scratch value
+    transient_state: tuple[str, ...] = ("_buffer", "_values", "_rows")  # scratch, and views of the buffers
 
     def __init__(self, count: int, *, device: torch.device | str, dtype: torch.dtype) -> None:
         work = torch.float64 if dtype == torch.float64 else torch.float32
@@ -51,6 +51,8 @@ class OnlineSums:
         self._contribution, self._signed_std = 1.0, 1.0
         self._constant = 0.0  # Σ log(1 − q) of the steps in the partial sums (Λ's terms without it)
         self._buffer = torch.empty(count, dtype=work, device=device)
+        self._values = self._buffer.numpy() if self._buffer.device.type == "cpu" else None  # its memory, for numpy
+        self._rows = self._partial.unbind(0)  # the partial sums' rows (views: a restored state is copied into them)
 
     def add(self, noised: torch.Tensor, *, contribution: float, noise_std: float, rate: float) -> None:
         """Add one step: ``noised`` the [M] released values, x = noised/``contribution``; ``noise_std`` the noised
@@ -67,8 +69,9 @@ class OnlineSums:
             self.totals[0].fill_(math.nan)
         elif not self._add_log_ratio_terms(noised, contribution=contribution, sigma=sigma, rate=rate):
             self.totals[0] += step_log_ratio((noised / contribution).to(torch.float64), sigma, rate)
-        self._partial[1].add_(noised, alpha=self._contribution / contribution)  # in units of the window's c
-        self._partial[2].addcmul_(noised, noised)
+        _, values, squares = self._rows
+        values.add_(noised, alpha=self._contribution / contribution)  # in units of the window's c
+        squares.addcmul_(noised, noised)
         self._steps += 1
         if self._steps == PARTIAL_STEPS:
             self.flush()
@@ -76,13 +79,12 @@ class OnlineSums:
     def _add_log_ratio_terms(self, noised: torch.Tensor, *, contribution: float, sigma: float, rate: float) -> bool:
         """Add one step's Λ terms log(1 − q + q·e^(x/σ² − ½/σ²)), x = noised/c, to the partial sums through the
         scratch buffer; False, with nothing added, where on the CPU an exponent would exceed float32's range."""
-        terms = self._buffer
+        terms, values = self._buffer, self._values
         inverse = 1.0 / (contribution * sigma * sigma)  # x/σ² = noised·inverse
-        if terms.device.type == "cpu" and noised.dtype == terms.dtype and 0 < rate < 1:
+        if values is not None and noised.dtype == terms.dtype and 0 < rate < 1:
             # = log(1 − q) + log1p(e^(x/σ² + s)), s = log(q/(1 − q)) − ½/σ²: numpy's exp and log1p on the buffer's
             # memory, log(1 − q) once per partial sum
             shift = math.log(rate / (1 - rate)) - 0.5 / (sigma * sigma)
-            values = terms.numpy()
             np.multiply(noised.numpy(), inverse, out=values)
             if float(values.max()) + shift > EXP_CAP32:
                 return False
@@ -95,7 +97,7 @@ class OnlineSums:
             u = torch.mul(noised, inverse, out=terms).sub_(0.5 / (sigma * sigma))
             excess = (u - EXP_CAP32).clamp_(min=0.0)
             u.clamp_(max=EXP_CAP32).exp_().mul_(rate).add_(1.0 - rate).log_().add_(excess)
-        self._partial[0].add_(terms)
+        self._rows[0].add_(terms)
         return True
 
     def flush(self) -> None:

@@ -47,6 +47,9 @@ class TrainingObserver(Protocol):
             accumulation. Without it ``accumulate`` may be skipped.
         reads_updates: whether the observer reads ``optimizer.last_update`` (the step's release before
             momentum), which the optimizer then keeps.
+        reads_model_updates: with ``reads_updates``, whether it reads the model's parameters' releases; False:
+            its own ``parameters``' alone (the last entries of ``last_update``), and the optimizer copies no other
+            release for it.
         parameters: tensors the optimizer updates after the model's parameters (coordinates no loss touches,
             such as the canary tensor); ``accumulate`` must append their gradients.
         extra_records: records the observer adds to the run (the whole-run canaries), which the run's own sampler
@@ -57,6 +60,7 @@ class TrainingObserver(Protocol):
     name: ClassVar[str]
     sees_gradients: ClassVar[bool] = False
     reads_updates: ClassVar[bool] = False
+    reads_model_updates: ClassVar[bool] = True
     extra_records: int = 0
 
     @property

@@ -260,6 +260,9 @@ class _ModelRun:
             generator=generator,
         )
         self.optimizer.record_updates = any(observer.reads_updates for observer in self.observers)
+        self.optimizer.record_model_updates = any(
+            observer.reads_updates and observer.reads_model_updates for observer in self.observers
+        )
         for observer in self.observers:
             observer.attach(self.optimizer)
         # the observer whose records (whole-run canaries) the run's sampler draws with the model's, if any

@@ -158,6 +158,8 @@ class Optimizer:
     # its hyperparameters; a class that reads a family's settings declares ``hyper: Hyperparameters[ItsSettings]``
     hyper: Hyperparameters[OptimizerSettings]
     record_updates: bool = False
+    # with record_updates: whether last_update holds the model's releases too (False: the audit block's alone)
+    record_model_updates: bool = True
     last_update: list[torch.Tensor] | None = None
     # the audit block (``set_audit_block``): how many of the last parameters it holds, and whether its noise is
     # drawn in one call with the model's (else from a generator derived from the state the model's draw left)
@@ -322,9 +324,10 @@ class Optimizer:
         """θ ← θ − η·u (with momentum: v ← μv + u, θ ← θ − η·v); then clear the accumulated sums.
 
         With ``record_updates`` set, ``last_update`` keeps a copy of u, the step's release before
-        momentum (what a white-box observer of every update infers). An audit block's parameters
-        (``set_audit_block``) are not moved: ``last_update`` keeps their release itself (valid until the next step)
-        and their sums are cleared (``_release_block``).
+        momentum (what a white-box observer of every update infers); with ``record_model_updates`` unset, only
+        the audit block's part of it. An audit block's parameters (``set_audit_block``) are not moved:
+        ``last_update`` keeps their release itself (valid until the next step) and their sums are cleared
+        (``_release_block``).
         """
         if self.record_updates:
             self.last_update = []
@@ -360,7 +363,7 @@ class Optimizer:
 
     def _apply_to(self, part: slice, updates: list[torch.Tensor]) -> None:
         """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``."""
-        if self.record_updates:
+        if self.record_updates and self.record_model_updates:
             assert self.last_update is not None  # ``_apply`` started it
             self.last_update.extend(update.detach().clone() for update in updates)
         # torch._foreach_*: one call per list instead of one per tensor (the per-call overhead dominates

@@ -53,10 +53,12 @@ class StackedRows:
 
 def _stacked_rows(optimizers: Sequence[Optimizer]) -> StackedRows | None:
     """The rows of ``optimizers`` in their ``StackedRows``, if they are consecutive rows of one in order and have
-    no parameters beside it; else None."""
+    no parameters beside it but an audit block (``Optimizer.set_audit_block``: no gradient reaches it); else None."""
     stack, first = optimizers[0]._stack, optimizers[0]._row
     if stack is None or any(
-        optimizer._stack is not stack or optimizer._row != first + m or len(optimizer.params) != len(stack.params)
+        optimizer._stack is not stack
+        or optimizer._row != first + m
+        or len(optimizer.params) - optimizer.audit_parameters != len(stack.params)
         for m, optimizer in enumerate(optimizers)
     ):
         return None

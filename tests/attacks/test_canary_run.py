@@ -476,6 +476,17 @@ def test_member_canaries_score_higher_on_a_dpsgd_run(digits_run):
     assert abs(spread[1].mean() - 19) < 5 * np.sqrt(2 * 19 / spread[1].size)
 
 
+def test_the_parameter_checks_per_step_sums_are_those_of_the_kept_observations(digits_run):
+    # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x², from the same
+    # float32 x widened exactly (so equal to float64 sums of the kept observations, up to the sums' own rounding)
+    observed = RunCanaryObservations.load(digits_run / "canaries" / "target" / "canaries_run.npz")
+    x = observed.observations.astype(np.float64)[:, : canary_run.CHECK_CANARIES]
+    covered = observed.members[: canary_run.CHECK_CANARIES]
+    expected = np.stack([x[:, covered].sum(1), x[:, ~covered].sum(1), (x[:, ~covered] ** 2).sum(1)], axis=1)
+    assert observed.step_sums is not None and observed.step_sums.shape == (20, 3)
+    np.testing.assert_allclose(observed.step_sums, expected, rtol=1e-12, atol=1e-10)
+
+
 def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path, monkeypatch):
     kept = _observed(tmp_path / "kept", "dpsgd-gc", sigma_dp=0.05)
     assert kept.observations.shape == (16, 500)  # T·M = 8,000 values: kept by default

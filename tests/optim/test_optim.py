@@ -9,6 +9,7 @@ from torch import nn
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
+from dpaudit.optim.stacked import _stacked_rows
 
 
 def _tiny_params():
@@ -219,6 +220,38 @@ def test_step_together_is_step_model_by_model(name, momentum):
         for a, b in zip(mine, theirs):
             assert torch.equal(a, b)
     assert not torch.equal(together_params[1][0], together_params[2][0])
+
+
+@pytest.mark.parametrize("model_updates", [True, False])
+def test_a_stacked_row_with_an_audit_block_accumulates_on_the_stack_and_records_what_is_read(model_updates):
+    # the target of an ensemble holds the canary block beside its stacked row: the shared accumulation still adds into
+    # the stack (one call for all rows) what it adds to each optimizer apart, the block's sums are left alone, and an
+    # observer of the block alone gets no copies of the model's releases (``record_model_updates``)
+    cls = optim.DPSGD
+    hyper = engine_config("dpsgd-gc", sigma_dp=0.5).hyperparameters(20)
+    shapes = [(3, 4), (5,)]
+
+    def optimizers(stacked: bool):
+        stacks = [torch.zeros((2, *shape)) for shape in shapes]
+        blocks = [[torch.zeros(7)], []]  # the target's canary block
+        made = [cls([values[k] for values in stacks] + blocks[k], hyper, generator=torch.Generator()) for k in range(2)]
+        made[0].set_audit_block(1)
+        if stacked:
+            cls.stack_rows(made, stacks)
+        return made
+
+    together, apart = optimizers(stacked=True), optimizers(stacked=False)
+    assert _stacked_rows(together) is not None and _stacked_rows(apart) is None
+    grads = [torch.randn(2, 3, *shape, generator=torch.Generator().manual_seed(3)) for shape in shapes]
+    for made in (together, apart):
+        cls.accumulate_together(made, grads, [3, 2])
+    for mine, theirs in zip(together, apart):
+        assert all(torch.equal(a, b) for a, b in zip(mine._sum, theirs._sum))
+    assert torch.equal(together[0]._sum[-1], torch.zeros(7))
+    target = together[0]
+    target.record_updates, target.record_model_updates = True, model_updates
+    target.step(realized_batch_size=3)
+    assert len(target.last_update) == (3 if model_updates else 1) and target.last_update[-1].shape == (7,)
 
 
 @pytest.mark.parametrize("name", ["dpsgd-gc", "dp2-sgd", "tp-topk"])
