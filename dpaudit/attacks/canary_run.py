@@ -571,7 +571,7 @@ class RunCanaries(TrainingObserver):
         self._recorded = 0  # steps whose observations are in ``_observations``
         self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
         # work buffers of ``after_update``, made at its first: the [M] float32 x (kept observations off the CPU) and
-        # the float64 x of the first CHECK_CANARIES canaries, and x times the non-members' weights
+        # the float64 x of the first CHECK_CANARIES canaries
         self._normalised: torch.Tensor | None = None
         self._head: torch.Tensor | None = None
         # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``)
@@ -641,15 +641,14 @@ class RunCanaries(TrainingObserver):
                     self._normalised = torch.empty(self.count, device=update.device, dtype=torch.float32)
                 self._pending.append(torch.mul(update, scale, out=self._normalised).clone())
         self._sums.add(update, contribution=1 / scale, noise_std=std / scale, rate=q)
-        if self._step_sums is not None:  # into the step's row; the non-members' Σ x² as Σ (w·x)·x, w ∈ {0, 1}
+        if self._step_sums is not None:
             head = update[:CHECK_CANARIES]
             if self._head is None:
-                self._head = torch.empty((2, head.numel()), device=update.device, dtype=torch.float64)
-            x, weighted = self._head
-            torch.mul(head, scale, out=x)  # float32 x, widened exactly
+                self._head = torch.empty(head.numel(), device=update.device, dtype=torch.float64)
+            head = torch.mul(head, scale, out=self._head)  # float32 x, widened exactly
             row = self._step_sums[len(self._noise_multipliers)]
-            torch.mv(self._check_weights, x, out=row[:2])
-            torch.dot(torch.mul(x, self._check_weights[1], out=weighted), x, out=row[2])
+            row[:2] = self._check_weights @ head
+            row[2] = self._check_weights[1] @ (head * head)
         self._noise_multipliers.append(z)
         self._sample_rates.append(q)
 
