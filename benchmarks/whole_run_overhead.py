@@ -138,13 +138,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=20, help="of 10 steps each")
+    parser.add_argument("--epochs", type=int, default=20, help="ceil(n/b) = 10 steps each")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
 
     import torch
 
     from dpaudit.config import TrainConfig
+    from dpaudit.sampling import steps_per_epoch
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -168,7 +169,7 @@ def main() -> None:
             device="cpu",
         )
     )
-    steps = 10 * args.epochs  # ceil(n/b) = 10 steps per epoch
+    steps = args.epochs * steps_per_epoch(dataset_size=base.data.target_size, batch_size=base.optimizer.batch_size)
     cases = [("none", base, None)]
     for count in args.canaries:
         cases += [(str(count), base.replaced(canaries=count, canary_design="whole-run"), None)]

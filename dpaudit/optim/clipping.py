@@ -137,7 +137,7 @@ class PrivateOptimizer(Optimizer):
         if rows is not None:
             torch._foreach_add_(rows.sums, sums)
             return
-        for row, optimizer in enumerate(optimizers):  # not rows of one stack: each its own (an audit block's apart)
+        for row, optimizer in enumerate(optimizers):  # not rows of one stack: each into its own model sums
             torch._foreach_add_(optimizer._sum[: len(sums)], [total[row] for total in sums])
 
     @classmethod

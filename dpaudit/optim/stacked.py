@@ -56,9 +56,7 @@ def _stacked_rows(optimizers: Sequence[Optimizer]) -> StackedRows | None:
     no parameters beside it but an audit block (``Optimizer.set_audit_block``: no gradient reaches it); else None."""
     stack, first = optimizers[0]._stack, optimizers[0]._row
     if stack is None or any(
-        optimizer._stack is not stack
-        or optimizer._row != first + m
-        or len(optimizer.params) - optimizer.audit_parameters != len(stack.params)
+        optimizer._stack is not stack or optimizer._row != first + m or optimizer._model_parameters != len(stack.params)
         for m, optimizer in enumerate(optimizers)
     ):
         return None
