@@ -33,11 +33,21 @@ def machine() -> dict:
         text=True,
     ).stdout.strip()
     return {
-        "processor": platform.processor() or platform.machine(),
+        "processor": _cpu_model() or platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "gpu": gpu or None,
     }
+
+
+def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as Linux reports it in ``cpuinfo``, or "" where it does not: records from machines of
+    one architecture and different speeds then say which they came from."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
 
 def last_json(text: str):
