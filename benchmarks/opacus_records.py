@@ -105,9 +105,7 @@ def main() -> None:
     train(canaries=0, seed=0, **options)  # warm-up: imports, first-call costs
     seconds: dict[int, list[float]] = {count: [] for count in [0, *args.canaries]}
     last = {}
-    flagged: dict[int, list[bool]] = {count: [] for count in args.canaries}  # per repeat
-    flagged_by: dict[int, list[list[str]]] = {count: [] for count in args.canaries}  # per repeat: its flagging tests
-    noise_p: dict[int, list[float | None]] = {count: [] for count in args.canaries}  # per repeat
+    reports: dict[int, list] = {count: [] for count in args.canaries}  # every repeat's, for its flag
     floor, accumulate = [], dpaudit.opacus.RecordCanaries._accumulate
     for repeat in range(args.repeats):
         for count in seconds:
@@ -117,9 +115,7 @@ def main() -> None:
                 started = time.perf_counter()
                 report = audit.report(accountant=engine.accountant, delta=DELTA)
                 last[count] = (audit, steps, report, time.perf_counter() - started)
-                flagged[count].append(report.flagged)
-                flagged_by[count].append(list(report.flag.flagged_by))
-                noise_p[count].append(report.flag.checks.get("noise"))
+                reports[count].append(report)
         dpaudit.opacus.RecordCanaries._accumulate = lambda *args, **kwargs: None  # type: ignore[method-assign]
         floor.append(train(canaries=max(args.canaries), seed=repeat, **options)[0])
         dpaudit.opacus.RecordCanaries._accumulate = accumulate  # type: ignore[method-assign]
@@ -149,9 +145,10 @@ def main() -> None:
                 "ratio_assumption_free_to_accountant": run.all_iterates.epsilon_lower / report.epsilon_accountant,
                 "flagged": report.flagged,
                 # the runs keep their claim: each report is flagged with probability at most 1 − confidence (5 %)
-                "repeats_flagged": sum(flagged[count]),
-                "flagged_by_per_repeat": flagged_by[count],
-                "noise_p_value_per_repeat": noise_p[count],  # uniform on (0, 1) where the noise is z·C
+                "repeats_flagged": sum(each.flagged for each in reports[count]),
+                "flagged_by_per_repeat": [list(each.flag.flagged_by) for each in reports[count]],
+                # uniform on (0, 1) where the noise is z·C
+                "noise_p_value_per_repeat": [each.flag.checks.get("noise") for each in reports[count]],
                 "findings": list(report.findings),
                 "notes": list(report.notes),
                 "checks": report.flag.to_dict(),

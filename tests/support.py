@@ -50,6 +50,18 @@ TRAIN_ARGS = [
 ]
 
 
+def load_file_module(path: Path, name: str):
+    """The module of the Python file ``path`` (one outside the package, e.g. under benchmarks/ or docs/), as
+    ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def merged_config(base: dict, override: dict) -> dict:
     """``override`` over ``base``, mappings merged key by key, as Snakemake merges a --configfile over params.yaml."""
     merged = dict(base)

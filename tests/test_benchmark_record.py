@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _record():
-    spec = importlib.util.spec_from_file_location("record", ROOT / "benchmarks" / "record.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support import ROOT, load_file_module
 
 
 def test_the_cpu_model_is_read_from_cpuinfo_and_is_empty_where_there_is_none(tmp_path):
-    record = _record()
+    record = load_file_module(ROOT / "benchmarks" / "record.py", "record")
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
         "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz\n"

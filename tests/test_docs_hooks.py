@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from support import ROOT
+from support import ROOT, load_file_module
 
 
 def _hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "_hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module(ROOT / "docs" / "_hooks.py", "docs_hooks")
 
 
 def _record(result):
