@@ -42,19 +42,18 @@ def check_number(name: str, value: float) -> float:
 
 
 def real_array(value: npt.ArrayLike, *, refused: str) -> npt.NDArray[np.float64]:
-    """``value`` (a number or an array-like of them) as a float array, or a ``DPAuditError`` saying ``refused``:
-    booleans, text, None, dicts and anything numpy does not read as integers or floats are refused."""
+    """``value`` (a number or an array-like of them) as a float array, or a ``DPAuditError`` saying ``refused``
+    and what it got: booleans, text, None, dicts and anything numpy does not read as integers or floats are
+    refused. (The message is built only on a refusal: a large array's repr costs milliseconds.)"""
     if value is None or isinstance(value, (bool, np.bool_, str, bytes, dict)):
-        raise DPAuditError(refused)
+        raise DPAuditError(f"{refused}, got {brief(value)}")
     try:
         array = np.asarray(value)
-        if array.dtype.kind not in "iuf":
-            raise DPAuditError(refused)
-        return array.astype(float)
-    except DPAuditError:
-        raise
+        if array.dtype.kind in "iuf":
+            return array.astype(float)
     except (TypeError, ValueError, OverflowError, RuntimeError):
-        raise DPAuditError(refused) from None
+        pass
+    raise DPAuditError(f"{refused}, got {brief(value)}") from None
 
 
 def check_positive(name: str, value: float, *, allow_zero: bool = False) -> float:

@@ -30,8 +30,8 @@ from dpaudit.estimate.counts import ScoreCounts
 def _rates(name: str, values: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """A rate or an array of rates as floats (the range is checked by the caller); booleans, text, None and
     dicts refused."""
-    refused = f"{name} must be a rate in [0, 1] or an array of rates, got {brief(values)}"
-    return real_array(values, refused=refused) + 0.0  # −0.0 → 0.0: a zero rate is +inf, never log(−inf) = NaN
+    rates = real_array(values, refused=f"{name} must be a rate in [0, 1] or an array of rates")
+    return rates + 0.0  # −0.0 → 0.0: a zero rate is +inf, never log(−inf) = NaN
 
 
 @overload

@@ -205,9 +205,7 @@ def _check_steps(steps, *, allow_zero: bool = True) -> int:
 
 def _per_step(name: str, value) -> np.ndarray:
     """A number (a 0-D array) or a 1-D sequence of numbers (one per step) as floats; anything else refused."""
-    array = real_array(
-        value, refused=f"{name} must be a number or a 1-D sequence of numbers (one per step), got {brief(value)}"
-    )
+    array = real_array(value, refused=f"{name} must be a number or a 1-D sequence of numbers (one per step)")
     if array.ndim > 1:
         raise DPAuditError(f"{name} must be a number or a 1-D sequence (one per step), got shape {array.shape}")
     return array
@@ -892,9 +890,9 @@ def _check_orders(orders: npt.ArrayLike) -> np.ndarray:
     refused = f"orders must be a non-empty sequence of Rényi orders 1 < α ≤ {_MAX_ORDER:g}"
     values = real_array(orders, refused=refused)
     if values.ndim != 1 or len(values) == 0 or not np.all(np.isfinite(values)) or np.any(values <= 1):
-        raise DPAuditError(refused)
+        raise DPAuditError(f"{refused}, got {brief(orders)}")
     if np.any(values > _MAX_ORDER):
-        raise DPAuditError(refused)
+        raise DPAuditError(f"{refused}, got {brief(orders)}")
     integer = values[values == np.round(values)]
     if np.sum(integer + 1) > _MAX_ORDER_TERMS:
         raise DPAuditError(

@@ -9,7 +9,8 @@ deviation z_t·C, z_t = σ_t/C being the noise multiplier. For one record, the w
 
 composed over the T steps. This module evaluates that pair with Google's ``dp_accounting`` privacy-loss
 distributions (PLD; Koskela et al. 2020, Doroshenko et al. 2022; connect-the-dots discretisation, an
-upper estimate of δ(ε) for every ε):
+upper estimate of δ(ε) for every ε), built and composed by :mod:`dpaudit.theory._gaussian_pld` (dp_accounting's
+construction with its Python loops vectorised, equal to it bit for bit):
 
 * :func:`sgm_pld`: the PLD of the whole run, both adjacency directions (remove: P vs Q; add: Q vs P);
 * :func:`sgm_epsilon`, :func:`sgm_delta`: ε at δ, and the privacy profile δ(ε) = max(H_{e^ε}(P‖Q),
@@ -115,7 +116,7 @@ def _pld_of_groups(
     groups: tuple[StepGroup, ...], discretization: float, estimate: str = "upper"
 ) -> PrivacyLossDistribution:
     """The composed PLD of checked groups: one self-composition per group, then one composition per group."""
-    from dp_accounting.pld import privacy_loss_distribution as pld_module
+    from dpaudit.theory._gaussian_pld import compose, gaussian_pld, self_compose
 
     upper = estimate == "upper"
     needed = sum(_PLD_BYTES_PER_POINT * count * (1 / z**2 + 8 / z) / discretization for z, _, count in groups)
@@ -129,24 +130,17 @@ def _pld_of_groups(
         )
     composed = None
     for z, q, count in groups:
-        step = pld_module.from_gaussian_mechanism(
-            standard_deviation=z,
-            sensitivity=1.0,
-            sampling_prob=q,
-            value_discretization_interval=discretization,
-            pessimistic_estimate=upper,
-            # connect-the-dots is the tighter upper estimate; dp_accounting offers the lower (optimistic)
-            # estimate only with privacy buckets.
-            use_connect_dots=upper,
-        )
+        # connect-the-dots is the tighter upper estimate; dp_accounting offers the lower (optimistic) estimate only
+        # with privacy buckets
+        step = gaussian_pld(z=z, q=q, discretization=discretization, upper=upper)
         if count > 1:
             # a short composition on a coarse grid (a ledger whose noise changes every epoch, in the family
-            # bound's hypotheses) untruncated: exact, and it skips dp_accounting's Chernoff truncation bounds (40
-            # scipy logsumexps a call), which cost ten times its FFT; a long or fine one keeps the truncation,
-            # without which its support, and every later operation on it, would grow with the count
+            # bound's hypotheses) untruncated: exact, and it skips the Chernoff truncation bounds (40 log-MGFs a
+            # call); a long or fine one keeps the truncation, without which its support, and every later operation
+            # on it, would grow with the count
             exact = discretization >= 1e-2 and count <= 16
-            step = step.self_compose(count, tail_mass_truncation=0.0 if exact else 1e-15)
-        composed = step if composed is None else composed.compose(step)
+            step = self_compose(step, count=count, tail_mass_truncation=0.0 if exact else 1e-15)
+        composed = step if composed is None else compose(composed, step, tail_mass_truncation=1e-15)
     return composed
 
 
