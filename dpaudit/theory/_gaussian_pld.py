@@ -318,7 +318,6 @@ def compose(
     """
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-    first._pmf_remove.validate_composable(second._pmf_remove)
     remove = _compose_pmfs(first._pmf_remove, second._pmf_remove, tail_mass_truncation)
     if first._symmetric and second._symmetric:
         return PrivacyLossDistribution(remove)

@@ -110,6 +110,8 @@ def test_convolve_bounds_are_dp_accounting_s() -> None:
         ((0.98, 0.0345, 1e-3, 137), (0.99, 0.0345, 1e-3, 11), True),  # an Opacus ledger of three groups, in part
         ((0.98, 0.0345, 1e-3, 137), (0.99, 0.0345, 1e-3, 11), False),
         ((1.5, 0.2, 1e-2, 1), (3.0, 0.5, 1e-2, 1), True),  # sparse PMFs
+        ((0.98, 0.0345, 1e-2, 137), (3.0, 0.5, 1e-2, 1), True),  # dense and sparse
+        ((3.0, 0.5, 1e-2, 1), (0.98, 0.0345, 1e-2, 137), False),
         ((0.8, 0.1, 1e-2, 20), (1.1, 0.05, 1e-2, 30), False),
     ],
 )
