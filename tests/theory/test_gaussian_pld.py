@@ -41,7 +41,7 @@ def _reference(z: float, q: float, discretization: float, upper: bool = False) -
         (3.0, 0.7, 1e-3),
         (10.0, 0.001, 1e-2),  # a handful of grid points: sparse PMFs
         (1.7, 1.0, 1e-3),  # no subsampling: one PMF
-        pytest.param(0.98, 0.0345, 1e-5, marks=pytest.mark.slow),  # the grid the family bound reads its ε on
+        pytest.param(0.98, 0.0345, 1e-5, marks=pytest.mark.slow),  # the finest grid of the family bound's reported ε
     ],
 )
 @pytest.mark.parametrize("upper", [False, True])
@@ -50,6 +50,7 @@ def test_gaussian_pld_equals_dp_accounting_bit_for_bit(z: float, q: float, discr
     reference = _reference(z, q, discretization, upper)
     assert _masses(mine._pmf_remove) == _masses(reference._pmf_remove)
     assert _masses(mine._pmf_add) == _masses(reference._pmf_add)
+    assert type(mine._pmf_remove) is type(reference._pmf_remove) and type(mine._pmf_add) is type(reference._pmf_add)
     assert (mine._pmf_add is mine._pmf_remove) == (reference._pmf_add is reference._pmf_remove)
 
 
