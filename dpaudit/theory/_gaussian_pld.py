@@ -32,7 +32,7 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from dp_accounting.pld.pld_pmf import PLDPmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
 
 
 def _isclose(values: npt.NDArray[np.float64], reference: float) -> npt.NDArray[np.bool_]:
@@ -69,15 +69,11 @@ def _inverse_losses(
     return np.where(edge, np.inf if remove else -np.inf, x)
 
 
-def _lower_pmf(z: float, q: float, d: float, adjacency: AdjacencyType) -> PLDPmf:
-    """One adjacency's privacy-buckets PMF (dp-accounting's ``_create_pld_pmf_from_monotone_privacy_loss``)."""
+def _lower_pmf(mechanism: GaussianPrivacyLoss, z: float, q: float, d: float, remove: bool) -> PLDPmf | None:
+    """One adjacency's privacy-buckets PMF (dp-accounting's ``_create_pld_pmf_from_monotone_privacy_loss``), or None
+    where it takes a branch not reproduced here."""
     from dp_accounting.pld import pld_pmf
-    from dp_accounting.pld import privacy_loss_distribution as pld_module
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
 
-    mechanism = GaussianPrivacyLoss(
-        z, sensitivity=1.0, pessimistic_estimate=False, sampling_prob=q, adjacency_type=adjacency
-    )
     tail = mechanism.privacy_loss_tail()
     lower_x, upper_x = tail.lower_x_truncation, tail.upper_x_truncation
     start = math.floor(mechanism.privacy_loss(lower_x) / d)
@@ -86,11 +82,9 @@ def _lower_pmf(z: float, q: float, d: float, adjacency: AdjacencyType) -> PLDPmf
     ks = np.arange(start, math.floor(upper_loss / d) - 3, -1, dtype=np.int64)
     losses = d * ks.astype(float)
     below = np.flatnonzero(losses <= upper_loss)
-    inverse = _inverse_losses(losses[: below[0]], z, q, adjacency == AdjacencyType.REMOVE) if below.size else None
+    inverse = _inverse_losses(losses[: below[0]], z, q, remove) if below.size else None
     if inverse is None:
-        return pld_module._create_pld_pmf_from_monotone_privacy_loss(
-            mechanism, pessimistic_estimate=False, value_discretization_interval=d, use_connect_dots=False
-        )
+        return None
     points = np.concatenate([[lower_x], inverse, [upper_x]])
     points = points[: int(np.flatnonzero(points[1:] >= upper_x)[0]) + 2]  # the walk stops at the first x ≥ upper_x
     cdf = np.asarray(mechanism.mu_upper_cdf(points), dtype=float)
@@ -109,23 +103,17 @@ def _lower_pmf(z: float, q: float, d: float, adjacency: AdjacencyType) -> PLDPmf
     return pld_pmf.create_pmf(masses, d, infinity, pessimistic_estimate=False)
 
 
-def _upper_pmf(z: float, q: float, d: float, adjacency: AdjacencyType) -> PLDPmf:
+def _upper_pmf(mechanism: GaussianPrivacyLoss, z: float, q: float, d: float, remove: bool) -> PLDPmf | None:
     """One adjacency's connect-the-dots PMF (dp-accounting's ``_create_pld_pmf_from_monotone_privacy_loss`` with
-    ``use_connect_dots=True``)."""
+    ``use_connect_dots=True``), or None where it takes a branch not reproduced here."""
     from dp_accounting.pld import pld_pmf
-    from dp_accounting.pld import privacy_loss_distribution as pld_module
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
 
-    mechanism = GaussianPrivacyLoss(
-        z, sensitivity=1.0, pessimistic_estimate=True, sampling_prob=q, adjacency_type=adjacency
-    )
     bounds = mechanism.connect_dots_bounds()
     assert bounds.epsilon_upper is not None and bounds.epsilon_lower is not None  # always, for the Gaussian
     lowest, highest = math.floor(bounds.epsilon_lower / d), math.ceil(bounds.epsilon_upper / d)
     epsilons = np.arange(lowest, highest + 1) * d
     # the hockey-stick divergence at each ε (GaussianPrivacyLoss.get_delta_for_epsilon)
     deltas = np.zeros_like(epsilons, dtype=float)
-    remove = adjacency == AdjacencyType.REMOVE
     if q == 1.0:
         inverted = np.full_like(epsilons, True, dtype=bool)
     elif remove:
@@ -135,9 +123,7 @@ def _upper_pmf(z: float, q: float, d: float, adjacency: AdjacencyType) -> PLDPmf
         inverted = epsilons < -math.log1p(-q)
     cutoffs = _inverse_losses(epsilons[inverted], z, q, remove)
     if cutoffs is None:
-        return pld_module._create_pld_pmf_from_monotone_privacy_loss(
-            mechanism, pessimistic_estimate=True, value_discretization_interval=d, use_connect_dots=True
-        )
+        return None
     deltas[inverted] = mechanism.mu_upper_cdf(cutoffs) - np.exp(
         epsilons[inverted] + mechanism.mu_lower_log_cdf(cutoffs)
     )
@@ -159,14 +145,28 @@ def gaussian_pld(*, z: float, q: float, discretization: float, upper: bool) -> P
     Returns:
         The PLD: remove and add adjacency for q < 1, one PMF for q = 1.
     """
-    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
-    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType
+    from dp_accounting.pld import privacy_loss_distribution as pld_module
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
 
-    pmf = _upper_pmf if upper else _lower_pmf
-    remove = pmf(z, q, discretization, AdjacencyType.REMOVE)
+    def pmf(adjacency: AdjacencyType) -> PLDPmf:
+        mechanism = GaussianPrivacyLoss(
+            z, sensitivity=1.0, pessimistic_estimate=upper, sampling_prob=q, adjacency_type=adjacency
+        )
+        build = _upper_pmf if upper else _lower_pmf
+        built = build(mechanism, z, q, discretization, adjacency == AdjacencyType.REMOVE)
+        if built is None:  # dp-accounting's own loop
+            built = pld_module._create_pld_pmf_from_monotone_privacy_loss(
+                mechanism,
+                pessimistic_estimate=upper,
+                value_discretization_interval=discretization,
+                use_connect_dots=upper,
+            )
+        return built
+
+    remove = pmf(AdjacencyType.REMOVE)
     if q == 1.0:
-        return PrivacyLossDistribution(remove)
-    return PrivacyLossDistribution(remove, pmf(z, q, discretization, AdjacencyType.ADD))
+        return pld_module.PrivacyLossDistribution(remove)
+    return pld_module.PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
 
 
 def _log_mgfs(probabilities: npt.NDArray[np.float64], orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -203,8 +203,7 @@ def _convolve_bounds(probabilities: npt.NDArray[np.float64], count: int, tail: f
     bounds = (count * _log_mgfs(probabilities, orders) + math.log(2 / tail)) / orders
     # an error of ~1e-15 per term in the log-MGF moves a bound by ≲ count·size·1e-14: a margin 1000 times that
     margin = 1e-11 * count * size
-    finite = np.isfinite(bounds)
-    if not finite.all() or (np.abs(bounds - np.rint(bounds)) <= margin).any():
+    if not np.isfinite(bounds).all() or (np.abs(bounds - np.rint(bounds)) <= margin).any():
         return common.compute_self_convolve_bounds(probabilities, count, tail)
     for order, bound in zip(orders.tolist(), bounds.tolist()):
         if order > 0:
@@ -290,9 +289,8 @@ def _compose_pmfs(first: PLDPmf, second: PLDPmf, tail: float) -> PLDPmf:
         if first._pessimistic_estimate:
             probabilities[0] += left_mass
             infinity = infinity + right_mass
-        else:
+        else:  # the left mass is dropped
             probabilities[-1] += right_mass
-            infinity = infinity + 0
     return pld_pmf.DensePLDPmf(
         first._discretization,
         first._lower_loss + second._lower_loss + left,

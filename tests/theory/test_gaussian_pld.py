@@ -8,6 +8,7 @@ import pytest
 from dp_accounting.pld import common, pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_module
 
+from dpaudit.theory import _gaussian_pld
 from dpaudit.theory._gaussian_pld import _convolve_bounds, _prefix_to_truncate, compose, gaussian_pld, self_compose
 from dpaudit.theory.tradeoff import sgm_epsilon
 
@@ -138,3 +139,12 @@ def test_prefix_to_truncate_is_dp_accounting_s() -> None:
         reference = pld_pmf._truncate_tails(probabilities.copy(), 2 * threshold, True)[0]
         assert _prefix_to_truncate(probabilities, threshold) == reference
     assert _prefix_to_truncate(probabilities, 1.0) == probabilities.size
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_a_grid_not_reproduced_goes_to_dp_accounting_s_own_loop(upper: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_gaussian_pld, "_inverse_losses", lambda *args: None)
+    mine = gaussian_pld(z=0.98, q=0.0345, discretization=1e-2, upper=upper)
+    reference = _reference(0.98, 0.0345, 1e-2, upper)
+    assert _masses(mine._pmf_remove) == _masses(reference._pmf_remove)
+    assert _masses(mine._pmf_add) == _masses(reference._pmf_add)
