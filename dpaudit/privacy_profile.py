@@ -122,10 +122,11 @@ def _tails(groups: tuple[StepGroup, ...], statistic: str):
 @lru_cache(maxsize=16)
 def _claimed_epsilons(groups: tuple[StepGroup, ...], deltas: tuple[float, ...]) -> dict[float, float]:
     """The ledger's ε(δ') (PLD upper estimate) at each δ', from one PLD."""
+    from dpaudit.theory._gaussian_pld import epsilon_for_delta
     from dpaudit.theory.tradeoff import _pld_of_groups
 
     pld = _pld_of_groups(groups, 1e-3)
-    return {value: float(pld.get_epsilon_for_delta(value)) for value in deltas}
+    return {value: float(epsilon_for_delta(pld, value)) for value in deltas}
 
 
 def ledger_threshold(

@@ -8,15 +8,17 @@ dp-accounting (0.6.0) spends most of a family bound's report in Python loops, no
   (connect-the-dots) estimate on every ε whose hockey-stick divergence it takes;
 * ``self_compose`` computes its Chernoff truncation bounds with 40 scipy ``logsumexp`` calls, milliseconds each
   mostly in their overhead, on the small PMFs of the family bound's hypotheses;
-* ``compose`` finds the tails it truncates by adding the PMF's masses one by one in Python.
+* ``compose`` finds the tails it truncates by adding the PMF's masses one by one in Python;
+* ``get_delta_for_epsilon`` walks the losses and the ε grid in one Python loop (with an ``np.isposinf`` call each
+  turn), and ``get_epsilon_for_delta`` the losses above ε, on the fine grids of the reported ε a hundred thousand.
 
-:func:`gaussian_pld`, :func:`self_compose` and :func:`compose` compute the same in numpy — the formulas of
-``GaussianPrivacyLoss`` (``inverse_privacy_loss``, ``get_delta_for_epsilon``) and
-``common.log_a_times_exp_b_plus_c`` in the same order of operations, running sums by ``np.cumsum`` (which adds in
-sequence as the loop does) — and hand the results to dp-accounting's own PMF classes, so their PLDs equal
-dp-accounting's bit for bit (``tests/theory/test_gaussian_pld.py`` compares them). Where a result could differ (a
-grid point outside the mechanism's range, a truncation bound within rounding of an integer) the step is left to
-dp-accounting's own code.
+:func:`gaussian_pld`, :func:`self_compose`, :func:`compose`, :func:`delta_for_epsilons` and :func:`epsilon_for_delta`
+compute the same in numpy — the formulas of ``GaussianPrivacyLoss`` (``inverse_privacy_loss``,
+``get_delta_for_epsilon``) and ``common.log_a_times_exp_b_plus_c`` in the same order of operations, running sums by
+``np.cumsum`` (which adds in sequence as the loop does) — and hand the results to dp-accounting's own PMF classes, so
+their PLDs, δ and ε equal dp-accounting's bit for bit (``tests/theory/test_gaussian_pld.py`` compares them). Where a
+result could differ (a grid point outside the mechanism's range, a truncation bound within rounding of an integer, a
+log close to the loss it is compared with) the step is left to dp-accounting's own code or Python's ``math``.
 
 Units: z = σ/C (sensitivity 1), q a probability in (0, 1], d the privacy-loss grid in nats.
 """
@@ -169,17 +171,30 @@ def gaussian_pld(*, z: float, q: float, discretization: float, upper: bool) -> P
     return pld_module.PrivacyLossDistribution(remove, pmf(AdjacencyType.ADD))
 
 
-def _log_mgfs(probabilities: npt.NDArray[np.float64], orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """log Σ_i p_i·e^(i·λ) at each order λ (the log moment-generating function of the grid index), for p ≥ 0."""
+#: dp-accounting's orders of the Chernoff bounds, λ = j/size for these j
+_BOUND_ORDERS = np.concatenate((np.arange(-20, 0), np.arange(1, 21)))
+
+
+def _log_mgfs(probabilities: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """log Σ_i p_i·e^(i·λ) (the log moment-generating function of the grid index i) at each order λ = j/size of
+    :data:`_BOUND_ORDERS`, for p ≥ 0 with some p > 0.
+
+    Since |i·λ| < 20, no term overflows and the sums need no shift: e^(i·j/size) is e^(±i/size) raised to |j| by
+    repeated multiplication, one exp per index instead of one per index and order. Each power carries at most 21
+    roundings, so each log-MGF is within about 5e-15 of its exact value; −∞ for a sum below 1e-250 (the PMF's
+    masses so small that their subnormal products could count).
+    """
     kept = np.flatnonzero(probabilities > 0)
-    log_p = np.log(probabilities[kept])
-    values = np.empty(orders.size)
-    chunk = max(1, (1 << 22) // max(kept.size, 1))  # orders per pass: at most 4M terms (32 MB) at once
-    for start in range(0, orders.size, chunk):
-        terms = log_p + np.outer(orders[start : start + chunk], kept)
-        largest = terms.max(axis=1)
-        values[start : start + chunk] = largest + np.log(np.exp(terms - largest[:, None]).sum(axis=1))
-    return values
+    masses, size = probabilities[kept], probabilities.size
+    values = {}
+    for sign in (1, -1):
+        base, power = np.exp(sign * kept / size), masses
+        for j in range(1, 21):
+            power = power * base
+            values[sign * j] = power.sum()
+    sums = np.array([values[j] for j in _BOUND_ORDERS.tolist()])
+    # a sum so small that subnormal terms could matter: −∞, so that the bound is left to dp-accounting
+    return np.log(sums, out=np.full(sums.size, -np.inf), where=sums > 1e-250)
 
 
 def _convolve_bounds(probabilities: npt.NDArray[np.float64], count: int, tail: float) -> tuple[int, int]:
@@ -187,9 +202,10 @@ def _convolve_bounds(probabilities: npt.NDArray[np.float64], count: int, tail: f
     40 orders, on the grid indices outside which a count-fold self-convolution has mass ≤ tail.
 
     Its 40 scipy ``logsumexp`` calls cost a few milliseconds each, mostly their overhead, on the small PMFs of the
-    family bound's hypotheses; here the 40 logs of moment-generating functions take a few numpy passes. They agree
-    with scipy's to a few units in the last place, which moves a bound only where it lies within that of an integer:
-    such bounds (and PMFs with a negative mass) are left to dp-accounting's own function, so the integers are its.
+    family bound's hypotheses, and 40 exps a grid point on the large ones; here the 40 logs of moment-generating
+    functions take one exp a grid point (:func:`_log_mgfs`). They agree with scipy's to about 1e-14, which moves a
+    bound only where it lies within that of an integer: such bounds (and PMFs with a negative mass) are left to
+    dp-accounting's own function, so the integers are its.
     """
     from dp_accounting.pld import common
 
@@ -199,9 +215,9 @@ def _convolve_bounds(probabilities: npt.NDArray[np.float64], count: int, tail: f
         return lower, upper
     if size == 0 or (probabilities < 0).any() or not (probabilities > 0).any():
         return common.compute_self_convolve_bounds(probabilities, count, tail)
-    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / size
-    bounds = (count * _log_mgfs(probabilities, orders) + math.log(2 / tail)) / orders
-    # an error of ~1e-15 per term in the log-MGF moves a bound by ≲ count·size·1e-14: a margin 1000 times that
+    orders = _BOUND_ORDERS / size
+    bounds = (count * _log_mgfs(probabilities) + math.log(2 / tail)) / orders
+    # an error of ≲ 1e-14 in a log-MGF moves a bound by ≲ count·size·1e-14: a margin 1000 times that
     margin = 1e-11 * count * size
     if not np.isfinite(bounds).all() or (np.abs(bounds - np.rint(bounds)) <= margin).any():
         return common.compute_self_convolve_bounds(probabilities, count, tail)
@@ -320,3 +336,115 @@ def compose(
     if first._symmetric and second._symmetric:
         return PrivacyLossDistribution(remove)
     return PrivacyLossDistribution(remove, _compose_pmfs(first._pmf_add, second._pmf_add, tail_mass_truncation))
+
+
+def _pmf_deltas(pmf: PLDPmf, epsilons: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``pmf.get_delta_for_epsilon(list(epsilons))`` for finite ε: dp-accounting's running sums from the largest loss
+    down (``_get_delta_for_epsilon_vectorized``, a Python loop over the losses and the ascending ε, with numpy's exp)
+    as ``np.cumsum`` of the reversed masses, read at each ε's count of losses above it (so ε in any order)."""
+    from dp_accounting.pld import pld_pmf
+
+    if isinstance(pmf, pld_pmf.DensePLDPmf):
+        losses = (np.arange(pmf.size) + pmf._lower_loss) * pmf._discretization
+        probabilities = pmf._probs
+    else:
+        keys, masses = pmf._get_losses_probs()
+        losses, probabilities = np.asarray(keys, dtype=float), np.asarray(masses, dtype=float)
+    upper = np.cumsum(np.concatenate(([pmf._infinity_mass], probabilities[::-1])))
+    lower = np.cumsum(np.concatenate(([0.0], (probabilities * np.exp(-losses))[::-1])))
+    above = losses.size - np.searchsorted(losses, epsilons, side="right")  # losses > ε, the ones the loop adds
+    return upper[above] - np.exp(epsilons) * lower[above]
+
+
+def delta_for_epsilons(pld: PrivacyLossDistribution, epsilons: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``pld.get_delta_for_epsilon(list(epsilons))``, equal to dp-accounting's bit for bit, without its Python loop;
+    where dp-accounting refuses ε out of order, each ε gets the δ it has in ascending order.
+
+    Args:
+        pld: a PLD of this module's (or dp-accounting's).
+        epsilons: ε in nats (1-D).
+
+    Returns:
+        δ(ε) = max of the two adjacencies' hockey-stick divergences at each ε.
+    """
+    epsilons = np.asarray(epsilons, dtype=float)
+    if epsilons.ndim != 1 or not np.all(np.isfinite(epsilons)):  # +∞ (δ = the mass at +∞), NaN: dp-accounting's
+        return np.asarray(pld.get_delta_for_epsilon(epsilons.tolist()), dtype=float)
+    remove = _pmf_deltas(pld._pmf_remove, epsilons)
+    if pld._symmetric:
+        return remove
+    return np.maximum(remove, _pmf_deltas(pld._pmf_add, epsilons))
+
+
+def _exact_logs(values: npt.NDArray[np.float64], near: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.log(values)``, with ``math.log`` (the loop's) where the result lies within 1e-12 relative of ``near``:
+    there a last-place difference between the two could decide a comparison with ``near``."""
+    logs = np.log(values)
+    close = np.flatnonzero(np.abs(logs - near) <= 1e-12 * np.maximum(np.abs(near), 1e-300))
+    logs[close] = [math.log(value) for value in values[close].tolist()]
+    return logs
+
+
+def _pmf_epsilon(pmf: PLDPmf, delta: float) -> float:
+    """``pmf.get_epsilon_for_delta(delta)``: dp-accounting's ``_get_epsilon_for_delta``, a Python loop from the largest
+    loss down that stops at the first loss ε(δ) reaches, run in chunks of running sums (``np.cumsum``, as the loop
+    adds; its ``math.exp`` and, where a comparison is close, its ``math.log``), each stop condition found by a search
+    of the chunk."""
+    from dp_accounting.pld import pld_pmf
+
+    infinity = pmf._infinity_mass
+    if infinity > delta:
+        return math.inf
+    if isinstance(pmf, pld_pmf.DensePLDPmf):
+        top = (pmf._lower_loss + len(pmf._probs) - 1) * pmf._discretization
+        step, probabilities, losses = -pmf._discretization, np.flip(pmf._probs), None
+    else:
+        keys, masses = pmf._get_losses_probs()
+        top, step, probabilities = 0.0, 0.0, np.asarray(masses[::-1], dtype=float)
+        losses = np.asarray(keys[::-1], dtype=float)
+    upper, lower, loss = infinity, 0.0, top  # the running sums, and the next loss of a dense PMF (losses counted down)
+    start, chunk = 0, 256
+    while start < probabilities.size:  # chunks of doubling size: the loop often stops within the first hundreds
+        masses = probabilities[start : start + chunk]
+        if losses is None:  # itertools.count(top, −d): each loss the one before plus −d
+            chunk_losses = np.cumsum(np.concatenate(([loss], np.full(masses.size - 1, step))))
+            loss = chunk_losses[-1] + step
+        else:
+            chunk_losses = losses[start : start + chunk]
+        exps = np.fromiter(map(math.exp, (-chunk_losses).tolist()), dtype=float, count=masses.size)
+        uppers = np.cumsum(np.concatenate(([upper], masses)))  # before the k-th loss: uppers[k]; after it: [k + 1]
+        lowers = np.cumsum(np.concatenate(([lower], exps * masses)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = (uppers[:-1] - delta) / lowers[:-1]
+            stops = (uppers[:-1] > delta) & (lowers[:-1] > 0)
+            stops[stops] = _exact_logs(ratio[stops], chunk_losses[stops]) >= chunk_losses[stops]
+        ends = (uppers[1:] >= delta) & (lowers[1:] == 0)
+        first_stop = int(np.argmax(stops)) if stops.any() else masses.size
+        first_end = int(np.argmax(ends)) if ends.any() else masses.size
+        if first_end < first_stop:
+            return max(0, float(chunk_losses[first_end]))
+        if first_stop < masses.size:
+            upper, lower = float(uppers[first_stop]), float(lowers[first_stop])
+            break
+        upper, lower = float(uppers[-1]), float(lowers[-1])
+        start, chunk = start + chunk, min(2 * chunk, 1 << 16)
+    if upper <= lower + delta:
+        return 0
+    return math.log((upper - delta) / lower)
+
+
+def epsilon_for_delta(pld: PrivacyLossDistribution, delta: float) -> float:
+    """``pld.get_epsilon_for_delta(delta)``, equal to dp-accounting's bit for bit, without its Python loop over the
+    losses above ε.
+
+    Args:
+        pld: a PLD of this module's (or dp-accounting's).
+        delta: δ.
+
+    Returns:
+        The smallest ε ≥ 0 (nats) whose δ(ε) of both adjacencies is at most δ; ``math.inf`` where none is.
+    """
+    remove = _pmf_epsilon(pld._pmf_remove, delta)
+    if pld._symmetric:
+        return remove
+    return max(remove, _pmf_epsilon(pld._pmf_add, delta))

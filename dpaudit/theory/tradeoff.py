@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpaudit._validation import DPAuditError, check_choice, check_count, check_delta, check_positive, check_ratio
+from dpaudit.theory._gaussian_pld import compose, delta_for_epsilons, epsilon_for_delta, gaussian_pld, self_compose
 
 if TYPE_CHECKING:
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
@@ -116,8 +117,6 @@ def _pld_of_groups(
     groups: tuple[StepGroup, ...], discretization: float, estimate: str = "upper"
 ) -> PrivacyLossDistribution:
     """The composed PLD of checked groups: one self-composition per group, then one composition per group."""
-    from dpaudit.theory._gaussian_pld import compose, gaussian_pld, self_compose
-
     upper = estimate == "upper"
     needed = sum(_PLD_BYTES_PER_POINT * count * (1 / z**2 + 8 / z) / discretization for z, _, count in groups)
     if needed > PLD_MEMORY_BUDGET:
@@ -207,7 +206,7 @@ def sgm_epsilon(
     delta = check_delta(delta, allow_zero=False)
     discretization = check_positive("discretization", discretization)
     pld = _pld_of_groups(groups, discretization, check_choice("estimate", estimate, _ESTIMATES))
-    return float(pld.get_epsilon_for_delta(delta))
+    return float(epsilon_for_delta(pld, delta))
 
 
 def sgm_delta(
@@ -223,7 +222,7 @@ def sgm_delta(
     Args:
         noise_multipliers: z_t = σ_t/C per step, finite and > 0 (1-D, length T ≥ 1).
         sample_rates: q_t per step, in (0, 1] (1-D, length T).
-        epsilons: ε values in nats (a number or a 1-D array), finite and ≥ 0.
+        epsilons: ε values in nats (a number or a 1-D array in any order), finite and ≥ 0.
         discretization: the PLD's privacy-loss grid in nats, > 0.
         estimate: "upper" (δ(ε) upper estimates, the guarantee) or "lower".
 
@@ -242,7 +241,7 @@ def sgm_delta(
         raise DPAuditError(f"epsilons must be a number or a non-empty 1-D array of finite values ≥ 0, got {epsilons!r}")
     discretization = check_positive("discretization", discretization)
     pld = _pld_of_groups(groups, discretization, check_choice("estimate", estimate, _ESTIMATES))
-    return np.asarray(pld.get_delta_for_epsilon(np.atleast_1d(eps).tolist()), dtype=float).reshape(eps.shape)
+    return delta_for_epsilons(pld, np.atleast_1d(eps)).reshape(eps.shape)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -366,12 +365,12 @@ def _tradeoff_of_groups(
     top = math.inf
     floor = _PROFILE_DELTA_FLOOR
     while not math.isfinite(top) and floor < 1e-3:  # δ never falls below the truncated tail mass
-        top = float(pld.get_epsilon_for_delta(floor))
+        top = float(epsilon_for_delta(pld, floor))
         floor *= 1e3
     if not math.isfinite(top):
         raise DPAuditError("the privacy profile does not fall below δ = 1e-3 at any ε; the run has no useful ε")
     eps = np.arange(0.0, top + 1.5 * epsilon_step, epsilon_step)
-    deltas = np.minimum(np.asarray(pld.get_delta_for_epsilon(eps.tolist()), dtype=float), 1.0)
+    deltas = np.minimum(delta_for_epsilons(pld, eps), 1.0)
     room = 1.0 - deltas
     slopes = np.concatenate([-np.exp(eps), -np.exp(-eps), [0.0]])
     intercepts = np.concatenate([room, np.exp(-eps) * room, [0.0]])  # the line 0 keeps β ≥ 0

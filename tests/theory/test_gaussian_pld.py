@@ -3,14 +3,25 @@ bit for bit."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from dp_accounting.pld import common, pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_module
 
 from dpaudit.theory import _gaussian_pld
-from dpaudit.theory._gaussian_pld import _convolve_bounds, _prefix_to_truncate, compose, gaussian_pld, self_compose
-from dpaudit.theory.tradeoff import sgm_epsilon
+from dpaudit.theory._gaussian_pld import (
+    _convolve_bounds,
+    _exact_logs,
+    _prefix_to_truncate,
+    compose,
+    delta_for_epsilons,
+    epsilon_for_delta,
+    gaussian_pld,
+    self_compose,
+)
+from dpaudit.theory.tradeoff import sgm_delta, sgm_epsilon
 
 
 def _masses(pmf: pld_pmf.PLDPmf) -> tuple[dict[int, float], float]:
@@ -92,7 +103,7 @@ def test_self_compose_equals_dp_accounting_bit_for_bit(
     assert mine._pmf_remove._lower_loss == reference._pmf_remove._lower_loss
 
 
-def test_convolve_bounds_are_dp_accounting_s() -> None:
+def test_convolve_bounds_are_dp_accounting_s(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Chernoff truncation bounds on PMFs of many shapes, the fallback included (a negative mass)."""
     rng = np.random.default_rng(0)
     for size in (1, 2, 7, 300, 5000):
@@ -104,6 +115,9 @@ def test_convolve_bounds_are_dp_accounting_s() -> None:
             assert _convolve_bounds(probabilities, count, 1e-15) == common.compute_self_convolve_bounds(
                 probabilities, count, 1e-15
             )
+    tiny = np.full(40, 1e-305)  # products e^(i·λ)·p near the subnormals: the bounds are dp-accounting's
+    monkeypatch.setattr(common, "compute_self_convolve_bounds", lambda *args: ("dp-accounting's", args[1]))
+    assert _convolve_bounds(tiny, 3, 1e-15) == ("dp-accounting's", 3)
 
 
 @pytest.mark.parametrize(
@@ -148,3 +162,60 @@ def test_a_grid_not_reproduced_goes_to_dp_accounting_s_own_loop(upper: bool, mon
     reference = _reference(0.98, 0.0345, 1e-2, upper)
     assert _masses(mine._pmf_remove) == _masses(reference._pmf_remove)
     assert _masses(mine._pmf_add) == _masses(reference._pmf_add)
+
+
+@pytest.fixture(scope="module")
+def profiles() -> list[pld_module.PrivacyLossDistribution]:
+    """PLDs of every kind the family bound reads: dense and sparse PMFs, both estimates, with and without
+    subsampling, composed, on coarse and fine grids (thousands of losses above ε: many chunks)."""
+    plds = [
+        _reference(0.98, 0.0345, 1e-2, True).self_compose(290),
+        _reference(0.98, 0.0345, 1e-3, False).self_compose(20),
+        _reference(1.7, 1.0, 1e-3, True).self_compose(12),  # q = 1: one PMF
+        _reference(10.0, 0.001, 1e-2, True),  # sparse PMFs
+        _reference(1.5, 0.2, 1e-2, False).compose(_reference(3.0, 0.5, 1e-2, False)),
+    ]
+    # losses so large that e^−loss is 0: the loop's early return; and a mass at +∞
+    plds.append(pld_module.PrivacyLossDistribution(pld_pmf.DensePLDPmf(0.01, 74_990, np.full(20, 0.05), 0.0, True)))
+    plds.append(pld_module.PrivacyLossDistribution(pld_pmf.DensePLDPmf(0.5, -3, np.full(10, 0.0999), 1e-3, True)))
+    return plds
+
+
+def test_delta_for_epsilons_equals_dp_accounting_bit_for_bit(profiles: list) -> None:
+    for pld in profiles:
+        top = pld.get_epsilon_for_delta(1e-12)
+        top = top if math.isfinite(top) else 20.0  # a mass at +∞ above 1e-12
+        for epsilons in (np.linspace(0.0, top + 0.1, 1000), np.array([0.0]), np.array([-1.0, 3.0, 3.0, top + 50])):
+            reference = np.asarray(pld.get_delta_for_epsilon(epsilons.tolist()), dtype=float)
+            # e^ε·0 is NaN above ε ≈ 709 in both
+            assert np.array_equal(delta_for_epsilons(pld, epsilons), reference, equal_nan=True)
+    # ε out of order, which dp-accounting refuses: each its δ in ascending order
+    epsilons = np.random.default_rng(3).permutation(np.linspace(0.0, 6.0, 50))
+    order = np.argsort(epsilons)
+    assert np.array_equal(
+        delta_for_epsilons(profiles[0], epsilons)[order], delta_for_epsilons(profiles[0], epsilons[order])
+    )
+
+
+@pytest.mark.parametrize("delta", [1e-300, 1e-15, 1e-12, 1e-8, 1e-5, 1e-3, 0.1, 0.5, 0.999])
+def test_epsilon_for_delta_equals_dp_accounting_bit_for_bit(delta: float, profiles: list) -> None:
+    for pld in profiles:
+        mine, reference = epsilon_for_delta(pld, delta), pld.get_epsilon_for_delta(delta)
+        assert mine == reference and type(mine) is type(reference)
+
+
+def test_exact_logs_take_math_log_where_a_comparison_is_close() -> None:
+    rng = np.random.default_rng(2)
+    values = rng.random(1000) * 10
+    near = np.log(values)
+    near[::2] += 1.0  # far: numpy's log kept
+    logs = _exact_logs(values, near)
+    assert logs[1::2].tolist() == [math.log(value) for value in values[1::2].tolist()]
+    assert np.array_equal(logs[::2], np.log(values[::2]))
+
+
+def test_sgm_delta_takes_epsilons_in_any_order() -> None:
+    """dp-accounting refuses ε out of order (a raw ValueError, which sgm_delta passed on); each gets its δ."""
+    ledger = {"noise_multipliers": [1.1] * 30, "sample_rates": [0.05] * 30}
+    backwards = sgm_delta(**ledger, epsilons=[2.0, 0.5, 1.0])
+    assert backwards.tolist() == sgm_delta(**ledger, epsilons=[0.5, 1.0, 2.0])[[2, 0, 1]].tolist()
