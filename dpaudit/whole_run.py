@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, overload
@@ -583,10 +583,11 @@ def _reported_epsilon(groups: tuple[StepGroup, ...], scale: float, delta: float)
 
 
 def _first_rejected(
-    hypotheses: _Hypotheses, fpr: npt.NDArray[np.float64], fnr: npt.NDArray[np.float64]
+    hypotheses: _Hypotheses, rejects: Callable[[TradeoffLowerBound, bool], npt.NDArray[np.bool_]], points: int
 ) -> tuple[int, npt.NDArray[np.bool_]]:
-    """The smallest noise scale's index whose hypothesis some point (FPR, FNR) rejects (the grid's size if none),
-    and which points reject it.
+    """The smallest noise scale's index whose hypothesis some of the ``points`` rejects (the grid's size if none),
+    and which points reject it. ``rejects(curve, exact)`` says which points lie below a hypothesis's trade-off
+    curve; with ``exact`` False it may leave some out, as long as it finds one where there is one.
 
     A point that rejects H_s rejects every H_s' with s' > s (more noise only raises the trade-off curve), so
     "some point rejects H_{scales[i]}" is monotone in i and a bisection over the grid finds the smallest such i
@@ -595,15 +596,13 @@ def _first_rejected(
     """
     count = hypotheses.scales.size
     lo, hi = 0, count  # invariant: no point rejects a scale below lo; some point rejects scales[hi] (hi < count)
-    rejecting = np.zeros(fpr.shape, dtype=bool)
     while lo < hi:
         middle = (lo + hi) // 2
-        rejected = hypotheses.curve(middle).rejects(fpr, fnr)
-        if rejected.any():
-            hi, rejecting = middle, rejected
+        if rejects(hypotheses.curve(middle), False).any():
+            hi = middle
         else:
             lo = middle + 1
-    return lo, rejecting
+    return lo, rejects(hypotheses.curve(lo), True) if lo < count else np.zeros(points, dtype=bool)
 
 
 def _split(
@@ -614,6 +613,55 @@ def _split(
     order = rng.permutation(scores.size)
     size = min(max(1, round(share * scores.size)), scores.size - 1)
     return scores[order[:size]], scores[order[size:]]
+
+
+#: Every this many candidates :func:`_candidate_test` inverts first; the rest only where they could reject.
+_CANDIDATE_STRIDE = 64
+
+
+def _candidate_test(
+    fp: npt.NDArray[np.int64], n_nonmembers: int, fn: npt.NDArray[np.int64], n_members: int, level: float
+) -> Callable[[TradeoffLowerBound, bool], npt.NDArray[np.bool_]]:
+    """``(curve, exact) → curve.rejects(FPR_u, FNR_u)`` on the candidates, their Clopper–Pearson upper bounds (at
+    ``level``) FPR_u of FP among ``n_nonmembers`` and FNR_u of FN among ``n_members``, each inverted only where needed
+    (for :func:`_first_rejected`).
+
+    Where the counts are monotone along the candidates (as a threshold's are), every
+    :data:`_CANDIDATE_STRIDE`-th candidate (and the last) is inverted first; if one of them rejects the curve and
+    ``exact`` is False, that is the answer. Otherwise: between two of them the counts lie between theirs, so each
+    candidate's FPR_u and FNR_u are at least the two's smaller ones (the bounds grow with the count); the trade-off
+    curve β is non-increasing, so no candidate there lies below it unless the smaller FNR_u is below β at the smaller
+    FPR_u, with a margin of 1e-9 for rounding. Only such gaps are inverted, so the rejecting candidates are exactly
+    those of every bound (each count's bound is the same inversion)."""
+    size = fp.size
+    fpr_u, fnr_u = np.full(size, np.nan), np.full(size, np.nan)  # NaN: not inverted yet
+
+    def invert(index: npt.NDArray[np.int64]) -> None:
+        new = index[np.isnan(fpr_u[index])]
+        if new.size:
+            fpr_u[new] = clopper_pearson_upper(fp[new], n_nonmembers, alpha=level)
+            fnr_u[new] = clopper_pearson_upper(fn[new], n_members, alpha=level)
+
+    monotone = all(np.all(np.diff(c) >= 0) or np.all(np.diff(c) <= 0) for c in (fp, fn))
+    scouts = np.unique(np.r_[np.arange(0, size, _CANDIDATE_STRIDE), size - 1]) if monotone else np.arange(size)
+    invert(scouts)
+
+    def rejects(curve: TradeoffLowerBound, exact: bool) -> npt.NDArray[np.bool_]:
+        rejected = np.zeros(size, dtype=bool)
+        rejected[scouts] = curve.rejects(fpr_u[scouts], fnr_u[scouts])
+        if rejected.any() and not exact:
+            return rejected
+        left, right = scouts[:-1], scouts[1:]
+        floor_fpr = np.minimum(fpr_u[left], fpr_u[right])
+        floor_fnr = np.minimum(fnr_u[left], fnr_u[right])
+        open_gaps = np.flatnonzero((right > left + 1) & (floor_fnr < curve.fnr_lower(floor_fpr) + 1e-9))
+        if open_gaps.size:
+            invert(np.concatenate([np.arange(left[g] + 1, right[g]) for g in open_gaps.tolist()]))
+        known = np.flatnonzero(~np.isnan(fpr_u))
+        rejected[known] = curve.rejects(fpr_u[known], fnr_u[known])
+        return rejected
+
+    return rejects
 
 
 def _best_candidate(
@@ -627,9 +675,7 @@ def _best_candidate(
 ) -> int:
     """The candidate threshold whose Clopper–Pearson upper bounds (at ``level`` each) on FPR and FNR reject the
     smallest noise scale; ties (or nothing rejected) go to the largest TPR − FPR, then the last candidate."""
-    fpr_u = np.asarray(clopper_pearson_upper(fp, n_nonmembers, alpha=level), dtype=float)
-    fnr_u = np.asarray(clopper_pearson_upper(fn, n_members, alpha=level), dtype=float)
-    smallest, rejecting = _first_rejected(hypotheses, fpr_u, fnr_u)
+    smallest, rejecting = _first_rejected(hypotheses, _candidate_test(fp, n_nonmembers, fn, n_members, level), fp.size)
     candidates = np.flatnonzero(rejecting) if smallest < hypotheses.scales.size else np.arange(youden.size)
     return int(candidates[np.lexsort((youden[candidates],))[-1]])
 
@@ -807,7 +853,7 @@ def family_lower_bound(
     false_neg = int(np.count_nonzero(certify_m < cut))
     a = float(clopper_pearson_upper(false_pos, certify_n.size, alpha=alpha / 2))
     b = float(clopper_pearson_upper(false_neg, certify_m.size, alpha=alpha / 2))
-    index = _first_rejected(hypotheses, np.array([a]), np.array([b]))[0]
+    index = _first_rejected(hypotheses, lambda curve, exact: curve.rejects(a, b).reshape(1), 1)[0]
     if index < hypotheses.scales.size:
         scale = float(hypotheses.scales[index])
         epsilon = _reported_epsilon(groups, scale, delta)

@@ -931,11 +931,41 @@ def test_the_bisection_finds_the_scale_a_scan_of_every_hypothesis_finds():
     scan = np.full(fpr.size, hypotheses.scales.size)
     for index in reversed(range(hypotheses.scales.size)):
         scan[hypotheses.curve(index).rejects(fpr, fnr)] = index
-    smallest, rejecting = _first_rejected(hypotheses, fpr, fnr)
+    smallest, rejecting = _first_rejected(hypotheses, lambda curve, exact: curve.rejects(fpr, fnr), fpr.size)
     assert smallest == scan.min() < hypotheses.scales.size  # some point rejects some hypothesis here
     np.testing.assert_array_equal(rejecting, scan == smallest)
     for point in range(0, fpr.size, 40):  # one point at a time, as the certifying half is checked
-        assert _first_rejected(hypotheses, fpr[point : point + 1], fnr[point : point + 1])[0] == scan[point]
+        a, b = fpr[point : point + 1], fnr[point : point + 1]
+        assert _first_rejected(hypotheses, lambda curve, exact, a=a, b=b: curve.rejects(a, b), 1)[0] == scan[point]
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "shuffled"])
+def test_candidates_are_inverted_only_where_they_could_reject_with_the_same_result(order):
+    """The family bound's selection inverts the Clopper–Pearson bounds of a threshold's counts only in the gaps
+    where some could reject a hypothesis: the rejecting candidates of every hypothesis are those of every bound."""
+    from dpaudit.estimate import ScoreCounts, clopper_pearson_upper
+    from dpaudit.theory.tradeoff import group_steps
+    from dpaudit.whole_run import _candidate_test, _hypotheses
+
+    groups = group_steps(noise_multipliers=np.full(40, 1.5), sample_rates=np.full(40, 0.2))
+    hypotheses = _hypotheses(groups, 1e-5, 24)
+    rng = np.random.default_rng(5)
+    counts = ScoreCounts.from_scores(member_scores=rng.normal(1.0, 1, 3000), nonmember_scores=rng.normal(0, 1, 3000))
+    fp, fn = counts.fp, counts.fn
+    if order != "ascending":
+        permutation = np.arange(fp.size)[::-1] if order == "descending" else rng.permutation(fp.size)
+        fp, fn = fp[permutation], fn[permutation]
+    test = _candidate_test(fp, counts.n_nonmembers, fn, counts.n_members, 0.001)
+    fpr_u = clopper_pearson_upper(fp, counts.n_nonmembers, alpha=0.001)
+    fnr_u = clopper_pearson_upper(fn, counts.n_members, alpha=0.001)
+    rejecting = 0
+    for index in range(hypotheses.scales.size):
+        curve = hypotheses.curve(index)
+        expected = curve.rejects(fpr_u, fnr_u)
+        np.testing.assert_array_equal(test(curve, True), expected)
+        assert test(curve, False).any() == expected.any() and not (test(curve, False) & ~expected).any()
+        rejecting += expected.any()
+    assert 0 < rejecting < hypotheses.scales.size  # some hypotheses rejected, some not
 
 
 @pytest.mark.parametrize("delta", [0.3, 0.5, 0.9])
