@@ -645,15 +645,14 @@ def _candidate_test(
     monotone = all(np.all(np.diff(c) >= 0) or np.all(np.diff(c) <= 0) for c in (fp, fn))
     scouts = np.unique(np.r_[np.arange(0, size, _CANDIDATE_STRIDE), size - 1]) if monotone else np.arange(size)
     invert(scouts)
+    left, right = scouts[:-1], scouts[1:]  # each gap between two scouts: its smallest bounds, the same for every curve
+    floor_fpr, floor_fnr = np.minimum(fpr_u[left], fpr_u[right]), np.minimum(fnr_u[left], fnr_u[right])
 
     def rejects(curve: TradeoffLowerBound, exact: bool) -> npt.NDArray[np.bool_]:
         rejected = np.zeros(size, dtype=bool)
         rejected[scouts] = curve.rejects(fpr_u[scouts], fnr_u[scouts])
         if rejected.any() and not exact:
             return rejected
-        left, right = scouts[:-1], scouts[1:]
-        floor_fpr = np.minimum(fpr_u[left], fpr_u[right])
-        floor_fnr = np.minimum(fnr_u[left], fnr_u[right])
         open_gaps = np.flatnonzero((right > left + 1) & (floor_fnr < curve.fnr_lower(floor_fpr) + 1e-9))
         if open_gaps.size:
             invert(np.concatenate([np.arange(left[g] + 1, right[g]) for g in open_gaps.tolist()]))
