@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,3 +31,24 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise DPAuditError("device 'cuda' requested but no CUDA device is available")
     return torch.device(device)
+
+
+@functools.cache
+def _accelerator_present() -> bool:
+    """Whether torch sees a CUDA, MPS or XPU device (read once)."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(
+        torch.cuda.is_available() or torch.backends.mps.is_available() or (xpu is not None and xpu.is_available())
+    )
+
+
+def seed_global_rng(seed: int) -> None:
+    """``torch.manual_seed(seed)``, quickly where there is only a CPU to seed.
+
+    Without an accelerator, ``torch.manual_seed`` seeds the CPU generator and queues the seed for a CUDA that can
+    never start, formatting a stack trace each time (about 1 ms: a second per thousand models built); seeding the CPU
+    generator alone leaves the same state. With an accelerator this is ``torch.manual_seed`` itself."""
+    if _accelerator_present():
+        torch.manual_seed(seed)
+    else:
+        torch.random.default_generator.manual_seed(int(seed))

@@ -13,6 +13,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from dpaudit._device import seed_global_rng
 from dpaudit._registry import Registry
 from dpaudit._validation import DPAuditError, check_positive_int
 
@@ -87,7 +88,7 @@ def build_model(
     if seed is None:
         return get_spec(name).builder(input_shape=tuple(input_shape), num_classes=num_classes)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_global_rng(seed)
         return get_spec(name).builder(input_shape=tuple(input_shape), num_classes=num_classes)
 
 

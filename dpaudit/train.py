@@ -239,6 +239,7 @@ class _ModelRun:
         self.initial_state = member.initial_state
         spec = optim.get_spec(config.optimizer.name)
         self.params = model_registry.trainable_parameters(self.model)
+        self._every_parameter = list(self.model.parameters())  # the divergence check's, listed once
         self.out = ModelDir(Path(member.out_dir)) if member.out_dir is not None else None
         self.observers = _observers(
             config,
@@ -357,7 +358,7 @@ class _ModelRun:
         metrics.train_accuracy.append(train_accuracy)
         metrics.elapsed_seconds.append(time.perf_counter() - started)
         diverged = bool(self._batch_losses and not math.isfinite(train_loss)) or not bool(
-            torch.isfinite(torch.cat([p.detach().flatten() for p in self.model.parameters()])).all()
+            torch.isfinite(torch.cat([p.detach().flatten() for p in self._every_parameter])).all()
         )
         for observer in self.observers:
             observer.end_epoch(epoch=epoch)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from dpaudit._device import seed_global_rng
 from dpaudit._io import atomic_write_bytes, write_json
 from dpaudit._validation import DPAuditError, check_positive, check_positive_int
 from dpaudit.estimate import empirical_epsilon, error_rates
@@ -106,7 +107,7 @@ def _fit_mlps(datasets: list[tuple[np.ndarray, np.ndarray, int]], config: Shadow
     generators = []
     for _, _, seed in datasets:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            seed_global_rng(seed)
             first, second = nn.Linear(datasets[0][0].shape[1], config.hidden), nn.Linear(config.hidden, 2)
             models.append(nn.Sequential(first, nn.ReLU(), second))
             layers.append((first, second))

@@ -114,7 +114,9 @@ class AdaDPIGU(MaskedSupport):
         standardised += grads[model:]  # an audit block: α = 0, √β + μ = 1, in the mask, k counted on the model
         flat = torch.cat([z.flatten(1) for z in standardised], 1)
         if self.example_k < flat.shape[1]:
-            keep = torch.zeros_like(flat).scatter_(1, torch.topk(flat.abs(), self.example_k, dim=1).indices, 1.0)
+            # unsorted: the same k entries (torch selects them, then sorts them only if asked), about 3× faster
+            top = torch.topk(flat.abs(), self.example_k, dim=1, sorted=False).indices
+            keep = torch.zeros_like(flat).scatter_(1, top, 1.0)
             flat = flat * keep
         norms = flat.norm(dim=1)
         flat = flat * torch.clamp(self.clip_norm / (norms + CLIP_EPSILON), max=1.0)[:, None]

@@ -87,6 +87,24 @@ def test_seeded_initialisation_is_reproducible():
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
 
 
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_seeded_initialisation_is_torch_manual_seeds(monkeypatch, accelerator):
+    """The seeded weights are the builder's under ``torch.manual_seed(seed)`` (the CPU-only fast path and the
+    accelerator path alike), and the global generator is left as it was."""
+    from dpaudit import _device
+
+    monkeypatch.setattr(_device, "_accelerator_present", lambda: accelerator)
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    built = models.build_model("mlp", input_shape=(1, 8, 8), num_classes=10, seed=7)
+    assert torch.equal(torch.rand(3), expected_next)
+    torch.manual_seed(7)
+    reference = [torch.nn.Linear(64, 128), torch.nn.Linear(128, 10)]  # the mlp's layers, in their order
+    reference_parameters = [p for layer in reference for p in layer.parameters()]
+    assert all(torch.equal(x, y) for x, y in zip(built.parameters(), reference_parameters, strict=True))
+
+
 @pytest.mark.parametrize(
     "name, shape, classes, message",
     [
