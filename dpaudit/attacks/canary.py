@@ -86,7 +86,7 @@ from dpaudit.config import CANARY_DESIGNS
 from dpaudit.estimate import gdp_epsilon
 from dpaudit.integrity import verify_file
 from dpaudit.observers import TrainingObserver
-from dpaudit.optim import ProjectedNoise, StepCost, projected_dimension
+from dpaudit.optim import PrivateOptimizer, ProjectedNoise, StepCost, projected_dimension
 
 if TYPE_CHECKING:
     from dpaudit.optim import MaskedSupport, Optimizer
@@ -317,6 +317,11 @@ class GradientCanaries(TrainingObserver):
         if included.size == 0:
             return
         chosen = torch.as_tensor(included, device=self.parameter.device)
+        if aligned is None and _weights_each_record(optimizer):
+            # the sums ``accumulate`` would make of the rows below, without the rows of zeros on the model's
+            # parameters: each canary adds φ(‖c‖)·‖c‖ at its own coordinate (every other term is an exact 0)
+            optimizer.accumulate_diracs(coordinates=chosen, magnitude=self.norm)
+            return
         if aligned is None:
             rows = torch.zeros(
                 (included.size, self.parameter.numel()), device=self.parameter.device, dtype=self.parameter.dtype
@@ -386,3 +391,17 @@ class GradientCanaries(TrainingObserver):
             # a projection mixes Dirac canaries (module docstring); aligned ones stay independent
             independent_canaries=not (self.design == "dirac" and getattr(self, "_projected", False)),
         )
+
+
+def _weights_each_record(optimizer: Optimizer) -> bool:
+    """Whether ``optimizer`` adds each record's gradient weighted by φ of its norm, nothing else, on every coordinate
+    (``PrivateOptimizer.accumulate`` and ``accumulate_diracs`` themselves, no audit block): a Dirac canary record is
+    then φ(‖c‖)·‖c‖ at its coordinate, and ``accumulate_diracs`` adds exactly what ``accumulate`` adds. (A subclass's
+    own ``accumulate_diracs`` may count whole-run canaries as records of the batch, which these are not.)"""
+    cls = type(optimizer)
+    return (
+        isinstance(optimizer, PrivateOptimizer)
+        and cls.accumulate is PrivateOptimizer.accumulate
+        and cls.accumulate_diracs is PrivateOptimizer.accumulate_diracs
+        and not optimizer.audit_parameters
+    )

@@ -82,3 +82,44 @@ def test_an_observer_sees_every_hook_in_order_and_changes_nothing(engine, monkey
     assert recorder.noise_multipliers == plain[0].ledger.per_step()[0].tolist()
     # the recorder comes after the canaries: it receives the canary tensor's gradients too
     assert set(recorder.widths) == {len(list(plain[0].model.parameters())) + 1}
+
+
+def _dirac_shortcut_optimizers():
+    """The optimizers whose per-step Dirac canaries go through ``accumulate_diracs`` (``canary._weights_each_record``),
+    and DP-PSAC's batch-noise control, whose own ``accumulate_diracs`` counts canaries as batch records: it must not."""
+    from dpaudit import optim
+    from dpaudit.optim import PrivateOptimizer
+
+    names = []
+    for name in optim.available():
+        cls = optim.get_spec(name).cls
+        if issubclass(cls, PrivateOptimizer) and cls.accumulate is PrivateOptimizer.accumulate:
+            names.append(name)
+    assert {"dpsgd-gc", "auto-s", "dp-psac", "dp-psac-batch-noise"} <= set(names)
+    return names
+
+
+@pytest.mark.parametrize("optimizer", _dirac_shortcut_optimizers())
+def test_dirac_canaries_without_their_rows_of_zeros_train_and_score_as_with_them(optimizer, monkeypatch, tmp_path):
+    """Per-step Dirac canaries added as φ(‖c‖)·‖c‖ at their coordinates leave every file of the run (the canaries'
+    scores, the models, losses and ledger) bit for bit as the [k, d] rows of zeros and ‖c‖ through ``accumulate``."""
+    from support import assert_same_results, train_into
+
+    from dpaudit.attacks import canary
+    from dpaudit.optim import PrivateOptimizer
+
+    config = engine_config(optimizer, canaries=20)
+    calls = []
+    original = PrivateOptimizer.accumulate_diracs
+
+    def counted(self, **kwargs):
+        calls.append(len(kwargs["coordinates"]))
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(PrivateOptimizer, "accumulate_diracs", counted)
+    train_into(tmp_path / "shortcut", config)
+    took = bool(calls)
+    monkeypatch.setattr(canary, "_weights_each_record", lambda optimizer: False)
+    train_into(tmp_path / "rows", config)
+    assert took == (optimizer != "dp-psac-batch-noise")
+    assert_same_results(tmp_path / "shortcut", tmp_path / "rows")
