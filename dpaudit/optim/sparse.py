@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 import torch
 
 from dpaudit._validation import DPAuditError
+from dpaudit.layerwise import OuterProducts, dense
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
 from dpaudit.optim.clipping import DPSGD
 from dpaudit.settings import SETTINGS, OptimizerSettings, SparseSettings, TwoPhaseSettings
@@ -91,6 +92,31 @@ class MaskedSupport(DPSGD):
         if self.mask is not None:
             grads = [g * m for g, m in zip(grads, self.mask)]
         super().accumulate(grads)
+
+    @classmethod
+    def accumulate_together(
+        cls,
+        optimizers: Sequence[Self],
+        grads: Sequence[torch.Tensor],
+        counts: Sequence[int],
+        padding: torch.Tensor | None = None,
+    ) -> None:
+        """``accumulate`` model by model; a Linear weight's per-sample gradients, built here from their factors, are
+        masked in place (the same products, one [B, O, F] tensor and one pass fewer a model)."""
+        if cls.accumulate is not MaskedSupport.accumulate or not cls.per_sample:
+            return super().accumulate_together(optimizers, grads, counts, padding)
+        for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
+            parts = [g[row, :count] for g in grads]
+            if optimizer.mask is None:
+                DPSGD.accumulate(optimizer, [dense(part) for part in parts])
+                continue
+            DPSGD.accumulate(
+                optimizer,
+                [
+                    part.dense().mul_(m) if isinstance(part, OuterProducts) else part * m
+                    for part, m in zip(parts, optimizer.mask)
+                ],
+            )
 
     def _release(self, sigma_dp: float) -> list[torch.Tensor]:
         """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""

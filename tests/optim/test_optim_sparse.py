@@ -105,6 +105,35 @@ def test_online_masked_step_matches_hand_computation():
     assert cost == (pytest.approx(SIGMA * B / 1.0), pytest.approx(0.5), "train")
 
 
+@pytest.mark.parametrize("name", ["on-topk", "tp-topk"])
+def test_masked_models_accumulate_together_as_one_at_a_time(name):
+    """An ensemble's masked optimizers (one still dense) sum bit for bit what each one's ``accumulate`` sums, with the
+    weight's per-sample gradients as factors (``layerwise.OuterProducts``, masked in place) and padding rows."""
+    from dpaudit.layerwise import OuterProducts
+
+    generator = torch.Generator().manual_seed(0)
+    cls = optim.get_spec(name).cls
+    extra = {"warmup_fraction": 0.34} if name == "tp-topk" else {}
+    optimizers = [
+        cls([torch.zeros(4, 3), torch.zeros(4)], _hyper(cls, **extra), generator=torch.Generator().manual_seed(k))
+        for k in range(3)
+    ]
+    for k, opt in enumerate(optimizers[1:]):  # the first stays dense
+        opt._set_support(torch.tensor([0, 5, 7, 13 + k]))
+    outer, inner = torch.randn(3, 5, 4, generator=generator), torch.randn(3, 5, 3, generator=generator)
+    bias = torch.randn(3, 5, 4, generator=generator)
+    counts = [5, 3, 4]  # the rows after each count are padding
+    cls.accumulate_together(optimizers, [OuterProducts(outer, inner), bias], counts)
+    for row, (opt, count) in enumerate(zip(optimizers, counts)):
+        alone = cls([torch.zeros(4, 3), torch.zeros(4)], _hyper(cls, **extra), generator=torch.Generator())
+        alone.mask = opt.mask
+        alone.accumulate([outer[row, :count, :, None] * inner[row, :count, None, :], bias[row, :count]])
+        assert all(torch.equal(a, b) for a, b in zip(opt._sum, alone._sum))
+    for opt in optimizers[1:]:  # the masks acted: nothing outside the support, something in it
+        outside = [total[mask == 0] for total, mask in zip(opt._sum, opt.mask)]
+        assert all(not part.any() for part in outside) and all(total.any() for total in opt._sum)
+
+
 def test_online_random_support_sizes_follow_the_schedule_and_ignore_the_data():
     supports = {}
     for scale in (1.0, 1000.0):
