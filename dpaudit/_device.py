@@ -46,8 +46,9 @@ def seed_global_rng(seed: int) -> None:
     """``torch.manual_seed(seed)``, quickly where there is only a CPU to seed.
 
     Without an accelerator, ``torch.manual_seed`` seeds the CPU generator and queues the seed for a CUDA that can
-    never start, formatting a stack trace each time (about 1 ms: a second per thousand models built); seeding the CPU
-    generator alone leaves the same state. With an accelerator this is ``torch.manual_seed`` itself."""
+    never start, formatting a stack trace each time (a tenth of a millisecond or more, by the stack's depth, for each
+    model built); seeding the CPU generator alone leaves the same state. With an accelerator this is
+    ``torch.manual_seed`` itself."""
     if _accelerator_present():
         torch.manual_seed(seed)
     else:

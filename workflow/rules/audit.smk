@@ -281,6 +281,7 @@ rule audit_blackbox:  # the black-box rung of one optimizer at every ε of audit
     output:
         expand("results/audit_blackbox/{{name}}_eps{eps:g}/blackbox.json",
                eps=BLACK_BOX["target_epsilons"] if BLACK_BOX else []),
+    priority: LONG_JOBS_FIRST
     params:
         commands=lambda wildcards: batch_command(
             *[black_box_command(wildcards.name, eps) for eps in BLACK_BOX["target_epsilons"]]),

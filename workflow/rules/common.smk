@@ -83,6 +83,12 @@ def batch_command(*commands):
     return f"{REPRODUCE} batch --quiet " + shell_words(commands)
 
 
+# The priority of the rules whose jobs take minutes (the black-box rung, the papers' per-optimizer batches): they start
+# first, and the short jobs fill the cores around them, so that no long job is left running alone on one core at the
+# end (longest first; the outputs do not depend on the order).
+LONG_JOBS_FIRST = 1
+
+
 def section_resources(section):
     """A section's training-job resources: its `resources:` (gpu, mem_mb, runtime in minutes) over the defaults of
     one CPU job (no GPU, 2000 MB, an hour); the other rules take the profile's default-resources."""

@@ -76,6 +76,7 @@ for _optimizer, _runs in PAPER_GROUPS.items():
         output:
             [f"results/papers/{run}/trial_{trial}/{file}" for run, trial in _runs
              for file in ("config.json", "summary.json")],
+        priority: LONG_JOBS_FIRST
         params:
             commands=batch_command(*[train_command(trial_folder("papers", run, trial), trial,
                                                    cli_flags(PAPER_RUNS[run]), summarize=True) for run, trial in _runs]),
