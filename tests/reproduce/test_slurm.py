@@ -94,7 +94,8 @@ def _planned_jobs(folder: Path) -> Counter:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     counts = Counter()
-    table = result.stdout.split("Job stats:", 1)[1]
+    # the table's rows, up to the blank line that ends it (the jobs' own lines follow: "jobid: 3", "priority: 1")
+    table = result.stdout.split("Job stats:", 1)[1].strip("\n").split("\n\n", 1)[0]
     for line in table.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "all", "job"):
