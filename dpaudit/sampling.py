@@ -65,15 +65,21 @@ def sample_batches(
             yield order[step * batch_size : (step + 1) * batch_size], slots[step] if extra else none
         return
     rate = poisson_rate(dataset_size=dataset_size, batch_size=batch_size)
-    for _ in range(steps):
-        if not extra:
+    if not extra:
+        for _ in range(steps):
             yield np.flatnonzero(rng.random(dataset_size) < rate), none
-        elif joint:  # one call: the records' uniforms, then the extra records'
+    elif joint:  # one call: the records' uniforms, then the extra records'
+        for _ in range(steps):
             drawn = rng.random(dataset_size + extra) < rate
             yield np.flatnonzero(drawn[:dataset_size]), np.flatnonzero(drawn[dataset_size:])
-        else:  # the records' draw, then the extra records' from a stream derived from the state it left
+    else:  # the records' draw, then the extra records' from a stream derived from the state it left; the whole
+        # epoch before its first batch (the same values: the stream is the sampler's alone), so that the draws run
+        # one after the other, not each after the model's work has evicted their code and data from the caches
+        batches = []
+        for _ in range(steps):
             records = np.flatnonzero(rng.random(dataset_size) < rate)
-            yield records, bernoulli_positions(derived_rng(rng), count=extra, rate=rate)
+            batches.append((records, bernoulli_positions(derived_rng(rng), count=extra, rate=rate)))
+        yield from batches
 
 
 def bernoulli_positions(rng: np.random.Generator, *, count: int, rate: float) -> npt.NDArray[np.intp]:

@@ -46,10 +46,11 @@ Three statistics score the canaries (``RunCanaryObservations.scores``), each aga
 They are summed online, step by step, on the block's device (``dpaudit._online.OnlineSums``: each step in the
 released values' float32, into float64 sums every 16 steps; Λ's terms, those
 :func:`~dpaudit.whole_run.likelihood_ratio_scores` sums; Σ_t x_tj; and the spread's Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t²),
-and saved as [M] arrays. The [T, M]
-observations themselves (float32) are kept and saved only when asked (``keep_observations``) or small
-(T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps they are 160 MB, whose filling and
-writing took about half as long as the whole training on digits (≈ 1 s).
+and saved as [M] arrays. The steps' released blocks wait (up to :data:`WAITING_BYTES`, at most an epoch) and are
+summed one after the other: the same sums in the same order, while their code and data stay in the caches that a
+step of the model evicts. The [T, M] observations themselves (float32) are kept and saved only when asked
+(``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps they
+are 160 MB, whose filling and writing took about half as long as the whole training on digits (≈ 1 s).
 
 Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
@@ -110,8 +111,12 @@ NORM_FACTOR = 1e3  # K = 1e3·C: clipping (or normalising) brings a canary to (a
 # so far (up to 80 MB) at every epoch end would cost O(E²) and outweigh the training itself
 SAVE_EVERY_SECONDS = 60.0
 # keep_observations=None keeps (and saves) the [T, M] float32 observations when T·M is at most this many values
-# (80 MB); beyond it only the two [M] statistics, summed online. Read when the observer attaches.
-KEEP_OBSERVATIONS_MAX_VALUES = 20_000_000
+# (8 MB); beyond it only the [M] statistics, summed online. Read when the observer attaches. Keeping them costs a
+# copy at every step and their write: at 2·10⁴ canaries over 600 steps on digits (48 MB) about half of what the
+# canaries added to the training loop, for values no statistic reads
+KEEP_OBSERVATIONS_MAX_VALUES = 2_000_000
+# The released block of this many bytes of steps at most waits before its statistics are summed (``RunCanaries``)
+WAITING_BYTES = 1 << 24
 # The direct parameter checks (``RunCanaryObservations.noise_check``, ``contribution_check``) read every step's sums
 # over the first this many canaries (a few hundred already catch 15 % less noise; more cost nothing that matters)
 CHECK_CANARIES = 1 << 16
@@ -512,11 +517,11 @@ class RunCanaries(TrainingObserver):
     sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
     reads_updates = True  # the observations are read from the released update
     reads_model_updates = False  # the canary block's alone
-    # the output file and when it was written; the device buffers (``_pending``: empty at every epoch end); this
-    # step's members; what derives from the members
+    # the output file and when it was written; the steps waiting to be summed (none at an epoch end) and a work
+    # buffer; this step's members; what derives from the members
     transient_state: tuple[str, ...] = (
         *("path", "save_every", "_saved_at", "_save_seconds"),
-        *("_pending", "_head", "_normalised", "_present", "_member_index", "_check_weights"),
+        *("_waiting", "_waiting_costs", "_head", "_present", "_member_index", "_check_weights"),
     )
 
     def __init__(
@@ -569,11 +574,11 @@ class RunCanaries(TrainingObserver):
         self._sample_rates: list[float] = []
         self._sampled: list[int] = []  # how many members the sampler drew, per step
         self._recorded = 0  # steps whose observations are in ``_observations``
-        self._pending: list[torch.Tensor] = []  # this epoch's kept observations, on the device until it ends
-        # work buffers of ``after_update``, made at its first: the [M] float32 x (kept observations off the CPU) and
-        # the float64 x of the first CHECK_CANARIES canaries
-        self._normalised: torch.Tensor | None = None
-        self._head: torch.Tensor | None = None
+        # the released block of the steps not summed yet, one row each (``attach``: None where one step at a time;
+        # ``_sum_waiting``), and their (z, q)
+        self._waiting: torch.Tensor | None = None
+        self._waiting_costs: list[tuple[float, float]] = []
+        self._head: torch.Tensor | None = None  # [2, ·] float64 x and x² of the first CHECK_CANARIES canaries (scratch)
         # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``)
         self._step_sums: torch.Tensor | None = None
         covered = torch.from_numpy(self.members[:CHECK_CANARIES].astype(np.float64)).to(device)
@@ -607,6 +612,9 @@ class RunCanaries(TrainingObserver):
         )
         if self.keeps_observations:
             self._observations = np.zeros((steps, self.count), dtype=np.float32)
+        rows = min(hyper.steps_per_epoch, WAITING_BYTES // (self.count * self.parameter.element_size()))
+        if rows > 1:
+            self._waiting = torch.empty((rows, self.count), device=self.parameter.device, dtype=self.parameter.dtype)
         if not self.ranked:  # the parameter checks' sums (a ranked support freezes canaries: no noise to measure)
             self._step_sums = torch.zeros((steps, 3), device=self.parameter.device, dtype=torch.float64)
 
@@ -624,33 +632,52 @@ class RunCanaries(TrainingObserver):
             )
 
     def after_update(self, optimizer: Optimizer, cost: StepCost | None, *, epoch: int) -> None:
-        """Add the released update at the canary block (x = u·b/c) to the statistics (``OnlineSums``, on the block's
-        device), keep x where asked (float32), and record the step's z and q."""
+        """Keep the released update at the canary block, and the step's z and q, for ``_sum_waiting``: the steps are
+        summed together when up to :data:`WAITING_BYTES` of them wait, and at every epoch end (the same sums, in the
+        same order, as step by step; one after the other, the sums' code and data stay in the caches, which the
+        model's work of a step evicts)."""
         # a private optimizer (attach) returns a cost, and keeps last_update for an observer that reads_updates
         assert cost is not None and optimizer.last_update is not None
         update = optimizer.last_update[-1].detach()
+        self._waiting_costs.append((float(cost.noise_multiplier), float(cost.sample_rate)))
+        if self._waiting is None:  # one step at most: no copy
+            self._sum_waiting(update[None])
+            return
+        self._waiting[len(self._waiting_costs) - 1].copy_(update)
+        if len(self._waiting_costs) == len(self._waiting):
+            self._sum_waiting()
+
+    def _sum_waiting(self, updates: torch.Tensor | None = None) -> None:
+        """Add the waiting steps' released values (x = u·b/c; ``updates``, else the waiting rows) to the statistics
+        (``OnlineSums``, on the block's device), keep x where asked (float32), and record each step's z and q."""
+        count = len(self._waiting_costs)
+        if not count:
+            return
+        if updates is None:
+            assert self._waiting is not None
+            updates = self._waiting[:count]
         scale = self.batch_size / self.contribution  # x = u·scale
-        z, q = float(cost.noise_multiplier), float(cost.sample_rate)
-        std = self._noise_std(z)
-        if self.keeps_observations:  # x in float32, into buffers: no new [M] tensor at every step
-            if update.device.type == "cpu":  # straight into the host array
-                torch.mul(update, scale, out=torch.from_numpy(self._observations[self._recorded]))
-                self._recorded += 1
-            else:  # on the device until the epoch ends: no wait for it at every step
-                if self._normalised is None:
-                    self._normalised = torch.empty(self.count, device=update.device, dtype=torch.float32)
-                self._pending.append(torch.mul(update, scale, out=self._normalised).clone())
-        self._sums.add(update, contribution=1 / scale, noise_std=std / scale, rate=q)
-        if self._step_sums is not None:
-            head = update[:CHECK_CANARIES]
-            if self._head is None:
-                self._head = torch.empty(head.numel(), device=update.device, dtype=torch.float64)
-            head = torch.mul(head, scale, out=self._head)  # float32 x, widened exactly
-            row = self._step_sums[len(self._noise_multipliers)]
-            row[:2] = self._check_weights @ head
-            row[2] = self._check_weights[1] @ (head * head)
-        self._noise_multipliers.append(z)
-        self._sample_rates.append(q)
+        if self.keeps_observations:  # x in float32, into the host array
+            kept = torch.from_numpy(self._observations[self._recorded : self._recorded + count])
+            if updates.device.type == "cpu":
+                torch.mul(updates, scale, out=kept)
+            else:
+                kept.copy_(torch.mul(updates, scale).to(torch.float32))
+            self._recorded += count
+        for update, (z, q) in zip(updates, self._waiting_costs):
+            self._sums.add(update, contribution=1 / scale, noise_std=self._noise_std(z) / scale, rate=q)
+            if self._step_sums is not None:
+                head = update[:CHECK_CANARIES]
+                if self._head is None:
+                    self._head = torch.empty((2, head.numel()), device=update.device, dtype=torch.float64)
+                x, squares = self._head
+                torch.mul(head, scale, out=x)  # float32 x, widened exactly
+                row = self._step_sums[len(self._noise_multipliers)]
+                torch.mv(self._check_weights, x, out=row[:2])
+                torch.dot(self._check_weights[1], torch.mul(x, x, out=squares), out=row[2])
+            self._noise_multipliers.append(z)
+            self._sample_rates.append(q)
+        self._waiting_costs = []
 
     @overload
     def _noise_std(self, z: float) -> float: ...
@@ -660,18 +687,10 @@ class RunCanaries(TrainingObserver):
         """σ_t = z_t·C/c: the noise std of the normalised observations at noise multiplier ``z``."""
         return z * self.clip_norm / self.contribution
 
-    def _flush(self) -> None:
-        """Move this epoch's observations from the device to the host array."""
-        if self._pending:
-            rows = torch.stack(self._pending).to(dtype=torch.float32).cpu().numpy()
-            self._observations[self._recorded : self._recorded + len(rows)] = rows
-            self._recorded += len(rows)
-            self._pending = []
-
     def end_epoch(self, *, epoch: int) -> None:
-        """Write the statistics (and kept observations) so far to ``path`` (if any) at the last epoch, and before
-        it every ``save_every`` seconds."""
-        self._flush()
+        """Sum the waiting steps; write the statistics (and kept observations) so far to ``path`` (if any) at the last
+        epoch, and before it every ``save_every`` seconds."""
+        self._sum_waiting()
         now = time.perf_counter()
         # before the last epoch, at most one write per save_every seconds, and (at millions of canaries, where one
         # write takes seconds) at most 1 % of the time in writes (the training state holds them for a resume)
@@ -683,7 +702,7 @@ class RunCanaries(TrainingObserver):
         self._save_seconds = self._saved_at - now
 
     def result(self) -> RunCanaryObservations:
-        self._flush()
+        self._sum_waiting()
         z = np.array(self._noise_multipliers, dtype=float)
         sums = self._sums.result()
         return RunCanaryObservations(

@@ -659,6 +659,21 @@ def test_whole_run_canaries_resume_bit_identically(name, sampling, keep, changes
     assert_same_results(tmp_path / "whole", tmp_path / "cut")
 
 
+@pytest.mark.parametrize("name", ["dpsgd-gc", "tp-topk"])
+def test_steps_summed_together_give_the_files_of_steps_summed_one_by_one(name, tmp_path, monkeypatch):
+    """The released blocks wait (an epoch of 4 steps, or 3 steps: a sum in the middle of an epoch) and are summed
+    together: every file is the one of summing each step as it is released (``WAITING_BYTES`` = 0)."""
+    config = engine_config(name, canaries=50, canary_design="whole-run", momentum=0.5)
+    for label, waiting in (("one_by_one", 0), ("three", 3 * 50 * 4), ("epoch", canary_run.WAITING_BYTES)):
+        monkeypatch.setattr(canary_run, "WAITING_BYTES", waiting)
+        train_into(tmp_path / label, config)
+    observed = RunCanaryObservations.load(tmp_path / "epoch" / "m0" / "canaries_run.npz")
+    assert observed.observations is not None and observed.observations.shape == (12, 50)
+    assert len(np.unique(observed.observations, axis=0)) == 12  # each step's own release
+    assert_same_results(tmp_path / "one_by_one", tmp_path / "three")
+    assert_same_results(tmp_path / "one_by_one", tmp_path / "epoch")
+
+
 def test_no_canaries_is_no_observer_and_the_cli_trains_the_design(tmp_path):
     member = Member(train_data=digit_members(1)[0].train_data, model_index=0, out_dir=tmp_path / "none")
     train_models(
