@@ -39,6 +39,7 @@ import pytest
 import torch
 
 from dpaudit import optim
+from dpaudit.attacks import canary_run
 from dpaudit.attacks.canary_run import load_run_canaries
 from dpaudit.audit import validation_flag
 from dpaudit.config import TrainConfig
@@ -142,7 +143,9 @@ def _audit(config: TrainConfig, tmp_path_factory):
     by the validation rule, ``validation_flag``."""
     if config not in _RUNS:
         out = tmp_path_factory.mktemp("run")
-        train_configuration(config, out_dir=out, progress=False)
+        with pytest.MonkeyPatch.context() as patch:  # the tests read the observations, beyond the size kept by default
+            patch.setattr(canary_run, "KEEP_OBSERVATIONS_MAX_VALUES", math.inf)
+            train_configuration(config, out_dir=out, progress=False)
         flag = validation_flag(canaries=out, epsilon=None, delta=DELTA, seed=config.seed)
         _RUNS[config] = flag, load_run_canaries(out)
     return _RUNS[config]
