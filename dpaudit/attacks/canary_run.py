@@ -49,8 +49,9 @@ released values' float32, into float64 sums every 16 steps; Λ's terms, those
 and saved as [M] arrays. The steps' released blocks wait (up to :data:`WAITING_BYTES`, at most an epoch) and are
 summed one after the other: the same sums in the same order, while their code and data stay in the caches that a
 step of the model evicts. The [T, M] observations themselves (float32) are kept and saved only when asked
-(``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): at 2·10⁵ canaries and 200 steps they
-are 160 MB, whose filling and writing took about half as long as the whole training on digits (≈ 1 s).
+(``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): no statistic reads them, and at
+2·10⁵ canaries and 200 steps they are 160 MB to fill and write (``benchmarks/whole_run_overhead.py`` measures the
+cost per step).
 
 Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
@@ -578,9 +579,10 @@ class RunCanaries(TrainingObserver):
         # ``_sum_waiting``), and their (z, q)
         self._waiting: torch.Tensor | None = None
         self._waiting_costs: list[tuple[float, float]] = []
-        self._head: torch.Tensor | None = None  # [2, ·] float64 x and x² of the first CHECK_CANARIES canaries (scratch)
-        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``)
+        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``),
+        # and a work buffer of their x and x² (float64)
         self._step_sums: torch.Tensor | None = None
+        self._head: torch.Tensor | None = None
         covered = torch.from_numpy(self.members[:CHECK_CANARIES].astype(np.float64)).to(device)
         self._check_weights = torch.stack([covered, 1.0 - covered])
 
@@ -617,6 +619,7 @@ class RunCanaries(TrainingObserver):
             self._waiting = torch.empty((rows, self.count), device=self.parameter.device, dtype=self.parameter.dtype)
         if not self.ranked:  # the parameter checks' sums (a ranked support freezes canaries: no noise to measure)
             self._step_sums = torch.zeros((steps, 3), device=self.parameter.device, dtype=torch.float64)
+            self._head = self._step_sums.new_empty((2, len(self._check_weights[0])))
 
     def sampled(self, present: npt.NDArray[np.intp]) -> None:
         """The members the run's sampler drew into this step's batch (indices among the members), which join it."""
@@ -667,11 +670,9 @@ class RunCanaries(TrainingObserver):
         for update, (z, q) in zip(updates, self._waiting_costs):
             self._sums.add(update, contribution=1 / scale, noise_std=self._noise_std(z) / scale, rate=q)
             if self._step_sums is not None:
-                head = update[:CHECK_CANARIES]
-                if self._head is None:
-                    self._head = torch.empty((2, head.numel()), device=update.device, dtype=torch.float64)
+                assert self._head is not None  # attach makes both
                 x, squares = self._head
-                torch.mul(head, scale, out=x)  # float32 x, widened exactly
+                torch.mul(update[:CHECK_CANARIES], scale, out=x)  # float32 x, widened exactly
                 row = self._step_sums[len(self._noise_multipliers)]
                 torch.mv(self._check_weights, x, out=row[:2])
                 torch.dot(self._check_weights[1], torch.mul(x, x, out=squares), out=row[2])

@@ -96,6 +96,7 @@ from dpaudit.optim.sparse import (
     TPTopKCleanSupport,
     TwoPhaseSparse,
     top_k_indices,
+    top_k_support,
 )
 
 # isort: split
@@ -157,6 +158,7 @@ __all__ = [
     "TPTopKCleanSupport",
     "TwoPhaseSparse",
     "top_k_indices",
+    "top_k_support",
     # adadpigu
     "VARIANCE_CLAMP",
     "AdaDPIGU",

@@ -11,7 +11,7 @@ import torch
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register
 from dpaudit.optim.clipping import CLIP_EPSILON
-from dpaudit.optim.sparse import MaskedSupport, top_k_indices
+from dpaudit.optim.sparse import MaskedSupport, top_k_support
 from dpaudit.settings import SETTINGS, AdaDPIGUSettings, ImportanceMaskSettings
 
 VARIANCE_CLAMP = (1e-6, 1e6)  # AdaDPIGU code: the EMA variance is clamped to [h1, h2]
@@ -159,7 +159,7 @@ class AdaDPIGU(MaskedSupport):
                 velocity.zero_()
         ratio = self.hyper.settings.retention_ratio
         block = self._audit_choice(self._importance, ratio, stream=2)  # an audit block ranked as the model
-        self._set_support(top_k_indices(self.score, math.floor(ratio * self.dimension)), block=block)
+        self._set_support(top_k_support(self.score, math.floor(ratio * self.dimension)), block=block)
         assert self.mask is not None  # a support is a mask
         if self.prunes_weights:  # the paper's forward pass at m ⊙ θ
             for param, m in zip(self.params, self.mask):

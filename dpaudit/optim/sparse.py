@@ -37,6 +37,19 @@ def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     return torch.argsort(-score, stable=True)[:k]
 
 
+def top_k_support(score: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices of :func:`top_k_indices` (``score``, k) as a set, in increasing order: the entries above the k-th
+    largest value, then those equal to it from the smallest index on (one selection instead of a sort)."""
+    negated = -score  # the order top_k_indices sorts by (NaN last there; kthvalue's order of NaN is not documented)
+    if not 0 < k < len(negated) or bool(torch.isnan(negated).any()):
+        return top_k_indices(score, k).sort().values
+    kth = torch.kthvalue(negated, k).values
+    chosen = negated < kth
+    ties = torch.nonzero(negated == kth).flatten()
+    chosen[ties[: k - int(chosen.sum())]] = True
+    return torch.nonzero(chosen).flatten()
+
+
 class MaskedSupport(DPSGD):
     """DP-SGD on a support A: per-sample gradients are masked to A *before* clipping (the sensitivity
     stays C whatever A is), noise is added on A only, and coordinates outside A do not move.
@@ -145,7 +158,7 @@ class MaskedSupport(DPSGD):
         k = math.floor(fraction * size)
         if scores is None:
             return self._random_order(stream, size)[:k]
-        return top_k_indices(_flat(scores[self._model_parameters :]), k)
+        return top_k_support(_flat(scores[self._model_parameters :]), k)
 
     def _set_support(self, chosen: torch.Tensor | None, *, block: torch.Tensor | None = None) -> None:
         """Make ``chosen`` (coordinate indices; None: all) the support, and of an audit block its coordinates
@@ -237,7 +250,7 @@ class TwoPhaseSparse(MaskedSupport):
         self.score = self._model_flat(self._squares) / self.hyper.warmup_steps - self.warmup_sigma_dp**2
         ratio = self.hyper.settings.active_ratio
         k = math.floor(ratio * self.dimension)
-        order = top_k_indices(self.score, k) if self.learned else self._random_order(1)[:k]
+        order = top_k_support(self.score, k) if self.learned else self._random_order(1)[:k]
         block = self._audit_choice(self._squares if self.learned else None, ratio, stream=2)  # ranked as the model
         if self._velocity is not None:
             for velocity in self._velocity:
@@ -322,7 +335,7 @@ class OnlineSparse(MaskedSupport):
             return
         if self.learned:
             assert self.score is not None  # scored from the dense first epoch on
-            order = top_k_indices(self.score, k)
+            order = top_k_support(self.score, k)
         else:
             order = self._random_order(epoch)[:k]
         self._set_support(order)

@@ -64,6 +64,33 @@ def _support(opt):
     return None if mask is None else set(torch.nonzero(mask).flatten().tolist())
 
 
+@pytest.mark.parametrize(
+    ("score", "k", "expected"),
+    [
+        ([0.5, 2.0, -1.0, 2.0, 0.5, 0.5], 3, [1, 3, 0]),  # ties at the k-th value: the smaller indices
+        ([0.5, 2.0, -1.0, 2.0, 0.5, 0.5], 1, [1]),
+        ([1.0, 1.0, 1.0], 2, [0, 1]),
+        ([-0.0, 0.0, -1.0], 1, [0]),  # −0 = +0: the smaller index
+        ([math.nan, 1.0, -math.inf, 3.0], 3, [3, 1, 2]),  # NaN ranks last
+        ([math.inf, 1.0, 2.0], 0, []),
+        ([math.inf, 1.0, 2.0], 3, [0, 2, 1]),
+    ],
+)
+def test_top_k_support_is_the_set_of_the_ranked_top_k(score, k, expected):
+    score = torch.tensor(score)
+    assert optim.top_k_indices(score, k).tolist() == expected
+    assert optim.top_k_support(score, k).tolist() == sorted(expected)
+
+
+def test_top_k_support_equals_the_ranked_top_k_on_random_scores_with_ties():
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        score = torch.randint(-3, 4, (int(torch.randint(2, 30, (1,), generator=generator)),), generator=generator)
+        score = score.float()
+        for k in range(len(score) + 1):
+            assert optim.top_k_support(score, k).tolist() == sorted(optim.top_k_indices(score, k).tolist())
+
+
 def test_online_topk_schedule_and_scores_come_from_released_gradients():
     params = _params()
     opt = optim.get_spec("on-topk").cls(params, _hyper(), generator=torch.Generator().manual_seed(3))
