@@ -579,8 +579,8 @@ class RunCanaries(TrainingObserver):
         # ``_sum_waiting``), and their (z, q)
         self._waiting: torch.Tensor | None = None
         self._waiting_costs: list[tuple[float, float]] = []
-        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (``attach``),
-        # and a work buffer of their x and x² (float64)
+        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x²
+        # (``attach``), and a work buffer of their x and x² (float64)
         self._step_sums: torch.Tensor | None = None
         self._head: torch.Tensor | None = None
         covered = torch.from_numpy(self.members[:CHECK_CANARIES].astype(np.float64)).to(device)
