@@ -108,10 +108,17 @@ def dense(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
     return grad.dense() if isinstance(grad, OuterProducts) else grad
 
 
-def sample_norms(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
-    """ℓ2 norm of each (model, sample)'s gradient: [M, W] from [M, W, *shape] or OuterProducts."""
+def sample_norms(grad: torch.Tensor | OuterProducts, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """ℓ2 norm of each (model, sample)'s gradient: [M, W] from [M, W, *shape] or OuterProducts; with ``mask``
+    ([M, *shape], 0/1 per model), of the gradient times the mask. A Linear weight's masked norm is taken from its
+    factors, Σ_o g_o² Σ_f a_f² mask_of, without building the [M, W, O, F] products."""
     if isinstance(grad, OuterProducts):
-        return torch.linalg.vector_norm(grad.outer, dim=-1) * torch.linalg.vector_norm(grad.inner, dim=-1)
+        if mask is None:
+            return torch.linalg.vector_norm(grad.outer, dim=-1) * torch.linalg.vector_norm(grad.inner, dim=-1)
+        squares = torch.matmul(grad.inner.square(), mask.transpose(-1, -2))  # [M, W, O]: Σ_f a_f² mask_of
+        return (squares * grad.outer.square()).sum(-1).sqrt()
+    if mask is not None:
+        grad = grad * mask.unsqueeze(1)
     return torch.linalg.vector_norm(grad.flatten(2), dim=2)
 
 

@@ -118,6 +118,14 @@ class PrivateOptimizer(Optimizer):
         self.audit_joint = joint
 
     @classmethod
+    def _masks_together(cls, optimizers: Sequence[Self], parameters: int) -> list[torch.Tensor | None] | None:
+        """Per parameter, the [M, *shape] 0/1 masks the ensemble's per-sample gradients are multiplied by before
+        clipping (None: unmasked); None where this class's ``accumulate`` is not the one-pass form's."""
+        if cls.accumulate is not PrivateOptimizer.accumulate:
+            return None
+        return [None] * parameters
+
+    @classmethod
     def accumulate_together(
         cls,
         optimizers: Sequence[Self],
@@ -126,13 +134,14 @@ class PrivateOptimizer(Optimizer):
         padding: torch.Tensor | None = None,
     ) -> None:
         # One pass when φ is a pure function of ‖g‖ and the hyperparameters (shared by the ensemble).
-        if cls.accumulate is not PrivateOptimizer.accumulate or not cls.pure_factors:
+        masks = cls._masks_together(optimizers, len(grads))
+        if masks is None or not cls.pure_factors:
             return super().accumulate_together(optimizers, grads, counts, padding)
-        norms = torch.linalg.vector_norm(torch.stack([sample_norms(g) for g in grads]), dim=0)
+        norms = torch.linalg.vector_norm(torch.stack([sample_norms(g, m) for g, m in zip(grads, masks)]), dim=0)
         if padding is None:
             padding = padding_mask(counts, norms.shape[1], norms.device)
         factors = optimizers[0].factors(norms).masked_fill(padding, 0.0)
-        sums = weighted_sample_sums(grads, factors)
+        sums = [s if m is None else s.mul_(m) for s, m in zip(weighted_sample_sums(grads, factors), masks)]
         rows = _stacked_rows(optimizers)
         if rows is not None:
             torch._foreach_add_(rows.sums, sums)

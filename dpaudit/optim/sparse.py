@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from dpaudit._validation import DPAuditError
-from dpaudit.layerwise import OuterProducts, dense
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
 from dpaudit.optim.clipping import DPSGD
 from dpaudit.settings import SETTINGS, OptimizerSettings, SparseSettings, TwoPhaseSettings
@@ -107,29 +106,17 @@ class MaskedSupport(DPSGD):
         super().accumulate(grads)
 
     @classmethod
-    def accumulate_together(
-        cls,
-        optimizers: Sequence[Self],
-        grads: Sequence[torch.Tensor],
-        counts: Sequence[int],
-        padding: torch.Tensor | None = None,
-    ) -> None:
-        """``accumulate`` model by model; a Linear weight's per-sample gradients, built here from their factors, are
-        masked in place (the same products, one [B, O, F] tensor and one pass fewer a model)."""
-        if cls.accumulate is not MaskedSupport.accumulate or not cls.per_sample:
-            return super().accumulate_together(optimizers, grads, counts, padding)
-        for row, (optimizer, count) in enumerate(zip(optimizers, counts)):
-            parts = [g[row, :count] for g in grads]
-            if optimizer.mask is None:
-                DPSGD.accumulate(optimizer, [dense(part) for part in parts])
-                continue
-            DPSGD.accumulate(
-                optimizer,
-                [
-                    part.dense().mul_(m) if isinstance(part, OuterProducts) else part * m
-                    for part, m in zip(parts, optimizer.mask)
-                ],
-            )
+    def _masks_together(cls, optimizers: Sequence[Self], parameters: int) -> list[torch.Tensor | None] | None:
+        """The models' supports stacked, per parameter ([M, *shape]; None where every model is dense), for the
+        one-pass masked clipping (a Linear weight's masked norms from its factors)."""
+        if cls.accumulate is not MaskedSupport.accumulate:
+            return None
+        if all(optimizer.mask is None for optimizer in optimizers):
+            return [None] * parameters
+        return [
+            torch.stack([torch.ones_like(o.params[j]) if o.mask is None else o.mask[j] for o in optimizers])
+            for j in range(parameters)
+        ]
 
     def _release(self, sigma_dp: float) -> list[torch.Tensor]:
         """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""

@@ -201,3 +201,16 @@ def test_memory_estimate_counts_factored_linear_weights_as_their_factors():
         model, example=example, method="layers", factored=True
     )
     assert saved == 4 * 2 * (10 * 512 - (10 + 512))  # 2 copies of the gradient, 4 bytes per value
+
+
+def test_masked_sample_norms_from_factors_known_answer():
+    """g = (1, 2), a = (3, 4), mask = identity: the masked product is [[3, 0], [0, 8]], of norm √73; a dense
+    tensor masked the same way gives the same norm; the second model's mask of ones gives ‖g‖·‖a‖ = √5·5."""
+    from dpaudit.layerwise import OuterProducts, sample_norms
+
+    outer = torch.tensor([[[1.0, 2.0]], [[1.0, 2.0]]])  # [M = 2, W = 1, O = 2]
+    inner = torch.tensor([[[3.0, 4.0]], [[3.0, 4.0]]])  # [M, W, F = 2]
+    mask = torch.stack([torch.eye(2), torch.ones(2, 2)])
+    expected = torch.tensor([[73.0**0.5], [5.0**0.5 * 5.0]])
+    torch.testing.assert_close(sample_norms(OuterProducts(outer, inner), mask), expected)
+    torch.testing.assert_close(sample_norms(OuterProducts(outer, inner).dense(), mask), expected)
