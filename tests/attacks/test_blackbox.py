@@ -80,6 +80,30 @@ def test_a_chosen_initialisation_is_where_training_starts():
     assert (natural - want).abs().max() > 1e-2
 
 
+def test_pretraining_is_torch_sgds_full_batch_descent_bit_for_bit():
+    """The worst-case θ₀ is full-batch gradient descent; reference: torch.optim.SGD (lr 0.1, no momentum) on the
+    same model from the same seed, whose parameters it must equal exactly."""
+    import torch.nn.functional as F
+
+    from dpaudit import models
+    from dpaudit.data import dataset_info
+
+    known = records(30, last_label=0)
+    model = blackbox.pretrain(model_name="mlp", data=known, steps=25, lr=0.1, seed=4)
+    info = dataset_info(known.name)
+    reference = models.build_model("mlp", input_shape=info.input_shape, num_classes=info.num_classes, seed=4)
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(25):
+        sgd.zero_grad()
+        F.cross_entropy(reference(torch.from_numpy(known.images)), torch.from_numpy(known.labels)).backward()
+        sgd.step()
+    initial = models.build_model("mlp", input_shape=info.input_shape, num_classes=info.num_classes, seed=4)
+    trained, expected = model.state_dict(), reference.state_dict()
+    assert not all(torch.equal(initial.state_dict()[name], expected[name]) for name in expected)  # it moved
+    assert all(torch.equal(trained[name], expected[name]) for name in expected)
+    assert not model.training
+
+
 def test_canaries_are_crafted_as_named():
     data = records(60, last_label=1)
     reference = blackbox.pretrain(model_name="mlp", data=data, steps=50)
