@@ -48,10 +48,11 @@ released values' float32, into float64 sums every 16 steps; Λ's terms, those
 :func:`~dpaudit.whole_run.likelihood_ratio_scores` sums; Σ_t x_tj; and the spread's Σ_t x_tj/σ_t and Σ_t x_tj²/σ_t²),
 and saved as [M] arrays. The steps' released blocks wait (up to :data:`WAITING_BYTES`, at most an epoch) and are
 summed one after the other: the same sums in the same order, while their code and data stay in the caches that a
-step of the model evicts. The [T, M] observations themselves (float32) are kept and saved only when asked
-(``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): no statistic reads them, and at
-2·10⁵ canaries and 200 steps they are 160 MB to fill and write (``benchmarks/whole_run_overhead.py`` measures the
-cost per step).
+step of the model evicts. A block released in place in the optimizer's own buffer waits there, with no copy
+(``Optimizer.exchange_block_release``: a free buffer takes its place). The [T, M] observations themselves (float32)
+are kept and saved only when asked (``keep_observations``) or small (T·M ≤ :data:`KEEP_OBSERVATIONS_MAX_VALUES`): no
+statistic reads them, and at 2·10⁵ canaries and 200 steps they are 160 MB to fill and write
+(``benchmarks/whole_run_overhead.py`` measures the cost per step).
 
 Supported optimizers: those whose per-sample processing is ``PrivateOptimizer.accumulate`` — each record's
 gradient g_i weighted by φ(‖g_i‖), a function of its norm, and summed — so that a Dirac record's contribution
@@ -522,7 +523,7 @@ class RunCanaries(TrainingObserver):
     # buffer; this step's members; what derives from the members
     transient_state: tuple[str, ...] = (
         *("path", "save_every", "_saved_at", "_save_seconds"),
-        *("_waiting", "_waiting_costs", "_head", "_present", "_member_index", "_check_weights"),
+        *("_waiting", "_free", "_waiting_costs", "_head", "_present", "_member_index", "_check_weights"),
     )
 
     def __init__(
@@ -575,9 +576,10 @@ class RunCanaries(TrainingObserver):
         self._sample_rates: list[float] = []
         self._sampled: list[int] = []  # how many members the sampler drew, per step
         self._recorded = 0  # steps whose observations are in ``_observations``
-        # the released block of the steps not summed yet, one row each (``attach``: None where one step at a time;
-        # ``_sum_waiting``), and their (z, q)
-        self._waiting: torch.Tensor | None = None
+        # the released blocks of the steps not summed yet (``_sum_waiting``), and their (z, q); the free buffers that
+        # the next steps' releases go to (``attach``: none where one step at a time)
+        self._waiting: list[torch.Tensor] = []
+        self._free: list[torch.Tensor] = []
         self._waiting_costs: list[tuple[float, float]] = []
         # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x²
         # (``attach``), and a work buffer of their x and x² (float64)
@@ -615,8 +617,7 @@ class RunCanaries(TrainingObserver):
         if self.keeps_observations:
             self._observations = np.zeros((steps, self.count), dtype=np.float32)
         rows = min(hyper.steps_per_epoch, WAITING_BYTES // (self.count * self.parameter.element_size()))
-        if rows > 1:
-            self._waiting = torch.empty((rows, self.count), device=self.parameter.device, dtype=self.parameter.dtype)
+        self._free = [torch.empty_like(self.parameter) for _ in range(rows)] if rows > 1 else []
         if not self.ranked:  # the parameter checks' sums (a ranked support freezes canaries: no noise to measure)
             self._step_sums = torch.zeros((steps, 3), device=self.parameter.device, dtype=torch.float64)
             self._head = self._step_sums.new_empty((2, len(self._check_weights[0])))
@@ -643,29 +644,34 @@ class RunCanaries(TrainingObserver):
         assert cost is not None and optimizer.last_update is not None
         update = optimizer.last_update[-1].detach()
         self._waiting_costs.append((float(cost.noise_multiplier), float(cost.sample_rate)))
-        if self._waiting is None:  # one step at most: no copy
-            self._sum_waiting(update[None])
+        if not self._free:  # one step at a time: no copy
+            self._sum_waiting([update])
             return
-        self._waiting[len(self._waiting_costs) - 1].copy_(update)
-        if len(self._waiting_costs) == len(self._waiting):
+        # a release in the block's own buffer is taken as it is (a free buffer takes its place); another is copied
+        spare = self._free.pop()
+        taken = optimizer.exchange_block_release(spare)
+        self._waiting.append(spare.copy_(update) if taken is None else taken)
+        if not self._free:
             self._sum_waiting()
 
-    def _sum_waiting(self, updates: torch.Tensor | None = None) -> None:
-        """Add the waiting steps' released values (x = u·b/c; ``updates``, else the waiting rows) to the statistics
-        (``OnlineSums``, on the block's device), keep x where asked (float32), and record each step's z and q."""
+    def _sum_waiting(self, updates: list[torch.Tensor] | None = None) -> None:
+        """Add the waiting steps' released values (x = u·b/c; ``updates``, else the waiting blocks, whose buffers are
+        then free) to the statistics (``OnlineSums``, on the block's device), keep x where asked (float32), and record
+        each step's z and q."""
         count = len(self._waiting_costs)
         if not count:
             return
         if updates is None:
-            assert self._waiting is not None
-            updates = self._waiting[:count]
+            updates, self._waiting = self._waiting, []
+            self._free.extend(updates)  # summed below, before any later step is released into them
         scale = self.batch_size / self.contribution  # x = u·scale
         if self.keeps_observations:  # x in float32, into the host array
             kept = torch.from_numpy(self._observations[self._recorded : self._recorded + count])
-            if updates.device.type == "cpu":
-                torch.mul(updates, scale, out=kept)
+            if updates[0].device.type == "cpu":
+                for row, update in zip(kept, updates):
+                    torch.mul(update, scale, out=row)
             else:
-                kept.copy_(torch.mul(updates, scale).to(torch.float32))
+                kept.copy_(torch.mul(torch.stack(updates), scale).to(torch.float32))
             self._recorded += count
         for update, (z, q) in zip(updates, self._waiting_costs):
             self._sums.add(update, contribution=1 / scale, noise_std=self._noise_std(z) / scale, rate=q)

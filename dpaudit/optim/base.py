@@ -361,6 +361,22 @@ class Optimizer:
                 assert self.last_update is not None  # ``_apply`` started it
                 self.last_update.append(update.detach())
 
+    def exchange_block_release(self, spare: torch.Tensor) -> torch.Tensor | None:
+        """Hand over the last step's release of a one-tensor audit block, where it was released in place in the
+        block's sums (``_release_block``): the caller keeps it (no copy), and ``spare`` (the block's shape, dtype and
+        device; any contents: it is zeroed when it takes its turn) takes its place among the buffers the block's sums
+        go to. None, with nothing exchanged, where the release is not such a buffer (a release computed elsewhere,
+        which is the optimizer's until the next step)."""
+        spares = getattr(self, "_block_release", None)
+        released = spares[-1] if spares and len(spares) == 1 else None
+        if released is None or not self.last_update or released.data_ptr() != self.last_update[-1].data_ptr():
+            return None
+        if spare.shape != released.shape or spare.dtype != released.dtype or spare.device != released.device:
+            raise DPAuditError("an audit block's spare buffer must have the shape, dtype and device of its release")
+        assert spares is not None  # released came from it
+        spares[-1] = spare
+        return released
+
     def _apply_to(self, part: slice, updates: list[torch.Tensor]) -> None:
         """``_apply`` on the parameters ``part`` (and their velocities and sums), whose updates are ``updates``."""
         if self.record_updates and self.record_model_updates:

@@ -659,10 +659,12 @@ def test_whole_run_canaries_resume_bit_identically(name, sampling, keep, changes
     assert_same_results(tmp_path / "whole", tmp_path / "cut")
 
 
-@pytest.mark.parametrize("name", ["dpsgd-gc", "tp-topk"])
+@pytest.mark.parametrize("name", ["dpsgd-gc", "tp-topk", "dp2-sgd"])
 def test_steps_summed_together_give_the_files_of_steps_summed_one_by_one(name, tmp_path, monkeypatch):
     """The released blocks wait (an epoch of 4 steps, or 3 steps: a sum in the middle of an epoch) and are summed
-    together: every file is the one of summing each step as it is released (``WAITING_BYTES`` = 0)."""
+    together: every file is the one of summing each step as it is released (``WAITING_BYTES`` = 0). DP-SGD's blocks
+    wait in the buffers they were released in (``exchange_block_release``); TP-TopK's and DP2-SGD's, released from a
+    masked or a projected space, as copies."""
     config = engine_config(name, canaries=50, canary_design="whole-run", momentum=0.5)
     for label, waiting in (("one_by_one", 0), ("three", 3 * 50 * 4), ("epoch", canary_run.WAITING_BYTES)):
         monkeypatch.setattr(canary_run, "WAITING_BYTES", waiting)

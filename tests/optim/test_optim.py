@@ -274,3 +274,39 @@ def test_an_audit_blocks_release_is_kept_its_sums_cleared_and_its_parameters_lef
     assert float(releases[0][1]) == pytest.approx(contribution, abs=1e-4)
     assert float(releases[1].abs().max()) < 1e-4  # the noise alone
     assert torch.equal(block, torch.zeros(5))
+
+
+@pytest.mark.parametrize(
+    ("name", "in_place"), [("dpsgd-gc", True), ("dp-psac", True), ("tp-topk", False), ("dp2-sgd", False)]
+)
+def test_a_block_released_in_its_own_buffer_is_handed_over_and_a_spare_takes_its_place(name, in_place):
+    # whole-run canaries keep the release of a block released in place in its sums, with no copy: the optimizer
+    # hands it over, a given spare becomes a buffer of its sums (zeroed when its turn comes), and the releases that
+    # follow are those of an optimizer that kept its own buffers; a release computed elsewhere is not handed over
+    hyper = engine_config(name, sigma_dp=0.5).hyperparameters(20)
+
+    def releases(exchange: bool) -> list[torch.Tensor]:
+        made = optim.get_spec(name).cls([torch.zeros(3, 4), torch.zeros(6)], hyper, generator=torch.Generator())
+        made.set_audit_block(1)
+        made.record_updates = True
+        kept = []
+        for step in range(4):
+            made.accumulate_diracs(coordinates=torch.tensor([step, 5]), magnitude=10.0)
+            made.step(realized_batch_size=hyper.expected_batch_size)
+            if not exchange:
+                kept.append(made.last_update[-1].clone())
+                continue
+            if in_place and step == 0:
+                with pytest.raises(DPAuditError, match="spare buffer"):
+                    made.exchange_block_release(torch.zeros(5))
+            spare = torch.full((6,), math.nan)  # any contents
+            taken = made.exchange_block_release(spare)
+            assert (taken is not None) == in_place
+            if taken is not None:
+                assert taken.data_ptr() == made.last_update[-1].data_ptr()
+                assert all(spare.data_ptr() != total.data_ptr() for total in made._sum)  # not the next step's sums
+            kept.append(made.last_update[-1].clone() if taken is None else taken)
+        return kept
+
+    for mine, theirs in zip(releases(exchange=True), releases(exchange=False)):
+        assert torch.equal(mine, theirs)
