@@ -519,8 +519,8 @@ class RunCanaries(TrainingObserver):
     sees_gradients = False  # the records' gradients go through untouched (and the shared path); canaries: before_update
     reads_updates = True  # the observations are read from the released update
     reads_model_updates = False  # the canary block's alone
-    # the output file and when it was written; the steps waiting to be summed (none at an epoch end) and a work
-    # buffer; this step's members; what derives from the members
+    # the output file and when it was written; the steps waiting to be summed (none at an epoch end), the free
+    # buffers their releases go to and a work buffer; this step's members; what derives from the members
     transient_state: tuple[str, ...] = (
         *("path", "save_every", "_saved_at", "_save_seconds"),
         *("_waiting", "_free", "_waiting_costs", "_head", "_present", "_member_index", "_check_weights"),
