@@ -163,7 +163,7 @@ def pretrain(
     params = [p for p in model.parameters() if p.requires_grad]
     for _ in range(steps):
         # θ ← θ − η·∇, torch.optim.SGD's step without momentum (the same arithmetic), by hand: torch.optim's step
-        # imports torch._dynamo at its first call, about 1.5 s of every black-box job
+        # imports torch._dynamo at its first call, seconds at the start of every black-box job
         grads = torch.autograd.grad(F.cross_entropy(model(images), labels), params)
         with torch.no_grad():
             for p, grad in zip(params, grads):
