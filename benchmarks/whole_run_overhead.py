@@ -26,7 +26,16 @@ float32) and three online sums of float32 partials that float64 sums take every 
 loop's time. The engine's statistics are computed as the floor's (``dpaudit._online``), so what lies above the floor
 is the engine's own work: the sampler's and the optimizer's passes over the block, the observer and its Python.
 
+``--phases`` also says where the added time goes: every training is timed part by part inside its loop (``PHASES``:
+the batch's draw with the canaries' presences, the gradients, the observers before and after the update, the
+optimizer's step with the canary block's noise and release, the epochs' ends), and per M ``phases`` gives each
+part's milliseconds per step added (the median of the repetitions' differences with the training without canaries),
+for the canaries and for the floor's observer. A part's time includes the caches its work finds evicted by the
+others', which is why the gradients can take longer with canaries, whose own work they do not include. The timers add
+a few microseconds per step to every training: record the acceptance's ratios without ``--phases``.
+
 Usage: python benchmarks/whole_run_overhead.py [--canaries 20000 200000] [--repeats 5] [--epochs 20] [--threads N]
+       [--phases]
 """
 
 from __future__ import annotations
@@ -126,6 +135,59 @@ def _floor_in_loop(count: int) -> Iterator[None]:
         train._observers = original
 
 
+PHASES = ("batch", "gradients", "before_update", "step", "after_update", "end_epoch")
+
+
+@contextlib.contextmanager
+def _timed_phases(totals: dict[str, float]) -> Iterator[None]:
+    """Within it, the training loop's parts (``PHASES``) add their seconds to ``totals``: the engine's methods that the
+    loop calls (``dpaudit.train``) wrapped with a timer; the batch's draw is timed at each ``next`` of its iterator."""
+    from dpaudit import train
+    from dpaudit.optim.clipping import PrivateOptimizer
+
+    def timed(phase: str, function):
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                totals[phase] += time.perf_counter() - started
+
+        return wrapper
+
+    def batches(run):
+        iterator = original["batches"](run)
+        while True:
+            started = time.perf_counter()
+            try:
+                records = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                totals["batch"] += time.perf_counter() - started
+            yield records
+
+    def gradient_engine(config, runs):
+        return timed("gradients", original["_gradient_engine"](config, runs))
+
+    step_together = PrivateOptimizer.__dict__["step_together"]  # a classmethod
+    methods = ("before_update", "after_update", "end_epoch")
+    original = {name: getattr(train._ModelRun, name) for name in ("batches", *methods)}
+    original["_gradient_engine"] = train._gradient_engine
+    for name in methods:
+        setattr(train._ModelRun, name, timed(name, original[name]))
+    train._ModelRun.batches = batches
+    train._gradient_engine = gradient_engine
+    PrivateOptimizer.step_together = classmethod(timed("step", step_together.__func__))
+    try:
+        yield
+    finally:
+        for name in ("batches", *methods):
+            setattr(train._ModelRun, name, original[name])
+        train._gradient_engine = original["_gradient_engine"]
+        PrivateOptimizer.step_together = step_together
+
+
 def _added_milliseconds(seconds: list[float], without: list[float], *, steps: int) -> float:
     """Milliseconds per step added: the median over the repetitions of each one's difference (its trainings run back
     to back, so a slow spell of the machine affects both)."""
@@ -140,6 +202,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=20, help="ceil(n/b) = 10 steps each")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--phases", action="store_true", help="also time the loop's parts (module docstring)")
     args = parser.parse_args()
 
     import torch
@@ -175,13 +238,21 @@ def main() -> None:
         cases += [(str(count), base.replaced(canaries=count, canary_design="whole-run"), None)]
         cases += [(f"floor_{count}", base, count)]
     times: dict[str, dict[str, list[float]]] = {name: {"loop": [], "wall": []} for name, _, _ in cases}
+    phases: dict[str, dict[str, list[float]]] = {name: {phase: [] for phase in PHASES} for name, _, _ in cases}
     with tempfile.TemporaryDirectory() as work:
         _train(base, Path(work) / "warm-up")  # imports, data, first-call costs
         for repeat in range(args.repeats):
             shift = repeat % len(cases)
             for name, config, floor in cases[shift:] + cases[:shift]:
-                with _floor_in_loop(floor) if floor else contextlib.nullcontext():
+                totals = dict.fromkeys(PHASES, 0.0)
+                with contextlib.ExitStack() as context:
+                    if floor:
+                        context.enter_context(_floor_in_loop(floor))
+                    if args.phases:
+                        context.enter_context(_timed_phases(totals))
                     loop, wall = _train(config, Path(work) / f"{name}_{repeat}")
+                for phase, seconds in totals.items():
+                    phases[name][phase].append(seconds)
                 times[name]["loop"].append(loop)
                 times[name]["wall"].append(wall)
                 print(json.dumps({"repeat": repeat, "canaries": name, "loop": loop, "wall": wall}), flush=True)
@@ -213,7 +284,19 @@ def main() -> None:
         summary["ratio_to_floor"] = added / floor
         summary["ratio_to_floor_in_loop"] = added / in_loop
         summary["floor_loop_ratio"] = 1 + floor * steps / 1e3 / without
+        if args.phases:
+            summary["phases"] = {
+                who: {
+                    phase: _added_milliseconds(phases[case][phase], phases["none"][phase], steps=steps)
+                    for phase in PHASES
+                }
+                for who, case in (("canaries", str(count)), ("floor", f"floor_{count}"))
+            }
         result[f"canaries_{count}"] = summary
+    if args.phases:
+        result["phases_milliseconds_per_step_without_canaries"] = {
+            phase: 1e3 * statistics.median(phases["none"][phase]) / steps for phase in PHASES
+        }
     result["seconds"] = times
     print(json.dumps(result, indent=1))
 
