@@ -30,12 +30,40 @@ def accounting() -> dict:
     dynamic = np.repeat(3.0 * np.arange(1, 41) ** -0.25, 59)  # 40 noise levels × 59 steps, q = 1/59
     common = {"sample_rate": 1 / 59, "delta": 1e-5}
     return {
-        f"{name}_{accountant}_seconds": _seconds(
-            lambda z=z, a=accountant: epsilon(noise_multiplier=z, accountant=a, **common)
-        )
-        for name, z in (("static", np.full(2360, 3.0)), ("dynamic", dynamic))
-        for accountant in ("rdp", "prv")
+        **{
+            f"{name}_{accountant}_seconds": _seconds(
+                lambda z=z, a=accountant: epsilon(noise_multiplier=z, accountant=a, **common)
+            )
+            for name, z in (("static", np.full(2360, 3.0)), ("dynamic", dynamic))
+            for accountant in ("rdp", "prv")
+        },
+        **prv_calibration(),
     }
+
+
+def prv_calibration() -> dict:
+    """One PRV noise calibration of the black-box rung (ε = 2, δ = 1e-5, q = 0.5, T = 20), its grid's truncation from
+    the series summed as arrays (as dpaudit does) and from Opacus's loop (``_series_step_rdp`` answering None): the
+    same z, and the seconds of each."""
+    from dpaudit.theory import accounting, calibrate_noise, epsilon
+
+    epsilon(noise_multiplier=3.0, sample_rate=0.3, steps=5, delta=1e-5, accountant="prv")  # imports, off the clock
+
+    def calibrate() -> float:
+        series.cache_clear()
+        accounting._opacus_step_rdp.cache_clear()
+        return calibrate_noise(target_epsilon=2.0, delta=1e-5, sample_rate=0.5, steps=20, accountant="prv")
+
+    result, series = {}, accounting._series_step_rdp
+    for name, step_rdp in (("series", series), ("opacus_loop", lambda q, z: None)):
+        accounting._series_step_rdp = step_rdp
+        try:
+            start = time.perf_counter()
+            result[f"prv_calibration_{name}_noise_multiplier"] = calibrate()
+            result[f"prv_calibration_{name}_seconds"] = time.perf_counter() - start
+        finally:
+            accounting._series_step_rdp = series
+    return result
 
 
 def schedules_2000() -> dict:
