@@ -23,8 +23,11 @@ float32) and three online sums of float32 partials that float64 sums take every 
   which any implementation pays too.
 
 ``ratio_to_floor_in_loop`` (ms added / in-loop floor) is the acceptance's ratio: both are differences of the same
-loop's time. The engine's statistics are computed as the floor's (``dpaudit._online``), so what lies above the floor
-is the engine's own work: the sampler's and the optimizer's passes over the block, the observer and its Python.
+loop's time. Beside each of the two medians, the quartiles of the repetitions' differences
+(``milliseconds_per_step_added_quartiles``, ``floor_in_loop_quartiles``): where they are wide against the medians,
+the machine's noise, not the code, decides the ratio, and a quieter machine or more repetitions are needed. The
+engine's statistics are computed as the floor's (``dpaudit._online``), so what lies above the floor is the engine's
+own work: the sampler's and the optimizer's passes over the block, the observer and its Python.
 
 ``--phases`` also says where the added time goes: every training is timed part by part inside its loop (``PHASES``:
 the batch's draw with the canaries' presences, the gradients, the observers before and after the update, the
@@ -194,6 +197,16 @@ def _added_milliseconds(seconds: list[float], without: list[float], *, steps: in
     return 1e3 * statistics.median(a - b for a, b in zip(seconds, without)) / steps
 
 
+def _added_quartiles(seconds: list[float], without: list[float], *, steps: int) -> list[float]:
+    """The first and third quartiles of the repetitions' differences, in milliseconds per step (the spread around
+    :func:`_added_milliseconds`)."""
+    differences = [1e3 * (a - b) / steps for a, b in zip(seconds, without)]
+    if len(differences) < 2:
+        return differences * 2
+    quartiles = statistics.quantiles(differences, n=4)
+    return [quartiles[0], quartiles[2]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--canaries", type=int, nargs="+", default=[20_000, 200_000], help="M, both sides together")
@@ -281,6 +294,12 @@ def main() -> None:
         summary["milliseconds_per_step_added"] = added
         summary["floor_milliseconds_per_step"] = floor
         summary["floor_in_loop_milliseconds_per_step"] = in_loop
+        summary["milliseconds_per_step_added_quartiles"] = _added_quartiles(
+            with_canaries["loop"], times["none"]["loop"], steps=steps
+        )
+        summary["floor_in_loop_quartiles"] = _added_quartiles(
+            times[f"floor_{count}"]["loop"], times["none"]["loop"], steps=steps
+        )
         summary["ratio_to_floor"] = added / floor
         summary["ratio_to_floor_in_loop"] = added / in_loop
         summary["floor_loop_ratio"] = 1 + floor * steps / 1e3 / without
