@@ -572,16 +572,22 @@ _SERIES_ERROR = 1e-10
 at most 1.1e-12 over 10³ random (q, z); the tests check 1e-11)."""
 
 
+def _aligned_mesh(steps: int, *, eps_error: float, delta_error: float) -> float:
+    """The mesh on which ``_known_domain_accountant`` aligns the grid (Opacus's, in numpy): ``_settled`` must use the
+    same one to say which L give the same grid."""
+    return eps_error / np.sqrt(steps * np.log(12 / delta_error) / 2)
+
+
 def _settled(domain: float, table: list[tuple[float, float, int]], *, delta_error: float, eps_error: float) -> bool:
     """Whether every L as close to ``domain`` as Opacus's L can be gives the grid that ``domain`` does (Opacus's
-    ``Domain.create_aligned`` on the mesh of ``_known_domain_accountant``) and the same answers to the domain's limits
-    (``_PRV_LARGEST_LOSS``, ``PRV_MEMORY_BUDGET``): then ε is the same bit for bit.
+    ``Domain.create_aligned`` on ``_aligned_mesh``, as ``_known_domain_accountant``) and the same answers to the
+    domain's limits (``_PRV_LARGEST_LOSS``, ``PRV_MEMORY_BUDGET``): then ε is the same bit for bit.
 
     ``domain`` is at least 3 + min_α of T·RDP(α) plus the conversion term, which is above −3.4 for α ≥ 1.1 and δ ≤ 1,
     so T·RDP(α) < L + 1 at the best order, and an error of at most ``_SERIES_ERROR``·max(RDP(α), 1) at each order moves
     L by less than ``_SERIES_ERROR``·(L + T + 1)."""
     steps = sum(count for *_, count in table)
-    mesh = eps_error / np.sqrt(steps * np.log(12 / delta_error) / 2)
+    mesh = _aligned_mesh(steps, eps_error=eps_error, delta_error=delta_error)
     tolerance = _SERIES_ERROR * (domain + steps + 1)
     low, high = domain - tolerance, domain + tolerance
     aligned = np.floor(-high / mesh) == np.floor(-low / mesh) and np.ceil(low / mesh) == np.ceil(high / mesh)
@@ -675,7 +681,7 @@ def _known_domain_accountant() -> type:
             self.domain = domain
 
         def _get_domain(self, prvs, num_self_compositions, eps_error, delta_error):  # noqa: ANN001, ANN202
-            mesh = eps_error / np.sqrt(sum(num_self_compositions) * np.log(12 / delta_error) / 2)
+            mesh = _aligned_mesh(sum(num_self_compositions), eps_error=eps_error, delta_error=delta_error)
             return Domain.create_aligned(-self.domain, self.domain, mesh)
 
     return KnownDomain
