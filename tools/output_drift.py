@@ -1,10 +1,11 @@
 """How far a pipeline run's outputs are from the committed ones; prints JSON.
 
-    python tools/output_drift.py [--ref HEAD] [CHECKOUT]
+    python tools/output_drift.py [--ref HEAD] [--preset FOLDER] [CHECKOUT]
 
 After ``snakemake --cores all`` in CHECKOUT (default: this repository), compares its ``figures/manifest.json``
-and ``metrics/*_epsilon_hat.csv`` with the versions committed at ``--ref``: how many numbers changed, by how
-much, and whether any claim verdict (``holds``) changed. Wall-clock numbers (``seconds_*``) are counted apart:
+and ``metrics/*_epsilon_hat.csv`` (under ``--preset``, e.g. ``presets/mnist``, for a preset run apart) with the
+versions committed at ``--ref``: how many numbers changed (a NaN, an undecided value, equals a NaN), by how much, and
+whether any claim verdict (``holds``) changed. Wall-clock numbers (``seconds_*``) are counted apart:
 they depend on the machine's load, not on the arithmetic. On one machine a rerun gives no change at all
 (``tests/reproduce/test_workflow.py``); across machines the floating point may differ in the last bits, and
 training grows such differences.
@@ -16,6 +17,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import statistics
 import subprocess
 from pathlib import Path
@@ -39,6 +41,11 @@ def leaves(value, path: str = ""):
         yield path, value
 
 
+def differ(old: float, new: float) -> bool:
+    """Whether two numbers differ, a NaN (an undecided value) being equal to a NaN."""
+    return old != new and not (math.isnan(old) and math.isnan(new))
+
+
 def manifest_drift(old: dict, new: dict) -> dict:
     old, new = dict(leaves(old)), dict(leaves(new))
     numbers = [
@@ -46,9 +53,10 @@ def manifest_drift(old: dict, new: dict) -> dict:
         for path, value in old.items()
         if isinstance(value, (int, float)) and not isinstance(value, bool) and path in new
     ]
-    changed = [path for path in numbers if old[path] != new[path]]
+    changed = [path for path in numbers if differ(old[path], new[path])]
     clock = [path for path in changed if path.rsplit("/", 1)[-1].startswith("seconds")]
     relative = [abs(new[path] - old[path]) / max(abs(old[path]), 1e-300) for path in changed if path not in clock]
+    relative = [change for change in relative if not math.isnan(change)]  # a NaN that became a number, or back
     return {
         "numbers": len(numbers),
         "changed": len(changed) - len(clock),
@@ -77,17 +85,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", nargs="?", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--ref", default="HEAD", help="the commit whose outputs to compare with (default: HEAD)")
+    parser.add_argument(
+        "--preset", default=".", help="the folder, in the checkout, of a preset run apart (e.g. presets/mnist)"
+    )
     args = parser.parse_args()
+    folder = Path(args.preset)
+    if folder.is_absolute() or ".." in folder.parts or not (args.checkout / folder / "figures/manifest.json").is_file():
+        parser.error(f"--preset {args.preset}: no figures/manifest.json under it in {args.checkout}")
     report = {
         "checkout": str(args.checkout),
         "ref": args.ref,
+        "preset": folder.as_posix(),
         "manifest": manifest_drift(
-            json.loads(committed(args.checkout, args.ref, "figures/manifest.json")),
-            json.loads((args.checkout / "figures/manifest.json").read_text()),
+            json.loads(committed(args.checkout, args.ref, (folder / "figures/manifest.json").as_posix())),
+            json.loads((args.checkout / folder / "figures/manifest.json").read_text()),
         ),
     }
-    for table in sorted((args.checkout / "metrics").glob("*_epsilon_hat.csv")):
-        path = f"metrics/{table.name}"
+    for table in sorted((args.checkout / folder / "metrics").glob("*_epsilon_hat.csv")):
+        path = (folder / "metrics" / table.name).as_posix()
         report[path] = epsilon_hat_drift(committed(args.checkout, args.ref, path), table.read_text())
     print(json.dumps(report, indent=2))
 
