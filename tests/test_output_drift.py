@@ -14,15 +14,21 @@ DRIFT = load_file_module(TOOL, "output_drift")
 
 
 def test_a_nan_left_undecided_is_no_change_and_a_moved_number_is():
-    old = {"a": {"eps": 2.0, "undecided": math.nan, "seconds_fit": 3.0, "holds": True}, "b": [1.0, math.nan]}
-    new = {"a": {"eps": 3.0, "undecided": math.nan, "seconds_fit": 9.0, "holds": False}, "b": [1.0, 4.0]}
+    old = {
+        "a": {"eps": 2.0, "undecided": math.nan, "seconds_fit": 3.0, "holds": True, "verdict": "holds"},
+        "b": [1.0, math.nan],
+    }
+    new = {
+        "a": {"eps": 3.0, "undecided": math.nan, "seconds_fit": 9.0, "holds": False, "verdict": "inconclusive"},
+        "b": [1.0, 4.0],
+    }
     drift = DRIFT.manifest_drift(old, new)
     # numbers: eps, undecided, seconds_fit, b[0], b[1]; changed: eps (1 → relative 0.5) and b[1] (NaN → 4: no ratio)
     assert drift["numbers"] == 5
     assert drift["changed"] == 2
     assert drift["changed_wall_clock"] == 1
     assert drift["smallest_relative_change"] == 0.5
-    assert drift["verdicts_changed"] == ["/a/holds"]
+    assert drift["verdicts_changed"] == ["/a/holds", "/a/verdict"]
     assert DRIFT.manifest_drift(old, old)["changed"] == 0
 
 

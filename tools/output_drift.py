@@ -5,8 +5,8 @@
 After ``snakemake --cores all`` in CHECKOUT (default: this repository), compares its ``figures/manifest.json``
 and ``metrics/*_epsilon_hat.csv`` (under ``--preset``, e.g. ``presets/mnist``, for a preset run apart) with the
 versions committed at ``--ref``: how many numbers changed (a NaN, an undecided value, equals a NaN), by how much, and
-whether any claim verdict (``holds``) changed. Wall-clock numbers (``seconds_*``) are counted apart:
-they depend on the machine's load, not on the arithmetic. On one machine a rerun gives no change at all
+which claim verdicts changed (``verdict``: holds, contradicted, inconclusive; or a true/false check). Wall-clock
+numbers (``seconds_*``) are counted apart: they depend on the machine's load, not on the arithmetic. On one machine a rerun gives no change at all
 (``tests/reproduce/test_workflow.py``); across machines the floating point may differ in the last bits, and
 training grows such differences.
 """
@@ -63,7 +63,9 @@ def manifest_drift(old: dict, new: dict) -> dict:
         "changed_wall_clock": len(clock),
         "smallest_relative_change": min(relative, default=None),
         "verdicts_changed": sorted(
-            path for path, value in old.items() if isinstance(value, bool) and new.get(path) is not value
+            path
+            for path, value in old.items()
+            if (isinstance(value, bool) or path.endswith("/verdict")) and new.get(path) != value
         ),
     }
 
