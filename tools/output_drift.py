@@ -6,9 +6,9 @@ After ``snakemake --cores all`` in CHECKOUT (default: this repository), compares
 and ``metrics/*_epsilon_hat.csv`` (under ``--preset``, e.g. ``presets/mnist``, for a preset run apart) with the
 versions committed at ``--ref``: how many numbers changed (a NaN, an undecided value, equals a NaN), by how much, and
 which claim verdicts changed (``verdict``: holds, contradicted, inconclusive; or a true/false check). Wall-clock
-numbers (``seconds_*``) are counted apart: they depend on the machine's load, not on the arithmetic. On one machine a rerun gives no change at all
-(``tests/reproduce/test_workflow.py``); across machines the floating point may differ in the last bits, and
-training grows such differences.
+numbers (``seconds_*``) are counted apart: they depend on the machine's load, not on the arithmetic. On one machine a
+rerun gives no change at all (``tests/reproduce/test_workflow.py``); across machines the floating point may differ in
+the last bits, and training grows such differences.
 """
 
 from __future__ import annotations
