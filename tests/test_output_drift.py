@@ -40,3 +40,10 @@ def test_a_preset_without_outputs_is_refused_in_one_line(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == (
         f"output_drift.py: error: --preset presets/none: no figures/manifest.json under it in {tmp_path}"
     )
+
+
+def test_an_epsilon_hat_left_undecided_is_an_equal_row():
+    header = "config,epoch,epsilon_hat\n"
+    old = header + "a,1,nan\na,2,1.0\n"
+    new = header + "a,1,nan\na,2,1.5\n"
+    assert DRIFT.epsilon_hat_drift(old, new) == {"rows": 2, "equal": 1, "largest_change": 0.5, "median_change": 0.25}

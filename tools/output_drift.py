@@ -55,8 +55,11 @@ def manifest_drift(old: dict, new: dict) -> dict:
     ]
     changed = [path for path in numbers if differ(old[path], new[path])]
     clock = [path for path in changed if path.rsplit("/", 1)[-1].startswith("seconds")]
-    relative = [abs(new[path] - old[path]) / max(abs(old[path]), 1e-300) for path in changed if path not in clock]
-    relative = [change for change in relative if not math.isnan(change)]  # a NaN that became a number, or back
+    relative = [  # none for a NaN that became a number, or back
+        abs(new[path] - old[path]) / max(abs(old[path]), 1e-300)
+        for path in changed
+        if path not in clock and not math.isnan(old[path]) and not math.isnan(new[path])
+    ]
     return {
         "numbers": len(numbers),
         "changed": len(changed) - len(clock),
@@ -74,7 +77,8 @@ def epsilon_hat_drift(old_text: str, new_text: str) -> dict:
     old, new = list(csv.DictReader(io.StringIO(old_text))), list(csv.DictReader(io.StringIO(new_text)))
     if [(row["config"], row["epoch"]) for row in old] != [(row["config"], row["epoch"]) for row in new]:
         return {"rows_differ": True}
-    changes = [abs(float(a["epsilon_hat"]) - float(b["epsilon_hat"])) for a, b in zip(old, new)]
+    pairs = [(float(a["epsilon_hat"]), float(b["epsilon_hat"])) for a, b in zip(old, new)]
+    changes = [abs(b - a) if differ(a, b) else 0.0 for a, b in pairs]
     return {
         "rows": len(changes),
         "equal": sum(change == 0 for change in changes),
