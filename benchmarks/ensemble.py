@@ -6,7 +6,8 @@
 For each architecture (``cnn-digits`` on digits; ``cnn`` and ``resnet18-gn-cifar`` on random 32×32×3
 images, which time the same as CIFAR-10) it trains K models for the same number of steps with
 (a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise; per-sample gradients
-by ``grad_sample: auto``, i.e. layer by layer for sequential models, and again by torch.func's vmap),
+by ``grad_sample: auto``: layer by layer for sequential models, else the faster of torch.func's vmap and
+Opacus's hooks on the first steps, the trial steps counted in its time; then again by each other method),
 (b) DP-SGD with Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one
 model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each).
 ``speedup_vs_opacus_sequential`` = b/a and
@@ -16,7 +17,9 @@ Every variant runs ``--repeats`` times, in rounds (each round runs all variants 
 ``seconds`` is each variant's fastest round (on a shared machine the least disturbed one, as ``timeit``
 reports) and ``seconds_per_round`` lists them all. On CUDA, ``peak_gpu_memory_mb`` is each variant's
 largest ``torch.cuda.max_memory_allocated`` over the rounds (the ensemble's is bounded by
-``--memory-budget-mb`` plus the models, batches and optimizer state).
+``--memory-budget-mb`` plus the models, batches and optimizer state). ``--memory-budget-mb`` defaults to the
+engine's 2048 MiB on a CPU and to a quarter of the free memory on a GPU (what ``docs/engine.md`` advises there);
+``memory_budget_mb`` gives the one used.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import torch
 
 from dpaudit.config import TrainConfig
 from dpaudit.data import ArrayDataset, load_dataset
-from dpaudit.ensemble import resolve_method
+from dpaudit.ensemble import candidate_methods
 from dpaudit.models import build_model, parameter_count
 from dpaudit.train import Member, train_models
 
@@ -51,11 +54,14 @@ def training_set(dataset: str, size: int) -> ArrayDataset:
     )
 
 
-def timed(config: TrainConfig, members: list[Member], *, together: bool) -> float:
+def timed(config: TrainConfig, members: list[Member], *, together: bool, methods: list[str] | None = None) -> float:
+    """Seconds to train ``members`` (together or one at a time); appends the gradient method used to ``methods``."""
     groups = [members] if together else [[member] for member in members]
     start = time.perf_counter()
     for group in groups:
-        train_models(config=config, members=group, test_data=None, progress=False)
+        trained = train_models(config=config, members=group, test_data=None, progress=False)
+        if methods is not None:
+            methods.append(str(trained[0].gradient_method))
     if config.engine.device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
@@ -117,7 +123,12 @@ def main() -> None:
     add_workload_arguments(parser)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--architectures", nargs="+", default=["cnn-digits", "cnn"], choices=sorted(DATASETS))
-    parser.add_argument("--memory-budget-mb", type=float, default=2048, help="MiB per gradient call (default: 2048)")
+    parser.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=None,
+        help="MiB per gradient call (default: 2048 on a CPU, a quarter of the free memory on a GPU)",
+    )
     parser.add_argument(
         "--repeats", type=int, default=3, help="rounds of all variants; each keeps its fastest (default: 3)"
     )
@@ -125,6 +136,8 @@ def main() -> None:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     steps_per_epoch, epochs = workload_epochs(args)
+    if args.memory_budget_mb is None:
+        args.memory_budget_mb = torch.cuda.mem_get_info()[0] / 4 / 2**20 if args.device == "cuda" else 2048.0
     results = {}
     for architecture in args.architectures:
         dataset = DATASETS[architecture]
@@ -149,12 +162,13 @@ def main() -> None:
             )
         ).validated()
         model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)
-        method = resolve_method(model, private.engine.grad_sample)
+        candidates = candidate_methods(model, private.engine.grad_sample, per_sample=True)
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
         opacus_privacy_engine(private.replaced(epochs=1), members[:1])
+        kept: list[str] = []  # the method the ensemble's "auto" kept, each round
         # the three the speedups compare first, so that a run cut short has them in its progress lines
         runs = {
-            "ensemble_dpsgd": functools.partial(timed, private, members, together=True),
+            "ensemble_dpsgd": functools.partial(timed, private, members, together=True, methods=kept),
             "opacus_sequential_dpsgd": functools.partial(opacus_privacy_engine, private, members),
             "nonprivate_sequential_sgd": functools.partial(
                 timed,
@@ -166,9 +180,11 @@ def main() -> None:
                 timed, private.replaced(engine="sequential", grad_sample="opacus"), members, together=False
             ),
         }
-        if method != "functorch":  # else the same as ensemble_dpsgd
-            runs["ensemble_functorch_dpsgd"] = functools.partial(
-                timed, private.replaced(grad_sample="functorch"), members, together=True
+        # every other method of the ensemble by itself (for a model the layer-wise method takes: functorch; for one
+        # it cannot: the two "auto" chose between)
+        for other in ("functorch",) if candidates == ("layers",) else candidates:
+            runs[f"ensemble_{other}_dpsgd"] = functools.partial(
+                timed, private.replaced(grad_sample=other), members, together=True
             )
         rounds, peak_mb = [], {}
         for round_index in range(args.repeats):
@@ -184,7 +200,6 @@ def main() -> None:
                 )
             rounds.append(seconds)
         seconds = {name: min(round_[name] for round_ in rounds) for name in rounds[0]}
-        seconds.setdefault("ensemble_functorch_dpsgd", seconds["ensemble_dpsgd"])
         results[architecture] = {
             "seconds": seconds,
             "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in rounds[0]},
@@ -193,7 +208,9 @@ def main() -> None:
             "speedup_vs_engine_opacus_hooks_sequential": seconds["engine_opacus_hooks_sequential_dpsgd"]
             / seconds["ensemble_dpsgd"],
             "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
-            "ensemble_gradient_method": method,
+            "ensemble_gradient_method": kept[-1],
+            "ensemble_gradient_method_per_round": kept,
+            "ensemble_gradient_candidates": list(candidates),
             "peak_gpu_memory_mb": peak_mb or None,
             "parameters": parameter_count(model),
         }
@@ -209,6 +226,7 @@ def main() -> None:
                 "device": args.device,
                 "device_name": device_name,
                 "threads": torch.get_num_threads(),
+                "memory_budget_mb": args.memory_budget_mb,
                 "cpu_count": os.cpu_count(),
                 "results": results,
                 "versions": {

@@ -171,7 +171,8 @@ def _timed_phases(totals: dict[str, float]) -> Iterator[None]:
             yield records
 
     def gradient_engine(config, runs):
-        return timed("gradients", original["_gradient_engine"](config, runs))
+        feed, method = original["_gradient_engine"](config, runs)
+        return timed("gradients", feed), method
 
     step_together = PrivateOptimizer.__dict__["step_together"]  # a classmethod
     methods = ("before_update", "after_update", "end_epoch")

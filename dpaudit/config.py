@@ -224,8 +224,9 @@ class EngineConfig:
         microbatch_size: per-sample gradients are computed this many records at a time.
         grad_sample: how per-sample gradients are computed: "layers" (the model's layers in closed form,
             ``dpaudit.layerwise``; sequential CNNs and MLPs), "functorch" (torch.func's vmap, any model),
-            "opacus" (Opacus hooks; sequential engine only) or "auto" (layers where the model allows, else
-            functorch).
+            "opacus" (Opacus hooks, one model at a time) or "auto" (layers where the model allows; else the
+            ensemble engine times functorch and opacus on the first steps and keeps the faster, the sequential
+            engine takes functorch).
         name: "ensemble" (the target and shadows train together, gradients of all models in one call;
             ``dpaudit.ensemble``) or "sequential" (one model's gradients at a time); flat key ``engine``.
         memory_budget_mb: MiB one ensemble gradient call may take (models × samples per call are chosen
@@ -237,8 +238,8 @@ class EngineConfig:
     grad_sample: str = _option(
         "auto",
         'how per-sample gradients are computed: "layers" (the layers in closed form; sequential CNNs and MLPs), '
-        '"functorch" (vmap, any model), "opacus" (Opacus hooks; sequential engine) or "auto" (layers where the '
-        "model allows, else functorch)",
+        '"functorch" (vmap, any model), "opacus" (Opacus hooks, one model at a time) or "auto" (layers where the '
+        "model allows, else the faster of functorch and opacus on the first steps)",
         choices=GRAD_SAMPLE_BACKENDS,
     )
     name: str = _option(
@@ -370,8 +371,6 @@ class TrainConfig:
         check_choice("grad_sample", engine.grad_sample, GRAD_SAMPLE_BACKENDS)
         check_choice("engine", engine.name, ENGINES)
         check_positive("memory_budget_mb", engine.memory_budget_mb)
-        if engine.name == "ensemble" and engine.grad_sample == "opacus":
-            raise DPAuditError("grad_sample 'opacus' computes one model's gradients at a time; set engine: sequential")
         if engine.grad_sample == "layers":
             from dpaudit.ensemble import resolve_method
 

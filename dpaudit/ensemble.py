@@ -6,7 +6,9 @@ points every model's parameters at its slice, so optimizers, checkpoints and eva
 ordinary ``nn.Module`` objects while the per-sample gradients of all K models come from one call: the
 stacked models run as one network and each layer's per-sample gradients follow in closed form
 (``method="layers"``, ``dpaudit.layerwise``, for sequential CNNs and MLPs), or ``vmap(vmap(grad))`` over
-models and samples (``method="functorch"``, any model). Each model keeps its own data, sampling stream,
+models and samples (``method="functorch"``, any model), or Opacus's hooks one model at a time
+(``method="opacus"``). For a model the layer-wise method cannot take, ``method="auto"`` times the other two on
+the first steps and keeps the faster (:data:`TRIAL_CALLS`). Each model keeps its own data, sampling stream,
 noise stream and optimizer: the result is the same algorithm as training the models one at a time
 (``engine: sequential``). :class:`RecordPool` holds all K models' records in one tensor, so each chunk's
 batches are one indexed read.
@@ -17,12 +19,17 @@ Memory: a call over m models and s samples holds about m·s per-sample gradients
 
 from __future__ import annotations
 
+import functools
+import sys
+import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dpaudit import layerwise
@@ -39,6 +46,11 @@ GRADIENT_COPIES, ACTIVATION_COPIES = 2, 3
 # the size of a last-level cache (11 32×32 CNNs then take 17 samples per call; `benchmarks/ensemble.py
 # --architectures cnn` measures it, `tools/ensemble_dispatch.py --cpu-plan` shows the calls)
 CPU_CALL_ACTIVATION_BYTES = 24 * 2**20
+#: Where ``method="auto"`` has several candidates, each computes this many steps' gradients, in turn, before the
+#: engine keeps the one with the fewest seconds per record in its last step (the first pays its warm-up)
+TRIAL_CALLS = 2
+#: The gradient methods an ensemble can compute with
+METHODS = ("layers", "functorch", "opacus")
 
 
 @dataclass(frozen=True)
@@ -91,8 +103,10 @@ class EnsembleGradients:
         max_samples: the most samples one model contributes per call (the engine's microbatch size); on CPU
             the layer-wise method takes fewer where its largest activation would pass ``CPU_CALL_ACTIVATION_BYTES``.
         memory_budget_mb: MiB for one call (``plan_chunks``).
-        method: "layers", "functorch" or "auto" (layers where ``layerwise.unsupported_reason`` accepts the
-            model, else functorch); ``self.method`` is the one in use.
+        method: "layers", "functorch", "opacus" or "auto": layers where ``layerwise.unsupported_reason`` accepts
+            the model; else, for per-sample gradients, functorch and opacus each compute :data:`TRIAL_CALLS` steps
+            and the one with fewer seconds per record in its last is kept (``self.trials``; a line on stderr says
+            which). ``self.method`` is the one in use.
         factored: with method "layers", per-sample Linear weight gradients come as
             ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``).
     """
@@ -111,7 +125,6 @@ class EnsembleGradients:
         if not models:
             raise DPAuditError("an ensemble needs at least one model")
         self.models = list(models)
-        self.per_sample = per_sample
         base = self.models[0]
         self.names = [name for name, p in base.named_parameters() if p.requires_grad]
         with torch.no_grad():
@@ -123,26 +136,45 @@ class EnsembleGradients:
             for name, values in zip(self.names, self.stacked):
                 owned[name].data = values[k]
 
-        self.method = resolve_method(base, method)
-        # the layer-wise call differentiates with respect to leaves: made once, they share the stacked memory, so
-        # they see every in-place update
-        self._all_params = (
-            [values.detach().requires_grad_() for values in self.stacked] if self.method == "layers" else self.stacked
-        )
-        self._call: layerwise.GradientFunction = (
-            layerwise.LayerwiseGradients(base, factored=factored)
-            if self.method == "layers"
-            else _vmapped_gradients(base)
-        )
-        if self.method == "layers" and self.stacked[0].device.type == "cpu":
-            largest = FLOAT_BYTES * largest_activation_elements(base, example)
-            max_samples = min(max_samples, max(1, CPU_CALL_ACTIVATION_BYTES // (len(self.models) * largest)))
-        self.plan = plan_chunks(
-            models=len(self.models),
-            samples=max_samples,
-            bytes_per_model_sample=bytes_per_model_sample(base, example=example, method=self.method, factored=factored),
-            memory_budget_mb=memory_budget_mb,
-        )
+        self.per_sample = per_sample
+        self.candidates = candidate_methods(base, method, per_sample=per_sample)
+        self.method = self.candidates[0]
+        self.clock: Callable[[], float] = time.perf_counter  # the trials' timer
+        self.trials: dict[str, list[float]] = {candidate: [] for candidate in self.candidates}
+        self._example, self._max_samples, self._memory_budget_mb = example, max_samples, memory_budget_mb
+        self._factored = factored
+        self._backends: dict[str, tuple[Callable[..., tuple[list[layerwise.Gradient], torch.Tensor]], ChunkPlan]] = {}
+        self._backend(self.method)  # a bad budget fails here, before any step
+
+    @property
+    def plan(self) -> ChunkPlan:
+        """How the method in use splits a batch into calls."""
+        return self._backend(self.method)[1]
+
+    def _backend(self, method: str) -> tuple[Callable[..., tuple[list[layerwise.Gradient], torch.Tensor]], ChunkPlan]:
+        """(call, plan) of ``method``, made at its first use."""
+        if method not in self._backends:
+            base, models, samples = self.models[0], len(self.models), self._max_samples
+            call: Callable[..., tuple[list[layerwise.Gradient], torch.Tensor]]
+            if method == "layers":
+                # the layer-wise call differentiates with respect to leaves: made once, they share the stacked
+                # memory, so they see every in-place update
+                leaves = [values.detach().requires_grad_() for values in self.stacked]
+                layers = layerwise.LayerwiseGradients(base, factored=self._factored)
+                call = functools.partial(self._stacked_call, layers, leaves)
+                if self.stacked[0].device.type == "cpu":
+                    largest = FLOAT_BYTES * largest_activation_elements(base, self._example)
+                    samples = min(samples, max(1, CPU_CALL_ACTIVATION_BYTES // (models * largest)))
+            elif method == "functorch":
+                call = functools.partial(self._stacked_call, _vmapped_gradients(base), self.stacked)
+            else:
+                call, models = OpacusGradients(self.models), 1
+            size = bytes_per_model_sample(base, example=self._example, method=method, factored=self._factored)
+            plan = plan_chunks(
+                models=models, samples=samples, bytes_per_model_sample=size, memory_budget_mb=self._memory_budget_mb
+            )
+            self._backends[method] = call, plan
+        return self._backends[method]
 
     def accumulate(self, pool: RecordPool, indices: Sequence[npt.NDArray[np.int64]], sink: Callable[..., None]) -> None:
         """Compute the gradients of model k on its batch ``indices[k]`` (positions in its records in ``pool``) and
@@ -155,8 +187,43 @@ class EnsembleGradients:
         is [M, W] (0 in padding rows); ``padding`` is [M, W], True in the padding rows. Models with an empty
         batch get no rows.
         """
+        if len(self.candidates) == 1:
+            self._accumulate(self.method, pool, indices, sink)
+            return
+        self.method = next(method for method in self.candidates if len(self.trials[method]) < TRIAL_CALLS)
+        records = sum(len(index) for index in indices)
+        device = self.stacked[0].device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = self.clock()
+        self._accumulate(self.method, pool, indices, sink)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if records:  # a step without records times nothing
+            self.trials[self.method].append((self.clock() - started) / records)
+        if all(len(times) == TRIAL_CALLS for times in self.trials.values()):
+            self._keep(min(self.candidates, key=lambda method: self.trials[method][-1]))
+
+    def _keep(self, method: str) -> None:
+        """Use ``method`` from now on and drop the other candidates (Opacus's hooks removed from the models)."""
+        timings = ", ".join(f"{name} {1e3 * self.trials[name][-1]:.3g}" for name in self.candidates)
+        print(
+            f"dpaudit: gradients of {len(self.models)} models by {method} (ms per record: {timings})",
+            file=sys.stderr,
+            flush=True,
+        )
+        for name, (call, _) in list(self._backends.items()):
+            if name != method:
+                if isinstance(call, OpacusGradients):
+                    call.close()
+                del self._backends[name]
+        self.method, self.candidates = method, (method,)
+
+    def _accumulate(
+        self, method: str, pool: RecordPool, indices: Sequence[npt.NDArray[np.int64]], sink: Callable[..., None]
+    ) -> None:
+        call, plan = self._backend(method)
         counts = [len(index) for index in indices]
-        plan = self.plan
         for first in range(0, len(self.models), plan.models_per_call):
             group = range(first, min(first + plan.models_per_call, len(self.models)))
             longest = max(counts[k] for k in group)
@@ -167,34 +234,84 @@ class EnsembleGradients:
                 images, labels, padding = pool.read(
                     [indices[k][start : start + width] for k in active], models=active, width=width
                 )
-                grads, losses = self._chunk(active, images, labels, part_counts, [counts[k] for k in active])
+                weights = None if self.per_sample else self._batch_mean_weights(part_counts, counts, active, images)
+                grads, losses = self._gradients(call, active, images, labels, weights)
                 if min(part_counts) < width:
                     losses = losses.masked_fill(padding, 0.0)
                 sink(active, part_counts, grads, losses, padding)
 
-    def _chunk(
-        self,
-        active: list[int],
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        part_counts: list[int],
-        totals: list[int],
+    def _gradients(
+        self, call: Callable[..., tuple[list[layerwise.Gradient], torch.Tensor]], *arguments: object
     ) -> tuple[list[layerwise.Gradient], torch.Tensor]:
-        everyone = len(active) == len(self.models)
-        if everyone:
-            params = self._all_params
-        else:
-            index = host_to_device(active, self.stacked[0].device)
-            params = [values.index_select(0, index) for values in self.stacked]
-        if self.per_sample:
-            return self._call(params, images, labels)
+        """One gradient call (a method of its own: ``tools/ensemble_breakdown.py`` times it)."""
+        return call(*arguments)
+
+    @staticmethod
+    def _batch_mean_weights(
+        part_counts: list[int], counts: list[int], active: list[int], images: torch.Tensor
+    ) -> torch.Tensor:
+        """[M, W]: each record's share of its model's batch mean (0 in padding rows), on the images' device."""
         width = images.shape[1]
         weights = np.where(
             np.arange(width)[None, :] < np.array(part_counts)[:, None],
-            1.0 / np.array(totals, dtype=np.float64)[:, None],
+            1.0 / np.array([counts[k] for k in active], dtype=np.float64)[:, None],
             0.0,
         )
-        return self._call(params, images, labels, host_to_device(weights, images.device).to(images.dtype))
+        return host_to_device(weights, images.device).to(images.dtype)
+
+    def _stacked_call(
+        self,
+        gradients: layerwise.GradientFunction,
+        params: list[torch.Tensor],
+        active: list[int],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor | None,
+    ) -> tuple[list[layerwise.Gradient], torch.Tensor]:
+        """``gradients`` of the ``active`` models' rows of ``params`` (the stacked parameters or their leaves)."""
+        if len(active) < len(self.models):
+            index = host_to_device(active, self.stacked[0].device)
+            params = [values.index_select(0, index) for values in self.stacked]
+        return gradients(params, images, labels) if weights is None else gradients(params, images, labels, weights)
+
+
+class OpacusGradients:
+    """Per-sample gradients of each model by Opacus's hooks (its ``GradSampleModule``), one model after the other.
+
+    Args:
+        models: the models; each is wrapped (its modules get Opacus's hooks) until :meth:`close`.
+    """
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        from opacus import GradSampleModule
+
+        self.wrapped = [GradSampleModule(model, loss_reduction="sum") for model in models]
+        self.params = [model_registry.trainable_parameters(model) for model in models]
+
+    def __call__(
+        self, active: list[int], images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> tuple[list[layerwise.Gradient], torch.Tensor]:
+        """(grads [M, W, *shape] per parameter, losses [M, W]) of the ``active`` models on ``images`` [M, W, ...]."""
+        if weights is not None:
+            raise DPAuditError("Opacus's hooks give per-sample gradients only")
+        grads, losses = [], []
+        for m, k in enumerate(active):
+            with warnings.catch_warnings():  # that the images need no gradient: Opacus's hooks work without
+                warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
+                loss = F.cross_entropy(self.wrapped[k](images[m]), labels[m], reduction="none")
+                loss.sum().backward()
+            # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
+            grads.append([p.grad_sample for p in self.params[k]])  # type: ignore[attr-defined]
+            for p in self.params[k]:
+                p.grad_sample = p.grad = None  # type: ignore[attr-defined]
+            losses.append(loss.detach())
+        return [torch.stack(parts) for parts in zip(*grads)], torch.stack(losses)
+
+    def close(self) -> None:
+        """Remove the hooks and the attributes Opacus added."""
+        for wrapped in self.wrapped:
+            wrapped.remove_hooks()
+            wrapped._close()
 
 
 class RecordPool:
@@ -231,17 +348,32 @@ class RecordPool:
 
 
 def resolve_method(model: nn.Module, method: str, *, name: str | None = None) -> str:
-    """The gradient method "auto" means for ``model`` (registered as ``name``, if given, for the message);
-    a one-line error if "layers" cannot take it."""
+    """The gradient method "auto" starts with for ``model`` (registered as ``name``, if given, for the message):
+    "layers" where the layer-wise method takes it, else "functorch"; a one-line error if "layers" cannot take it."""
     reason = layerwise.unsupported_reason(model)
     if method == "auto":
         return "functorch" if reason else "layers"
     if method == "layers" and reason:
         which = "this model" if name is None else f"model {name!r}"
         raise DPAuditError(f"grad_sample 'layers' cannot take {which}: {reason}; use 'functorch' or 'auto'")
-    if method not in ("layers", "functorch"):
-        raise DPAuditError(f"unknown gradient method {method!r}; choose 'auto', 'layers' or 'functorch'")
+    if method not in METHODS:
+        raise DPAuditError(f"unknown gradient method {method!r}; choose 'auto', {', '.join(map(repr, METHODS))}")
     return method
+
+
+def candidate_methods(model: nn.Module, method: str, *, per_sample: bool) -> tuple[str, ...]:
+    """The methods :class:`EnsembleGradients` may use: ``method`` itself, or for "auto" on a model the layer-wise
+    method cannot take and per-sample gradients, torch.func's vmap over all models and Opacus's hooks one model at
+    a time (where Opacus accepts the model), timed on the first steps. A batch-mean gradient (``per_sample``
+    False) needs no per-sample hooks: "opacus" then computes it as "functorch" does."""
+    first = resolve_method(model, method)
+    if not per_sample and first == "opacus":
+        return ("functorch",)
+    if method != "auto" or first == "layers" or not per_sample:
+        return (first,)
+    from opacus import GradSampleModule
+
+    return (first,) if GradSampleModule.validate(module=model, strict=False) else (first, "opacus")
 
 
 def _vmapped_gradients(model: nn.Module) -> layerwise.GradientFunction:
@@ -283,11 +415,12 @@ def bytes_per_model_sample(
 ) -> int:
     """Estimated bytes one (model, sample) pair takes in a per-sample gradient call; the layer-wise method
     is also charged one convolution's unfolded input (room for the copies its per-sample weight gradient
-    makes), and with ``factored`` a Linear weight's per-sample gradient takes O + F values instead of O·F."""
+    makes; Opacus's hooks unfold it too), and with ``factored`` a Linear weight's per-sample gradient takes O + F
+    values instead of O·F (the layer-wise method only)."""
     gradient_values, unfolded = model_registry.parameter_count(model), 0
-    if method == "layers":
+    if method in ("layers", "opacus"):
         unfolded = layerwise.largest_unfolded_input(model, example)
-        if factored:
+        if factored and method == "layers":
             gradient_values -= sum(
                 layer.weight.numel() - sum(layer.weight.shape)
                 for layer in model.modules()

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dpaudit import models as model_registry
@@ -25,9 +24,9 @@ class PerSampleGradients:
             backend = resolve_method(model, backend)
         self.backend = backend
         if backend == "opacus":
-            from opacus import GradSampleModule
+            from dpaudit.ensemble import OpacusGradients
 
-            self.wrapped = GradSampleModule(model, loss_reduction="sum")
+            self._opacus = OpacusGradients([model])
         elif backend == "layers":
             from dpaudit.layerwise import LayerwiseGradients
 
@@ -45,15 +44,9 @@ class PerSampleGradients:
             self._vmapped = vmap(grad_and_value(loss_of_one), in_dims=(None, 0, 0))
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-        if self.backend == "opacus":
-            losses = F.cross_entropy(self.wrapped(images), labels, reduction="none")
-            losses.sum().backward()
-            # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
-            grads = [p.grad_sample for p in self.params]  # type: ignore[attr-defined]
-            for p in self.params:
-                p.grad_sample = None  # type: ignore[attr-defined]
-                p.grad = None
-            return grads, losses.detach()
+        if self.backend == "opacus":  # one model: a model axis of length 1
+            grads, losses = self._opacus([0], images[None], labels[None])
+            return [cast(torch.Tensor, g)[0] for g in grads], losses[0]
         if self.backend == "layers":  # one model: a model axis of length 1
             grads, losses = self._layerwise([p[None] for p in self.params], images[None], labels[None])
             # not factored: every gradient is a tensor

@@ -103,6 +103,9 @@ class TrainedModel:
     ledger: PrivacyLedger
     checkpoints: dict[int, Path]
     diagnostics: Any = None
+    #: how its gradients were computed: "layers", "functorch", "opacus" (``grad_sample``, "auto" resolved) or
+    #: "batch mean" (a non-private optimizer on the sequential engine)
+    gradient_method: str | None = None
 
 
 @functools.cache
@@ -375,9 +378,9 @@ class _ModelRun:
                 )
         return diverged
 
-    def result(self) -> TrainedModel:
+    def result(self, gradient_method: str) -> TrainedModel:
         diagnostics = next((o for o in self.observers if isinstance(o, TrainingDiagnostics)), None)
-        return TrainedModel(self.model, self.metrics, self.ledger, self.checkpoints, diagnostics)
+        return TrainedModel(self.model, self.metrics, self.ledger, self.checkpoints, diagnostics, gradient_method)
 
     @property
     def identity(self) -> str:
@@ -544,7 +547,7 @@ def train_models(
             file=sys.stderr,
             flush=True,
         )
-    gradients = _gradient_engine(config, runs)
+    gradients, gradient_method = _gradient_engine(config, runs)
     steps = steps_per_epoch(dataset_size=sizes.pop(), batch_size=config.optimizer.batch_size)
     bar = tqdm(
         total=steps * config.optimizer.epochs,
@@ -597,11 +600,12 @@ def train_models(
     bar.close()
     for run in runs:
         run.drop_states()
-    return [run.result() for run in runs]
+    return [run.result(gradient_method()) for run in runs]
 
 
 def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
-    """A function feeding every run's optimizer the gradients of its batch (``indices[k]`` for run k)."""
+    """(``feed``, ``method``): ``feed(indices)`` feeds every run's optimizer the gradients of its batch
+    (``indices[k]`` for run k); ``method()`` says how they are computed (``TrainedModel.gradient_method``)."""
     per_sample = runs[0].optimizer.per_sample
     if config.engine.name == "ensemble":
         ensemble = EnsembleGradients(
@@ -646,14 +650,14 @@ def _gradient_engine(config: TrainConfig, runs: list[_ModelRun]):
         def feed(indices):
             ensemble.accumulate(pool, indices, sink)
 
-        return feed
+        return feed, lambda: ensemble.method
     backends = [PerSampleGradients(run.model, config.engine.grad_sample) if per_sample else None for run in runs]
 
     def feed_each(indices):
         for run, backend, index in zip(runs, backends, indices):
             _accumulate_batch(run, backend, index, config.engine.microbatch_size)
 
-    return feed_each
+    return feed_each, lambda: backends[0].backend if backends[0] is not None else "batch mean"
 
 
 def train_model(

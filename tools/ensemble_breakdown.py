@@ -3,7 +3,7 @@
     python tools/ensemble_breakdown.py [--models 11] [--steps 100] [--batch-size 36] [--architecture cnn-digits]
 
 Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine) and splits the wall time into
-the per-sample gradient calls (``EnsembleGradients._chunk``), the clipping and summing of their output (the
+the per-sample gradient calls (``EnsembleGradients._gradients``), the clipping and summing of their output (the
 sink), the K optimizer steps with their noise (``step_together``), and everything else (sampling, the record
 pool's reads, loss bookkeeping). The gradient share bounds what removing the rest could gain: at most
 total / gradient.
@@ -80,7 +80,7 @@ def main() -> None:
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
     with (
-        timing(EnsembleGradients, "_chunk", seconds, "gradient_chunks"),
+        timing(EnsembleGradients, "_gradients", seconds, "gradient_chunks"),
         timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
         timing(DPSGD, "step_together", seconds, "optimizer_steps"),
     ):

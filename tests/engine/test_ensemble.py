@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from support import digit_members, engine_config
+from torch import nn
 
 from dpaudit import optim
 from dpaudit._state import capture
@@ -13,10 +14,12 @@ from dpaudit._validation import DPAuditError
 from dpaudit.data import load_dataset
 from dpaudit.ensemble import (
     CPU_CALL_ACTIVATION_BYTES,
+    TRIAL_CALLS,
     ChunkPlan,
     EnsembleGradients,
     RecordPool,
     bytes_per_model_sample,
+    candidate_methods,
     plan_chunks,
 )
 from dpaudit.models import build_model
@@ -40,6 +43,73 @@ def test_ensemble_trains_the_same_models_as_one_at_a_time(optimizer):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(ensemble_model.metrics.train_loss, single_model.metrics.train_loss, rtol=1e-4)
     assert not torch.equal(next(together[0].model.parameters()), next(together[1].model.parameters()))
+
+
+@pytest.mark.parametrize("optimizer", ["dpsgd-gc", "tp-topk"])  # a norm-only factor; per-sample tensors masked
+def test_ensemble_by_opacus_hooks_trains_the_same_models_as_one_at_a_time(optimizer):
+    members = digit_members(3)
+    together = _train(engine_config(optimizer, grad_sample="opacus", canaries=20), members)
+    alone = [_train(engine_config(optimizer, engine="sequential", canaries=20), [member])[0] for member in members]
+    for ensemble_model, single_model in zip(together, alone):
+        assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
+        for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+class _Wrapped(nn.Module):
+    """A CNN the layer-wise method cannot take (not an nn.Sequential)."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.body = build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10, seed=seed)
+
+    def forward(self, images):
+        return self.body(images)
+
+
+def _ticks(*seconds):
+    """A clock for ``EnsembleGradients.clock`` whose successive calls' differences are ``seconds``, in pairs
+    (start, end) of the trial steps."""
+    now, readings = 0.0, []
+    for step in seconds:
+        readings += [now, now + step]
+        now += step
+    return iter(readings).__next__
+
+
+@pytest.mark.parametrize("opacus_seconds, kept", [(1.0, "opacus"), (11.0, "functorch")])
+def test_auto_times_functorch_and_opacus_on_the_first_steps_and_keeps_the_faster(opacus_seconds, kept, capsys):
+    models = [_Wrapped(seed) for seed in range(2)]
+    assert candidate_methods(models[0], "auto", per_sample=True) == ("functorch", "opacus")
+    assert candidate_methods(models[0], "auto", per_sample=False) == ("functorch",)
+    assert candidate_methods(models[0], "functorch", per_sample=True) == ("functorch",)
+    assert candidate_methods(models[0], "opacus", per_sample=False) == ("functorch",)  # a batch mean: no hooks
+    ensemble = EnsembleGradients(
+        models, per_sample=True, example=torch.zeros(1, 8, 8), max_samples=16, memory_budget_mb=64
+    )
+    # a trial step's time counts per record: the functorch steps have 2 × 5 records, the opacus ones 2 × 10
+    ensemble.clock = _ticks(*([5.0] * TRIAL_CALLS + [opacus_seconds] * TRIAL_CALLS))
+    digits = load_dataset("digits")
+    pool = RecordPool([(torch.from_numpy(digits.images[:40]), torch.from_numpy(digits.labels[:40]))] * 2)
+    received = []
+
+    def sink(active, counts, grads, losses, padding):
+        received.append((ensemble.method, [g[:, : counts[0]].clone() for g in grads]))
+
+    for step in range(2 * TRIAL_CALLS + 1):
+        ensemble.accumulate(pool, [np.arange(5 if step < TRIAL_CALLS else 10)] * 2, sink)
+    # functorch: one call of both models per step; opacus: one call per model
+    last = ["opacus"] * 2 if kept == "opacus" else ["functorch"]
+    assert [method for method, _ in received] == ["functorch"] * TRIAL_CALLS + ["opacus"] * 2 * TRIAL_CALLS + last
+    assert ensemble.method == kept and ensemble.candidates == (kept,)
+    assert ensemble.trials == {"functorch": [0.5] * TRIAL_CALLS, "opacus": [opacus_seconds / 20] * TRIAL_CALLS}
+    assert f"gradients of 2 models by {kept}" in capsys.readouterr().err
+    assert hasattr(models[0], "autograd_grad_sample_hooks") == (kept == "opacus")  # the loser's hooks are gone
+    # the same per-sample gradients of each model's first 5 records (no update between the steps)
+    by_functorch, (_, model_0), (_, model_1) = received[0][1], received[TRIAL_CALLS], received[TRIAL_CALLS + 1]
+    for both, first, second in zip(by_functorch, model_0, model_1):
+        torch.testing.assert_close(both[0], first[0, :5], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(both[1], second[0, :5], rtol=1e-4, atol=1e-6)
 
 
 def test_chunking_under_a_tiny_budget_gives_the_same_models():
@@ -148,8 +218,6 @@ def test_ensemble_checkpoints_hold_one_model(tmp_path):
 def test_engine_choices_are_validated():
     with pytest.raises(DPAuditError, match="engine"):
         engine_config("dpsgd-gc", engine="parallel")
-    with pytest.raises(DPAuditError, match="engine: sequential"):
-        engine_config("dpsgd-gc", grad_sample="opacus")
     with pytest.raises(DPAuditError, match="equal training-set sizes"):
         data = load_dataset("digits")
         train_models(
