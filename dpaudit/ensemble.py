@@ -272,7 +272,7 @@ class EnsembleGradients:
         if len(active) < len(self.models):
             index = host_to_device(active, self.stacked[0].device)
             params = [values.index_select(0, index) for values in self.stacked]
-        return gradients(params, images, labels) if weights is None else gradients(params, images, labels, weights)
+        return gradients(params, images, labels, weights)
 
 
 class OpacusGradients:

@@ -30,6 +30,14 @@ def _train(config, members):
     return train_models(config=config, members=members, test_data=None, progress=False)
 
 
+def _assert_same_models(together, alone):
+    """Each model trained together has the ledger of, and parameters within 1e-4 of, the one trained alone."""
+    for ensemble_model, single_model in zip(together, alone):
+        assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
+        for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("optimizer", optim.available())
 def test_ensemble_trains_the_same_models_as_one_at_a_time(optimizer):
@@ -37,10 +45,8 @@ def test_ensemble_trains_the_same_models_as_one_at_a_time(optimizer):
     members = digit_members(3)
     together = _train(engine_config(optimizer, engine="ensemble", canaries=20), members)
     alone = [_train(engine_config(optimizer, engine="sequential", canaries=20), [member])[0] for member in members]
+    _assert_same_models(together, alone)
     for ensemble_model, single_model in zip(together, alone):
-        assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
-        for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(ensemble_model.metrics.train_loss, single_model.metrics.train_loss, rtol=1e-4)
     assert not torch.equal(next(together[0].model.parameters()), next(together[1].model.parameters()))
 
@@ -50,10 +56,7 @@ def test_ensemble_by_opacus_hooks_trains_the_same_models_as_one_at_a_time(optimi
     members = digit_members(3)
     together = _train(engine_config(optimizer, grad_sample="opacus", canaries=20), members)
     alone = [_train(engine_config(optimizer, engine="sequential", canaries=20), [member])[0] for member in members]
-    for ensemble_model, single_model in zip(together, alone):
-        assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
-        for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_same_models(together, alone)
 
 
 class _Wrapped(nn.Module):
@@ -252,11 +255,8 @@ def test_ensemble_trains_the_same_models_as_one_at_a_time_on_cuda(optimizer, cud
         _train(engine_config(optimizer, device="cuda", engine="sequential", canaries=20), [member])[0]
         for member in members
     ]
-    for ensemble_model, single_model in zip(together, alone):
-        assert ensemble_model.ledger.to_dict() == single_model.ledger.to_dict()
-        for a, b in zip(ensemble_model.model.parameters(), single_model.model.parameters()):
-            assert a.device.type == "cuda"
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _assert_same_models(together, alone)
+    assert all(p.device.type == "cuda" for model in together for p in model.model.parameters())
 
 
 @pytest.mark.gpu
