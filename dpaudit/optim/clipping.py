@@ -22,7 +22,7 @@ from dpaudit._streams import derived_generator
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
-from dpaudit.optim.stacked import _stacked_rows
+from dpaudit.optim.stacked import _stacked_rows, draw_noise_rows
 from dpaudit.settings import SETTINGS, DomainSettings, OptimizerSettings, PSACSettings
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
@@ -177,8 +177,7 @@ class PrivateOptimizer(Optimizer):
             return super().step_together(optimizers, realized_batch_sizes)
         (factor,), hyper, sigma_dp = factors, group[0].hyper, group[0].sigma_dp
         noise, noise_rows = rows.noise()
-        for optimizer, row in zip(group, noise_rows):
-            optimizer._step_noise(out=row)
+        draw_noise_rows(group, noise_rows)
         updates = torch._foreach_div(rows.sums, hyper.expected_batch_size)
         torch._foreach_add_(updates, noise, alpha=sigma_dp * factor)
         torch._foreach_add_(rows.params, updates, alpha=-hyper.lr)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,6 +13,11 @@ import torch
 
 if TYPE_CHECKING:
     from dpaudit.optim.base import Optimizer
+    from dpaudit.optim.clipping import PrivateOptimizer
+
+
+#: Rows of at least this many noise values each are drawn side by side by the host's threads (``draw_noise_rows``)
+CONCURRENT_DRAW_VALUES = 2**16
 
 
 @dataclass(eq=False)
@@ -61,3 +69,22 @@ def _stacked_rows(optimizers: Sequence[Optimizer]) -> StackedRows | None:
     ):
         return None
     return stack.rows(first, len(optimizers))
+
+
+def draw_noise_rows(optimizers: Sequence[PrivateOptimizer], rows: Sequence[torch.Tensor]) -> None:
+    """Each optimizer's step noise into its row (``_step_noise(out=row)``); on a CPU with several torch threads and
+    rows of at least :data:`CONCURRENT_DRAW_VALUES` values, side by side in threads. Each optimizer draws from its
+    own generator (torch's CPU normal draw is serial per generator), so the values are those of drawing row after
+    row (11 models of 5.5·10⁵ parameters: 0.57 of the time on 2 cores)."""
+    threads = min(len(rows), torch.get_num_threads())
+    if threads < 2 or rows[0].device.type != "cpu" or rows[0].numel() < CONCURRENT_DRAW_VALUES:
+        for optimizer, row in zip(optimizers, rows):
+            optimizer._step_noise(out=row)
+        return
+    list(_threads(threads, os.getpid()).map(lambda optimizer, row: optimizer._step_noise(out=row), optimizers, rows))
+
+
+@functools.cache
+def _threads(count: int, pid: int) -> ThreadPoolExecutor:
+    """A pool of ``count`` threads of process ``pid`` (a forked child makes its own: it inherits no threads)."""
+    return ThreadPoolExecutor(count, thread_name_prefix="dpaudit-noise")

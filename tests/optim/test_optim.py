@@ -1,5 +1,6 @@
 """One optimizer step against a hand computation; clipping and projection invariants."""
 
+import functools
 import math
 
 import pytest
@@ -9,6 +10,7 @@ from torch import nn
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
+from dpaudit.optim import stacked
 from dpaudit.optim.stacked import _stacked_rows
 
 
@@ -180,9 +182,16 @@ def test_sgd_is_plain_gradient_step():
         ("dpsgd-dc", 0.0),
     ],
 )
-def test_step_together_is_step_model_by_model(name, momentum):
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_step_together_is_step_model_by_model(name, momentum, concurrent, monkeypatch, request):
     """The ensemble's one-pass update on stacked rows gives each model exactly its own ``step`` (own noise
-    stream), also when one model records its release (the canary target, row 0) and so takes its own ``step``."""
+    stream), also when one model records its release (the canary target, row 0) and so takes its own ``step``;
+    also where the rows' noise is drawn by threads side by side (``concurrent``)."""
+    if concurrent:
+        monkeypatch.setattr(stacked, "CONCURRENT_DRAW_VALUES", 1)
+        request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
+        torch.set_num_threads(2)
+        stacked._threads.cache_clear()
     cls = optim.get_spec(name).cls
     hyper = _hyper(cls, momentum=momentum, domain_radius=10.0, noise_decay_unit="step")  # d2p-sgd: z falls every step
     shapes = [(3, 4), (2,), (5,)]  # 19 coordinates: CPU draws of 16 or more take the vectorised path
@@ -220,6 +229,8 @@ def test_step_together_is_step_model_by_model(name, momentum):
         for a, b in zip(mine, theirs):
             assert torch.equal(a, b)
     assert not torch.equal(together_params[1][0], together_params[2][0])
+    if concurrent:
+        assert stacked._threads.cache_info().currsize == (1 if one_pass else 0)  # the threads drew the noise
 
 
 @pytest.mark.parametrize("model_updates", [True, False])
