@@ -75,7 +75,7 @@ def draw_noise_rows(optimizers: Sequence[PrivateOptimizer], rows: Sequence[torch
     """Each optimizer's step noise into its row (``_step_noise(out=row)``); on a CPU with several torch threads and
     rows of at least :data:`CONCURRENT_DRAW_VALUES` values, side by side in threads. Each optimizer draws from its
     own generator (torch's CPU normal draw is serial per generator), so the values are those of drawing row after
-    row (11 models of 5.5·10⁵ parameters: 0.57 of the time on 2 cores)."""
+    row."""
     threads = min(len(rows), torch.get_num_threads())
     if threads < 2 or rows[0].device.type != "cpu" or rows[0].numel() < CONCURRENT_DRAW_VALUES:
         for optimizer, row in zip(optimizers, rows):
