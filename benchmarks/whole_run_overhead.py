@@ -24,8 +24,10 @@ float32) and three online sums of float32 partials that float64 sums take every 
 
 ``ratio_to_floor_in_loop`` (ms added / in-loop floor) is the acceptance's ratio: both are differences of the same
 loop's time. Beside each of the two medians, the quartiles of the repetitions' differences
-(``milliseconds_per_step_added_quartiles``, ``floor_in_loop_quartiles``): where they are wide against the medians,
-the machine's noise, not the code, decides the ratio, and a quieter machine or more repetitions are needed. The
+(``milliseconds_per_step_added_quartiles``, ``floor_in_loop_quartiles``), and ``ratio_to_floor_in_loop_interval``,
+the ratio's 90 % percentile bootstrap interval over the repetitions (each resample draws whole repetitions, so a
+repetition's three trainings stay together): where it is wide, the machine's noise, not the code, decides the ratio,
+and a quieter machine or more repetitions are needed. The
 engine's statistics are computed as the floor's (``dpaudit._online``), so what lies above the floor is the engine's
 own work: the sampler's and the optimizer's passes over the block, the observer and its Python.
 
@@ -208,6 +210,23 @@ def _added_quartiles(seconds: list[float], without: list[float], *, steps: int) 
     return [quartiles[0], quartiles[2]]
 
 
+def _ratio_interval(
+    added: list[float], floor: list[float], without: list[float], *, level: float = 0.9, draws: int = 2000
+) -> list[float]:
+    """The ``level`` percentile bootstrap interval of median(added − without) / median(floor − without) over the
+    repetitions (seconds per training, one entry per repetition in each list), resampling whole repetitions; a fixed
+    seed, so that a record is reproducible from its seconds."""
+    import numpy as np
+
+    differences = np.array([added, floor]) - np.array(without)  # [2, repetitions]
+    picks = np.random.default_rng(0).integers(0, differences.shape[1], size=(draws, differences.shape[1]))
+    medians = np.median(differences[:, picks], axis=2)  # [2, draws]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = medians[0] / medians[1]
+    tail = (1 - level) / 2
+    return [float(value) for value in np.quantile(ratios, [tail, 1 - tail])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--canaries", type=int, nargs="+", default=[20_000, 200_000], help="M, both sides together")
@@ -303,6 +322,9 @@ def main() -> None:
         )
         summary["ratio_to_floor"] = added / floor
         summary["ratio_to_floor_in_loop"] = added / in_loop
+        summary["ratio_to_floor_in_loop_interval"] = _ratio_interval(
+            with_canaries["loop"], times[f"floor_{count}"]["loop"], times["none"]["loop"]
+        )
         summary["floor_loop_ratio"] = 1 + floor * steps / 1e3 / without
         if args.phases:
             summary["phases"] = {

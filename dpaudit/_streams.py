@@ -28,9 +28,15 @@ def derived_rng(rng: np.random.Generator) -> np.random.Generator:
     return np.random.default_rng(_seed(repr(rng.bit_generator.state).encode()))
 
 
-def derived_generator(generator: torch.Generator) -> torch.Generator:
-    """A torch generator on ``generator``'s device, seeded by its current state (``generator`` is not advanced)."""
+def derived_generator(generator: torch.Generator, *, into: torch.Generator | None = None) -> torch.Generator:
+    """A torch generator on ``generator``'s device, seeded by its current state (``generator`` is not advanced).
+
+    Args:
+        generator: the generator whose state seeds the derived one.
+        into: a generator on that device to seed and return (the same stream as a new one's, without making one at
+            every step); None: a new one.
+    """
     import torch
 
-    state = generator.get_state()
-    return torch.Generator(device=generator.device).manual_seed(_seed(state.cpu().numpy().tobytes()) >> 1)
+    seed = _seed(generator.get_state().cpu().numpy().tobytes()) >> 1
+    return (torch.Generator(device=generator.device) if into is None else into).manual_seed(seed)

@@ -43,3 +43,17 @@ def test_the_phases_timers_time_every_part_of_the_loop_and_change_nothing(tmp_pa
     # and the engine is as it was
     assert {name: train._ModelRun.__dict__[name] for name in engine} == engine
     assert train._gradient_engine is gradient_engine and PrivateOptimizer.__dict__["step_together"] is step_together
+
+
+def test_the_ratios_bootstrap_interval_holds_the_ratio_and_narrows_with_quiet_repetitions():
+    without = [1.0, 1.2, 0.9, 1.1, 1.0]
+    # every repetition adds the same: each resample's medians are those, and the interval is the ratio itself
+    steady = OVERHEAD._ratio_interval([t + 0.3 for t in without], [t + 0.2 for t in without], without)
+    np.testing.assert_allclose(steady, [1.5, 1.5])
+    # noisy repetitions: a wide interval around the ratio of the medians (0.3 / 0.2)
+    rng = np.random.default_rng(1)
+    without = list(rng.uniform(1.0, 1.5, size=41))
+    added = [t + 0.3 + rng.normal(0, 0.2) for t in without]
+    floor = [t + 0.2 + rng.normal(0, 0.2) for t in without]
+    low, high = OVERHEAD._ratio_interval(added, floor, without)
+    assert low < 1.5 < high and high - low > 0.5

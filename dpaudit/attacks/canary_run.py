@@ -122,6 +122,8 @@ WAITING_BYTES = 1 << 24
 # The direct parameter checks (``RunCanaryObservations.noise_check``, ``contribution_check``) read every step's sums
 # over the first this many canaries (a few hundred already catch 15 % less noise; more cost nothing that matters)
 CHECK_CANARIES = 1 << 16
+# The checks' sums of this many bytes of steps' float64 x and x² at most are taken by one matrix product
+CHECK_WORK_BYTES = 1 << 22
 # every iterate (Λ), the final model only (Σ_t x_t), the spread over the steps (Σ_t (x_t/σ_t − mean)²)
 STATISTICS = ("all", "final", "spread")
 NORMALISATION = (
@@ -620,7 +622,9 @@ class RunCanaries(TrainingObserver):
         self._free = [torch.empty_like(self.parameter) for _ in range(rows)] if rows > 1 else []
         if not self.ranked:  # the parameter checks' sums (a ranked support freezes canaries: no noise to measure)
             self._step_sums = torch.zeros((steps, 3), device=self.parameter.device, dtype=torch.float64)
-            self._head = self._step_sums.new_empty((2, len(self._check_weights[0])))
+            covered = len(self._check_weights[0])
+            steps_at_once = max(1, min(rows, CHECK_WORK_BYTES // (2 * covered * self._step_sums.element_size())))
+            self._head = self._step_sums.new_empty((2 * steps_at_once, covered))
 
     def sampled(self, present: npt.NDArray[np.intp]) -> None:
         """The members the run's sampler drew into this step's batch (indices among the members), which join it."""
@@ -673,18 +677,33 @@ class RunCanaries(TrainingObserver):
             else:
                 kept.copy_(torch.mul(torch.stack(updates), scale).to(torch.float32))
             self._recorded += count
+        if self._step_sums is not None:
+            self._check_sums(updates, scale=scale)
         for update, (z, q) in zip(updates, self._waiting_costs):
             self._sums.add(update, contribution=1 / scale, noise_std=self._noise_std(z) / scale, rate=q)
-            if self._step_sums is not None:
-                assert self._head is not None  # attach makes both
-                x, squares = self._head
-                torch.mul(update[:CHECK_CANARIES], scale, out=x)  # float32 x, widened exactly
-                row = self._step_sums[len(self._noise_multipliers)]
-                torch.mv(self._check_weights, x, out=row[:2])
-                torch.dot(self._check_weights[1], torch.mul(x, x, out=squares), out=row[2])
             self._noise_multipliers.append(z)
             self._sample_rates.append(q)
         self._waiting_costs = []
+
+    def _check_sums(self, updates: list[torch.Tensor], *, scale: float) -> None:
+        """The parameter checks' sums of the steps released as ``updates`` (the next rows of ``step_sums``): their
+        x = u·``scale`` (in the block's dtype, widened exactly) and x² over the first canaries, as the rows of one
+        float64 matrix taken by one product with the members' and non-members' 0/1 weights, for as many steps at once
+        as the work buffer (:data:`CHECK_WORK_BYTES`) holds: the weights read once per call, not once per step."""
+        assert self._step_sums is not None and self._head is not None  # attach makes both
+        first, covered = len(self._noise_multipliers), self._head.shape[1]
+        at_once = self._head.shape[0] // 2
+        for start in range(0, len(updates), at_once):
+            chunk = updates[start : start + at_once]
+            count = len(chunk)
+            work = self._head[: 2 * count]
+            for row, update in zip(work, chunk):
+                torch.mul(update[:covered], scale, out=row)
+            torch.mul(work[:count], work[:count], out=work[count:])
+            sums = torch.mm(work, self._check_weights.T)  # [2·count, 2]: (members', non-members') Σx, then Σx²
+            rows = self._step_sums[first + start : first + start + count]
+            rows[:, :2] = sums[:count]
+            rows[:, 2] = sums[count:, 1]
 
     @overload
     def _noise_std(self, z: float) -> float: ...

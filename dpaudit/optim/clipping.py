@@ -43,9 +43,12 @@ class PrivateOptimizer(Optimizer):
     """
 
     pure_factors: ClassVar[bool] = True
-    # caches, and the audit block's noise buffer (reused at every step: at 10⁷ canaries a fresh one costs a page
-    # fault per 4 kB, about as much as the draw itself)
-    transient_state: ClassVar[tuple[str, ...]] = (*Optimizer.transient_state, "_dirac_values", "_block_noise")
+    # caches, the audit block's noise buffer (reused at every step: at 10⁷ canaries a fresh one costs a page fault
+    # per 4 kB, about as much as the draw itself) and the generator its derived stream is reseeded into
+    transient_state: ClassVar[tuple[str, ...]] = (
+        *Optimizer.transient_state,
+        *("_dirac_values", "_block_noise", "_derived_generator"),
+    )
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
@@ -225,8 +228,9 @@ class PrivateOptimizer(Optimizer):
         else a generator derived from the state the model's draws left (``dpaudit._streams``), so that the model's
         later draws are those of a run without the block. Enter it after the model's draws of the step."""
         own = self.generator
-        if not self.audit_joint:
-            self.generator = derived_generator(own)
+        if not self.audit_joint:  # reseeded at every step: one generator, not one per step
+            into = getattr(self, "_derived_generator", None)
+            self.generator = self._derived_generator = derived_generator(own, into=into)
         try:
             yield
         finally:

@@ -487,6 +487,18 @@ def test_the_parameter_checks_per_step_sums_are_those_of_the_kept_observations(d
     np.testing.assert_allclose(observed.step_sums, expected, rtol=1e-12, atol=1e-10)
 
 
+def test_the_per_step_sums_taken_a_few_steps_at_a_time_are_those_of_the_kept_observations(tmp_path, monkeypatch):
+    # the checks' work buffer holds 3 steps' x and x² (float64, 500 canaries), so each epoch's 4 waiting steps are
+    # summed in two products (3 steps, then 1): every step's row is still its own sums
+    monkeypatch.setattr(canary_run, "CHECK_WORK_BYTES", 3 * 2 * 500 * 8)
+    observed = _observed(tmp_path, "dpsgd-gc", sigma_dp=0.05)
+    x = observed.observations.astype(np.float64)
+    covered = observed.members
+    expected = np.stack([x[:, covered].sum(1), x[:, ~covered].sum(1), (x[:, ~covered] ** 2).sum(1)], axis=1)
+    assert observed.step_sums is not None and observed.step_sums.shape == (16, 3)
+    np.testing.assert_allclose(observed.step_sums, expected, rtol=1e-12, atol=1e-10)
+
+
 def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path, monkeypatch):
     kept = _observed(tmp_path / "kept", "dpsgd-gc", sigma_dp=0.05)
     assert kept.observations.shape == (16, 500)  # T·M = 8,000 values: kept by default

@@ -136,6 +136,24 @@ def test_the_audit_blocks_noise_is_the_models_generators_draw():
     assert torch.equal(after.get_state(), reference.get_state())  # as after the model's draw alone
 
 
+def test_every_steps_derived_block_noise_is_seeded_by_the_state_the_models_draw_of_that_step_left():
+    # the generator the block draws from is reseeded at every step (one generator kept, not one made per step): each
+    # step's block noise is still that of a new generator seeded by BLAKE2b-64 of the state after the model's draw
+    params = [torch.zeros(2, 3), torch.zeros(4)]
+    hyper = optim.Hyperparameters(lr=1.0, expected_batch_size=2, dataset_size=10, clip_norm=1.0, sigma_dp=1.0)
+    optimizer = optim.get_spec("dpsgd-gc").cls(params, hyper, generator=torch.Generator().manual_seed(11))
+    optimizer.set_audit_block(1)
+    optimizer.record_updates = True
+    reference = torch.Generator().manual_seed(11)
+    for _ in range(3):
+        optimizer.step(realized_batch_size=2)
+        model = torch.randn(6, generator=reference)
+        digest = hashlib.blake2b(reference.get_state().numpy().tobytes(), digest_size=8).digest()
+        block = torch.randn(4, generator=torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1))
+        released = torch.cat([u.flatten() for u in optimizer.last_update])
+        torch.testing.assert_close(released, torch.cat([model, block]), rtol=0, atol=0)
+
+
 def _observations(sampled: list[int], *, rates: list[float], sampling: str = "poisson", canaries: int = 100):
     """Whole-run canary observations (all zero, half of them members) whose sampler drew ``sampled`` members at the
     steps of ``rates``."""
