@@ -27,9 +27,9 @@ loop's time. Beside each of the two medians, the quartiles of the repetitions' d
 (``milliseconds_per_step_added_quartiles``, ``floor_in_loop_quartiles``), and ``ratio_to_floor_in_loop_interval``,
 the ratio's 90 % percentile bootstrap interval over the repetitions (each resample draws whole repetitions, so a
 repetition's three trainings stay together): where it is wide, the machine's noise, not the code, decides the ratio,
-and a quieter machine or more repetitions are needed. The
-engine's statistics are computed as the floor's (``dpaudit._online``), so what lies above the floor is the engine's
-own work: the sampler's and the optimizer's passes over the block, the observer and its Python.
+and a quieter machine or more repetitions are needed. The engine's statistics are computed as the floor's
+(``dpaudit._online``), so what lies above the floor is the engine's own work: the sampler's and the optimizer's
+passes over the block, the observer and its Python.
 
 ``--phases`` also says where the added time goes: every training is timed part by part inside its loop (``PHASES``:
 the batch's draw with the canaries' presences, the gradients, the observers before and after the update, the
