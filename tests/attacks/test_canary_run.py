@@ -480,11 +480,16 @@ def test_the_parameter_checks_per_step_sums_are_those_of_the_kept_observations(d
     # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x², from the same
     # float32 x widened exactly (so equal to float64 sums of the kept observations, up to the sums' own rounding)
     observed = RunCanaryObservations.load(digits_run / "canaries" / "target" / "canaries_run.npz")
+    assert observed.step_sums is not None and observed.step_sums.shape == (20, 3)
+    np.testing.assert_allclose(observed.step_sums, _kept_step_sums(observed), rtol=1e-12, atol=1e-10)
+
+
+def _kept_step_sums(observed: RunCanaryObservations) -> np.ndarray:
+    """[T, 3] float64 sums of the kept observations over the first CHECK_CANARIES canaries: the members' Σ x, the
+    non-members' Σ x and Σ x²."""
     x = observed.observations.astype(np.float64)[:, : canary_run.CHECK_CANARIES]
     covered = observed.members[: canary_run.CHECK_CANARIES]
-    expected = np.stack([x[:, covered].sum(1), x[:, ~covered].sum(1), (x[:, ~covered] ** 2).sum(1)], axis=1)
-    assert observed.step_sums is not None and observed.step_sums.shape == (20, 3)
-    np.testing.assert_allclose(observed.step_sums, expected, rtol=1e-12, atol=1e-10)
+    return np.stack([x[:, covered].sum(1), x[:, ~covered].sum(1), (x[:, ~covered] ** 2).sum(1)], axis=1)
 
 
 def test_the_per_step_sums_taken_a_few_steps_at_a_time_are_those_of_the_kept_observations(tmp_path, monkeypatch):
@@ -492,11 +497,8 @@ def test_the_per_step_sums_taken_a_few_steps_at_a_time_are_those_of_the_kept_obs
     # summed in two products (3 steps, then 1): every step's row is still its own sums
     monkeypatch.setattr(canary_run, "CHECK_WORK_BYTES", 3 * 2 * 500 * 8)
     observed = _observed(tmp_path, "dpsgd-gc", sigma_dp=0.05)
-    x = observed.observations.astype(np.float64)
-    covered = observed.members
-    expected = np.stack([x[:, covered].sum(1), x[:, ~covered].sum(1), (x[:, ~covered] ** 2).sum(1)], axis=1)
     assert observed.step_sums is not None and observed.step_sums.shape == (16, 3)
-    np.testing.assert_allclose(observed.step_sums, expected, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(observed.step_sums, _kept_step_sums(observed), rtol=1e-12, atol=1e-10)
 
 
 def test_a_large_run_keeps_only_the_statistics_and_old_files_still_load(tmp_path, monkeypatch):
