@@ -82,6 +82,25 @@ def test_per_sample_gradients_equal_vmap(case):
         assert not g.requires_grad
 
 
+@pytest.mark.parametrize("offset", [0.0, 30.0])
+def test_a_first_layer_group_norm_and_one_after_a_convolution_give_vmaps_gradients_far_from_zero_mean_too(offset):
+    # the first GroupNorm's backward pass never runs (nothing before it needs a gradient): its per-sample sums come
+    # from its output gradient; the second's from its backward pass. An input far from zero mean (|μ|/std = 30)
+    # takes Σ g x̂ = (Σ g x − μ Σ g)/std through the difference of two large sums
+    torch.manual_seed(4)
+    model, params = _stack(
+        lambda: nn.Sequential(
+            nn.GroupNorm(1, 3), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.Flatten(), nn.Linear(36, 5)
+        )
+    )
+    params[2] += offset  # the convolution's bias: the second GroupNorm's input mean
+    images, labels = offset + torch.randn(MODELS, WIDTH, 3, 5, 5), torch.randint(0, 5, (MODELS, WIDTH))
+    want, _ = _vmapped_gradients(model)(params, images, labels)
+    got, _ = LayerwiseGradients(model)(params, images, labels)
+    for (name, _), g, w in zip(model.named_parameters(), got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_pooling_before_relu_routes_the_same_gradients_through_ties_and_negative_windows():
     # ReLU → MaxPool2d runs as MaxPool2d → ReLU; average pooling does not commute with ReLU and keeps its place
     torch.manual_seed(3)
