@@ -23,7 +23,6 @@ the vmap path.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -289,8 +288,12 @@ class _GroupNormSums:
         Σ g x̂ = (Σ g x − μ Σ g)/std."""
         gx, summed = self.sums if self.sums is not None else ((g * self.input).sum((-2, -1)), g.sum((-2, -1)))
         per_group = self.input.shape[1] // groups
-        mean, rstd = (values.repeat_interleave(per_group, dim=1) for values in (self.mean, self.rstd))
-        return (gx - mean * summed) * rstd, summed
+        return (gx - _by_channel(self.mean, per_group) * summed) * _by_channel(self.rstd, per_group), summed
+
+
+def _by_channel(per_group: torch.Tensor, channels_per_group: int) -> torch.Tensor:
+    """[W, M·G] values of each (sample, group) → [W, M·C], each group's value on each of its channels."""
+    return per_group.repeat_interleave(channels_per_group, dim=1)
 
 
 class _StackedGroupNorm(torch.autograd.Function):
@@ -336,8 +339,9 @@ class _StackedGroupNorm(torch.autograd.Function):
             shift = -scale_x * mean - b * rstd * s
             scale_g = weight.view(1, groups, per_group) * rstd.unsqueeze(-1)
             shape = (samples, channels, 1, 1)
-            expand = functools.partial(torch.repeat_interleave, repeats=per_group, dim=1)
-            grad_input = torch.addcmul(expand(shift).view(shape), h, expand(scale_x).view(shape))
+            grad_input = torch.addcmul(
+                _by_channel(shift, per_group).view(shape), h, _by_channel(scale_x, per_group).view(shape)
+            )
             grad_input.addcmul_(grad, scale_g.reshape(shape))
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             normalised, _ = ctx.kept.per_channel(grad, groups)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dpaudit import models as model_registry
@@ -11,6 +12,8 @@ from dpaudit.ensemble import EnsembleGradients, _vmapped_gradients, bytes_per_mo
 from dpaudit.layerwise import (
     LayerwiseGradients,
     OuterProducts,
+    _GroupNormSums,
+    _StackedGroupNorm,
     dense,
     largest_unfolded_input,
     sample_norms,
@@ -85,20 +88,43 @@ def test_per_sample_gradients_equal_vmap(case):
 @pytest.mark.parametrize("offset", [0.0, 30.0])
 def test_a_first_layer_group_norm_and_one_after_a_convolution_give_vmaps_gradients_far_from_zero_mean_too(offset):
     # the first GroupNorm's backward pass never runs (nothing before it needs a gradient): its per-sample sums come
-    # from its output gradient; the second's from its backward pass. An input far from zero mean (|μ|/std = 30)
-    # takes Σ g x̂ = (Σ g x − μ Σ g)/std through the difference of two large sums
+    # from its output gradient; the second's from its backward pass. An input far from zero mean (|μ|/std = 30, the
+    # first GroupNorm's) takes Σ g x̂ = (Σ g x − μ Σ g)/std through the difference of two large sums
     torch.manual_seed(4)
     model, params = _stack(
         lambda: nn.Sequential(
             nn.GroupNorm(1, 3), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.Flatten(), nn.Linear(36, 5)
         )
     )
-    params[2] += offset  # the convolution's bias: the second GroupNorm's input mean
+    params[2] += offset  # the convolution's weights: the second GroupNorm's input on a 30× larger scale
     images, labels = offset + torch.randn(MODELS, WIDTH, 3, 5, 5), torch.randint(0, 5, (MODELS, WIDTH))
     want, _ = _vmapped_gradients(model)(params, images, labels)
     got, _ = LayerwiseGradients(model)(params, images, labels)
     for (name, _), g, w in zip(model.named_parameters(), got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_the_stacked_group_norms_backward_pass_and_kept_sums_are_autograds_of_group_norm_far_from_zero_mean():
+    # in float64, so that the formula alone is checked: a channels-last input with |μ|/std = 100, two channels per
+    # group; the input gradient and the per-sample γ and β gradients (from the sums the backward pass keeps) against
+    # autograd through F.group_norm, sample by sample
+    torch.manual_seed(5)
+    samples, channels, groups = 3, 6, 3
+    x = (100.0 + torch.randn(samples, channels, 4, 5, dtype=torch.float64)).contiguous(
+        memory_format=torch.channels_last
+    )
+    weight, bias = torch.randn(channels, dtype=torch.float64), torch.randn(channels, dtype=torch.float64)
+    g = torch.randn(samples, channels, 4, 5, dtype=torch.float64)
+    kept = _GroupNormSums()
+    leaf = x.clone().requires_grad_()
+    (grad_input,) = torch.autograd.grad(_StackedGroupNorm.apply(leaf, weight, bias, groups, 1e-5, kept), leaf, g)
+    per_sample_weight, per_sample_bias = kept.per_channel(g, groups)
+    for i in range(samples):
+        xi, wi, bi = (values.clone().requires_grad_() for values in (x[i : i + 1], weight, bias))
+        want = torch.autograd.grad(F.group_norm(xi, groups, wi, bi, eps=1e-5), (xi, wi, bi), g[i : i + 1])
+        torch.testing.assert_close(grad_input[i : i + 1], want[0], rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(per_sample_weight[i], want[1], rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(per_sample_bias[i], want[2], rtol=1e-9, atol=1e-12)
 
 
 def test_pooling_before_relu_routes_the_same_gradients_through_ties_and_negative_windows():
