@@ -122,8 +122,6 @@ WAITING_BYTES = 1 << 24
 # The direct parameter checks (``RunCanaryObservations.noise_check``, ``contribution_check``) read every step's sums
 # over the first this many canaries (a few hundred already catch 15 % less noise; more cost nothing that matters)
 CHECK_CANARIES = 1 << 16
-# The checks' sums of this many bytes of steps' float64 x and x² at most are taken by one matrix product
-CHECK_WORK_BYTES = 1 << 22
 # every iterate (Λ), the final model only (Σ_t x_t), the spread over the steps (Σ_t (x_t/σ_t − mean)²)
 STATISTICS = ("all", "final", "spread")
 NORMALISATION = (
@@ -525,7 +523,7 @@ class RunCanaries(TrainingObserver):
     # buffers their releases go to and a work buffer; this step's members; what derives from the members
     transient_state: tuple[str, ...] = (
         *("path", "save_every", "_saved_at", "_save_seconds"),
-        *("_waiting", "_free", "_waiting_costs", "_head", "_present", "_member_index", "_check_weights"),
+        *("_waiting", "_free", "_waiting_costs", "_check_work", "_present", "_member_index", "_check_weights"),
     )
 
     def __init__(
@@ -583,11 +581,13 @@ class RunCanaries(TrainingObserver):
         self._waiting: list[torch.Tensor] = []
         self._free: list[torch.Tensor] = []
         self._waiting_costs: list[tuple[float, float]] = []
-        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x²
-        # (``attach``), and a work buffer of their x and x² (float64)
+        # per step, over the first CHECK_CANARIES canaries: the members' Σ x, the non-members' Σ x and Σ x² (float64,
+        # ``attach``); the members' and non-members' 0/1 weights, and work buffers of the waiting steps' sums of u
+        # and of one step's u², in the block's dtype (float32 for a float32 model: ``_check_sums``)
         self._step_sums: torch.Tensor | None = None
-        self._head: torch.Tensor | None = None
-        covered = torch.from_numpy(self.members[:CHECK_CANARIES].astype(np.float64)).to(device)
+        self._check_work: tuple[torch.Tensor, torch.Tensor] | None = None
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        covered = torch.from_numpy(self.members[:CHECK_CANARIES]).to(device=device, dtype=work)
         self._check_weights = torch.stack([covered, 1.0 - covered])
 
     @property
@@ -622,9 +622,8 @@ class RunCanaries(TrainingObserver):
         self._free = [torch.empty_like(self.parameter) for _ in range(rows)] if rows > 1 else []
         if not self.ranked:  # the parameter checks' sums (a ranked support freezes canaries: no noise to measure)
             self._step_sums = torch.zeros((steps, 3), device=self.parameter.device, dtype=torch.float64)
-            covered = len(self._check_weights[0])
-            steps_at_once = max(1, min(rows, CHECK_WORK_BYTES // (2 * covered * self._step_sums.element_size())))
-            self._head = self._step_sums.new_empty((2 * steps_at_once, covered))
+            weights = self._check_weights
+            self._check_work = (weights.new_empty((max(rows, 1), 3)), weights.new_empty(weights.shape[1]))
 
     def sampled(self, present: npt.NDArray[np.intp]) -> None:
         """The members the run's sampler drew into this step's batch (indices among the members), which join it."""
@@ -686,24 +685,23 @@ class RunCanaries(TrainingObserver):
         self._waiting_costs = []
 
     def _check_sums(self, updates: list[torch.Tensor], *, scale: float) -> None:
-        """The parameter checks' sums of the steps released as ``updates`` (the next rows of ``step_sums``): their
-        x = u·``scale`` (in the block's dtype, widened exactly) and x² over the first canaries, as the rows of one
-        float64 matrix taken by one product with the members' and non-members' 0/1 weights, for as many steps at once
-        as the work buffer (:data:`CHECK_WORK_BYTES`) holds: the weights read once per call, not once per step."""
-        assert self._step_sums is not None and self._head is not None  # attach makes both
-        first, covered = len(self._noise_multipliers), self._head.shape[1]
-        at_once = self._head.shape[0] // 2
-        for start in range(0, len(updates), at_once):
-            chunk = updates[start : start + at_once]
-            count = len(chunk)
-            work = self._head[: 2 * count]
-            for row, update in zip(work, chunk):
-                torch.mul(update[:covered], scale, out=row)
-            torch.mul(work[:count], work[:count], out=work[count:])
-            sums = torch.mm(work, self._check_weights.T)  # [2·count, 2]: (members', non-members') Σx, then Σx²
-            rows = self._step_sums[first + start : first + start + count]
-            rows[:, :2] = sums[:count]
-            rows[:, 2] = sums[count:, 1]
+        """The parameter checks' sums of the steps released as ``updates`` (the next rows of ``step_sums``): per step,
+        over the first canaries, the released u's members' and non-members' Σu by one matrix–vector product with their
+        0/1 weights, and the non-members' Σu² as the squares' product with theirs, in the block's dtype (float32 for a
+        float32 model, as the statistics' partial sums: about 1e-7·√M relative, far below the sums' spread between
+        steps); then x = u·``scale`` in float64. Three passes over a step's M values in their own dtype, where widening
+        them to float64 first took twice the memory and a fifth of what the canaries add to a training loop
+        (``benchmarks/whole_run_overhead.py``)."""
+        assert self._step_sums is not None and self._check_work is not None  # attach makes both
+        weights, (sums, squares) = self._check_weights, self._check_work
+        first, covered = len(self._noise_multipliers), weights.shape[1]
+        for row, update in zip(sums[: len(updates)], updates, strict=True):  # at most the waiting steps (attach)
+            head = update[:covered].to(weights.dtype)
+            torch.mv(weights, head, out=row[:2])
+            torch.mul(head, head, out=squares)
+            torch.dot(squares, weights[1], out=row[2])
+        rows = self._step_sums[first : first + len(updates)]
+        rows.copy_(sums[: len(updates)]).mul_(rows.new_tensor([scale, scale, scale * scale]))
 
     @overload
     def _noise_std(self, z: float) -> float: ...
