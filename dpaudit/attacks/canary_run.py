@@ -701,7 +701,9 @@ class RunCanaries(TrainingObserver):
             torch.mul(head, head, out=squares)
             torch.dot(squares, weights[1], out=row[2])
         rows = self._step_sums[first : first + len(updates)]
-        rows.copy_(sums[: len(updates)]).mul_(rows.new_tensor([scale, scale, scale * scale]))
+        rows.copy_(sums[: len(updates)])
+        rows[:, :2] *= scale  # scalars: no host-to-device copy on a GPU
+        rows[:, 2] *= scale * scale
 
     @overload
     def _noise_std(self, z: float) -> float: ...
