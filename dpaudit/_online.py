@@ -31,6 +31,11 @@ PARTIAL_STEPS = 16  # steps summed in the released values' dtype before the floa
 C_TOLERANCE = 1e-9
 
 
+def partial_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype per-step sums of released values of ``dtype`` are taken in: float64 for float64, else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 class OnlineSums:
     """Λ, Σx, Σx/σ and Σx²/σ² of M canaries, added step by step (module docstring).
 
@@ -43,7 +48,7 @@ class OnlineSums:
     transient_state: tuple[str, ...] = ("_buffer", "_values", "_rows")  # scratch, and views of the buffers
 
     def __init__(self, count: int, *, device: torch.device | str, dtype: torch.dtype) -> None:
-        work = torch.float64 if dtype == torch.float64 else torch.float32
+        work = partial_dtype(dtype)
         self.totals = torch.zeros((4, count), dtype=torch.float64, device=device)  # Λ, Σx, Σx/σ, Σx²/σ²
         self._partial = torch.zeros((3, count), dtype=work, device=device)  # Λ's terms, noised·c_window/c, noised²
         self._steps = 0  # steps in the partial sums

@@ -94,7 +94,7 @@ import torch
 
 from dpaudit._device import host_to_device
 from dpaudit._io import atomic_write_stream, read_json, write_json
-from dpaudit._online import OnlineSums
+from dpaudit._online import OnlineSums, partial_dtype
 from dpaudit._validation import DPAuditError, check_choice
 from dpaudit.config import SAMPLING_SCHEMES
 from dpaudit.integrity import verify_file
@@ -520,7 +520,8 @@ class RunCanaries(TrainingObserver):
     reads_updates = True  # the observations are read from the released update
     reads_model_updates = False  # the canary block's alone
     # the output file and when it was written; the steps waiting to be summed (none at an epoch end), the free
-    # buffers their releases go to and a work buffer; this step's members; what derives from the members
+    # buffers their releases go to and the parameter checks' work buffers; this step's members; what derives from the
+    # members
     transient_state: tuple[str, ...] = (
         *("path", "save_every", "_saved_at", "_save_seconds"),
         *("_waiting", "_free", "_waiting_costs", "_check_work", "_present", "_member_index", "_check_weights"),
@@ -586,8 +587,7 @@ class RunCanaries(TrainingObserver):
         # and of one step's u², in the block's dtype (float32 for a float32 model: ``_check_sums``)
         self._step_sums: torch.Tensor | None = None
         self._check_work: tuple[torch.Tensor, torch.Tensor] | None = None
-        work = torch.float64 if dtype == torch.float64 else torch.float32
-        covered = torch.from_numpy(self.members[:CHECK_CANARIES]).to(device=device, dtype=work)
+        covered = torch.from_numpy(self.members[:CHECK_CANARIES]).to(device=device, dtype=partial_dtype(dtype))
         self._check_weights = torch.stack([covered, 1.0 - covered])
 
     @property
