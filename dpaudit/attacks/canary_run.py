@@ -689,9 +689,8 @@ class RunCanaries(TrainingObserver):
         over the first canaries, the released u's members' and non-members' Σu by one matrix–vector product with their
         0/1 weights, and the non-members' Σu² as the squares' product with theirs, in the block's dtype (float32 for a
         float32 model, as the statistics' partial sums: about 1e-7·√M relative, far below the sums' spread between
-        steps); then x = u·``scale`` in float64. Three passes over a step's M values in their own dtype, where widening
-        them to float64 first took twice the memory and a fifth of what the canaries add to a training loop
-        (``benchmarks/whole_run_overhead.py``)."""
+        steps); then x = u·``scale`` in float64. Three passes over a step's M values in their own dtype, not over
+        float64 copies of twice their size (what they add to a training loop: ``benchmarks/whole_run_overhead.py``)."""
         assert self._step_sums is not None and self._check_work is not None  # attach makes both
         weights, (sums, squares) = self._check_weights, self._check_work
         first, covered = len(self._noise_multipliers), weights.shape[1]
