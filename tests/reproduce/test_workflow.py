@@ -300,6 +300,8 @@ def test_schema_knows_every_registered_optimizer_model_and_dataset():
     assert sorted(schema["$defs"]["support_optimizer_name"]["enum"]) == sorted(learned)
     norm_weighted = [name for name in optim.available() if optim.get_spec(name).cls.takes_dirac_records()]
     assert sorted(schema["$defs"]["whole_run_optimizer_name"]["enum"]) == sorted(norm_weighted)
+    no_claim = [name for name in optim.available() if not optim.get_spec(name).dp_claim]
+    assert sorted(schema["$defs"]["no_dp_claim_optimizer_name"]["enum"]) == sorted(no_claim)
 
 
 def test_slurm_profile_parses_and_builds_the_paper_dag(workflow_copy):

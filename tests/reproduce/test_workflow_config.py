@@ -3,8 +3,11 @@ registry's declared inputs that the rules read."""
 
 import copy
 import inspect
+import json
+import os
 import re
 import shlex
+import subprocess
 import sys
 import types
 
@@ -502,9 +505,8 @@ def test_the_dvc_stage_depends_on_all_the_code_its_jobs_run():
     assert {"__pycache__/", "*.pyc"} <= set((ROOT / ".dvcignore").read_text().splitlines())
 
 
-def test_the_black_box_rung_takes_the_dp_claiming_poisson_runs_that_fit_and_says_why_it_leaves_out_the_others():
-    from reproduce.pipeline_config import black_box_settings, black_box_unfit
-
+def _black_box_case() -> tuple[dict, dict]:
+    """Runs of every kind the black-box rung leaves out or takes, and the audit section they run under."""
     runs = {
         "dpsgd-gc": {},
         "adadpigu": {"retention_ratio": 0.6},
@@ -518,7 +520,14 @@ def test_the_black_box_rung_takes_the_dp_claiming_poisson_runs_that_fit_and_says
     audit["black_box"]["settings"]["model"] = "mlp"
     audit["black_box"]["run_settings"] = {"d2p2-sgd": {"model": "linear"}}
     audit["black_box"]["skip"] = ["tp-topk"]
-    reasons = black_box_unfit(runs, audit=audit)
+    return runs, audit
+
+
+def test_the_black_box_rung_takes_the_dp_claiming_poisson_runs_that_fit_and_says_why_it_leaves_out_the_others():
+    from reproduce.pipeline_config import black_box_settings, black_box_unfit
+
+    runs, audit = _black_box_case()
+    reasons = black_box_unfit(runs, audit=audit, schema=SCHEMA)
     assert [name for name in runs if name not in reasons] == ["dpsgd-gc", "adadpigu", "d2p2-sgd"]
     assert set(reasons) == {"dp2-sgd", "dpsgd-no-noise", "shuffled", "tp-topk"}
     assert "20,624,158 entries per model on mlp" in reasons["dp2-sgd"]  # 64·128 weights × ⌊0.3·8192⌋ + … (mlp)
@@ -526,3 +535,56 @@ def test_the_black_box_rung_takes_the_dp_claiming_poisson_runs_that_fit_and_says
     settings = black_box_settings("d2p2-sgd", runs=runs, audit=audit)  # run_settings over settings over the run's
     assert (settings["model"], settings["reduction_rate"], settings["eval_epochs"]) == ("linear", 0.3, [10])
     assert (settings["canaries"], settings["num_shadows"]) == (0, 0) and "trials" not in settings
+
+
+# what the Snakefile calls while it parses, in a fresh Python as Snakemake's process is: it reads params.yaml
+_PARSE_TIME = """
+import json, sys, yaml
+from reproduce.pipeline_config import black_box_unfit, check_pipeline_config, whole_run_names
+case, schema, params = json.load(sys.stdin), yaml.safe_load(open(sys.argv[1])), yaml.safe_load(open(sys.argv[2]))
+check_pipeline_config(config=params, schema=schema)
+print(json.dumps({
+    "whole_run": whole_run_names(case["runs"], schema=schema),
+    "unfit": black_box_unfit(case["runs"], audit=case["audit"], schema=schema),
+    "torch": "torch" in sys.modules,
+}))
+"""
+
+
+def test_the_pipelines_parse_time_checks_leave_torch_out_of_snakemakes_process_with_the_same_answers():
+    # Snakemake's process parses the pipeline, then schedules it to its end: torch in it would hold about 0.5 GB
+    # through every job. The black-box rung's projections are sized by a child Python there (dp2-sgd on mlp: unfit);
+    # the answers are those of this process, which has torch
+    from dpaudit import optim  # with torch: here the projections are sized in this process
+    from reproduce.pipeline_config import black_box_unfit, whole_run_names
+
+    runs, audit = _black_box_case()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _PARSE_TIME,
+            str(ROOT / "workflow/schemas/params.schema.yaml"),
+            str(ROOT / "params.yaml"),
+        ],
+        input=json.dumps({"runs": runs, "audit": audit}),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "workflow"), os.environ.get("PYTHONPATH", "")])},
+    )
+    parsed = json.loads(child.stdout)
+    assert parsed["torch"] is False
+    assert parsed["unfit"] == black_box_unfit(runs, audit=audit, schema=SCHEMA)
+    assert "entries per model on mlp" in parsed["unfit"]["dp2-sgd"]  # sized, by the child
+    assert parsed["whole_run"] == whole_run_names(runs, schema=SCHEMA)
+    assert parsed["whole_run"] == [  # every run here fits whole-run canaries: those whose optimizer claims DP
+        name for name, settings in runs.items() if optim.get_spec(settings.get("optimizer", name)).dp_claim
+    ]
+
+
+def test_a_child_that_cannot_size_the_projections_gives_one_line():
+    from reproduce.pipeline_config import _unfit_in_child
+
+    with pytest.raises(DPAuditError, match=r"^params audit.black_box: building the rung's models .* failed: \S"):
+        _unfit_in_child({"dp2-sgd": {"optimizer": "dp2-sgd", "model": "no-such-model"}})

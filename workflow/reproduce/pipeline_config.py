@@ -8,9 +8,15 @@ single job, so that a bad parameter fails in one line naming it instead of insid
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -56,10 +62,10 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
 
     Call it after the config has passed the schema; it reads the schema's lists of optimizer names
     (``$defs``: ``optimizer_name``, ``projection_optimizer_name``, ``support_optimizer_name``,
-    ``whole_run_optimizer_name``). It first walks the whole config: every string, key or value, must be a safe name
-    (:data:`SAFE_NAME`) and every number finite, wherever it is, so that a gap in the schema cannot let a shell
-    metacharacter or a NaN through; then it validates the config against the schema again with stricter types
-    (:data:`StrictValidator`: an integer field refuses 36.0, a number field NaN and ±inf).
+    ``whole_run_optimizer_name``, ``no_dp_claim_optimizer_name``). It first walks the whole config: every string,
+    key or value, must be a safe name (:data:`SAFE_NAME`) and every number finite, wherever it is, so that a gap in
+    the schema cannot let a shell metacharacter or a NaN through; then it validates the config against the schema
+    again with stricter types (:data:`StrictValidator`: an integer field refuses 36.0, a number field NaN and ±inf).
 
     Args:
         config: The pipeline parameters (params.yaml or a preset), already validated against ``schema``.
@@ -101,7 +107,7 @@ def check_pipeline_config(*, config: Mapping[str, Any], schema: Mapping[str, Any
     _check_validation(config["audit"], runs=runs, schema=schema)
     _check_whole_run(config["audit"]["whole_run"], runs=runs, schema=schema)
     if "black_box" in config["audit"]:
-        _check_black_box(config["audit"], runs=runs)
+        _check_black_box(config["audit"], runs=runs, schema=schema)
 
 
 def _where(path: list[str | int]) -> str:
@@ -201,15 +207,16 @@ def _check_validation(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[st
 
 def whole_run_names(runs: Mapping[str, Mapping[str, Any]], *, schema: Mapping[str, Any]) -> list[str]:
     """The runs of ``optimizers.runs`` (name → settings) that the pipeline audits with whole-run canaries: those
-    whose optimizer claims DP and the design fits (the schema's ``whole_run_optimizer_name``), in their order."""
-    from dpaudit.optim import get_spec
+    whose optimizer claims DP (not in the schema's ``no_dp_claim_optimizer_name``) and the design fits (its
+    ``whole_run_optimizer_name``), in their order."""
+    fits = set(schema["$defs"]["whole_run_optimizer_name"]["enum"]) - _no_dp_claim(schema)
+    return [name for name, settings in runs.items() if settings.get("optimizer", name) in fits]
 
-    fits = set(schema["$defs"]["whole_run_optimizer_name"]["enum"])
-    return [
-        name
-        for name, settings in runs.items()
-        if settings.get("optimizer", name) in fits and get_spec(settings.get("optimizer", name)).dp_claim
-    ]
+
+def _no_dp_claim(schema: Mapping[str, Any]) -> set[str]:
+    """The optimizers that make no DP claim, from the schema (the registry's ``dp_claim``, mirrored there so that
+    Snakemake's process, which parses the pipeline and then schedules it to its end, never imports torch)."""
+    return set(schema["$defs"]["no_dp_claim_optimizer_name"]["enum"])
 
 
 def black_box_settings(name: str, *, runs: Mapping[str, Mapping[str, Any]], audit: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,35 +242,84 @@ def black_box_settings(name: str, *, runs: Mapping[str, Mapping[str, Any]], audi
     return settings
 
 
-def black_box_unfit(runs: Mapping[str, Mapping[str, Any]], *, audit: Mapping[str, Any]) -> dict[str, str]:
+def black_box_unfit(
+    runs: Mapping[str, Mapping[str, Any]], *, audit: Mapping[str, Any], schema: Mapping[str, Any]
+) -> dict[str, str]:
     """Run of ``optimizers.runs`` → why the black-box rung (``audit.black_box``) leaves it out, for those it leaves
-    out: no DP claim, shuffled sampling, in ``skip``, or its rung settings unfit for the many-models design
-    (:func:`dpaudit.blackbox.many_models_unfit`: a projection too large for thousands of models)."""
-    from dpaudit.blackbox import many_models_unfit
-    from dpaudit.config import TrainConfig
-    from dpaudit.optim import get_spec
-
-    reasons = {}
+    out (in their order): no DP claim (the schema's ``no_dp_claim_optimizer_name``), shuffled sampling, in ``skip``,
+    or its rung settings unfit for the many-models design (:func:`many_models_unfit`)."""
+    reasons, rung = {}, {}
     for name, settings in runs.items():
-        if not get_spec(settings.get("optimizer", name)).dp_claim:
+        if settings.get("optimizer", name) in _no_dp_claim(schema):
             reasons[name] = "no DP claim"
         elif settings.get("sampling") == "shuffle":
             reasons[name] = "shuffled sampling (the audit reads q = b/n of Poisson sampling)"
         elif name in audit["black_box"].get("skip", []):
             reasons[name] = "in audit.black_box.skip"
         else:
-            unfit = many_models_unfit(config=TrainConfig.from_dict(black_box_settings(name, runs=runs, audit=audit)))
-            if unfit:
-                reasons[name] = unfit
+            rung[name] = black_box_settings(name, runs=runs, audit=audit)
+    reasons.update({name: reason for name, reason in many_models_unfit(rung, schema=schema).items() if reason})
+    return {name: reasons[name] for name in runs if name in reasons}
+
+
+def many_models_unfit(settings: Mapping[str, Mapping[str, Any]], *, schema: Mapping[str, Any]) -> dict[str, str | None]:
+    """Run → why the many-models design does not suit its flat ``TrainConfig`` settings (None: it does;
+    :func:`dpaudit.blackbox.many_models_unfit`: a projection too large for thousands of models).
+
+    Only a projected optimizer (the schema's ``projection_optimizer_name``) can be unfit, and telling means building
+    its model, which imports torch. Snakemake's process calls this while it parses the pipeline, then schedules the
+    pipeline to its end, and torch would stay in it (about 0.5 GB) for nothing: where torch is not imported yet, a
+    child Python builds the models (:func:`_unfit_in_child`)."""
+    projection = set(schema["$defs"]["projection_optimizer_name"]["enum"])
+    projected = {name: values for name, values in settings.items() if values["optimizer"] in projection}
+    reasons: dict[str, str | None] = dict.fromkeys(settings)
+    if projected:
+        reasons.update((_unfit_here if "torch" in sys.modules else _unfit_in_child)(projected))
     return reasons
 
 
-def _check_black_box(audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]]) -> None:
+def _unfit_here(settings: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+    """:func:`dpaudit.blackbox.many_models_unfit` of each run's flat settings, in this process."""
+    from dpaudit.blackbox import many_models_unfit as unfit
+    from dpaudit.config import TrainConfig
+
+    return {name: unfit(config=TrainConfig.from_dict(values)) for name, values in settings.items()}
+
+
+def _unfit_in_child(settings: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+    """:func:`_unfit_here` in a child Python (this module run as a script): the settings go as JSON on its standard
+    input, the reasons come back as JSON on its output; no shell, no string of the config on a command line. The
+    parse asks twice (the config's check, then the rung's jobs): one child answers both."""
+    return json.loads(_unfit_in_child_json(json.dumps(settings, sort_keys=True)))
+
+
+@functools.cache
+def _unfit_in_child_json(settings: str) -> str:
+    package = str(Path(__file__).resolve().parents[1])  # the folder of the package reproduce, for the child's imports
+    child = subprocess.run(
+        [sys.executable, "-m", "reproduce.pipeline_config"],
+        input=settings,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package, os.environ.get("PYTHONPATH"))))},
+    )
+    if child.returncode:
+        last = (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        raise DPAuditError(
+            f"params audit.black_box: building the rung's models to size their projections failed: {last}"
+        )
+    return child.stdout
+
+
+def _check_black_box(
+    audit: Mapping[str, Any], *, runs: Mapping[str, Mapping[str, Any]], schema: Mapping[str, Any]
+) -> None:
     """``audit.black_box``: a run it audits, at target ε the ladder has (``audit.target_epsilons``)."""
     unknown = sorted(set(audit["black_box"].get("skip", [])) - set(runs))
     if unknown:
         raise DPAuditError(f"params audit.black_box.skip: {unknown[0]!r} is not a run of optimizers.runs")
-    if set(runs) <= set(black_box_unfit(runs, audit=audit)):
+    if set(runs) <= set(black_box_unfit(runs, audit=audit, schema=schema)):
         raise DPAuditError(
             "params audit.black_box: no run of optimizers.runs has a DP-claiming, Poisson-sampled optimizer that the "
             "many-models design fits (e.g. dpsgd-gc); remove the section or add one"
@@ -298,3 +354,7 @@ def _check_whole_run(whole_run: Mapping[str, Any], *, runs: Mapping[str, Mapping
             raise DPAuditError(f"{where}: give exactly one of optimizer (a broken variant) and sampling")
         if "sampling" in bug and bug["sampling"] == runs[bug["twin"]].get("sampling", "poisson"):
             raise DPAuditError(f"{where}: sampling {bug['sampling']!r} is the twin's own; the bug must depart from it")
+
+
+if __name__ == "__main__":  # the child of _unfit_in_child: run → flat settings on stdin, run → reason on stdout
+    json.dump(_unfit_here(json.load(sys.stdin)), sys.stdout)

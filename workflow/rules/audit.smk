@@ -50,7 +50,7 @@ AUD_SECTIONS = {  # folder → (run settings by name, common settings, trials, a
 # design fits (black_box_settings: audit.black_box's settings over the cross-optimizer ones and the run's own), K models
 # each, scored by `dpaudit blackbox`; the ladder names why it leaves out the others (BLACK_BOX_UNFIT)
 BLACK_BOX = AUD.get("black_box")
-BLACK_BOX_UNFIT = black_box_unfit(OPT_SETTINGS, audit=AUD) if BLACK_BOX else {}
+BLACK_BOX_UNFIT = black_box_unfit(OPT_SETTINGS, audit=AUD, schema=SCHEMA) if BLACK_BOX else {}
 BLACK_BOX_NAMES = [name for name in OPT_SETTINGS if name not in BLACK_BOX_UNFIT] if BLACK_BOX else []
 
 
