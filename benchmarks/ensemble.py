@@ -135,6 +135,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here")
     steps_per_epoch, epochs = workload_epochs(args)
     if args.memory_budget_mb is None:
         args.memory_budget_mb = torch.cuda.mem_get_info()[0] / 4 / 2**20 if args.device == "cuda" else 2048.0

@@ -29,6 +29,29 @@ def quiet_torch():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def cuda_without_tf32():
+    """CUDA with float32 matrix and convolution arithmetic (PyTorch lets cuDNN use TF32, 10-bit mantissas, by
+    default), so that ensemble and one-at-a-time runs differ only by summation order, as on the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    """Where a test's tensors live: the CPU, and CUDA without TF32 (``cuda_without_tf32``) as a ``gpu`` test, which
+    the default run deselects and ``pytest -m gpu`` runs where a CUDA device is."""
+    if request.param == "cuda":
+        request.getfixturevalue("cuda_without_tf32")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def tiny_config():
     """A digits configuration small enough to train 1 target + 2 shadows in seconds."""

@@ -158,3 +158,15 @@ def test_run_folder_names_only_through_rundir():
             found += _literal_layout_names(path)
     assert found == [], "use dpaudit.rundir.RunDir / ModelDir:\n" + "\n".join(found)
     assert _literal_layout_names(PACKAGE / "rundir.py"), "the check found nothing in rundir.py: it checks nothing"
+
+
+def test_the_gpu_checks_script_runs_every_module_that_holds_gpu_tests():
+    # a gpu test is marked `gpu` or takes the fixture `device` (its CUDA case) or `cuda_without_tf32`
+    script = (ROOT / "tools" / "gpu_checks.sh").read_text()
+    listed = set(re.search(r"\nmodules=\(([^)]*)\)", script).group(1).split())
+    holding = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if re.search(r"@pytest\.mark\.gpu|\bdef test_\w*\([^)]*\b(device|cuda_without_tf32)\b", path.read_text())
+    }
+    assert holding == listed

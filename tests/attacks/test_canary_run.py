@@ -238,6 +238,50 @@ def test_the_models_train_bit_identically_with_or_without_whole_run_canaries(nam
         assert a.metrics.train_loss == b.metrics.train_loss and a.ledger.to_dict() == b.ledger.to_dict()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "name, engine", [("dpsgd-gc", "ensemble"), ("d2p2-sgd", "ensemble"), ("adadpigu", "sequential")]
+)
+def test_on_cuda_the_models_train_as_without_whole_run_canaries(name, engine, cuda_without_tf32):
+    """The derived streams on a CUDA generator (its state is a seed and an offset): the model's noise and batches are
+    those of a run without canaries. CUDA's kernels need not sum in one order from run to run, so the parameters agree
+    to rounding; another noise stream would move them by about lr·σ_DP per step, far outside the tolerance."""
+    plain = train_models(
+        config=engine_config(name, engine=engine, device="cuda"),
+        members=digit_members(2),
+        test_data=None,
+        progress=False,
+    )
+    config = engine_config(name, engine=engine, device="cuda", canaries=300, canary_design="whole-run")
+    audited = train_models(config=config, members=digit_members(2), test_data=None, progress=False)
+    for a, b in zip(plain, audited):
+        assert a.ledger.to_dict() == b.ledger.to_dict()
+        for p, q in zip(a.model.parameters(), b.model.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_canaries_observe_their_presences_and_the_checks_sum_the_observations(tmp_path, cuda_without_tf32):
+    _assert_observes_presences_and_sums_checks(tmp_path, device="cuda")
+
+
+def _assert_observes_presences_and_sums_checks(tmp_path, *, device: str) -> None:
+    """The insertion, the observations and the parameter checks' float32 sums (``torch.mv`` and ``torch.dot`` into
+    views of the block's buffers) on ``device``: without noise a canary's observation is its Poisson presence; with
+    noise the step sums are the kept observations' up to float32 summation (n·2⁻²⁴·Σ|term|)."""
+    bare = _observed(tmp_path / "bare", "dpsgd-no-noise", device=device)
+    assert np.all(bare.observations[:, ~bare.members] == 0)
+    presences = bare.observations[:, bare.members]
+    np.testing.assert_allclose(presences, np.round(presences), atol=1e-5)
+    assert set(np.round(presences).ravel().tolist()) == {0.0, 1.0}
+    noisy = _observed(tmp_path / "noisy", "dpsgd-gc", device=device, sigma_dp=0.05)
+    assert noisy.step_sums is not None and noisy.step_sums.shape == (16, 3)
+    exact, magnitudes = _kept_step_sums(noisy), _kept_step_sums(noisy, absolute=True)
+    terms = min(noisy.members.size, canary_run.CHECK_CANARIES)
+    assert np.all(np.abs(noisy.step_sums - exact) <= terms * 2.0**-24 * magnitudes)
+    assert np.abs(noisy.step_sums - exact).max() > 0  # float32's rounding: not the float64 sums
+
+
 def _observed(tmp_path, name: str, **changes) -> RunCanaryObservations:
     config = engine_config(name, canaries=500, canary_design="whole-run", epochs=4, **changes)
     member = replace(digit_members(1)[0], out_dir=tmp_path / "target")

@@ -234,18 +234,6 @@ def test_engine_choices_are_validated():
         )
 
 
-@pytest.fixture
-def cuda_without_tf32():
-    """CUDA with float32 matrix and convolution arithmetic (PyTorch lets cuDNN use TF32, 10-bit mantissas, by
-    default), so that ensemble and one-at-a-time runs differ only by summation order, as on the CPU."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("optimizer", optim.available())
 def test_ensemble_trains_the_same_models_as_one_at_a_time_on_cuda(optimizer, cuda_without_tf32):

@@ -63,18 +63,19 @@ CASES = {
 }
 
 
-def _stack(build):
-    models = [build() for _ in range(MODELS)]  # different random initialisations
+def _stack(build, device: str = "cpu"):
+    models = [build().to(device) for _ in range(MODELS)]  # different random initialisations
     names = [name for name, _ in models[0].named_parameters()]
     return models[0], [torch.stack([dict(m.named_parameters())[name].detach() for m in models]) for name in names]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_per_sample_gradients_equal_vmap(case):
+def test_per_sample_gradients_equal_vmap(case, device):
     build, shape, classes = CASES[case]
     torch.manual_seed(0)
-    model, params = _stack(build)
-    images, labels = torch.randn(MODELS, WIDTH, *shape), torch.randint(0, classes, (MODELS, WIDTH))
+    model, params = _stack(build, device)
+    images = torch.randn(MODELS, WIDTH, *shape, device=device)
+    labels = torch.randint(0, classes, (MODELS, WIDTH), device=device)
     want, want_losses = _vmapped_gradients(model)(params, images, labels)
     got, losses = LayerwiseGradients(model)(params, images, labels)
     torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
@@ -86,7 +87,9 @@ def test_per_sample_gradients_equal_vmap(case):
 
 
 @pytest.mark.parametrize("offset", [0.0, 30.0])
-def test_a_first_layer_group_norm_and_one_after_a_convolution_give_vmaps_gradients_far_from_zero_mean_too(offset):
+def test_a_first_layer_group_norm_and_one_after_a_convolution_give_vmaps_gradients_far_from_zero_mean_too(
+    offset, device
+):
     # the first GroupNorm's backward pass never runs (nothing before it needs a gradient): its per-sample sums come
     # from its output gradient; the second's from its backward pass. An input far from zero mean (|μ|/std = 30, the
     # first GroupNorm's) takes Σ g x̂ = (Σ g x − μ Σ g)/std through the difference of two large sums
@@ -94,27 +97,29 @@ def test_a_first_layer_group_norm_and_one_after_a_convolution_give_vmaps_gradien
     model, params = _stack(
         lambda: nn.Sequential(
             nn.GroupNorm(1, 3), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.Flatten(), nn.Linear(36, 5)
-        )
+        ),
+        device,
     )
     params[2] += offset  # the convolution's weights: the second GroupNorm's input on a 30× larger scale
-    images, labels = offset + torch.randn(MODELS, WIDTH, 3, 5, 5), torch.randint(0, 5, (MODELS, WIDTH))
+    images = offset + torch.randn(MODELS, WIDTH, 3, 5, 5, device=device)
+    labels = torch.randint(0, 5, (MODELS, WIDTH), device=device)
     want, _ = _vmapped_gradients(model)(params, images, labels)
     got, _ = LayerwiseGradients(model)(params, images, labels)
     for (name, _), g, w in zip(model.named_parameters(), got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_the_stacked_group_norms_backward_pass_and_kept_sums_are_autograds_of_group_norm_far_from_zero_mean():
+def test_the_stacked_group_norms_backward_pass_and_kept_sums_are_autograds_of_group_norm_far_from_zero_mean(device):
     # in float64, so that the formula alone is checked: a channels-last input with |μ|/std = 100, two channels per
     # group; the input gradient and the per-sample γ and β gradients (from the sums the backward pass keeps) against
     # autograd through F.group_norm, sample by sample
     torch.manual_seed(5)
     samples, channels, groups = 3, 6, 3
-    x = (100.0 + torch.randn(samples, channels, 4, 5, dtype=torch.float64)).contiguous(
+    x = (100.0 + torch.randn(samples, channels, 4, 5, dtype=torch.float64, device=device)).contiguous(
         memory_format=torch.channels_last
     )
-    weight, bias = torch.randn(channels, dtype=torch.float64), torch.randn(channels, dtype=torch.float64)
-    g = torch.randn(samples, channels, 4, 5, dtype=torch.float64)
+    weight, bias = (torch.randn(channels, dtype=torch.float64, device=device) for _ in range(2))
+    g = torch.randn(samples, channels, 4, 5, dtype=torch.float64, device=device)
     kept = _GroupNormSums()
     leaf = x.clone().requires_grad_()
     (grad_input,) = torch.autograd.grad(_StackedGroupNorm.apply(leaf, weight, bias, groups, 1e-5, kept), leaf, g)
@@ -154,11 +159,11 @@ def test_pooling_before_relu_routes_the_same_gradients_through_ties_and_negative
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)
 
 
-def test_weighted_batch_gradients_equal_vmap():
+def test_weighted_batch_gradients_equal_vmap(device):
     torch.manual_seed(1)
-    model, params = _stack(CASES["cnn (GroupNorm, 32×32)"][0])
-    images, labels = torch.randn(MODELS, WIDTH, 3, 32, 32), torch.randint(0, 10, (MODELS, WIDTH))
-    weights = torch.rand(MODELS, WIDTH)
+    model, params = _stack(CASES["cnn (GroupNorm, 32×32)"][0], device)
+    images = torch.randn(MODELS, WIDTH, 3, 32, 32, device=device)
+    labels, weights = torch.randint(0, 10, (MODELS, WIDTH), device=device), torch.rand(MODELS, WIDTH, device=device)
     want, want_losses = _vmapped_gradients(model)(params, images, labels, weights)
     got, losses = LayerwiseGradients(model)(params, images, labels, weights)
     torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
