@@ -247,7 +247,7 @@ def black_box_unfit(
 ) -> dict[str, str]:
     """Run of ``optimizers.runs`` → why the black-box rung (``audit.black_box``) leaves it out, for those it leaves
     out (in their order): no DP claim (the schema's ``no_dp_claim_optimizer_name``), shuffled sampling, in ``skip``,
-    or its rung settings unfit for the many-models design (:func:`many_models_unfit`)."""
+    or its rung settings unfit for the many-models design (:func:`_projections_unfit`)."""
     reasons, rung = {}, {}
     for name, settings in runs.items():
         if settings.get("optimizer", name) in _no_dp_claim(schema):
@@ -258,11 +258,13 @@ def black_box_unfit(
             reasons[name] = "in audit.black_box.skip"
         else:
             rung[name] = black_box_settings(name, runs=runs, audit=audit)
-    reasons.update({name: reason for name, reason in many_models_unfit(rung, schema=schema).items() if reason})
+    reasons.update({name: reason for name, reason in _projections_unfit(rung, schema=schema).items() if reason})
     return {name: reasons[name] for name in runs if name in reasons}
 
 
-def many_models_unfit(settings: Mapping[str, Mapping[str, Any]], *, schema: Mapping[str, Any]) -> dict[str, str | None]:
+def _projections_unfit(
+    settings: Mapping[str, Mapping[str, Any]], *, schema: Mapping[str, Any]
+) -> dict[str, str | None]:
     """Run → why the many-models design does not suit its flat ``TrainConfig`` settings (None: it does;
     :func:`dpaudit.blackbox.many_models_unfit`: a projection too large for thousands of models).
 
@@ -280,10 +282,10 @@ def many_models_unfit(settings: Mapping[str, Mapping[str, Any]], *, schema: Mapp
 
 def _unfit_here(settings: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
     """:func:`dpaudit.blackbox.many_models_unfit` of each run's flat settings, in this process."""
-    from dpaudit.blackbox import many_models_unfit as unfit
+    from dpaudit.blackbox import many_models_unfit
     from dpaudit.config import TrainConfig
 
-    return {name: unfit(config=TrainConfig.from_dict(values)) for name, values in settings.items()}
+    return {name: many_models_unfit(config=TrainConfig.from_dict(values)) for name, values in settings.items()}
 
 
 def _unfit_in_child(settings: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
@@ -295,6 +297,7 @@ def _unfit_in_child(settings: Mapping[str, Mapping[str, Any]]) -> dict[str, str 
 
 @functools.cache
 def _unfit_in_child_json(settings: str) -> str:
+    """The child's JSON answer to the JSON ``settings`` (a failed child: a one-line :class:`DPAuditError`)."""
     package = str(Path(__file__).resolve().parents[1])  # the folder of the package reproduce, for the child's imports
     child = subprocess.run(
         [sys.executable, "-m", "reproduce.pipeline_config"],
