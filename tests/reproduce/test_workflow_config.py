@@ -571,7 +571,10 @@ def test_the_pipelines_parse_time_checks_leave_torch_out_of_snakemakes_process_w
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "workflow"), os.environ.get("PYTHONPATH", "")])},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT / "workflow"), os.environ.get("PYTHONPATH")))),
+        },
     )
     parsed = json.loads(child.stdout)
     assert parsed["torch"] is False

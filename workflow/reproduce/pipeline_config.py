@@ -248,9 +248,9 @@ def black_box_unfit(
     """Run of ``optimizers.runs`` → why the black-box rung (``audit.black_box``) leaves it out, for those it leaves
     out (in their order): no DP claim (the schema's ``no_dp_claim_optimizer_name``), shuffled sampling, in ``skip``,
     or its rung settings unfit for the many-models design (:func:`_projections_unfit`)."""
-    reasons, rung = {}, {}
+    reasons, rung, no_claim = {}, {}, _no_dp_claim(schema)
     for name, settings in runs.items():
-        if settings.get("optimizer", name) in _no_dp_claim(schema):
+        if settings.get("optimizer", name) in no_claim:
             reasons[name] = "no DP claim"
         elif settings.get("sampling") == "shuffle":
             reasons[name] = "shuffled sampling (the audit reads q = b/n of Poisson sampling)"
