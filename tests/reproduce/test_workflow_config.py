@@ -552,7 +552,7 @@ print(json.dumps({
 
 
 def test_the_pipelines_parse_time_checks_leave_torch_out_of_snakemakes_process_with_the_same_answers():
-    # Snakemake's process parses the pipeline, then schedules it to its end: torch in it would hold about 0.5 GB
+    # Snakemake's process parses the pipeline, then schedules it to its end: torch in it would hold its memory
     # through every job. The black-box rung's projections are sized by a child Python there (dp2-sgd on mlp: unfit);
     # the answers are those of this process, which has torch
     from dpaudit import optim  # with torch: here the projections are sized in this process

@@ -270,8 +270,9 @@ def _projections_unfit(
 
     Only a projected optimizer (the schema's ``projection_optimizer_name``) can be unfit, and telling means building
     its model, which imports torch. Snakemake's process calls this while it parses the pipeline, then schedules the
-    pipeline to its end, and torch would stay in it (about 0.5 GB) for nothing: where torch is not imported yet, a
-    child Python builds the models (:func:`_unfit_in_child`)."""
+    pipeline to its end, and torch would stay in it for nothing (the pipeline's peak memory:
+    ``benchmarks/results/pipeline_time.json``): where torch is not imported yet, a child Python builds the models
+    (:func:`_unfit_in_child`)."""
     projection = set(schema["$defs"]["projection_optimizer_name"]["enum"])
     projected = {name: values for name, values in settings.items() if values["optimizer"] in projection}
     reasons: dict[str, str | None] = dict.fromkeys(settings)
