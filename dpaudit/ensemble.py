@@ -46,9 +46,10 @@ GRADIENT_COPIES, ACTIVATION_COPIES = 2, 3
 # the size of a last-level cache (11 32×32 CNNs then take 17 samples per call; `benchmarks/ensemble.py
 # --architectures cnn` measures it, `tools/ensemble_dispatch.py --cpu-plan` shows the calls)
 CPU_CALL_ACTIVATION_BYTES = 24 * 2**20
-#: Where ``method="auto"`` has several candidates, each computes this many steps' gradients, in turn, before the
-#: engine keeps the one with the fewest seconds per record in its last step (the first pays its warm-up)
-TRIAL_CALLS = 2
+#: Where ``method="auto"`` has several candidates, each computes this many steps' gradients, in turn, timed, before
+#: the engine keeps the one with the fewest seconds per record in its last step; before its first, each makes one
+#: untimed warm-up call on one record per model (first-call costs: lazy loading, allocations, Opacus's checks)
+TRIAL_CALLS = 1
 #: The gradient methods an ensemble can compute with
 METHODS = ("layers", "functorch", "opacus")
 
@@ -105,8 +106,8 @@ class EnsembleGradients:
         memory_budget_mb: MiB for one call (``plan_chunks``).
         method: "layers", "functorch", "opacus" or "auto": layers where ``layerwise.unsupported_reason`` accepts
             the model; else, for per-sample gradients, functorch and opacus each compute :data:`TRIAL_CALLS` steps
-            and the one with fewer seconds per record in its last is kept (``self.trials``; a line on stderr says
-            which). ``self.method`` is the one in use.
+            (after an untimed call on one record per model) and the one with fewer seconds per record in its last
+            is kept (``self.trials``; a line on stderr says which). ``self.method`` is the one in use.
         factored: with method "layers", per-sample Linear weight gradients come as
             ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``).
     """
@@ -192,6 +193,8 @@ class EnsembleGradients:
             return
         self.method = next(method for method in self.candidates if len(self.trials[method]) < TRIAL_CALLS)
         records = sum(len(index) for index in indices)
+        if not self.trials[self.method] and records:  # its warm-up: gradients of one record per model, dropped
+            self._accumulate(self.method, pool, [index[:1] for index in indices], lambda *_: None)
         device = self.stacked[0].device
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -278,6 +281,9 @@ class EnsembleGradients:
 class OpacusGradients:
     """Per-sample gradients of each model by Opacus's hooks (its ``GradSampleModule``), one model after the other.
 
+    The backward pass goes to the images alone where that reaches every hook (``_reaches_every_hook``): torch then
+    skips the parameters' batch gradients, which nothing reads, and the hooks compute the same per-sample gradients.
+
     Args:
         models: the models; each is wrapped (its modules get Opacus's hooks) until :meth:`close`.
     """
@@ -287,6 +293,7 @@ class OpacusGradients:
 
         self.wrapped = [GradSampleModule(model, loss_reduction="sum") for model in models]
         self.params = [model_registry.trainable_parameters(model) for model in models]
+        self.through_images: bool | None = None  # decided at the first call (the models share their architecture)
 
     def __call__(
         self, active: list[int], images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None
@@ -294,18 +301,58 @@ class OpacusGradients:
         """(grads [M, W, *shape] per parameter, losses [M, W]) of the ``active`` models on ``images`` [M, W, ...]."""
         if weights is not None:
             raise DPAuditError("Opacus's hooks give per-sample gradients only")
+        if self.through_images is None:
+            self.through_images = self._reaches_every_hook(images[0, :1])
         grads, losses = [], []
         for m, k in enumerate(active):
+            inputs = images[m].detach().requires_grad_() if self.through_images else images[m]
             with warnings.catch_warnings():  # that the images need no gradient: Opacus's hooks work without
                 warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
-                loss = F.cross_entropy(self.wrapped[k](images[m]), labels[m], reduction="none")
-                loss.sum().backward()
+                loss = F.cross_entropy(self.wrapped[k](inputs), labels[m], reduction="none")
+                torch.autograd.backward(loss.sum(), inputs=[inputs] if self.through_images else None)
             # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
             grads.append([p.grad_sample for p in self.params[k]])  # type: ignore[attr-defined]
             for p in self.params[k]:
                 p.grad_sample = p.grad = None  # type: ignore[attr-defined]
             losses.append(loss.detach())
+        if len(grads) == 1:  # one model per call (``plan_chunks``): its gradients as they are, not a stacked copy
+            return [part.unsqueeze(0) for part in grads[0]], losses[0].unsqueeze(0)
         return [torch.stack(parts) for parts in zip(*grads)], torch.stack(losses)
+
+    def _reaches_every_hook(self, image: torch.Tensor) -> bool:
+        """Whether a backward pass to ``image`` [1, ...] alone passes every module with trainable parameters (so that
+        each hook gets its output's gradient): with the parameters frozen, each such module's output still needs a
+        gradient, in a forward pass without Opacus's hooks, in eval mode (no running statistics move)."""
+        wrapped = self.wrapped[0]
+        modules = [
+            module
+            for module in wrapped._module.modules()
+            if any(p.requires_grad for p in module.parameters(recurse=False))
+        ]
+        if not image.is_floating_point() or not modules:
+            return False
+        needs_gradient: dict[nn.Module, bool] = {}
+
+        def note(module: nn.Module, _inputs: object, output: object) -> None:
+            reached = isinstance(output, torch.Tensor) and output.requires_grad
+            needs_gradient[module] = needs_gradient.get(module, True) and reached
+
+        handles = [module.register_forward_hook(note) for module in modules]
+        training = wrapped.training
+        wrapped.disable_hooks()
+        try:
+            for p in self.params[0]:
+                p.requires_grad_(False)
+            with torch.enable_grad():
+                wrapped.eval()(image.detach().requires_grad_())
+        finally:
+            for p in self.params[0]:
+                p.requires_grad_(True)
+            for handle in handles:
+                handle.remove()
+            wrapped.train(training)
+            wrapped.enable_hooks()
+        return len(needs_gradient) == len(modules) and all(needs_gradient.values())
 
     def close(self) -> None:
         """Remove the hooks and the attributes Opacus added."""

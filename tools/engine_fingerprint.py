@@ -9,7 +9,8 @@ and then a pipeline's committed outputs stay those of the new engine too. Each c
 ``tests/engine/test_ensemble.py``, whose helpers it imports from ``tests/support.py``: install with ``[dev]``), and
 hashes (SHA-256) every model's parameters, per-epoch training losses and privacy ledger. The cases: every
 registered optimizer; DP-SGD with momentum, with one model × one sample per gradient call (a tiny
-``memory_budget_mb``), with the target's training diagnostics, and on the 32×32 CNN (random images); D2P-SGD with
+``memory_budget_mb``), with the target's training diagnostics, on the 32×32 CNN (random images) and by Opacus's
+hooks (``grad_sample: opacus``); D2P-SGD with
 shuffled batches; the pipeline's other canary designs (noise-scale, support). With ``--trees``, each tree (a
 checkout, e.g. ``git worktree add /tmp/old COMMIT``) is put first on ``PYTHONPATH`` and runs this script (with this
 script's tests) without ``--trees``; an optimizer registered in one tree only is reported as missing from the
@@ -42,6 +43,7 @@ def cases() -> dict[str, tuple[str, dict]]:
     named["dpsgd-gc+one-sample-calls"] = ("dpsgd-gc", {"memory_budget_mb": 1e-6})
     named["dpsgd-gc+diagnostics"] = ("dpsgd-gc", {"diagnostics": True})
     named["dpsgd-gc+cnn-32x32"] = ("dpsgd-gc", {"dataset": "cifar10", "model": "cnn"})
+    named["dpsgd-gc+opacus-hooks"] = ("dpsgd-gc", {"grad_sample": "opacus"})
     named["d2p-sgd+shuffle"] = ("d2p-sgd", {"sampling": "shuffle"})
     named["dp-psac-batch-noise+noise-scale-canary"] = (
         "dp-psac-batch-noise",

@@ -17,6 +17,7 @@ from dpaudit.ensemble import (
     TRIAL_CALLS,
     ChunkPlan,
     EnsembleGradients,
+    OpacusGradients,
     RecordPool,
     bytes_per_model_sample,
     candidate_methods,
@@ -94,16 +95,24 @@ def test_auto_times_functorch_and_opacus_on_the_first_steps_and_keeps_the_faster
     ensemble.clock = _ticks(*([5.0] * TRIAL_CALLS + [opacus_seconds] * TRIAL_CALLS))
     digits = load_dataset("digits")
     pool = RecordPool([(torch.from_numpy(digits.images[:40]), torch.from_numpy(digits.labels[:40]))] * 2)
-    received = []
+    received, calls = [], []
 
     def sink(active, counts, grads, losses, padding):
         received.append((ensemble.method, [g[:, : counts[0]].clone() for g in grads]))
 
+    def gradients(call, active, images, *rest):
+        calls.append(tuple(images.shape[:2]))  # (models, samples) of each gradient call
+        return EnsembleGradients._gradients(ensemble, call, active, images, *rest)
+
+    ensemble._gradients = gradients
     for step in range(2 * TRIAL_CALLS + 1):
         ensemble.accumulate(pool, [np.arange(5 if step < TRIAL_CALLS else 10)] * 2, sink)
     # functorch: one call of both models per step; opacus: one call per model
     last = ["opacus"] * 2 if kept == "opacus" else ["functorch"]
     assert [method for method, _ in received] == ["functorch"] * TRIAL_CALLS + ["opacus"] * 2 * TRIAL_CALLS + last
+    # before its timed steps, each method's warm-up call on one record per model, whose gradients reach no sink
+    timed = [(2, 5)] * TRIAL_CALLS + [(1, 1)] * 2 + [(1, 10)] * 2 * TRIAL_CALLS
+    assert calls == [(2, 1), *timed, *([(1, 10)] * 2 if kept == "opacus" else [(2, 10)])]
     assert ensemble.method == kept and ensemble.candidates == (kept,)
     assert ensemble.trials == {"functorch": [0.5] * TRIAL_CALLS, "opacus": [opacus_seconds / 20] * TRIAL_CALLS}
     assert f"gradients of 2 models by {kept}" in capsys.readouterr().err
@@ -113,6 +122,36 @@ def test_auto_times_functorch_and_opacus_on_the_first_steps_and_keeps_the_faster
     for both, first, second in zip(by_functorch, model_0, model_1):
         torch.testing.assert_close(both[0], first[0, :5], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(both[1], second[0, :5], rtol=1e-4, atol=1e-6)
+
+
+class _OffThePath(nn.Module):
+    """A model with a parameter the images do not reach: a Linear layer of constants, added to the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = build_model("cnn-digits", input_shape=(1, 8, 8), num_classes=10, seed=0)
+        self.offset = nn.Linear(1, 10)
+
+    def forward(self, images):
+        return self.body(images) + self.offset(images.new_ones(len(images), 1))
+
+
+@pytest.mark.parametrize("model, through_images", [(_Wrapped(0), True), (_OffThePath(), False)])
+def test_opacus_hooks_backpropagate_to_the_images_alone_where_that_reaches_every_parameter(model, through_images):
+    """Where every module with parameters computes on the images, the backward pass goes to the images alone (no
+    batch gradient of the parameters) and gives the per-sample gradients of the full backward pass bit for bit;
+    a model with a parameter off the images' path keeps the full pass, and every parameter gets its gradients."""
+    digits = load_dataset("digits")
+    images, labels = torch.from_numpy(digits.images[None, :6]), torch.from_numpy(digits.labels[None, :6])
+    hooks = OpacusGradients([model])
+    grads, losses = hooks([0], images, labels)
+    assert hooks.through_images is through_images
+    assert all(p.grad is None for p in model.parameters()) and model.training
+    assert [tuple(g.shape) for g in grads] == [(1, 6, *p.shape) for p in model.parameters()]
+    hooks.through_images = False  # the full backward pass, which every model takes
+    full, full_losses = hooks([0], images, labels)
+    assert all(torch.equal(a, b) for a, b in zip(grads, full)) and torch.equal(losses, full_losses)
+    hooks.close()
 
 
 def test_chunking_under_a_tiny_budget_gives_the_same_models():
