@@ -3,9 +3,9 @@ prints JSON.
 
 The training: a 64-32-10 MLP on digits (n = 1797), make_private_with_epsilon (Poisson, b = 64, 7 epochs, PRV, ε = 4
 at δ = 1e-5, C = 1), plain SGD loop, one torch thread (the record-level canaries of examples/opacus_audit.py:
-benchmarks/opacus_records.py). Trained ``--repeats`` times with the audit
-(2·10⁵ canaries) and as often without it, interleaved (without, with, without, …) so that both see the same load;
-``overhead`` is the median time with the audit over the median without. The last audited run is scored
+benchmarks/opacus_records.py). Trained ``--repeats`` times with the audit (2·10⁵ canaries) and as often without it,
+interleaved (without, with, without, …) so that both see the same load; ``overhead`` is the median time with the
+audit over the median without. The last audited run is scored
 (``report``): the all-iterates family and assumption-free bounds and their ratio to the accountant's ε, and the
 seconds the scoring took (apart from training).
 

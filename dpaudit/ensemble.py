@@ -279,7 +279,7 @@ class EnsembleGradients:
 
 
 class OpacusGradients:
-    """Per-sample gradients of each model by Opacus's hooks (its ``GradSampleModule``), one model after the other.
+    """Per-sample gradients of each model by Opacus's hooks (its ``GradSampleModule``), one model per call.
 
     The backward pass goes to the images alone where that reaches every hook (``_reaches_every_hook``): torch then
     skips the parameters' batch gradients, which nothing reads, and the hooks compute the same per-sample gradients.
@@ -298,26 +298,24 @@ class OpacusGradients:
     def __call__(
         self, active: list[int], images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None
     ) -> tuple[list[layerwise.Gradient], torch.Tensor]:
-        """(grads [M, W, *shape] per parameter, losses [M, W]) of the ``active`` models on ``images`` [M, W, ...]."""
+        """(grads [1, W, *shape] per parameter, losses [1, W]) of the one ``active`` model on ``images`` [1, W, ...]
+        (``plan_chunks`` gives Opacus's hooks one model per call); the gradients are Opacus's own tensors, not
+        copies."""
         if weights is not None:
             raise DPAuditError("Opacus's hooks give per-sample gradients only")
+        (k,) = active
         if self.through_images is None:
             self.through_images = self._reaches_every_hook(images[0, :1])
-        grads, losses = [], []
-        for m, k in enumerate(active):
-            inputs = images[m].detach().requires_grad_() if self.through_images else images[m]
-            with warnings.catch_warnings():  # that the images need no gradient: Opacus's hooks work without
-                warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
-                loss = F.cross_entropy(self.wrapped[k](inputs), labels[m], reduction="none")
-                torch.autograd.backward(loss.sum(), inputs=[inputs] if self.through_images else None)
-            # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
-            grads.append([p.grad_sample for p in self.params[k]])  # type: ignore[attr-defined]
-            for p in self.params[k]:
-                p.grad_sample = p.grad = None  # type: ignore[attr-defined]
-            losses.append(loss.detach())
-        if len(grads) == 1:  # one model per call (``plan_chunks``): its gradients as they are, not a stacked copy
-            return [part.unsqueeze(0) for part in grads[0]], losses[0].unsqueeze(0)
-        return [torch.stack(parts) for parts in zip(*grads)], torch.stack(losses)
+        inputs = images[0].detach().requires_grad_() if self.through_images else images[0]
+        with warnings.catch_warnings():  # that the images need no gradient: Opacus's hooks work without
+            warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
+            loss = F.cross_entropy(self.wrapped[k](inputs), labels[0], reduction="none")
+            torch.autograd.backward(loss.sum(), inputs=[inputs] if self.through_images else None)
+        # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
+        grads = [p.grad_sample.unsqueeze(0) for p in self.params[k]]  # type: ignore[attr-defined]
+        for p in self.params[k]:
+            p.grad_sample = p.grad = None  # type: ignore[attr-defined]
+        return grads, loss.detach().unsqueeze(0)
 
     def _reaches_every_hook(self, image: torch.Tensor) -> bool:
         """Whether a backward pass to ``image`` [1, ...] alone passes every module with trainable parameters (so that
