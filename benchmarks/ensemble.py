@@ -7,7 +7,7 @@ For each architecture (``cnn-digits`` on digits; ``cnn`` and ``resnet18-gn-cifar
 images, which time the same as CIFAR-10) it trains K models for the same number of steps with
 (a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise; per-sample gradients
 by ``grad_sample: auto``: layer by layer for sequential models, else the faster of torch.func's vmap and
-Opacus's hooks on the first steps, the trial steps counted in its time; then again by each other method),
+Opacus's hooks on shares of the first step, the trial counted in its time; then again by each other method),
 (b) DP-SGD with Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one
 model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each).
 ``speedup_vs_opacus_sequential`` = b/a and

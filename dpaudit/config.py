@@ -225,7 +225,7 @@ class EngineConfig:
         grad_sample: how per-sample gradients are computed: "layers" (the model's layers in closed form,
             ``dpaudit.layerwise``; sequential CNNs and MLPs), "functorch" (torch.func's vmap, any model),
             "opacus" (Opacus hooks, one model at a time) or "auto" (layers where the model allows; else the
-            ensemble engine times functorch and opacus on the first steps and keeps the faster, the sequential
+            ensemble engine times functorch and opacus on the first step and keeps the faster, the sequential
             engine takes functorch).
         name: "ensemble" (the target and shadows train together, gradients of all models in one call;
             ``dpaudit.ensemble``) or "sequential" (one model's gradients at a time); flat key ``engine``.
@@ -239,7 +239,7 @@ class EngineConfig:
         "auto",
         'how per-sample gradients are computed: "layers" (the layers in closed form; sequential CNNs and MLPs), '
         '"functorch" (vmap, any model), "opacus" (Opacus hooks, one model at a time) or "auto" (layers where the '
-        "model allows, else the faster of functorch and opacus on the first steps)",
+        "model allows, else the faster of functorch and opacus on the first step)",
         choices=GRAD_SAMPLE_BACKENDS,
     )
     name: str = _option(

@@ -8,7 +8,7 @@ stacked models run as one network and each layer's per-sample gradients follow i
 (``method="layers"``, ``dpaudit.layerwise``, for sequential CNNs and MLPs), or ``vmap(vmap(grad))`` over
 models and samples (``method="functorch"``, any model), or Opacus's hooks one model at a time
 (``method="opacus"``). For a model the layer-wise method cannot take, ``method="auto"`` times the other two on
-the first steps and keeps the faster (:data:`TRIAL_CALLS`). Each model keeps its own data, sampling stream,
+the first step and keeps the faster (:data:`TRIAL_CALLS`). Each model keeps its own data, sampling stream,
 noise stream and optimizer: the result is the same algorithm as training the models one at a time
 (``engine: sequential``). :class:`RecordPool` holds all K models' records in one tensor, so each chunk's
 batches are one indexed read.
@@ -46,9 +46,11 @@ GRADIENT_COPIES, ACTIVATION_COPIES = 2, 3
 # the size of a last-level cache (11 32×32 CNNs then take 17 samples per call; `benchmarks/ensemble.py
 # --architectures cnn` measures it, `tools/ensemble_dispatch.py --cpu-plan` shows the calls)
 CPU_CALL_ACTIVATION_BYTES = 24 * 2**20
-#: Where ``method="auto"`` has several candidates, each computes this many steps' gradients, in turn, timed, before
-#: the engine keeps the one with the fewest seconds per record in its last step; before its first, each makes one
-#: untimed warm-up call on one record per model (first-call costs: lazy loading, allocations, Opacus's checks)
+#: Where ``method="auto"`` has several candidates, each computes a share of this many steps' records, timed, before
+#: the engine keeps the one with the fewest seconds per record in its last share: a step's batches are split evenly
+#: between the candidates still to be timed and the method that computes the rest (with two candidates, a third
+#: each). Before its first share, each makes one untimed warm-up call on one record per model (first-call costs: lazy
+#: loading, allocations, Opacus's checks)
 TRIAL_CALLS = 1
 #: The gradient methods an ensemble can compute with
 METHODS = ("layers", "functorch", "opacus")
@@ -105,9 +107,10 @@ class EnsembleGradients:
             the layer-wise method takes fewer where its largest activation would pass ``CPU_CALL_ACTIVATION_BYTES``.
         memory_budget_mb: MiB for one call (``plan_chunks``).
         method: "layers", "functorch", "opacus" or "auto": layers where ``layerwise.unsupported_reason`` accepts
-            the model; else, for per-sample gradients, functorch and opacus each compute :data:`TRIAL_CALLS` steps
-            (after an untimed call on one record per model) and the one with fewer seconds per record in its last
-            is kept (``self.trials``; a line on stderr says which). ``self.method`` is the one in use.
+            the model; else, for per-sample gradients, functorch and opacus each compute a share of the first step's
+            records, timed (:data:`TRIAL_CALLS`; after an untimed call on one record per model), and the one with
+            fewer seconds per record computes the rest from then on (``self.trials``; a line on stderr says which).
+            ``self.method`` is the one in use.
         factored: with method "layers", per-sample Linear weight gradients come as
             ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``).
     """
@@ -191,21 +194,35 @@ class EnsembleGradients:
         if len(self.candidates) == 1:
             self._accumulate(self.method, pool, indices, sink)
             return
-        self.method = next(method for method in self.candidates if len(self.trials[method]) < TRIAL_CALLS)
+        # the trial: each candidate not yet timed computes its share of the step's records, timed; the last share goes
+        # to the faster where every candidate has its times (else to the last one tried)
+        untried = [method for method in self.candidates if len(self.trials[method]) < TRIAL_CALLS]
+        shares = [np.array_split(index, len(untried) + 1) for index in indices]
+        for part, method in enumerate(untried):
+            self.method = method
+            self._timed(method, pool, [pieces[part] for pieces in shares], sink)
+        if all(len(times) == TRIAL_CALLS for times in self.trials.values()):
+            self._keep(min(self.candidates, key=lambda method: self.trials[method][-1]))
+        self._accumulate(self.method, pool, [pieces[-1] for pieces in shares], sink)
+
+    def _timed(
+        self, method: str, pool: RecordPool, indices: Sequence[npt.NDArray[np.int64]], sink: Callable[..., None]
+    ) -> None:
+        """``_accumulate`` by ``method``, its seconds per record appended to ``self.trials[method]`` (nothing without
+        records); before its first, an untimed warm-up call on one record per model whose gradients are dropped."""
         records = sum(len(index) for index in indices)
-        if not self.trials[self.method] and records:  # its warm-up: gradients of one record per model, dropped
-            self._accumulate(self.method, pool, [index[:1] for index in indices], lambda *_: None)
+        if not records:
+            return
+        if not self.trials[method]:
+            self._accumulate(method, pool, [index[:1] for index in indices], lambda *_: None)
         device = self.stacked[0].device
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         started = self.clock()
-        self._accumulate(self.method, pool, indices, sink)
+        self._accumulate(method, pool, indices, sink)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if records:  # a step without records times nothing
-            self.trials[self.method].append((self.clock() - started) / records)
-        if all(len(times) == TRIAL_CALLS for times in self.trials.values()):
-            self._keep(min(self.candidates, key=lambda method: self.trials[method][-1]))
+        self.trials[method].append((self.clock() - started) / records)
 
     def _keep(self, method: str) -> None:
         """Use ``method`` from now on and drop the other candidates (Opacus's hooks removed from the models)."""
@@ -409,7 +426,7 @@ def resolve_method(model: nn.Module, method: str, *, name: str | None = None) ->
 def candidate_methods(model: nn.Module, method: str, *, per_sample: bool) -> tuple[str, ...]:
     """The methods :class:`EnsembleGradients` may use: ``method`` itself, or for "auto" on a model the layer-wise
     method cannot take and per-sample gradients, torch.func's vmap over all models and Opacus's hooks one model at
-    a time (where Opacus accepts the model), timed on the first steps. A batch-mean gradient (``per_sample``
+    a time (where Opacus accepts the model), timed on the first step. A batch-mean gradient (``per_sample``
     False) needs no per-sample hooks: "opacus" then computes it as "functorch" does."""
     first = resolve_method(model, method)
     if not per_sample and first == "opacus":

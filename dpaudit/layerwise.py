@@ -10,7 +10,8 @@ follow in closed form (as Opacus's grad samplers do):
   :class:`OuterProducts`, never built: their norms are ‖g_i‖·‖a_i‖ and a weighted sum over samples is one
   batched matrix product, the "ghost clipping" of Goodfellow 2015 and Li et al. 2022);
 - Conv2d: ∂ℓ_i/∂W = the weight gradient of the sample's own convolution (one convolution backward with
-  M·W groups, one per model and sample), ∂ℓ_i/∂b = Σ_positions g_i;
+  M·W groups, one per model and sample; on a CPU, where C_in·k_h·k_w ≤ C_out, g_i times the sample's unfolded
+  input instead), ∂ℓ_i/∂b = Σ_positions g_i;
 - GroupNorm: ∂ℓ_i/∂γ = Σ_positions g_i x̂_i, ∂ℓ_i/∂β = Σ_positions g_i, as (Σ g_i x_i − μ_i Σ g_i)/std_i from the
   sums Σ g_i x_i and Σ g_i that the layer's own backward pass takes (:class:`_StackedGroupNorm`), so x̂ is never
   stored.
@@ -375,6 +376,8 @@ def _per_sample(
         return {"weight": weight if factored else weight.dense(), "bias": weight.outer}
     conv = cast(nn.Conv2d, layer)  # the only other layer with parameters (unsupported_reason)
     bias = _model_first(g.sum((-2, -1)), models)
+    if g.device.type == "cpu" and conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] <= conv.out_channels:
+        return {"weight": _conv_weight_unfolded(conv, needed, g, models), "bias": bias}
     return {"weight": _conv_weight(conv, _model_major(needed, models), _model_major(g, models)), "bias": bias}
 
 
@@ -408,3 +411,22 @@ def _conv_weight(layer: nn.Conv2d, inputs: torch.Tensor, output_grads: torch.Ten
         [False, True, False],
     )
     return weight.reshape(*inputs.shape[:2], *layer.weight.shape)
+
+
+def _conv_weight_unfolded(
+    layer: nn.Conv2d, inputs: torch.Tensor, output_grads: torch.Tensor, models: int
+) -> torch.Tensor:
+    """∂ℓ_i/∂W [M, W, *weight shape] from the stacked ``inputs`` [W, M·C_in, H, W'] and ``output_grads``
+    [W, M·C_out, H_out, W_out] as they are: each (model, sample)'s output gradient [C_out, positions] times its
+    unfolded input [positions, C_in·k_h·k_w], one batched product per model. On a CPU, for a layer whose unfolded input
+    is no larger than its output gradient (C_in·k_h·k_w ≤ C_out: a first layer on few channels), this takes half the
+    time of :func:`_conv_weight`, whose grouped convolution needs both in a model-major copy and runs slowly on few
+    input channels (on a GPU the grouped convolution is one kernel where this launches one per model)."""
+    width, padding = inputs.shape[0], cast(tuple[int, int], layer.padding)  # numbers (unsupported_reason)
+    patches = F.unfold(inputs, layer.kernel_size, dilation=layer.dilation, padding=padding, stride=layer.stride)
+    patches = patches.unflatten(1, (models, -1))  # [W, M, C_in·k_h·k_w, positions]
+    grads = output_grads.flatten(2).unflatten(1, (models, -1))  # [W, M, C_out, positions], a view
+    out = inputs.new_empty(models, width, layer.out_channels, patches.shape[2])
+    for m in range(models):
+        torch.bmm(grads[:, m], patches[:, m].transpose(1, 2), out=out[m])
+    return out.view(models, width, *layer.weight.shape)

@@ -82,17 +82,18 @@ def _ticks(*seconds):
 
 
 @pytest.mark.parametrize("opacus_seconds, kept", [(1.0, "opacus"), (11.0, "functorch")])
-def test_auto_times_functorch_and_opacus_on_the_first_steps_and_keeps_the_faster(opacus_seconds, kept, capsys):
+def test_auto_times_functorch_and_opacus_on_shares_of_the_first_step_and_keeps_the_faster(opacus_seconds, kept, capsys):
     models = [_Wrapped(seed) for seed in range(2)]
     assert candidate_methods(models[0], "auto", per_sample=True) == ("functorch", "opacus")
     assert candidate_methods(models[0], "auto", per_sample=False) == ("functorch",)
     assert candidate_methods(models[0], "functorch", per_sample=True) == ("functorch",)
     assert candidate_methods(models[0], "opacus", per_sample=False) == ("functorch",)  # a batch mean: no hooks
+    assert TRIAL_CALLS == 1  # the shares below are those of one timed share per method
     ensemble = EnsembleGradients(
         models, per_sample=True, example=torch.zeros(1, 8, 8), max_samples=16, memory_budget_mb=64
     )
-    # a trial step's time counts per record: the functorch steps have 2 × 5 records, the opacus ones 2 × 10
-    ensemble.clock = _ticks(*([5.0] * TRIAL_CALLS + [opacus_seconds] * TRIAL_CALLS))
+    # a share's time counts per record: functorch's share and opacus's are 2 models × 3 records each
+    ensemble.clock = _ticks(5.0, opacus_seconds)
     digits = load_dataset("digits")
     pool = RecordPool([(torch.from_numpy(digits.images[:40]), torch.from_numpy(digits.labels[:40]))] * 2)
     received, calls = [], []
@@ -105,23 +106,31 @@ def test_auto_times_functorch_and_opacus_on_the_first_steps_and_keeps_the_faster
         return EnsembleGradients._gradients(ensemble, call, active, images, *rest)
 
     ensemble._gradients = gradients
-    for step in range(2 * TRIAL_CALLS + 1):
-        ensemble.accumulate(pool, [np.arange(5 if step < TRIAL_CALLS else 10)] * 2, sink)
-    # functorch: one call of both models per step; opacus: one call per model
-    last = ["opacus"] * 2 if kept == "opacus" else ["functorch"]
-    assert [method for method, _ in received] == ["functorch"] * TRIAL_CALLS + ["opacus"] * 2 * TRIAL_CALLS + last
-    # before its timed steps, each method's warm-up call on one record per model, whose gradients reach no sink
-    timed = [(2, 5)] * TRIAL_CALLS + [(1, 1)] * 2 + [(1, 10)] * 2 * TRIAL_CALLS
-    assert calls == [(2, 1), *timed, *([(1, 10)] * 2 if kept == "opacus" else [(2, 10)])]
+    ensemble.accumulate(pool, [np.arange(9)] * 2, sink)  # records 0-2 by functorch, 3-5 by opacus, 6-8 by the faster
+    ensemble.accumulate(pool, [np.arange(10)] * 2, sink)  # by the faster
+    # functorch: one call of both models; opacus: one call per model
+    by_kept = ["opacus"] * 2 if kept == "opacus" else ["functorch"]
+    assert [method for method, _ in received] == ["functorch", "opacus", "opacus", *by_kept, *by_kept]
+    # before its timed share, each method's warm-up call on one record per model, whose gradients reach no sink
+    rest = [(1, 3)] * 2 if kept == "opacus" else [(2, 3)]
+    step_2 = [(1, 10)] * 2 if kept == "opacus" else [(2, 10)]
+    assert calls == [(2, 1), (2, 3), (1, 1), (1, 1), (1, 3), (1, 3), *rest, *step_2]
     assert ensemble.method == kept and ensemble.candidates == (kept,)
-    assert ensemble.trials == {"functorch": [0.5] * TRIAL_CALLS, "opacus": [opacus_seconds / 20] * TRIAL_CALLS}
+    assert ensemble.trials == {"functorch": [5.0 / 6], "opacus": [opacus_seconds / 6]}
     assert f"gradients of 2 models by {kept}" in capsys.readouterr().err
     assert hasattr(models[0], "autograd_grad_sample_hooks") == (kept == "opacus")  # the loser's hooks are gone
-    # the same per-sample gradients of each model's first 5 records (no update between the steps)
-    by_functorch, (_, model_0), (_, model_1) = received[0][1], received[TRIAL_CALLS], received[TRIAL_CALLS + 1]
-    for both, first, second in zip(by_functorch, model_0, model_1):
-        torch.testing.assert_close(both[0], first[0, :5], rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(both[1], second[0, :5], rtol=1e-4, atol=1e-6)
+    # the loser's per-sample gradients equal the kept method's of the same records in step 2 (no update between)
+    if kept == "opacus":  # functorch's share: records 0-2 of both models in one call; step 2: one call per model
+        loser, (first, second), records = received[0][1], (received[-2][1], received[-1][1]), slice(0, 3)
+    else:  # opacus's share: records 3-5, one call per model; step 2: one call of both models
+        (first, second), both_models, records = (received[1][1], received[2][1]), received[-1][1], slice(3, 6)
+    for j in range(len(first)):
+        if kept == "opacus":
+            pairs = [(loser[j][0], first[j][0, records]), (loser[j][1], second[j][0, records])]
+        else:
+            pairs = [(first[j][0], both_models[j][0, records]), (second[j][0], both_models[j][1, records])]
+        for got, want in pairs:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
 class _OffThePath(nn.Module):

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpaudit import layerwise
 from dpaudit import models as model_registry
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
@@ -60,6 +61,16 @@ CASES = {
         10,
     ),
     "odd options": (_odd_cnn, (3, 16, 13), 5),
+    "odd options, a first convolution's unfolded input no larger than its output (C_in·k_h·k_w ≤ C_out)": (
+        lambda: nn.Sequential(
+            nn.Conv2d(1, 12, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2)),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(12 * 6 * 7, 5),
+        ),
+        (1, 11, 9),
+        5,
+    ),
 }
 
 
@@ -179,6 +190,61 @@ def test_gradients_do_not_depend_on_the_other_models_or_on_padding_rows():
     alone, _ = LayerwiseGradients(model)([p[1:2] for p in params], images[1:2, :2], labels[1:2, :2])
     for g, a in zip(together, alone):
         torch.testing.assert_close(g[1, :2], a[0], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "conv, unfolded",
+    [
+        (nn.Conv2d(3, 32, 3, padding=1), True),  # the 32×32 CNN's first layer: 27 ≤ 32
+        (nn.Conv2d(1, 12, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), bias=False), True),
+        (nn.Conv2d(32, 64, 3, padding=1), False),  # 288 > 64: the grouped convolution
+    ],
+)
+def test_a_convolution_on_few_input_channels_takes_its_per_sample_weight_gradient_from_its_unfolded_input(
+    conv, unfolded, monkeypatch
+):
+    torch.manual_seed(3)
+    models, width = 4, 3
+    inputs = torch.randn(width, models * conv.in_channels, 9, 10).contiguous(memory_format=torch.channels_last)
+    shape = F.conv2d(inputs[:, : conv.in_channels], conv.weight, None, conv.stride, conv.padding, conv.dilation).shape
+    grads = torch.randn(width, models * conv.out_channels, *shape[2:]).contiguous(memory_format=torch.channels_last)
+    # the definition: each (model, sample)'s own convolution, differentiated by autograd
+    want = torch.stack(
+        [
+            torch.stack(
+                [
+                    torch.autograd.grad(
+                        F.conv2d(
+                            inputs[w : w + 1, m * conv.in_channels : (m + 1) * conv.in_channels],
+                            weight := conv.weight.detach().requires_grad_(),
+                            None,
+                            conv.stride,
+                            conv.padding,
+                            conv.dilation,
+                        ),
+                        weight,
+                        grads[w : w + 1, m * conv.out_channels : (m + 1) * conv.out_channels],
+                    )[0]
+                    for w in range(width)
+                ]
+            )
+            for m in range(models)
+        ]
+    )
+    taken = []
+    monkeypatch.setattr(layerwise, "_conv_weight_unfolded", _spy(layerwise._conv_weight_unfolded, taken))
+    got = layerwise._per_sample(conv, inputs, grads, models, factored=False)["weight"]
+    assert taken == [True] * unfolded
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layerwise._conv_weight_unfolded(conv, inputs, grads, models), want, rtol=1e-5, atol=1e-5)
+
+
+def _spy(function, calls: list):
+    def spied(*args, **kwargs):
+        calls.append(True)
+        return function(*args, **kwargs)
+
+    return spied
 
 
 def test_unsupported_models_are_named_and_fall_back_to_functorch():
