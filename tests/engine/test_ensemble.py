@@ -121,16 +121,13 @@ def test_auto_times_functorch_and_opacus_on_shares_of_the_first_step_and_keeps_t
     assert hasattr(models[0], "autograd_grad_sample_hooks") == (kept == "opacus")  # the loser's hooks are gone
     # the loser's per-sample gradients equal the kept method's of the same records in step 2 (no update between)
     if kept == "opacus":  # functorch's share: records 0-2 of both models in one call; step 2: one call per model
-        loser, (first, second), records = received[0][1], (received[-2][1], received[-1][1]), slice(0, 3)
+        loser, winners = received[0][1], (received[-2][1], received[-1][1])
+        pairs = [(loser[j][m], winners[m][j][0, 0:3]) for j in range(len(loser)) for m in range(2)]
     else:  # opacus's share: records 3-5, one call per model; step 2: one call of both models
-        (first, second), both_models, records = (received[1][1], received[2][1]), received[-1][1], slice(3, 6)
-    for j in range(len(first)):
-        if kept == "opacus":
-            pairs = [(loser[j][0], first[j][0, records]), (loser[j][1], second[j][0, records])]
-        else:
-            pairs = [(first[j][0], both_models[j][0, records]), (second[j][0], both_models[j][1, records])]
-        for got, want in pairs:
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+        losers, winner = (received[1][1], received[2][1]), received[-1][1]
+        pairs = [(losers[m][j][0], winner[j][m, 3:6]) for j in range(len(winner)) for m in range(2)]
+    for got, want in pairs:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
 class _OffThePath(nn.Module):
