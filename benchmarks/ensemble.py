@@ -6,8 +6,9 @@
 For each architecture (``cnn-digits`` on digits; ``cnn`` and ``resnet18-gn-cifar`` on random 32×32×3
 images, which time the same as CIFAR-10) it trains K models for the same number of steps with
 (a) the ensemble engine and DP-SGD (per-sample clipping, Poisson sampling, noise; per-sample gradients
-by ``grad_sample: auto``: layer by layer for sequential models, else the faster of torch.func's vmap and
-Opacus's hooks on shares of the first step, the trial counted in its time; then again by each other method),
+by ``grad_sample: auto``: layer by layer for sequential models, else the fastest of torch.func's vmap,
+Opacus's hooks and the ghost method on shares of the first step, the trial counted in its time; then again by each
+other method),
 (b) DP-SGD with Opacus (its PrivacyEngine, DPOptimizer and Poisson DataLoader, as users run it), one
 model after the other, (c) non-private SGD, one model after the other (ceil(n/b)·epochs steps each).
 ``speedup_vs_opacus_sequential`` = b/a and
@@ -164,7 +165,9 @@ def main() -> None:
             )
         ).validated()
         model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)
-        candidates = candidate_methods(model, private.engine.grad_sample, per_sample=True)
+        candidates = candidate_methods(
+            model, private.engine.grad_sample, per_sample=True, example=torch.from_numpy(data.images[0])
+        )
         timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
         opacus_privacy_engine(private.replaced(epochs=1), members[:1])
         kept: list[str] = []  # the method the ensemble's "auto" kept, each round
@@ -183,7 +186,7 @@ def main() -> None:
             ),
         }
         # every other method of the ensemble by itself (for a model the layer-wise method takes: functorch; for one
-        # it cannot: the two "auto" chose between)
+        # it cannot: the ones "auto" chose between)
         for other in ("functorch",) if candidates == ("layers",) else candidates:
             runs[f"ensemble_{other}_dpsgd"] = functools.partial(
                 timed, private.replaced(grad_sample=other), members, together=True

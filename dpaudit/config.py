@@ -33,7 +33,7 @@ CANARY_RANDOMNESS = ("derived", "joint")
 CANARY_SUPPORT = ("kept", "ranked")
 # fewer whole-run canaries leave a class with < 2 canaries too often (probability 2·11/2¹⁰ ≈ 2 % at 10)
 WHOLE_RUN_MIN_CANARIES = 10
-GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus")
+GRAD_SAMPLE_BACKENDS = ("auto", "layers", "functorch", "opacus", "ghost")
 ENGINES = ("ensemble", "sequential")
 DEVICES = ("auto", "cpu", "cuda")
 # the privacy settings only private optimizers read (delta and accountant: every run's, for its ε and audits)
@@ -224,9 +224,11 @@ class EngineConfig:
         microbatch_size: per-sample gradients are computed this many records at a time.
         grad_sample: how per-sample gradients are computed: "layers" (the model's layers in closed form,
             ``dpaudit.layerwise``; sequential CNNs and MLPs), "functorch" (torch.func's vmap, any model),
-            "opacus" (Opacus hooks, one model at a time) or "auto" (layers where the model allows; else the
-            ensemble engine times functorch and opacus on the first step and keeps the faster, the sequential
-            engine takes functorch).
+            "opacus" (Opacus hooks, one model at a time), "ghost" (each layer's input and output gradient kept as
+            factors: per-sample norms and clipped sums without the per-sample gradients, ``dpaudit.ghost``; models
+            built on Conv2d, Linear and GroupNorm, one at a time) or "auto" (layers where the model allows; else
+            the ensemble engine times functorch, opacus and ghost on the first step and keeps the fastest, the
+            sequential engine takes functorch).
         name: "ensemble" (the target and shadows train together, gradients of all models in one call;
             ``dpaudit.ensemble``) or "sequential" (one model's gradients at a time); flat key ``engine``.
         memory_budget_mb: MiB one ensemble gradient call may take (models × samples per call are chosen
@@ -238,8 +240,9 @@ class EngineConfig:
     grad_sample: str = _option(
         "auto",
         'how per-sample gradients are computed: "layers" (the layers in closed form; sequential CNNs and MLPs), '
-        '"functorch" (vmap, any model), "opacus" (Opacus hooks, one model at a time) or "auto" (layers where the '
-        "model allows, else the faster of functorch and opacus on the first step)",
+        '"functorch" (vmap, any model), "opacus" (Opacus hooks, one model at a time), "ghost" (per-sample norms and '
+        "clipped sums from each layer's input and output gradient; Conv2d, Linear and GroupNorm models) or "
+        '"auto" (layers where the model allows, else the fastest of functorch, opacus and ghost on the first step)',
         choices=GRAD_SAMPLE_BACKENDS,
     )
     name: str = _option(
@@ -371,12 +374,12 @@ class TrainConfig:
         check_choice("grad_sample", engine.grad_sample, GRAD_SAMPLE_BACKENDS)
         check_choice("engine", engine.name, ENGINES)
         check_positive("memory_budget_mb", engine.memory_budget_mb)
-        if engine.grad_sample == "layers":
+        if engine.grad_sample in ("layers", "ghost"):
             from dpaudit.ensemble import resolve_method
 
             resolve_method(
                 model_registry.build_model(self.model.name, input_shape=info.input_shape, num_classes=info.num_classes),
-                "layers",
+                engine.grad_sample,
                 name=self.model.name,
             )
         check_choice("device", engine.device, DEVICES)

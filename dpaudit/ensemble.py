@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpaudit import layerwise
+from dpaudit import ghost, layerwise
 from dpaudit import models as model_registry
 from dpaudit._device import host_to_device
 from dpaudit._validation import DPAuditError, check_positive
@@ -53,7 +53,7 @@ CPU_CALL_ACTIVATION_BYTES = 24 * 2**20
 #: loading, allocations, Opacus's checks)
 TRIAL_CALLS = 1
 #: The gradient methods an ensemble can compute with
-METHODS = ("layers", "functorch", "opacus")
+METHODS = ("layers", "functorch", "opacus", "ghost")
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class EnsembleGradients:
                 owned[name].data = values[k]
 
         self.per_sample = per_sample
-        self.candidates = candidate_methods(base, method, per_sample=per_sample)
+        self.candidates = candidate_methods(base, method, per_sample=per_sample, example=example)
         self.method = self.candidates[0]
         self.clock: Callable[[], float] = time.perf_counter  # the trials' timer
         self.trials: dict[str, list[float]] = {candidate: [] for candidate in self.candidates}
@@ -171,6 +171,8 @@ class EnsembleGradients:
                     samples = min(samples, max(1, CPU_CALL_ACTIVATION_BYTES // (models * largest)))
             elif method == "functorch":
                 call = functools.partial(self._stacked_call, _vmapped_gradients(base), self.stacked)
+            elif method == "ghost":
+                call, models = ghost.GhostGradients(self.models), 1
             else:
                 call, models = OpacusGradients(self.models), 1
             size = bytes_per_model_sample(base, example=self._example, method=method, factored=self._factored)
@@ -234,7 +236,7 @@ class EnsembleGradients:
         )
         for name, (call, _) in list(self._backends.items()):
             if name != method:
-                if isinstance(call, OpacusGradients):
+                if isinstance(call, (OpacusGradients, ghost.GhostGradients)):
                     call.close()
                 del self._backends[name]
         self.method, self.candidates = method, (method,)
@@ -300,6 +302,8 @@ class OpacusGradients:
 
     The backward pass goes to the images alone where that reaches every hook (``_reaches_every_hook``): torch then
     skips the parameters' batch gradients, which nothing reads, and the hooks compute the same per-sample gradients.
+    The hooks are enabled only inside a call, so that another method's passes over the same models (``auto``'s trial)
+    leave them alone.
 
     Args:
         models: the models; each is wrapped (its modules get Opacus's hooks) until :meth:`close`.
@@ -309,6 +313,8 @@ class OpacusGradients:
         from opacus import GradSampleModule
 
         self.wrapped = [GradSampleModule(model, loss_reduction="sum") for model in models]
+        for wrapped in self.wrapped:
+            wrapped.disable_hooks()
         self.params = [model_registry.trainable_parameters(model) for model in models]
         self.through_images: bool | None = None  # decided at the first call (the models share their architecture)
 
@@ -324,10 +330,14 @@ class OpacusGradients:
         if self.through_images is None:
             self.through_images = self._reaches_every_hook(images[0, :1])
         inputs = images[0].detach().requires_grad_() if self.through_images else images[0]
-        with warnings.catch_warnings():  # that the images need no gradient: Opacus's hooks work without
-            warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
-            loss = F.cross_entropy(self.wrapped[k](inputs), labels[0], reduction="none")
-            torch.autograd.backward(loss.sum(), inputs=[inputs] if self.through_images else None)
+        self.wrapped[k].enable_hooks()
+        try:
+            with warnings.catch_warnings():  # that the images need no gradient: Opacus's hooks work without
+                warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
+                loss = F.cross_entropy(self.wrapped[k](inputs), labels[0], reduction="none")
+                torch.autograd.backward(loss.sum(), inputs=[inputs] if self.through_images else None)
+        finally:
+            self.wrapped[k].disable_hooks()
         # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
         grads = [p.grad_sample.unsqueeze(0) for p in self.params[k]]  # type: ignore[attr-defined]
         for p in self.params[k]:
@@ -354,7 +364,6 @@ class OpacusGradients:
 
         handles = [module.register_forward_hook(note) for module in modules]
         training = wrapped.training
-        wrapped.disable_hooks()
         try:
             for p in self.params[0]:
                 p.requires_grad_(False)
@@ -366,7 +375,6 @@ class OpacusGradients:
             for handle in handles:
                 handle.remove()
             wrapped.train(training)
-            wrapped.enable_hooks()
         return len(needs_gradient) == len(modules) and all(needs_gradient.values())
 
     def close(self) -> None:
@@ -411,31 +419,38 @@ class RecordPool:
 
 def resolve_method(model: nn.Module, method: str, *, name: str | None = None) -> str:
     """The gradient method "auto" starts with for ``model`` (registered as ``name``, if given, for the message):
-    "layers" where the layer-wise method takes it, else "functorch"; a one-line error if "layers" cannot take it."""
+    "layers" where the layer-wise method takes it, else "functorch"; a one-line error if "layers" or "ghost" cannot
+    take it (for "ghost": by its layers; what only a forward pass shows is checked at the first call)."""
     reason = layerwise.unsupported_reason(model)
     if method == "auto":
         return "functorch" if reason else "layers"
-    if method == "layers" and reason:
+    if method == "ghost":
+        reason = ghost.unsupported_reason(model)
+    if method in ("layers", "ghost") and reason:
         which = "this model" if name is None else f"model {name!r}"
-        raise DPAuditError(f"grad_sample 'layers' cannot take {which}: {reason}; use 'functorch' or 'auto'")
+        raise DPAuditError(f"grad_sample {method!r} cannot take {which}: {reason}; use 'functorch' or 'auto'")
     if method not in METHODS:
         raise DPAuditError(f"unknown gradient method {method!r}; choose 'auto', {', '.join(map(repr, METHODS))}")
     return method
 
 
-def candidate_methods(model: nn.Module, method: str, *, per_sample: bool) -> tuple[str, ...]:
+def candidate_methods(
+    model: nn.Module, method: str, *, per_sample: bool, example: torch.Tensor | None = None
+) -> tuple[str, ...]:
     """The methods :class:`EnsembleGradients` may use: ``method`` itself, or for "auto" on a model the layer-wise
-    method cannot take and per-sample gradients, torch.func's vmap over all models and Opacus's hooks one model at
-    a time (where Opacus accepts the model), timed on the first step. A batch-mean gradient (``per_sample``
-    False) needs no per-sample hooks: "opacus" then computes it as "functorch" does."""
+    method cannot take and per-sample gradients, torch.func's vmap over all models, Opacus's hooks one model at
+    a time (where Opacus accepts the model) and the ghost method (where ``ghost.unsupported_reason`` accepts it; with
+    ``example``, one input sample, also its forward pass), timed on the first step. A batch-mean gradient
+    (``per_sample`` False) needs no per-sample hooks: "opacus" and "ghost" then compute it as "functorch" does."""
     first = resolve_method(model, method)
-    if not per_sample and first == "opacus":
+    if not per_sample and first in ("opacus", "ghost"):
         return ("functorch",)
     if method != "auto" or first == "layers" or not per_sample:
         return (first,)
     from opacus import GradSampleModule
 
-    return (first,) if GradSampleModule.validate(module=model, strict=False) else (first, "opacus")
+    opacus = () if GradSampleModule.validate(module=model, strict=False) else ("opacus",)
+    return (first, *opacus, *(() if ghost.unsupported_reason(model, example) else ("ghost",)))
 
 
 def _vmapped_gradients(model: nn.Module) -> layerwise.GradientFunction:
@@ -480,7 +495,7 @@ def bytes_per_model_sample(
     makes; Opacus's hooks unfold it too), and with ``factored`` a Linear weight's per-sample gradient takes O + F
     values instead of O·F (the layer-wise method only)."""
     gradient_values, unfolded = model_registry.parameter_count(model), 0
-    if method in ("layers", "opacus"):
+    if method in ("layers", "opacus", "ghost"):
         unfolded = layerwise.largest_unfolded_input(model, example)
         if factored and method == "layers":
             gradient_values -= sum(

@@ -24,6 +24,7 @@ the vmap path.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -86,6 +87,10 @@ def largest_unfolded_input(model: nn.Module, example: torch.Tensor) -> int:
     )
 
 
+#: An index of the leading (model, sample) dimensions of factored per-sample gradients (None: a new dimension).
+Index = int | slice | torch.Tensor | None | tuple[int | slice | torch.Tensor | None, ...]
+
+
 @dataclass(frozen=True)
 class OuterProducts:
     """Per-sample gradients g_i a_iᵀ of a Linear weight as their factors: ``outer`` [..., O] (output
@@ -95,7 +100,7 @@ class OuterProducts:
     outer: torch.Tensor
     inner: torch.Tensor
 
-    def __getitem__(self, key: int | slice | torch.Tensor | tuple[int | slice | torch.Tensor, ...]) -> OuterProducts:
+    def __getitem__(self, key: Index) -> OuterProducts:
         return OuterProducts(self.outer[key], self.inner[key])
 
     def index_select(self, dim: int, index: torch.Tensor) -> OuterProducts:
@@ -106,15 +111,106 @@ class OuterProducts:
         return self.outer[..., :, None] * self.inner[..., None, :]
 
 
-def dense(grad: torch.Tensor | OuterProducts) -> torch.Tensor:
+@dataclass(frozen=True)
+class ConvFactors:
+    """Per-sample gradients of a Conv2d weight (groups 1, zero padding) as their factors: each sample's ``inputs``
+    [..., C_in, H, W'] and ``output_grads`` [..., C_out, H_out, W_out]; the [..., *weight shape] tensor is built only by
+    :meth:`dense`. Indexing and ``index_select`` act on the leading (model, sample) dimensions.
+
+    With U_i a sample's unfolded input [D = C_in·k_h·k_w, P positions] and G_i its output gradient [C_out, P], the
+    gradient is G_i U_iᵀ, whose squared norm is Σ (U_iᵀU_i) ∘ (G_iᵀG_i) (the "ghost norm" of Li et al. 2022, P²·(D +
+    C_out) multiply-adds) or, built and discarded layer by layer, P·D·C_out; :meth:`norms` takes the cheaper (the
+    mixed ghost norm of Bu et al. 2023). A weighted sum over samples is the weight gradient of one convolution whose
+    output gradient is each sample's times its weight.
+    """
+
+    inputs: torch.Tensor
+    output_grads: torch.Tensor
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+
+    def __getitem__(self, key: Index) -> ConvFactors:
+        return dataclasses.replace(self, inputs=self.inputs[key], output_grads=self.output_grads[key])
+
+    def index_select(self, dim: int, index: torch.Tensor) -> ConvFactors:
+        return dataclasses.replace(
+            self, inputs=self.inputs.index_select(dim, index), output_grads=self.output_grads.index_select(dim, index)
+        )
+
+    def _unfolded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(U [N, D, P], G [N, C_out, P]) over the N leading (model, sample) pairs."""
+        patches = F.unfold(
+            self.inputs.reshape(-1, *self.inputs.shape[-3:]),
+            self.kernel_size,
+            dilation=self.dilation,
+            padding=self.padding,
+            stride=self.stride,
+        )
+        return patches, self.output_grads.reshape(-1, self.output_grads.shape[-3], patches.shape[-1])
+
+    def dense(self) -> torch.Tensor:
+        """The [..., C_out, C_in, k_h, k_w] per-sample gradients."""
+        patches, grads = self._unfolded()
+        lead, channels = self.inputs.shape[:-3], self.inputs.shape[-3]
+        return torch.bmm(grads, patches.transpose(1, 2)).view(*lead, grads.shape[1], channels, *self.kernel_size)
+
+    def norms(self) -> torch.Tensor:
+        """ℓ2 norm of each sample's gradient, [...] (the leading dimensions), by whichever way costs fewer
+        multiply-adds."""
+        patches, grads = self._unfolded()
+        (_, inner, positions), outer = patches.shape, grads.shape[1]
+        if positions * (inner + outer) < inner * outer:  # the ghost norm
+            gram = torch.bmm(patches.transpose(1, 2), patches)
+            squares = (gram * torch.bmm(grads.transpose(1, 2), grads)).sum((1, 2)).clamp_min(0.0)
+        else:
+            squares = torch.bmm(grads, patches.transpose(1, 2)).square().sum((1, 2))
+        return squares.sqrt().view(self.inputs.shape[:-3])
+
+    def weighted_sums(self, weights: torch.Tensor) -> torch.Tensor:
+        """Σ_i weights[m, i]·grad[m, i] per model, [M, *weight shape], from [M, W] weights (leading dimensions
+        [M, W])."""
+        channels = self.inputs.shape[-3]
+        weight = self.inputs.new_empty(self.output_grads.shape[-3], channels, *self.kernel_size)
+        sums = [
+            torch.ops.aten.convolution_backward(
+                grads * row.view(-1, 1, 1, 1),
+                inputs,
+                weight,
+                None,
+                self.stride,
+                self.padding,
+                self.dilation,
+                False,
+                [0, 0],
+                1,
+                [False, True, False],
+            )[1]
+            for inputs, grads, row in zip(self.inputs, self.output_grads, weights)
+        ]
+        return torch.stack(sums)
+
+
+#: Per-sample gradients of each parameter: a tensor, or a Linear weight's factors (``factored``), or a convolution
+#: weight's (``grad_sample: ghost``, ``dpaudit.ghost``).
+Gradient = torch.Tensor | OuterProducts | ConvFactors
+
+
+def dense(grad: Gradient) -> torch.Tensor:
     """Per-sample gradients as a tensor, whichever form they come in."""
-    return grad.dense() if isinstance(grad, OuterProducts) else grad
+    return grad.dense() if isinstance(grad, (OuterProducts, ConvFactors)) else grad
 
 
-def sample_norms(grad: torch.Tensor | OuterProducts, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """ℓ2 norm of each (model, sample)'s gradient: [M, W] from [M, W, *shape] or OuterProducts; with ``mask``
-    ([M, *shape], 0/1 per model), of the gradient times the mask. A Linear weight's masked norm is taken from its
-    factors, Σ_o g_o² Σ_f a_f² mask_of, without building the [M, W, O, F] products."""
+def sample_norms(grad: Gradient, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """ℓ2 norm of each (model, sample)'s gradient: [M, W] from [M, W, *shape], OuterProducts or ConvFactors; with
+    ``mask`` ([M, *shape], 0/1 per model), of the gradient times the mask. A Linear weight's masked norm is taken from
+    its factors, Σ_o g_o² Σ_f a_f² mask_of, without building the [M, W, O, F] products; a convolution's masked
+    gradients are built."""
+    if isinstance(grad, ConvFactors):
+        if mask is None:
+            return grad.norms()
+        grad = grad.dense()
     if isinstance(grad, OuterProducts):
         if mask is None:
             return torch.linalg.vector_norm(grad.outer, dim=-1) * torch.linalg.vector_norm(grad.inner, dim=-1)
@@ -125,7 +221,7 @@ def sample_norms(grad: torch.Tensor | OuterProducts, mask: torch.Tensor | None =
     return torch.linalg.vector_norm(grad.flatten(2), dim=2)
 
 
-def weighted_sample_sums(grads: Sequence[torch.Tensor | OuterProducts], weights: torch.Tensor) -> list[torch.Tensor]:
+def weighted_sample_sums(grads: Sequence[Gradient], weights: torch.Tensor) -> list[torch.Tensor]:
     """Σ_i weights[m, i]·grad[m, i] per model and gradient: [M, *shape] each, from weights [M, W]."""
     # bmm directly: einsum's planning costs about ten dispatched operations per call on the host
     models, width = weights.shape
@@ -133,13 +229,11 @@ def weighted_sample_sums(grads: Sequence[torch.Tensor | OuterProducts], weights:
     return [
         torch.bmm((grad.outer * column).transpose(1, 2), grad.inner)
         if isinstance(grad, OuterProducts)
+        else grad.weighted_sums(weights)
+        if isinstance(grad, ConvFactors)
         else torch.bmm(row, grad.reshape(models, width, -1)).view(models, *grad.shape[2:])
         for grad in grads
     ]
-
-
-#: Per-sample gradients of each parameter: a tensor, or a Linear weight's factors (``factored``).
-Gradient = torch.Tensor | OuterProducts
 
 
 class GradientFunction(Protocol):

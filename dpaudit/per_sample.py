@@ -1,4 +1,5 @@
-"""Per-sample gradients of one model: by its layers in closed form, torch.func's vmap, or Opacus hooks."""
+"""Per-sample gradients of one model: by its layers in closed form, torch.func's vmap, Opacus hooks or the ghost
+method's factors."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ import torch
 from torch import nn
 
 from dpaudit import models as model_registry
+from dpaudit.layerwise import dense
 
 
 class PerSampleGradients:
     """Per-sample gradients and losses of cross-entropy of one model, by its layers in closed form
-    (``dpaudit.layerwise``), torch.func or Opacus hooks (``backend``: a ``grad_sample`` value)."""
+    (``dpaudit.layerwise``), torch.func, Opacus hooks or the ghost method's factors, built (``dpaudit.ghost``;
+    ``backend``: a ``grad_sample`` value)."""
 
     def __init__(self, model: nn.Module, backend: str) -> None:
         self.model = model
         self.params = model_registry.trainable_parameters(model)
-        if backend in ("auto", "layers"):
+        if backend in ("auto", "layers", "ghost"):
             from dpaudit.ensemble import resolve_method
 
             backend = resolve_method(model, backend)
@@ -27,6 +30,10 @@ class PerSampleGradients:
             from dpaudit.ensemble import OpacusGradients
 
             self._opacus = OpacusGradients([model])
+        elif backend == "ghost":
+            from dpaudit.ghost import GhostGradients
+
+            self._ghost = GhostGradients([model])
         elif backend == "layers":
             from dpaudit.layerwise import LayerwiseGradients
 
@@ -47,6 +54,9 @@ class PerSampleGradients:
         if self.backend == "opacus":  # one model: a model axis of length 1
             grads, losses = self._opacus([0], images[None], labels[None])
             return [cast(torch.Tensor, g)[0] for g in grads], losses[0]
+        if self.backend == "ghost":  # one model: a model axis of length 1
+            grads, losses = self._ghost([0], images[None], labels[None])
+            return [dense(g)[0] for g in grads], losses[0]
         if self.backend == "layers":  # one model: a model axis of length 1
             grads, losses = self._layerwise([p[None] for p in self.params], images[None], labels[None])
             # not factored: every gradient is a tensor

@@ -23,6 +23,7 @@ from dpaudit.ensemble import (
     candidate_methods,
     plan_chunks,
 )
+from dpaudit.layerwise import dense
 from dpaudit.models import build_model
 from dpaudit.train import Member, train_models
 
@@ -81,53 +82,67 @@ def _ticks(*seconds):
     return iter(readings).__next__
 
 
-@pytest.mark.parametrize("opacus_seconds, kept", [(1.0, "opacus"), (11.0, "functorch")])
-def test_auto_times_functorch_and_opacus_on_shares_of_the_first_step_and_keeps_the_faster(opacus_seconds, kept, capsys):
+@pytest.mark.parametrize(
+    "opacus_seconds, ghost_seconds, kept", [(1.0, 2.0, "opacus"), (2.0, 1.0, "ghost"), (11.0, 12.0, "functorch")]
+)
+def test_auto_times_functorch_opacus_and_ghost_on_shares_of_the_first_step_and_keeps_the_fastest(
+    opacus_seconds, ghost_seconds, kept, capsys
+):
     models = [_Wrapped(seed) for seed in range(2)]
-    assert candidate_methods(models[0], "auto", per_sample=True) == ("functorch", "opacus")
+    example = torch.zeros(1, 8, 8)
+    assert candidate_methods(models[0], "auto", per_sample=True, example=example) == ("functorch", "opacus", "ghost")
     assert candidate_methods(models[0], "auto", per_sample=False) == ("functorch",)
     assert candidate_methods(models[0], "functorch", per_sample=True) == ("functorch",)
-    assert candidate_methods(models[0], "opacus", per_sample=False) == ("functorch",)  # a batch mean: no hooks
+    for hooks in ("opacus", "ghost"):  # a batch mean: no hooks
+        assert candidate_methods(models[0], hooks, per_sample=False) == ("functorch",)
     assert TRIAL_CALLS == 1  # the shares below are those of one timed share per method
-    ensemble = EnsembleGradients(
-        models, per_sample=True, example=torch.zeros(1, 8, 8), max_samples=16, memory_budget_mb=64
-    )
-    # a share's time counts per record: functorch's share and opacus's are 2 models × 3 records each
-    ensemble.clock = _ticks(5.0, opacus_seconds)
+    ensemble = EnsembleGradients(models, per_sample=True, example=example, max_samples=16, memory_budget_mb=64)
+    # a share's time counts per record: each method's share is 2 models × 3 records
+    ensemble.clock = _ticks(5.0, opacus_seconds, ghost_seconds)
     digits = load_dataset("digits")
     pool = RecordPool([(torch.from_numpy(digits.images[:40]), torch.from_numpy(digits.labels[:40]))] * 2)
     received, calls = [], []
 
     def sink(active, counts, grads, losses, padding):
-        received.append((ensemble.method, [g[:, : counts[0]].clone() for g in grads]))
+        received.append((ensemble.method, [dense(g)[:, : counts[0]].clone() for g in grads]))
 
     def gradients(call, active, images, *rest):
         calls.append(tuple(images.shape[:2]))  # (models, samples) of each gradient call
         return EnsembleGradients._gradients(ensemble, call, active, images, *rest)
 
     ensemble._gradients = gradients
-    ensemble.accumulate(pool, [np.arange(9)] * 2, sink)  # records 0-2 by functorch, 3-5 by opacus, 6-8 by the faster
-    ensemble.accumulate(pool, [np.arange(10)] * 2, sink)  # by the faster
-    # functorch: one call of both models; opacus: one call per model
-    by_kept = ["opacus"] * 2 if kept == "opacus" else ["functorch"]
-    assert [method for method, _ in received] == ["functorch", "opacus", "opacus", *by_kept, *by_kept]
+    # records 0-2 by functorch, 3-5 by opacus, 6-8 by ghost, 9-11 by the fastest; then a step by the fastest
+    ensemble.accumulate(pool, [np.arange(12)] * 2, sink)
+    ensemble.accumulate(pool, [np.arange(10)] * 2, sink)
+    # functorch: one call of both models; opacus and ghost: one call per model
+    by_kept = ["functorch"] if kept == "functorch" else [kept] * 2
+    assert [method for method, _ in received] == ["functorch", *["opacus"] * 2, *["ghost"] * 2, *by_kept, *by_kept]
     # before its timed share, each method's warm-up call on one record per model, whose gradients reach no sink
-    rest = [(1, 3)] * 2 if kept == "opacus" else [(2, 3)]
-    step_2 = [(1, 10)] * 2 if kept == "opacus" else [(2, 10)]
-    assert calls == [(2, 1), (2, 3), (1, 1), (1, 1), (1, 3), (1, 3), *rest, *step_2]
+    one_model_calls = [(1, 1)] * 2 + [(1, 3)] * 2
+    rest, step_2 = ([(2, 3)], [(2, 10)]) if kept == "functorch" else ([(1, 3)] * 2, [(1, 10)] * 2)
+    assert calls == [(2, 1), (2, 3), *one_model_calls, *one_model_calls, *rest, *step_2]
     assert ensemble.method == kept and ensemble.candidates == (kept,)
-    assert ensemble.trials == {"functorch": [5.0 / 6], "opacus": [opacus_seconds / 6]}
+    assert ensemble.trials == {"functorch": [5.0 / 6], "opacus": [opacus_seconds / 6], "ghost": [ghost_seconds / 6]}
     assert f"gradients of 2 models by {kept}" in capsys.readouterr().err
-    assert hasattr(models[0], "autograd_grad_sample_hooks") == (kept == "opacus")  # the loser's hooks are gone
-    # the loser's per-sample gradients equal the kept method's of the same records in step 2 (no update between)
-    if kept == "opacus":  # functorch's share: records 0-2 of both models in one call; step 2: one call per model
-        loser, winners = received[0][1], (received[-2][1], received[-1][1])
-        pairs = [(loser[j][m], winners[m][j][0, 0:3]) for j in range(len(loser)) for m in range(2)]
-    else:  # opacus's share: records 3-5, one call per model; step 2: one call of both models
-        losers, winner = (received[1][1], received[2][1]), received[-1][1]
-        pairs = [(losers[m][j][0], winner[j][m, 3:6]) for j in range(len(winner)) for m in range(2)]
-    for got, want in pairs:
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert hasattr(models[0], "autograd_grad_sample_hooks") == (kept == "opacus")  # the losers' hooks are gone
+    assert len(models[0].body[0]._forward_hooks) == (kept in ("opacus", "ghost"))
+
+    # the losers' per-sample gradients equal the kept method's of the same records in step 2 (no update between)
+    def share(method, m, j):  # parameter j's gradients of model m in the method's share
+        return (
+            received[0][1][j][m] if method == "functorch" else received[{"opacus": 1, "ghost": 3}[method] + m][1][j][0]
+        )
+
+    def step_2_records(m, j, records):
+        return received[-1][1][j][m, records] if kept == "functorch" else received[-2 + m][1][j][0, records]
+
+    records = {"functorch": slice(0, 3), "opacus": slice(3, 6), "ghost": slice(6, 9)}
+    for method in set(records) - {kept}:
+        for m in range(2):
+            for j in range(len(received[0][1])):
+                torch.testing.assert_close(
+                    share(method, m, j), step_2_records(m, j, records[method]), rtol=1e-4, atol=1e-6
+                )
 
 
 class _OffThePath(nn.Module):
