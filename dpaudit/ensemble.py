@@ -7,8 +7,9 @@ ordinary ``nn.Module`` objects while the per-sample gradients of all K models co
 stacked models run as one network and each layer's per-sample gradients follow in closed form
 (``method="layers"``, ``dpaudit.layerwise``, for sequential CNNs and MLPs), or ``vmap(vmap(grad))`` over
 models and samples (``method="functorch"``, any model), or Opacus's hooks one model at a time
-(``method="opacus"``). For a model the layer-wise method cannot take, ``method="auto"`` times the other two on
-the first step and keeps the faster (:data:`TRIAL_CALLS`). Each model keeps its own data, sampling stream,
+(``method="opacus"``), or each layer's input and output gradient kept as factors one model at a time
+(``method="ghost"``, ``dpaudit.ghost``). For a model the layer-wise method cannot take, ``method="auto"`` times the
+others on the first step and keeps the fastest (:data:`TRIAL_CALLS`). Each model keeps its own data, sampling stream,
 noise stream and optimizer: the result is the same algorithm as training the models one at a time
 (``engine: sequential``). :class:`RecordPool` holds all K models' records in one tensor, so each chunk's
 batches are one indexed read.
@@ -102,17 +103,18 @@ class EnsembleGradients:
         models: the K models; their trainable parameters are re-pointed at slices of stacked tensors
             (``stacked[j][k]`` is parameter j of model k), so in-place optimizer updates are seen here.
         per_sample: per-sample gradients ([n_k, *shape] per model) or the gradient of the batch mean.
-        example: one input sample (for the memory estimate).
+        example: one input sample (for the memory estimate, and the ghost method's check of a forward pass).
         max_samples: the most samples one model contributes per call (the engine's microbatch size); on CPU
             the layer-wise method takes fewer where its largest activation would pass ``CPU_CALL_ACTIVATION_BYTES``.
         memory_budget_mb: MiB for one call (``plan_chunks``).
-        method: "layers", "functorch", "opacus" or "auto": layers where ``layerwise.unsupported_reason`` accepts
-            the model; else, for per-sample gradients, functorch and opacus each compute a share of the first step's
-            records, timed (:data:`TRIAL_CALLS`; after an untimed call on one record per model), and the one with
-            fewer seconds per record computes the rest from then on (``self.trials``; a line on stderr says which).
-            ``self.method`` is the one in use.
+        method: "layers", "functorch", "opacus", "ghost" or "auto": layers where ``layerwise.unsupported_reason``
+            accepts the model; else, for per-sample gradients, functorch, opacus and ghost (those that take the model,
+            ``candidate_methods``) each compute a share of the first step's records, timed (:data:`TRIAL_CALLS`; after
+            an untimed call on one record per model), and the one with the fewest seconds per record computes the rest
+            from then on (``self.trials``; a line on stderr says which). ``self.method`` is the one in use.
         factored: with method "layers", per-sample Linear weight gradients come as
-            ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``).
+            ``layerwise.OuterProducts`` (consumers use ``layerwise.dense``, ``sample_norms``, ``weighted_sample_sums``);
+            the ghost method always gives Linear and Conv2d weights' as factors.
     """
 
     def __init__(

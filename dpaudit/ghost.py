@@ -157,7 +157,10 @@ class GhostGradients:
             for layer, g in zip(layers, output_grads)
         }
         recorder.kept.clear()
-        grads = [per_layer[layer][attr] for layer, attr in self.owners[k]]
+        grads = [  # a layer that did not run: zero gradients
+            per_layer[layer][attr] if layer in per_layer else losses.new_zeros(len(losses), *getattr(layer, attr).shape)
+            for layer, attr in self.owners[k]
+        ]
         return [g[None] for g in grads], losses.detach()[None]
 
     def close(self) -> None:

@@ -18,8 +18,9 @@ follow in closed form (as Opacus's grad samplers do):
 
 This is the same gradient ``vmap(vmap(grad))`` computes (``tests/engine/test_layerwise.py`` compares them), in
 less time on a CPU (``speedup_vs_ensemble_functorch`` in ``benchmarks/ensemble.py``): the forward and
-backward passes run on the stacked layout once instead of per sample. Models of other kinds (ResNet) keep
-the vmap path.
+backward passes run on the stacked layout once instead of per sample. Models of other kinds (ResNet) take
+the vmap path, Opacus's hooks or the ghost method (``dpaudit.ghost``, whose convolution factors are
+:class:`ConvFactors`).
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def test_both_norms_of_known_gradients():
 
 
 class _Residual(nn.Module):
-    """Not an nn.Sequential: a convolution, GroupNorm, a residual block, average pooling and two Linear layers."""
+    """Not an nn.Sequential: a convolution, GroupNorm, a residual block, average pooling and two Linear layers (and a
+    third that never runs)."""
 
     def __init__(self):
         super().__init__()
@@ -110,6 +111,8 @@ class _Residual(nn.Module):
         self.inner_norm = nn.GroupNorm(2, 8)
         self.hidden = nn.Linear(8 * 4 * 4, 16)
         self.head = nn.Linear(16, 10)
+
+        self.unused = nn.Linear(2, 2)  # runs in no forward pass: zero gradients
 
     def forward(self, images):
         h = F.relu(self.norm(self.stem(images)))
@@ -209,6 +212,7 @@ def test_opacus_hooks_stay_off_outside_their_own_calls():
     """auto's trial runs several methods on the same models: Opacus's hooks must not compute (or pile up) per-sample
     gradients in the ghost method's passes."""
     model = _Residual()
+    del model.unused  # Opacus's hooks give a layer that does not run no per-sample gradient at all
     images = torch.randn(1, 4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([[0, 1, 2, 3]])
     opacus = OpacusGradients([model])
