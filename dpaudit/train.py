@@ -103,7 +103,7 @@ class TrainedModel:
     ledger: PrivacyLedger
     checkpoints: dict[int, Path]
     diagnostics: Any = None
-    #: how its gradients were computed: "layers", "functorch", "opacus" (``grad_sample``, "auto" resolved) or
+    #: how its gradients were computed: "layers", "functorch", "opacus", "ghost" (``grad_sample``, "auto" resolved) or
     #: "batch mean" (a non-private optimizer on the sequential engine)
     gradient_method: str | None = None
 

@@ -163,10 +163,10 @@ def test_corrupted_checkpoint_is_a_one_line_error(trained_run, tmp_path):
     assert "\n" not in str(info.value)
 
 
-def test_opacus_functorch_and_layers_backends_train_the_same_model(tiny_config):
+def test_every_gradient_method_trains_the_same_model(tiny_config):
     data = load_dataset("digits").subset(np.arange(100))
     results = []
-    for backend in ("functorch", "opacus", "layers"):
+    for backend in ("functorch", "opacus", "layers", "ghost"):
         config = tiny_config.replaced(
             epochs=2, eval_epochs=(2,), grad_sample=backend, engine="sequential", microbatch_size=16
         ).validated()
