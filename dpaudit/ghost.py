@@ -179,10 +179,7 @@ def _layer_gradients(
     if isinstance(layer, nn.Linear):
         return {"weight": layerwise.OuterProducts(g, inputs), "bias": g}
     if isinstance(layer, nn.Conv2d):
-        pairs = cast(
-            tuple[tuple[int, int], ...], (layer.kernel_size, layer.stride, layer.padding, layer.dilation)
-        )  # numbers (unsupported_reason)
-        return {"weight": layerwise.ConvFactors(inputs, g, *pairs), "bias": g.sum((-2, -1))}
+        return {"weight": layerwise.ConvFactors.of(layer, inputs, g), "bias": g.sum((-2, -1))}
     norm = cast(nn.GroupNorm, layer)
     spatial = tuple(range(2, g.dim()))
     normalised = F.group_norm(inputs, norm.num_groups, eps=norm.eps)
