@@ -169,20 +169,28 @@ class ConvFactors:
         if inputs.device.type == "cpu" and channels * self.kernel_size[0] * self.kernel_size[1] <= outer:
             patches, flat = self._unfolded()
             return torch.bmm(flat, patches.transpose(1, 2)).view(shape)
-        _, weight, _ = torch.ops.aten.convolution_backward(
-            grads.reshape(1, -1, *grads.shape[-2:]),
-            inputs.reshape(1, -1, *inputs.shape[-2:]),
-            inputs.new_empty(samples * outer, channels, *self.kernel_size),
+        return self._weight_gradient(
+            inputs.reshape(1, -1, *inputs.shape[-2:]), grads.reshape(1, -1, *grads.shape[-2:]), groups=samples
+        ).view(shape)
+
+    def _weight_gradient(self, inputs: torch.Tensor, output_grads: torch.Tensor, *, groups: int) -> torch.Tensor:
+        """The weight gradient [C_out, C_in / groups, k_h, k_w] of one convolution of this geometry with ``groups``
+        groups, from its ``inputs`` [B, C_in, H, W'] and ``output_grads`` [B, C_out, H_out, W_out]."""
+        weight = inputs.new_empty(output_grads.shape[1], inputs.shape[1] // groups, *self.kernel_size)
+        _, grad, _ = torch.ops.aten.convolution_backward(
+            output_grads,
+            inputs,
+            weight,
             None,
             self.stride,
             self.padding,
             self.dilation,
             False,
             [0, 0],
-            samples,
+            groups,
             [False, True, False],
         )
-        return weight.view(shape)
+        return grad
 
     def dense(self) -> torch.Tensor:
         """The [..., C_out, C_in, k_h, k_w] per-sample gradients."""
@@ -206,25 +214,12 @@ class ConvFactors:
     def weighted_sums(self, weights: torch.Tensor) -> torch.Tensor:
         """Σ_i weights[m, i]·grad[m, i] per model, [M, *weight shape], from [M, W] weights (leading dimensions
         [M, W])."""
-        channels = self.inputs.shape[-3]
-        weight = self.inputs.new_empty(self.output_grads.shape[-3], channels, *self.kernel_size)
-        sums = [
-            torch.ops.aten.convolution_backward(
-                grads * row.view(-1, 1, 1, 1),
-                inputs,
-                weight,
-                None,
-                self.stride,
-                self.padding,
-                self.dilation,
-                False,
-                [0, 0],
-                1,
-                [False, True, False],
-            )[1]
-            for inputs, grads, row in zip(self.inputs, self.output_grads, weights)
-        ]
-        return torch.stack(sums)
+        return torch.stack(
+            [
+                self._weight_gradient(inputs, grads * row.view(-1, 1, 1, 1), groups=1)
+                for inputs, grads, row in zip(self.inputs, self.output_grads, weights)
+            ]
+        )
 
 
 #: Per-sample gradients of each parameter: a tensor, or a Linear weight's factors (``factored``), or a convolution
