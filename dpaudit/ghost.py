@@ -13,7 +13,7 @@ output gradient per sample. The per-sample parameter gradients are then kept as 
 - affine GroupNorm: Σ_positions g·x̂ and Σ_positions g.
 
 So no per-sample gradient of the whole model is ever stored (unless a consumer asks for it, ``layerwise.dense``),
-where Opacus's hooks store them all and read them twice: on ResNet-18 about half the time per record on a CPU
+where Opacus's hooks store them all and read them twice: on ResNet-18 less time per record on a CPU
 (``benchmarks/ensemble.py``; ``grad_sample: auto`` times it against the other methods on the first step).
 """
 

@@ -160,7 +160,7 @@ class ConvFactors:
     def _built(self) -> torch.Tensor:
         """Each sample's gradient [N, C_out, C_in, k_h, k_w] over the N leading (model, sample) pairs: on a CPU where
         the unfolded input is no larger than the output gradient (C_in·k_h·k_w ≤ C_out), the output gradient times the
-        unfolded input; else the weight gradient of one convolution with N groups, one per sample (on a CPU 1.6–3.5×
+        unfolded input; else the weight gradient of one convolution with N groups, one per sample (on a CPU
         faster than unfolding ResNet-18's 64- and 128-channel inputs; on a GPU one kernel)."""
         inputs = self.inputs.reshape(-1, *self.inputs.shape[-3:])
         grads = self.output_grads.reshape(-1, *self.output_grads.shape[-3:])
