@@ -340,8 +340,13 @@ class OpacusGradients:
                 torch.autograd.backward(loss.sum(), inputs=[inputs] if self.through_images else None)
         finally:
             self.wrapped[k].disable_hooks()
-        # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it)
-        grads = [p.grad_sample.unsqueeze(0) for p in self.params[k]]  # type: ignore[attr-defined]
+        # Opacus's hooks set grad_sample on each parameter at run time (torch's stubs do not declare it); a layer that
+        # did not run has none: zero gradients, as torch.func gives
+        samples = [getattr(p, "grad_sample", None) for p in self.params[k]]
+        grads = [
+            (sample if sample is not None else p.new_zeros(len(labels[0]), *p.shape)).unsqueeze(0)
+            for p, sample in zip(self.params[k], samples, strict=True)
+        ]
         for p in self.params[k]:
             p.grad_sample = p.grad = None  # type: ignore[attr-defined]
         return grads, loss.detach().unsqueeze(0)

@@ -208,6 +208,12 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
+def _written_name(name: str) -> str:
+    """The file a temporary file of ``replace_file`` was being written for (``name`` itself for any other file)."""
+    temp = TEMPORARY.fullmatch(name)
+    return temp.group("name") if temp else name
+
+
 def run_files(root: str | os.PathLike) -> list[Path]:
     """The files of the run in ``root`` that removing it deletes: those its manifest lists and those of the run's
     layout (in ``root`` and its model folders only, never deeper), with dpaudit's temporary files of those names."""
@@ -220,8 +226,7 @@ def run_files(root: str | os.PathLike) -> list[Path]:
     folders = [root] + [path for path in root.iterdir() if path.is_dir() and MODEL_FOLDERS.fullmatch(path.name)]
     for folder in folders:
         for path in folder.iterdir():
-            temp = TEMPORARY.fullmatch(path.name)
-            name = temp.group("name") if temp else path.name
+            name = _written_name(path.name)
             if path.is_file() and not path.is_symlink() and _owned_name((folder / name).relative_to(root)):
                 found.add(path)
     if (root / _LOCK).is_file():
@@ -279,7 +284,8 @@ def claim_run_folder(out: str | os.PathLike, *, identity: Mapping[str, Any], ove
     if not os.access(root, os.W_OK | os.X_OK):
         raise DPAuditError(f"cannot write to the run folder {root}: permission denied")
     if (root / MANIFEST).is_file() and not _read_manifest(root)["files"]:  # a claim that wrote nothing (a train that
-        for name in (MANIFEST, _LOCK):  # failed before its first file, e.g. on missing data): no run to keep
+        remove_partial_writes(root)  # failed before its first file, e.g. on missing data, or was killed while writing
+        for name in (MANIFEST, _LOCK):  # it): no run to keep
             (root / name).unlink(missing_ok=True)
     previous = _previous_identity(root)
     status = "new"
@@ -297,7 +303,8 @@ def claim_run_folder(out: str | os.PathLike, *, identity: Mapping[str, Any], ove
     elif any(root.iterdir()):
         strangers = sorted(path.name for path in root.iterdir())
         owned = all(
-            _owned_name(Path(name)) or (MODEL_FOLDERS.fullmatch(name) and (root / name).is_dir()) for name in strangers
+            _owned_name(Path(_written_name(name))) or (MODEL_FOLDERS.fullmatch(name) and (root / name).is_dir())
+            for name in strangers
         )
         if not (owned and overwrite):
             raise DPAuditError(

@@ -100,6 +100,28 @@ def test_a_train_that_failed_before_writing_leaves_the_folder_free(tmp_path, cap
     assert train(out) == 0  # other flags, same folder: nothing of the failed one was kept
 
 
+def test_a_train_killed_while_writing_its_first_file_leaves_the_folder_free(tmp_path):
+    # killed inside its first write: the claim's manifest lists nothing, and the writes it began are temporary
+    # files (the config's, and the manifest's rewrite recording it)
+    out = tmp_path / "run"
+    integrity.claim_run_folder(out, identity={"lr": 0.5})
+    for name in (".config.json.k1.tmp", ".dpaudit-run.json.k2.tmp", ".dpaudit-run.lock"):
+        (out / name).write_text("partial")
+    assert train(out) == 0
+    assert not list(out.glob("*.tmp"))
+    assert integrity.check_complete(out) is None
+
+
+def test_a_train_killed_while_claiming_its_folder_is_replaced_with_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".dpaudit-run.json.k1.tmp").write_text("partial")  # the claim's own manifest, never renamed
+    assert train(out) == 2
+    assert "--overwrite to remove that run's leftover files" in error_line(capsys)
+    assert train(out, "--overwrite") == 0
+    assert not list(out.glob("*.tmp"))
+
+
 def test_the_same_configuration_again_is_accepted(run, capsys):
     assert train(run, "--canaries", "20") == 0
 

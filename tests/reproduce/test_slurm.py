@@ -142,6 +142,14 @@ def _cancel_a_running_job(run_id: str, folder: Path, process: subprocess.Popen, 
     raise AssertionError(f"no {CANCELLED_RULE} job trained within 20 minutes; the queue:\n{queue}the node:\n{node}")
 
 
+def _failure(log: Path, folder: Path) -> str:
+    """The end of a failed run's log, and the end of each failed job's own log it names."""
+    text = log.read_text()
+    named = dict.fromkeys(re.findall(r"log: (\S+) \(check log file", text))
+    jobs = [f"--- {name}:\n" + (folder / name).read_text()[-2000:] for name in named if (folder / name).is_file()]
+    return "\n".join([text[-5000:], *jobs])
+
+
 def _accounting(run_id: str) -> list[dict]:
     fields = ["JobIDRaw", "State", "Comment", "AllocTRES", "TimelimitRaw", "Account", "Partition"]
     output = subprocess.run(
@@ -272,8 +280,8 @@ def test_smoke_preset_through_slurm_equals_a_local_run_after_a_cancelled_job(slu
     try:
         run_id = _run_id(log, process)
         cancelled, cancelled_comment = _cancel_a_running_job(run_id, on_slurm, process, log)
-        assert process.wait(timeout=3600) == 0, log.read_text()[-5000:]
-        assert local_run.wait(timeout=3600) == 0, local_log.read_text()[-5000:]
+        assert process.wait(timeout=3600) == 0, _failure(log, on_slurm)
+        assert local_run.wait(timeout=3600) == 0, _failure(local_log, local)
     finally:
         for running in (process, local_run):
             if running.poll() is None:
