@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from dpaudit._validation import DPAuditError
+from dpaudit.layerwise import row_norms
 from dpaudit.optim.base import Hyperparameters, StepCost, register
 from dpaudit.optim.clipping import CLIP_EPSILON
 from dpaudit.optim.sparse import MaskedSupport, top_k_support
@@ -118,7 +119,7 @@ class AdaDPIGU(MaskedSupport):
             top = torch.topk(flat.abs(), self.example_k, dim=1, sorted=False).indices
             keep = torch.zeros_like(flat).scatter_(1, top, 1.0)
             flat = flat * keep
-        norms = flat.norm(dim=1)
+        norms = row_norms(flat)
         flat = flat * torch.clamp(self.clip_norm / (norms + CLIP_EPSILON), max=1.0)[:, None]
         for total, part in zip(self._sum, flat.sum(0).split([p.numel() for p in self.params[: len(grads)]])):
             total.add_(part.view_as(total))

@@ -324,3 +324,16 @@ def test_masked_sample_norms_from_factors_known_answer():
     expected = torch.tensor([[73.0**0.5], [5.0**0.5 * 5.0]])
     torch.testing.assert_close(sample_norms(OuterProducts(outer, inner), mask), expected)
     torch.testing.assert_close(sample_norms(OuterProducts(outer, inner).dense(), mask), expected)
+
+
+@pytest.mark.parametrize("length", [layerwise.NORM_BLOCK, 2_400_001])
+def test_sample_norms_of_long_gradients_are_the_float64_norms_to_float32_precision(length):
+    """One sample's gradient of a ResNet-18 layer holds 2.4·10⁶ values: clipped to C by torch's float32 vector_norm
+    (10⁻⁵ to 10⁻⁴ off there), it would be C·(1 ± 10⁻⁴). Up to NORM_BLOCK values the norm is torch's vector_norm, bit
+    for bit (the pipeline's models train as before)."""
+    grads = torch.randn(1, 3, length, generator=torch.Generator().manual_seed(0)) * 1e-3
+    norms = sample_norms(grads)
+    exact = torch.linalg.vector_norm(grads.double(), dim=-1)
+    assert ((norms.double() - exact) / exact).abs().max() < 1e-6
+    if length <= layerwise.NORM_BLOCK:
+        assert torch.equal(norms, torch.linalg.vector_norm(grads, dim=-1))

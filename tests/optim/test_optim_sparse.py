@@ -234,6 +234,19 @@ def test_adadpigu_main_step_matches_hand_computation():
     torch.testing.assert_close(_flat(opt.beta), 0.999 + 0.001 * update.pow(2).clamp(1e-6, 1e6))
 
 
+def test_adadpigu_clips_a_long_gradient_to_c_to_float32_precision():
+    """A record's statistic of 2.4·10⁶ values is clipped to norm C = 1 (within 10⁻⁶), not to C·(1 ± 10⁻⁴) as
+    torch's float32 vector_norm of so many values gives."""
+    cls = optim.get_spec("adadpigu").cls
+    hyper = _hyper(cls, epochs=2, pretrain_fraction=0.5, retention_ratio=1.0, example_topk_fraction=1.0)
+    params = [torch.zeros(2_400_000)]
+    opt = cls(params, hyper, generator=torch.Generator().manual_seed(7))
+    opt.steps_taken = opt.hyper.pretrain_steps
+    opt._set_support(torch.arange(2_400_000))
+    opt.accumulate([torch.randn(1, 2_400_000, generator=torch.Generator().manual_seed(0))])
+    assert abs(torch.linalg.vector_norm(opt._sum[0].double()).item() - 1.0) < 1e-6
+
+
 def test_adadpigu_pruned_weights_stay_zero_and_every_step_is_one_gaussian_step():
     params, opt = _adadpigu(momentum=0.9)
     costs = []
