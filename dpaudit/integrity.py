@@ -285,7 +285,7 @@ def claim_run_folder(out: str | os.PathLike, *, identity: Mapping[str, Any], ove
         raise DPAuditError(f"cannot write to the run folder {root}: permission denied")
     if (root / MANIFEST).is_file() and not _read_manifest(root)["files"]:  # a claim that wrote nothing (a train that
         remove_partial_writes(root)  # failed before its first file, e.g. on missing data, or was killed while writing
-        for name in (MANIFEST, _LOCK):  # it): no run to keep
+        for name in (_LOCK, MANIFEST):  # it): no run to keep (the manifest last: a removal cut short is done again)
             (root / name).unlink(missing_ok=True)
     previous = _previous_identity(root)
     status = "new"

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,6 +111,23 @@ def test_a_train_killed_while_writing_its_first_file_leaves_the_folder_free(tmp_
     assert train(out) == 0
     assert not list(out.glob("*.tmp"))
     assert integrity.check_complete(out) is None
+
+
+def test_a_removal_of_an_empty_claim_cut_short_is_done_again(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    integrity.claim_run_folder(out, identity={"lr": 0.5})
+    (out / ".dpaudit-run.lock").write_text("")
+    unlink = Path.unlink
+
+    def killed_after_one_file(self, missing_ok=False):
+        unlink(self, missing_ok=missing_ok)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "unlink", killed_after_one_file)
+    with pytest.raises(KeyboardInterrupt):
+        integrity.claim_run_folder(out, identity={"lr": 0.1})
+    monkeypatch.undo()
+    assert train(out) == 0  # what is left is still a claim that wrote nothing
 
 
 def test_a_train_killed_while_claiming_its_folder_is_replaced_with_overwrite(tmp_path, capsys):
