@@ -144,9 +144,9 @@ def _cancel_a_running_job(run_id: str, folder: Path, process: subprocess.Popen, 
 
 def _failure(log: Path, folder: Path) -> str:
     """The end of a failed run's log, and the end of each failed job's own log it names."""
-    text = log.read_text()
-    named = dict.fromkeys(re.findall(r"log: (\S+) \(check log file", text))
-    jobs = [f"--- {name}:\n" + (folder / name).read_text()[-2000:] for name in named if (folder / name).is_file()]
+    text = log.read_text(errors="replace")
+    named = [folder / name for name in dict.fromkeys(re.findall(r"log: (\S+) \(check log file", text))]
+    jobs = [f"--- {path}:\n" + path.read_text(errors="replace")[-2000:] for path in named if path.is_file()]
     return "\n".join([text[-5000:], *jobs])
 
 
