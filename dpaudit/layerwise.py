@@ -117,6 +117,13 @@ class OuterProducts:
         return self.outer[..., :, None] * self.inner[..., None, :]
 
 
+def _unfolding_is_faster(device: torch.device, *, inner: int, outer: int) -> bool:
+    """Whether a convolution's per-sample weight gradients are built faster as each sample's output gradient times its
+    unfolded input than by a grouped convolution: on a CPU, where the unfolded input is no larger than the output
+    gradient (``inner`` = C_in·k_h·k_w ≤ ``outer`` = C_out, a first layer on few channels)."""
+    return device.type == "cpu" and inner <= outer
+
+
 @dataclass(frozen=True)
 class ConvFactors:
     """Per-sample gradients of a Conv2d weight (groups 1, zero padding) as their factors: each sample's ``inputs``
@@ -171,7 +178,7 @@ class ConvFactors:
         grads = self.output_grads.reshape(-1, *self.output_grads.shape[-3:])
         (samples, channels), outer = inputs.shape[:2], grads.shape[1]
         shape = (samples, outer, channels, *self.kernel_size)
-        if inputs.device.type == "cpu" and channels * self.kernel_size[0] * self.kernel_size[1] <= outer:
+        if _unfolding_is_faster(inputs.device, inner=channels * self.kernel_size[0] * self.kernel_size[1], outer=outer):
             patches, flat = self._unfolded()
             return torch.bmm(flat, patches.transpose(1, 2)).view(shape)
         return self._weight_gradient(
@@ -519,7 +526,8 @@ def _per_sample(
         return {"weight": weight if factored else weight.dense(), "bias": weight.outer}
     conv = cast(nn.Conv2d, layer)  # the only other layer with parameters (unsupported_reason)
     bias = _model_first(g.sum((-2, -1)), models)
-    if g.device.type == "cpu" and conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] <= conv.out_channels:
+    inner = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
+    if _unfolding_is_faster(g.device, inner=inner, outer=conv.out_channels):
         return {"weight": _conv_weight_unfolded(conv, needed, g, models), "bias": bias}
     return {"weight": ConvFactors.of(conv, _model_major(needed, models), _model_major(g, models)).dense(), "bias": bias}
 
