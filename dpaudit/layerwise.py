@@ -38,10 +38,10 @@ from dpaudit.models import leaf_outputs
 
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Identity)
 PER_CHANNEL_POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool2d)
-#: torch's float32 ``vector_norm`` on a CPU sums a long vector with a rounding error that grows with its length (the
-#: norm of the millions of values of one sample's gradient of a ResNet-18 layer comes out up to about 10⁻⁴ too small
-#: or large, so a gradient clipped to C would be up to C·(1 + 10⁻⁴)): :func:`row_norms` takes a longer vector's norm
-#: in blocks of this many values, then the blocks' norms together, within about 10⁻⁶ at any length
+#: torch's float32 ``vector_norm`` on a CPU sums a long vector with a rounding error that grows with its length (on
+#: the millions of values of one sample's gradient of a ResNet-18 layer, far more than float32 rounding, so a gradient
+#: clipped to C would exceed C by as much): :func:`row_norms` takes a longer vector's norm in blocks of this many
+#: values, then the blocks' norms together, within about 10⁻⁶ at any length
 NORM_BLOCK = 2**16
 
 
