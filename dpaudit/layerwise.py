@@ -14,7 +14,8 @@ follow in closed form (as Opacus's grad samplers do):
   input instead), ∂ℓ_i/∂b = Σ_positions g_i;
 - GroupNorm: ∂ℓ_i/∂γ = Σ_positions g_i x̂_i, ∂ℓ_i/∂β = Σ_positions g_i, as (Σ g_i x_i − μ_i Σ g_i)/std_i from the
   sums Σ g_i x_i and Σ g_i that the layer's own backward pass takes (:class:`_StackedGroupNorm`), so x̂ is never
-  stored.
+  stored; a GroupNorm directly followed by a MaxPool2d (after ReLU and max pool swap places) runs with the pool as one
+  layer, which normalises only the positions the pool keeps.
 
 This is the same gradient ``vmap(vmap(grad))`` computes (``tests/engine/test_layerwise.py`` compares them), in
 less time on a CPU (``speedup_vs_ensemble_functorch`` in ``benchmarks/ensemble.py``): the forward and
@@ -332,7 +333,7 @@ class LayerwiseGradients:
             }
             for index, layer in enumerate(model)
         ]
-        layers, layer_slots = zip(*_pool_before_relu(zip(model, slots)))
+        layers, layer_slots = zip(*_norm_then_pool(_pool_before_relu(zip(model, slots))))
         self.layers: list[nn.Module] = list(layers)
         self.slots: list[dict[str, int]] = list(layer_slots)
 
@@ -389,6 +390,29 @@ def _pool_before_relu(layers: Iterable[tuple[nn.Module, dict[str, int]]]) -> lis
     return layers
 
 
+class _GroupNormPool(nn.Module):
+    """An affine GroupNorm directly followed by a MaxPool2d, run as one layer (:class:`_StackedGroupNorm` with
+    ``pool``): the normalised activation is built only at the positions the pool keeps."""
+
+    def __init__(self, norm: nn.GroupNorm, pool: nn.MaxPool2d) -> None:
+        super().__init__()
+        self.norm, self.pool = norm, pool
+
+
+def _norm_then_pool(layers: Iterable[tuple[nn.Module, dict[str, int]]]) -> list[tuple[nn.Module, dict[str, int]]]:
+    """(layer, parameter slots) pairs, every affine GroupNorm directly followed by a MaxPool2d merged with it into one
+    :class:`_GroupNormPool` (with the GroupNorm's slots)."""
+    merged: list[tuple[nn.Module, dict[str, int]]] = []
+    for layer, slots in layers:
+        if isinstance(layer, nn.MaxPool2d) and merged:
+            norm, norm_slots = merged[-1]
+            if isinstance(norm, nn.GroupNorm) and norm.affine:
+                merged[-1] = _GroupNormPool(norm, layer), norm_slots
+                continue
+        merged.append((layer, slots))
+    return merged
+
+
 def _forward(
     layer: nn.Module, h: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, models: int
 ) -> tuple[torch.Tensor, torch.Tensor | _GroupNormSums | None]:
@@ -409,13 +433,14 @@ def _forward(
         assert weight is not None  # a Linear always has a weight
         out = torch.bmm(h.transpose(0, 1), weight.transpose(1, 2)).transpose(0, 1)  # [W, M, O]
         return (out if bias is None else out + bias), h
-    if isinstance(layer, nn.GroupNorm):
-        if weight is None:
-            return F.group_norm(h, models * layer.num_groups, eps=layer.eps), None
+    if isinstance(layer, (nn.GroupNorm, _GroupNormPool)):
+        norm, pool = (layer.norm, layer.pool) if isinstance(layer, _GroupNormPool) else (layer, None)
+        if weight is None:  # not affine: no parameters, and never merged with a pool (_norm_then_pool)
+            return F.group_norm(h, models * norm.num_groups, eps=norm.eps), None
         assert bias is not None  # an affine GroupNorm has both
         kept = _GroupNormSums()
         return _StackedGroupNorm.apply(
-            h, weight.reshape(-1), bias.reshape(-1), models * layer.num_groups, layer.eps, kept
+            h, weight.reshape(-1), bias.reshape(-1), models * norm.num_groups, norm.eps, kept, pool
         ), kept
     if isinstance(layer, nn.Flatten):
         return (_FlattenChannelsLast.apply(h, models) if h.dim() == 4 else h), None
@@ -424,8 +449,9 @@ def _forward(
 
 class _GroupNormSums:
     """What an affine GroupNorm's per-sample gradients need, kept by :class:`_StackedGroupNorm`: its ``input``
-    [W, M·C, H, W'] and each (sample, group)'s ``mean`` and ``rstd`` (1/std) [W, M·G] from the forward pass, and,
-    once the backward pass has run, each (sample, channel)'s Σ_positions g·x and Σ_positions g [W, M·C] (``sums``)."""
+    [W, M·C, H, W'] (with a pool: at the positions the pool keeps) and each (sample, group)'s ``mean`` and ``rstd``
+    (1/std) [W, M·G] from the forward pass, and, once the backward pass has run, each (sample, channel)'s
+    Σ_positions g·x and Σ_positions g [W, M·C] (``sums``)."""
 
     def __init__(self) -> None:
         self.input = self.mean = self.rstd = torch.empty(0)
@@ -434,11 +460,11 @@ class _GroupNormSums:
     def detach(self) -> _GroupNormSums:
         return self  # holds no graph: its tensors come from inside the autograd function
 
-    def per_channel(self, g: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Σ g x̂, Σ g) per (sample, channel), from the backward pass's sums (or from ``g`` where it did not run):
-        Σ g x̂ = (Σ g x − μ Σ g)/std."""
+    def per_channel(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Σ g x̂, Σ g) per (sample, channel), from the backward pass's sums (or from the layer's output gradient
+        ``g`` where it did not run): Σ g x̂ = (Σ g x − μ Σ g)/std."""
         gx, summed = self.sums if self.sums is not None else ((g * self.input).sum((-2, -1)), g.sum((-2, -1)))
-        per_group = self.input.shape[1] // groups
+        per_group = self.input.shape[1] // self.mean.shape[1]
         return (gx - _by_channel(self.mean, per_group) * summed) * _by_channel(self.rstd, per_group), summed
 
 
@@ -447,15 +473,50 @@ def _by_channel(per_group: torch.Tensor, channels_per_group: int) -> torch.Tenso
     return per_group.repeat_interleave(channels_per_group, dim=1)
 
 
+def _pool_arguments(pool: nn.MaxPool2d) -> tuple[list[int], ...]:
+    """(kernel size, stride, padding, dilation) of ``pool``, each as two numbers."""
+    return tuple(
+        [value, value] if isinstance(value, int) else list(value)
+        for value in (pool.kernel_size, pool.stride, pool.padding, pool.dilation)
+    )
+
+
+def _group_statistics(h: torch.Tensor, groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, rstd = 1/√(var + eps)) of each (sample, group) of ``h`` [W, C, H, W'] (C = groups·D channels), [W,
+    groups] each: each channel's mean, then the sum of its squared deviations from it (two passes, not Σx² − (Σx)²/P,
+    which loses the variance of an activation far from zero mean: torch's channels-last GroupNorm kernel on a CPU is
+    off by 2 % at |μ|/σ = 100 in float32), the channels of a group combined exactly (Chan et al.'s pairwise update)."""
+    samples, channels = h.shape[:2]
+    positions, per_group = h[0, 0].numel(), channels // groups
+    values = h.permute(0, 2, 3, 1).reshape(samples, positions, channels)  # a view of a channels-last h
+    means = values.sum(1, keepdim=True) / positions
+    deviations = values - means
+    squares = deviations.square_().sum(1).view(samples, groups, per_group)
+    means = means.view(samples, groups, per_group)
+    mean = means.mean(-1)
+    if per_group > 1:
+        squares = squares.sum(-1) + positions * (means - mean.unsqueeze(-1)).square().sum(-1)
+    else:
+        squares = squares.squeeze(-1)
+    return mean, torch.rsqrt(squares / (positions * per_group) + eps)
+
+
 class _StackedGroupNorm(torch.autograd.Function):
-    """GroupNorm with its affine transform, on the stacked layout: the forward pass in the normalisation's own kernel
-    (one pass over the activation instead of three), the backward pass from each (sample, channel)'s Σ g·x and Σ g,
+    """GroupNorm with its affine transform, on the stacked layout: the statistics in two passes
+    (:func:`_group_statistics`), the affine map in one, the backward pass from each (sample, channel)'s Σ g·x and Σ g,
     which it keeps for the per-sample gradients (:class:`_GroupNormSums`): two reductions and one elementwise pass,
     where PyTorch's CPU kernel takes several times as long on a channels-last activation.
 
     With x̂ = (x − μ)·rstd per (sample, group) of D channels and P positions, s = 1/(D·P), and per group
     a = Σ_c γ_c Σ g·x, b = Σ_c γ_c Σ g: ∂ℓ/∂x = γ·rstd·g + B·x + (−B·μ − b·rstd·s), B = (b·μ − a)·rstd³·s (the
     derivative of the normalisation, as ``native_group_norm_backward`` computes it).
+
+    With a ``pool`` (a MaxPool2d after the GroupNorm), the output is the pooled normalised activation, built only at
+    the positions the pool keeps: per (sample, channel) the affine map γ·x̂ + β = γ·rstd·x + (β − γ·rstd·μ) is
+    increasing in x where γ > 0 (decreasing where γ < 0, constant where γ = 0), so the pool takes the maximum of x
+    (of −x; the window's first position), and g is non-zero only there: Σ g·x and Σ g are sums over the pooled
+    positions, and the pool's backward pass spreads γ·rstd·g. The full normalised activation is never written, nor its
+    gradient read back in three passes.
     """
 
     @staticmethod
@@ -467,37 +528,59 @@ class _StackedGroupNorm(torch.autograd.Function):
         groups: int,
         eps: float,
         kept: _GroupNormSums,
+        pool: nn.MaxPool2d | None = None,
     ) -> torch.Tensor:
-        out, mean, rstd = torch.native_group_norm(h, weight, bias, h.shape[0], h.shape[1], h[0, 0].numel(), groups, eps)
-        ctx.save_for_backward(h, weight, mean, rstd)
-        ctx.kept = kept
-        kept.input, kept.mean, kept.rstd = h.detach(), mean, rstd
+        samples, channels = h.shape[:2]
+        mean, rstd = _group_statistics(h, groups, eps)
+        per_group, shape = channels // groups, (samples, channels, 1, 1)
+        scale = _by_channel(rstd, per_group) * weight
+        shift = (bias - _by_channel(mean, per_group) * scale).view(shape)
+        if pool is None:
+            out = torch.addcmul(shift, h, scale.view(shape))
+            ctx.save_for_backward(h, weight, mean, rstd)
+            kept.input = h.detach()
+        else:
+            # read on a CPU only (on a GPU it would wait for the device): elsewhere the pool takes sign(γ)·x
+            increasing = h.device.type == "cpu" and bool((weight > 0).all())
+            ordered = h if increasing else h * weight.sign().view(1, -1, 1, 1)
+            pooled, indices = torch.ops.aten.max_pool2d_with_indices(ordered, *_pool_arguments(pool), pool.ceil_mode)
+            if not increasing:  # the input's own values at the kept positions
+                pooled = h.flatten(2).gather(2, indices.flatten(2)).view_as(indices)
+            out = torch.addcmul(shift, pooled, scale.view(shape))
+            ctx.save_for_backward(h, weight, mean, rstd, indices)
+            kept.input = pooled.detach()
+        ctx.kept, ctx.pool = kept, pool
+        kept.mean, kept.rstd = mean, rstd
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        h, weight, mean, rstd = ctx.saved_tensors
+        h, weight, mean, rstd, *indices = ctx.saved_tensors
         samples, channels = h.shape[:2]
         groups = mean.shape[1]
         per_group = channels // groups
-        gx, summed = (grad * h).sum((-2, -1)), grad.sum((-2, -1))  # [W, M·C]
+        gx, summed = (grad * ctx.kept.input).sum((-2, -1)), grad.sum((-2, -1))  # [W, M·C]
         ctx.kept.sums = gx, summed
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             a, b = ((values * weight).view(samples, groups, per_group).sum(-1) for values in (gx, summed))
             s = 1.0 / (per_group * h[0, 0].numel())
             scale_x = (b * mean - a) * rstd.pow(3) * s
-            shift = -scale_x * mean - b * rstd * s
-            scale_g = weight.view(1, groups, per_group) * rstd.unsqueeze(-1)
-            shape = (samples, channels, 1, 1)
-            grad_input = torch.addcmul(
-                _by_channel(shift, per_group).view(shape), h, _by_channel(scale_x, per_group).view(shape)
-            )
-            grad_input.addcmul_(grad, scale_g.reshape(shape))
+            shift = _by_channel(-scale_x * mean - b * rstd * s, per_group).view(samples, channels, 1, 1)
+            scale_g = (weight.view(1, groups, per_group) * rstd.unsqueeze(-1)).reshape(samples, channels, 1, 1)
+            scale_x = _by_channel(scale_x, per_group).view(samples, channels, 1, 1)
+            if ctx.pool is None:
+                grad_input = torch.addcmul(shift, h, scale_x)
+                grad_input.addcmul_(grad, scale_g)
+            else:
+                grad_input = torch.ops.aten.max_pool2d_with_indices_backward(
+                    grad * scale_g, h, *_pool_arguments(ctx.pool), ctx.pool.ceil_mode, indices[0]
+                )
+                grad_input.addcmul_(h, scale_x).add_(shift)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            normalised, _ = ctx.kept.per_channel(grad, groups)
+            normalised, _ = ctx.kept.per_channel(grad)
             grad_weight, grad_bias = normalised.sum(0), summed.sum(0)
-        return grad_input, grad_weight, grad_bias, None, None, None
+        return grad_input, grad_weight, grad_bias, None, None, None, None
 
 
 class _FlattenChannelsLast(torch.autograd.Function):
@@ -519,7 +602,7 @@ def _per_sample(
 ) -> dict[str, Gradient]:
     """Per-sample gradients [M, W, *shape] of ``layer``'s parameters from its output gradient ``g``."""
     if isinstance(needed, _GroupNormSums):  # an affine GroupNorm
-        scale, shift = needed.per_channel(g, cast(nn.GroupNorm, layer).num_groups * models)
+        scale, shift = needed.per_channel(g)
         return {"weight": _model_first(scale, models), "bias": _model_first(shift, models)}
     if isinstance(layer, nn.Linear):
         weight = OuterProducts(g.transpose(0, 1), needed.transpose(0, 1))

@@ -136,13 +136,73 @@ def test_the_stacked_group_norms_backward_pass_and_kept_sums_are_autograds_of_gr
     kept = _GroupNormSums()
     leaf = x.clone().requires_grad_()
     (grad_input,) = torch.autograd.grad(_StackedGroupNorm.apply(leaf, weight, bias, groups, 1e-5, kept), leaf, g)
-    per_sample_weight, per_sample_bias = kept.per_channel(g, groups)
+    per_sample_weight, per_sample_bias = kept.per_channel(g)
     for i in range(samples):
         xi, wi, bi = (values.clone().requires_grad_() for values in (x[i : i + 1], weight, bias))
         want = torch.autograd.grad(F.group_norm(xi, groups, wi, bi, eps=1e-5), (xi, wi, bi), g[i : i + 1])
         torch.testing.assert_close(grad_input[i : i + 1], want[0], rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(per_sample_weight[i], want[1], rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(per_sample_bias[i], want[2], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("groups", [8, 4])
+def test_group_statistics_are_float64s_to_float32_precision_far_from_zero_mean(groups):
+    # |μ|/σ = 100 in float32, channels last, one and two channels per group: Σx² − (Σx)²/P (torch's channels-last
+    # GroupNorm kernel on a CPU) loses about 4 of float32's 7 digits of the variance here
+    torch.manual_seed(6)
+    x = (100.0 + torch.randn(4, 8, 16, 16, dtype=torch.float64)).float().contiguous(memory_format=torch.channels_last)
+    mean, rstd = layerwise._group_statistics(x, groups, 1e-5)
+    grouped = x.double().contiguous().view(4, groups, -1)
+    want_var, want_mean = torch.var_mean(grouped, dim=-1, correction=0)
+    torch.testing.assert_close(mean.double(), want_mean, rtol=1e-6, atol=0.0)
+    torch.testing.assert_close(rstd.double(), (want_var + 1e-5).rsqrt(), rtol=1e-5, atol=0.0)
+
+
+def _norm_then_pool_cnn(first: bool, pool: nn.MaxPool2d) -> nn.Sequential:
+    """A GroupNorm → ReLU → MaxPool2d block after a convolution (``first``: also one on the input, before anything that
+    needs a gradient)."""
+    head = [nn.GroupNorm(1, 2), nn.MaxPool2d(2)] if first else []
+    return nn.Sequential(
+        *head,
+        nn.Conv2d(2, 4, 3, padding=1),
+        nn.GroupNorm(2, 4),
+        nn.ReLU(),
+        pool,
+        nn.Flatten(),
+        nn.Linear(4 * 3 * 3 if first else 4 * 4 * 4, 5),
+    )
+
+
+@pytest.mark.parametrize("scales", ["positive", "negative and zero"])
+@pytest.mark.parametrize(
+    "first, pool", [(False, nn.MaxPool2d(2)), (True, nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True))]
+)
+def test_a_group_norm_before_a_max_pool_runs_as_one_layer_with_vmaps_gradients(scales, first, pool, device):
+    # the GroupNorm and the pool run as one layer that builds the normalised activation only where the pool keeps it;
+    # with γ < 0 the pool keeps the input's smallest values and with γ = 0 its window's first (as torch's max pool on a
+    # constant output); overlapping windows (3, stride 2) and a first GroupNorm whose backward pass never runs too
+    torch.manual_seed(7)
+    model, params = _stack(lambda: _norm_then_pool_cnn(first, pool), device)
+    kinds = [type(layer).__name__ for layer in LayerwiseGradients(model).layers]
+    assert kinds.count("_GroupNormPool") == 1 + first and "GroupNorm" not in kinds and "MaxPool2d" not in kinds
+    names = [name for name, _ in model.named_parameters()]
+    if scales != "positive":
+        for name in names:
+            if name.endswith(".weight") and params[names.index(name)].dim() == 2:  # the GroupNorms' γ
+                params[names.index(name)][:, ::2] *= -1.0
+                params[names.index(name)][0, -1] = 0.0
+    images = torch.randn(MODELS, WIDTH, 2, 8, 8, device=device) * 2.0 + 1.0
+    labels = torch.randint(0, 5, (MODELS, WIDTH), device=device)
+    want, want_losses = _vmapped_gradients(model)(params, images, labels)
+    got, losses = LayerwiseGradients(model)(params, images, labels)
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for name, g, w in zip(names, got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6, msg=name)
+    weights = torch.rand(MODELS, WIDTH, device=device)
+    want, _ = _vmapped_gradients(model)(params, images, labels, weights)
+    got, _ = LayerwiseGradients(model)(params, images, labels, weights)
+    for name, g, w in zip(names, got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_pooling_before_relu_routes_the_same_gradients_through_ties_and_negative_windows():
