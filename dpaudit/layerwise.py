@@ -484,8 +484,8 @@ def _pool_arguments(pool: nn.MaxPool2d) -> tuple[list[int], ...]:
 def _group_statistics(h: torch.Tensor, groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, rstd = 1/√(var + eps)) of each (sample, group) of ``h`` [W, C, H, W'] (C = groups·D channels), [W,
     groups] each: each channel's mean, then the sum of its squared deviations from it (two passes, not Σx² − (Σx)²/P,
-    which loses the variance of an activation far from zero mean: torch's channels-last GroupNorm kernel on a CPU is
-    off by 2 % at |μ|/σ = 100 in float32), the channels of a group combined exactly (Chan et al.'s pairwise update)."""
+    as torch's channels-last GroupNorm kernel on a CPU computes it, whose rounding error grows as (μ/σ)²), the channels
+    of a group combined exactly (Chan et al.'s pairwise update)."""
     samples, channels = h.shape[:2]
     positions, per_group = h[0, 0].numel(), channels // groups
     values = h.permute(0, 2, 3, 1).reshape(samples, positions, channels)  # a view of a channels-last h
