@@ -181,9 +181,10 @@ class PrivateOptimizer(Optimizer):
         (factor,), hyper, sigma_dp = factors, group[0].hyper, group[0].sigma_dp
         noise, noise_rows = rows.noise()
         draw_noise_rows(group, noise_rows)
-        updates = torch._foreach_div(rows.sums, hyper.expected_batch_size)
-        torch._foreach_add_(updates, noise, alpha=sigma_dp * factor)
-        torch._foreach_add_(rows.params, updates, alpha=-hyper.lr)
+        # the update is formed in the sums (zeroed after it), not in new tensors the size of the models
+        torch._foreach_div_(rows.sums, hyper.expected_batch_size)
+        torch._foreach_add_(rows.sums, noise, alpha=sigma_dp * factor)
+        torch._foreach_add_(rows.params, rows.sums, alpha=-hyper.lr)
         torch._foreach_zero_(rows.sums)
         for optimizer in group:
             optimizer.steps_taken += 1
