@@ -51,7 +51,7 @@ def _unhooked(model: nn.Sequential) -> bool:
 
 def _sequential_forward(model: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     """``model(x)`` with each 2×2, stride-2 max pool on a CPU taken as the maximum of its window's four strided views
-    (PyTorch's channels-first CPU kernel takes about nine times as long; the maximum of the same values is the same
+    (PyTorch's channels-first CPU kernel takes several times as long; the maximum of the same values is the same
     value), after a ReLU it directly follows where there is one: relu(maxpool(x)) = maxpool(relu(x)), on a quarter of
     the values."""
     layers = list(model)
