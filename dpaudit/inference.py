@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from dpaudit.data import ArrayDataset
+from dpaudit.layerwise import _pool_arguments, _pool_before_relu
 
 
 @torch.no_grad()
@@ -52,30 +53,20 @@ def _unhooked(model: nn.Sequential) -> bool:
 def _sequential_forward(model: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     """``model(x)`` with each 2×2, stride-2 max pool on a CPU taken as the maximum of its window's four strided views
     (PyTorch's channels-first CPU kernel takes several times as long; the maximum of the same values is the same
-    value), after a ReLU it directly follows where there is one: relu(maxpool(x)) = maxpool(relu(x)), on a quarter of
-    the values."""
-    layers = list(model)
-    index = 0
-    while index < len(layers):
-        layer = layers[index]
-        after = layers[index + 1] if index + 1 < len(layers) else None
-        if type(layer) is nn.ReLU and _strided_pool(after, x):
-            x, index = torch.relu(_window_maximum(x)), index + 2
-            continue
-        x, index = (_window_maximum(x) if _strided_pool(layer, x) else layer(x)), index + 1
+    value), and each ReLU directly before a max pool run after it, on a quarter of the values (as the layer-wise
+    method does: ``layerwise._pool_before_relu``)."""
+    for layer, _ in _pool_before_relu((layer, {}) for layer in model):
+        x = _window_maximum(x) if _strided_pool(layer, x) else layer(x)
     return x
 
 
-def _strided_pool(layer: nn.Module | None, x: torch.Tensor) -> bool:
+def _strided_pool(layer: nn.Module, x: torch.Tensor) -> bool:
     """Whether ``layer`` is a max pool over disjoint 2×2 windows of the [N, C, H, W] CPU tensor ``x``."""
     return (
         type(layer) is nn.MaxPool2d
         and x.dim() == 4
         and x.device.type == "cpu"
-        and layer.kernel_size in (2, (2, 2))
-        and layer.stride in (2, (2, 2))
-        and layer.padding in (0, (0, 0))
-        and layer.dilation in (1, (1, 1))
+        and _pool_arguments(layer) == ([2, 2], [2, 2], [0, 0], [1, 1])
         and not layer.return_indices
         and (not layer.ceil_mode or (x.shape[-2] % 2 == 0 and x.shape[-1] % 2 == 0))
     )
