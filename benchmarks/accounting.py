@@ -6,6 +6,7 @@ Prints JSON. Usage: python benchmarks/accounting.py
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import time
@@ -134,6 +135,7 @@ def optimizer_steps(batch: int = 36, repeats: int = 20) -> dict:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     print(
         json.dumps(
             {

@@ -7,6 +7,7 @@ Usage: python tools/bad_inputs.py   (about a minute on 2 cores; works in a scrat
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import struct
@@ -311,4 +312,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     main()

@@ -7,6 +7,7 @@ or an entry point fails.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import sysconfig
@@ -62,4 +63,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     sys.exit(main())

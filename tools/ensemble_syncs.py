@@ -6,6 +6,7 @@ Trains 11 models (n = 360, b = 36, Poisson) one epoch under ``torch.cuda.set_syn
 counts the synchronising calls by the dpaudit lines that made them, then profiles 100 steps.
 """
 
+import argparse
 import collections
 import cProfile
 import io
@@ -18,14 +19,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import torch
-from ensemble import training_set
+from ensemble import DATASETS, training_set
 
 from dpaudit.config import TrainConfig
+from dpaudit.optim import available as available_optimizers
 from dpaudit.train import Member, train_models
 
-arch = sys.argv[1] if len(sys.argv) > 1 else "cnn"
-opt = sys.argv[2] if len(sys.argv) > 2 else "dpsgd-gc"
-dataset = "digits" if arch == "cnn-digits" else "cifar10"
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("arch", nargs="?", default="cnn", choices=sorted(DATASETS), help="model (default: cnn)")
+parser.add_argument(
+    "opt", nargs="?", default="dpsgd-gc", choices=available_optimizers(), help="optimizer (default: dpsgd-gc)"
+)
+args = parser.parse_args()
+if not torch.cuda.is_available():
+    parser.error("torch sees no CUDA device here (this tool times the engine's waits for a GPU)")
+arch, opt = args.arch, args.opt
+dataset = DATASETS[arch]
 data = training_set(dataset, 360)
 members = [Member(train_data=data, model_index=k, label=f"m{k}") for k in range(11)]
 config = TrainConfig.from_dict(
