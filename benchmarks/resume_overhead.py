@@ -46,7 +46,7 @@ def main() -> None:
 
     def save_and_measure(run, epoch):
         save(run, epoch)
-        sizes.append((run.out / f"state_{epoch:04d}.pt").stat().st_size)
+        sizes.append(run.out.state(epoch).stat().st_size)
 
     _ModelRun.save_state = save_and_measure
     seconds = {"every_epoch": [], "never": []}
