@@ -3,6 +3,7 @@ or a script that takes its arguments unchecked, fails here rather than on the da
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -34,35 +35,24 @@ def test_each_script_answers_help_with_its_usage(script):
 # each benchmark at a small workload runs to its end and prints its JSON (what benchmarks/record.py keeps); left out:
 # accounting.py (no smaller workload than its minutes), pipeline_jobs.py (reads a pipeline's log) and record.py itself
 TINY_RUNS = {
-    "audit_scores": ["--n", "1000", "--repeats", "1"],
-    "point_null": ["--sizes", "100", "--repeats", "1", "--draws", "5"],
-    "calibration_grid": ["--rates", "0.01", "--steps", "100", "--epsilons", "1"],
-    "family_selection": ["--seeds", "1", "--per-side", "1000", "--epsilons", "2"],
-    "whole_run_overhead": ["--canaries", "20", "2000", "--repeats", "1", "--epochs", "2"],
-    "resume_overhead": ["--epochs", "2", "--repeats", "1"],
-    "opacus_audit": ["--canaries", "200", "--repeats", "1", "--epochs", "1"],
-    "opacus_records": ["--canaries", "200", "--repeats", "1", "--epochs", "1"],
-    "blackbox_pruning": ["--models", "8", "--cases", "rung"],
-    "validation_bugs": [
-        "--per-side",
-        "200",
-        "--epsilons",
-        "2",
-        "--epochs",
-        "1",
-        "--seeds",
-        "0",
-        "--bugs",
-        "reused-noise",
-    ],
-    "model_stream_bugs": ["--per-side", "200", "--epsilons", "2", "--epochs", "1", "--seeds", "0"],
-    "opacus_record_bugs": ["--canaries", "200", "--epsilons", "2", "--twin-seeds", "0"],
-    "whole_run_profile": ["--per-side", "200", "--epsilons", "2"],
-    "whole_run_audit": ["--per-side", "200", "--epsilons", "2", "--optimizers", "dpsgd-gc"],
-    "whole_run_ceiling": ["--quick"],
-    "blackbox_audit": ["--scale", "0.01", "--cases", "poisson"],
-    "dpsgd_dc_regime": ["--trials", "1", "--regimes", "mlp, n=180, E=120, b=20"],
-    "ensemble": ["--architectures", "cnn-digits", "--models", "2", "--steps", "2", "--repeats", "1"],
+    "audit_scores": "--n 1000 --repeats 1",
+    "point_null": "--sizes 100 --repeats 1 --draws 5",
+    "calibration_grid": "--rates 0.01 --steps 100 --epsilons 1",
+    "family_selection": "--seeds 1 --per-side 1000 --epsilons 2",
+    "whole_run_overhead": "--canaries 20 2000 --repeats 1 --epochs 2",
+    "resume_overhead": "--epochs 2 --repeats 1",
+    "opacus_audit": "--canaries 200 --repeats 1 --epochs 1",
+    "opacus_records": "--canaries 200 --repeats 1 --epochs 1",
+    "blackbox_pruning": "--models 8 --cases rung",
+    "validation_bugs": "--per-side 200 --epsilons 2 --epochs 1 --seeds 0 --bugs reused-noise",
+    "model_stream_bugs": "--per-side 200 --epsilons 2 --epochs 1 --seeds 0",
+    "opacus_record_bugs": "--canaries 200 --epsilons 2 --twin-seeds 0",
+    "whole_run_profile": "--per-side 200 --epsilons 2",
+    "whole_run_audit": "--per-side 200 --epsilons 2 --optimizers dpsgd-gc",
+    "whole_run_ceiling": "--quick",
+    "blackbox_audit": "--scale 0.01 --cases poisson",
+    "dpsgd_dc_regime": "--trials 1 --regimes 'mlp, n=180, E=120, b=20'",
+    "ensemble": "--architectures cnn-digits --models 2 --steps 2 --repeats 1",
 }
 
 
@@ -75,7 +65,7 @@ def test_the_tiny_runs_name_benchmarks():
 def test_each_benchmark_runs_to_its_json_at_a_tiny_workload(name, tmp_path):
     record = load_file_module(ROOT / "benchmarks" / "record.py", "record")
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *TINY_RUNS[name]],
+        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *shlex.split(TINY_RUNS[name])],
         cwd=tmp_path,
         capture_output=True,
         text=True,
