@@ -118,6 +118,37 @@ class OuterProducts:
         return self.outer[..., :, None] * self.inner[..., None, :]
 
 
+def unfold(
+    inputs: torch.Tensor,
+    kernel_size: tuple[int, int],
+    *,
+    dilation: tuple[int, int],
+    padding: tuple[int, int],
+    stride: tuple[int, int],
+) -> torch.Tensor:
+    """``F.unfold`` of ``inputs`` [N, C, H, W'] (zero padding): each position's patch, [N, C·k_h·k_w, positions].
+
+    On a CPU, the same values (only copied) as one strided copy of the padded input, which takes from as long as
+    ``F.unfold`` (many channels on few positions) to a fifth of its time (few channels, as a first layer's, and
+    channels-last inputs); on other devices ``F.unfold`` itself.
+    """
+    if inputs.device.type != "cpu":
+        return F.unfold(inputs, kernel_size, dilation=dilation, padding=padding, stride=stride)
+    (k_h, k_w), (d_h, d_w), (p_h, p_w), (s_h, s_w) = kernel_size, dilation, padding, stride
+    samples, channels, height, width = inputs.shape
+    padded = F.pad(inputs.contiguous(), (p_w, p_w, p_h, p_h)) if p_h or p_w else inputs.contiguous()
+    rows, columns = (
+        (height + 2 * p_h - d_h * (k_h - 1) - 1) // s_h + 1,
+        (width + 2 * p_w - d_w * (k_w - 1) - 1) // s_w + 1,
+    )
+    per_sample, per_channel, per_row, per_column = padded.stride()
+    windows = padded.as_strided(
+        (samples, channels, k_h, k_w, rows, columns),
+        (per_sample, per_channel, d_h * per_row, d_w * per_column, s_h * per_row, s_w * per_column),
+    )
+    return windows.reshape(samples, channels * k_h * k_w, rows * columns)
+
+
 def _unfolding_is_faster(device: torch.device, *, inner: int, outer: int) -> bool:
     """Whether a convolution's per-sample weight gradients are built faster as each sample's output gradient times its
     unfolded input than by a grouped convolution: on a CPU, where the unfolded input is no larger than the output
@@ -161,7 +192,7 @@ class ConvFactors:
 
     def _unfolded(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(U [N, D, P], G [N, C_out, P]) over the N leading (model, sample) pairs."""
-        patches = F.unfold(
+        patches = unfold(
             self.inputs.reshape(-1, *self.inputs.shape[-3:]),
             self.kernel_size,
             dilation=self.dilation,
@@ -635,7 +666,8 @@ def _conv_weight_unfolded(
     time of the grouped convolution of :meth:`ConvFactors.dense`, which needs both in a model-major copy and runs
     slowly on few input channels (on a GPU the grouped convolution is one kernel where this launches one per model)."""
     width, padding = inputs.shape[0], cast(tuple[int, int], layer.padding)  # numbers (unsupported_reason)
-    patches = F.unfold(inputs, layer.kernel_size, dilation=layer.dilation, padding=padding, stride=layer.stride)
+    kernel_size, dilation, stride = cast(tuple[tuple[int, int], ...], (layer.kernel_size, layer.dilation, layer.stride))
+    patches = unfold(inputs, kernel_size, dilation=dilation, padding=padding, stride=stride)
     patches = patches.unflatten(1, (models, -1))  # [W, M, C_in·k_h·k_w, positions]
     grads = output_grads.flatten(2).unflatten(1, (models, -1))  # [W, M, C_out, positions], a view
     out = inputs.new_empty(models, width, layer.out_channels, patches.shape[2])

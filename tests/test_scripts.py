@@ -73,3 +73,21 @@ def test_each_benchmark_runs_to_its_json_at_a_tiny_workload(name, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert isinstance(record.last_json(result.stdout), dict)
+
+
+@pytest.mark.integration  # about 10 s on 2 cores
+def test_the_ensemble_breakdown_splits_the_layerwise_calls_by_layer(tmp_path):
+    record = load_file_module(ROOT / "benchmarks" / "record.py", "record")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "ensemble_breakdown.py"), "--models", "2", "--steps", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = record.last_json(result.stdout)
+    # cnn-digits: conv, ReLU, conv, ReLU→pool swapped, flatten, linear; per-sample steps of the three with parameters
+    parts = found["layerwise_seconds"]
+    assert {"forward 0: Conv2d", "per-sample 0: Conv2d", "per-sample 2: Conv2d", "backward"} <= set(parts)
+    assert sum(parts.values()) <= found["seconds"]["gradient_calls"]

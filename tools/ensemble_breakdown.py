@@ -6,7 +6,9 @@ Trains K models with DP-SGD as ``benchmarks/ensemble.py`` does (ensemble engine)
 the per-sample gradient calls (``EnsembleGradients._gradients``), the clipping and summing of their output (the
 sink), the K optimizer steps with their noise (``step_together``), and everything else (sampling, the record
 pool's reads, loss bookkeeping). The gradient share bounds what removing the rest could gain: at most
-total / gradient.
+total / gradient. Where the model takes the layer-wise method (``grad_sample: layers``), ``layerwise_seconds`` splits
+its calls further: each layer's forward step and per-sample gradient step (by position in the stacked network, whose
+GroupNorm and max pool run as one layer) and the backward pass between them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from dpaudit import layerwise
 from dpaudit.config import TrainConfig
 from dpaudit.ensemble import EnsembleGradients
 from dpaudit.optim import DPSGD
@@ -51,6 +54,41 @@ def timing(owner, name: str, seconds: dict[str, float], key: str):
             setattr(owner, name, own)
 
 
+@contextmanager
+def layer_timing(seconds: dict[str, float]):
+    """While open, add the wall time of the layer-wise method's steps to ``seconds``: ``forward i: Layer`` and
+    ``per-sample i: Layer`` for the layer at position i, and ``backward`` (``torch.autograd.grad``)."""
+    positions: dict[int, int] = {}
+
+    def by_layer(part: str, original):
+        def timed(layer, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(layer, *args, **kwargs)
+            finally:
+                position = positions.setdefault(id(layer), len(positions))
+                key = f"{part} {position}: {type(layer).__name__}"
+                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+
+        return timed
+
+    originals = layerwise._forward, layerwise._per_sample, torch.autograd.grad
+
+    def backward(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return originals[2](*args, **kwargs)
+        finally:
+            seconds["backward"] = seconds.get("backward", 0.0) + time.perf_counter() - start
+
+    layerwise._forward, layerwise._per_sample = by_layer("forward", originals[0]), by_layer("per-sample", originals[1])
+    torch.autograd.grad = backward
+    try:
+        yield
+    finally:
+        layerwise._forward, layerwise._per_sample, torch.autograd.grad = originals
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(parser)
@@ -79,7 +117,9 @@ def main() -> None:
     ).validated()
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
+    layer_seconds: dict[str, float] = {}
     with (
+        layer_timing(layer_seconds),
         timing(EnsembleGradients, "_gradients", seconds, "gradient_chunks"),
         timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
         timing(DPSGD, "step_together", seconds, "optimizer_steps"),
@@ -107,6 +147,7 @@ def main() -> None:
                 "seconds": shares,
                 "fractions": {key: value / total for key, value in shares.items()},
                 "most_speedup_from_removing_all_but_gradients": total / gradients,
+                "layerwise_seconds": dict(sorted(layer_seconds.items(), key=lambda item: -item[1])),
             },
             indent=2,
         )

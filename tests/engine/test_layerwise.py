@@ -20,6 +20,7 @@ from dpaudit.layerwise import (
     dense,
     largest_unfolded_input,
     sample_norms,
+    unfold,
     unsupported_reason,
     weighted_sample_sums,
 )
@@ -299,6 +300,28 @@ def test_a_convolution_on_few_input_channels_takes_its_per_sample_weight_gradien
     assert spy.call_count == unfolded
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(layerwise._conv_weight_unfolded(conv, inputs, grads, models), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    "kernel_size, dilation, padding, stride",
+    [((3, 3), (1, 1), (1, 1), (1, 1)), ((3, 5), (2, 1), (1, 2), (2, 1)), ((1, 1), (1, 1), (0, 0), (2, 2))],
+)
+def test_unfold_copies_exactly_the_patches_of_torchs_unfold(kernel_size, dilation, padding, stride, channels_last):
+    torch.manual_seed(0)
+    inputs = torch.randn(4, 5, 9, 11, dtype=torch.float64)
+    if channels_last:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    got = unfold(inputs, kernel_size, dilation=dilation, padding=padding, stride=stride)
+    assert torch.equal(got, F.unfold(inputs, kernel_size, dilation=dilation, padding=padding, stride=stride))
+    # from the definition: entry (n, c·k_h·k_w + i·k_w + j, r·columns + q) is the zero-padded input at
+    # (r·s_h + i·d_h − p_h, q·s_w + j·d_w − p_w)
+    (k_h, k_w), (d_h, d_w), (p_h, p_w), (s_h, s_w) = kernel_size, dilation, padding, stride
+    columns = (11 + 2 * p_w - d_w * (k_w - 1) - 1) // s_w + 1
+    for n, c, i, j, r, q in [(0, 0, 0, 0, 0, 0), (3, 4, k_h - 1, k_w - 1, 1, columns - 1), (2, 1, k_h // 2, 0, 2, 1)]:
+        y, x = r * s_h + i * d_h - p_h, q * s_w + j * d_w - p_w
+        want = inputs[n, c, y, x] if 0 <= y < 9 and 0 <= x < 11 else 0.0
+        assert got[n, c * k_h * k_w + i * k_w + j, r * columns + q] == want
 
 
 def test_unsupported_models_are_named_and_fall_back_to_functorch():
