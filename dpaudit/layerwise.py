@@ -149,6 +149,12 @@ def unfold(
     return windows.reshape(samples, channels * k_h * k_w, rows * columns)
 
 
+def _geometry(layer: nn.Conv2d) -> tuple[tuple[int, int], ...]:
+    """(kernel size, stride, padding, dilation) of ``layer``, two numbers each (padding given as numbers:
+    ``unsupported_reason``)."""
+    return cast(tuple[tuple[int, int], ...], (layer.kernel_size, layer.stride, layer.padding, layer.dilation))
+
+
 def _unfolding_is_faster(device: torch.device, *, inner: int, outer: int) -> bool:
     """Whether a convolution's per-sample weight gradients are built faster as each sample's output gradient times its
     unfolded input than by a grouped convolution: on a CPU, where the unfolded input is no larger than the output
@@ -179,8 +185,7 @@ class ConvFactors:
     @classmethod
     def of(cls, layer: nn.Conv2d, inputs: torch.Tensor, output_grads: torch.Tensor) -> ConvFactors:
         """The factors of ``layer`` (groups 1, zero padding given as numbers) from its inputs and output gradients."""
-        geometry = cast(tuple[tuple[int, int], ...], (layer.kernel_size, layer.stride, layer.padding, layer.dilation))
-        return cls(inputs, output_grads, *geometry)
+        return cls(inputs, output_grads, *_geometry(layer))
 
     def __getitem__(self, key: Index) -> ConvFactors:
         return dataclasses.replace(self, inputs=self.inputs[key], output_grads=self.output_grads[key])
@@ -665,8 +670,7 @@ def _conv_weight_unfolded(
     is no larger than its output gradient (C_in·k_h·k_w ≤ C_out: a first layer on few channels), this takes half the
     time of the grouped convolution of :meth:`ConvFactors.dense`, which needs both in a model-major copy and runs
     slowly on few input channels (on a GPU the grouped convolution is one kernel where this launches one per model)."""
-    width, padding = inputs.shape[0], cast(tuple[int, int], layer.padding)  # numbers (unsupported_reason)
-    kernel_size, dilation, stride = cast(tuple[tuple[int, int], ...], (layer.kernel_size, layer.dilation, layer.stride))
+    width, (kernel_size, stride, padding, dilation) = inputs.shape[0], _geometry(layer)
     patches = unfold(inputs, kernel_size, dilation=dilation, padding=padding, stride=stride)
     patches = patches.unflatten(1, (models, -1))  # [W, M, C_in·k_h·k_w, positions]
     grads = output_grads.flatten(2).unflatten(1, (models, -1))  # [W, M, C_out, positions], a view

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,8 +34,9 @@ from ensemble import DATASETS, add_workload_arguments, training_set, workload_ep
 
 
 @contextmanager
-def timing(owner, name: str, seconds: dict[str, float], key: str):
-    """Add the wall time of every call of ``owner.name`` to ``seconds[key]`` while the context is open."""
+def timing(owner, name: str, seconds: dict[str, float], key: str | Callable[..., str]):
+    """Add the wall time of every call of ``owner.name`` to ``seconds[key]`` while the context is open (with a callable
+    ``key``, to ``seconds[key(*args)]``, the call's own arguments naming its entry)."""
     original, own = getattr(owner, name), vars(owner).get(name)  # own: None where inherited
 
     def timed(*args, **kwargs):
@@ -42,7 +44,8 @@ def timing(owner, name: str, seconds: dict[str, float], key: str):
         try:
             return original(*args, **kwargs)
         finally:
-            seconds[key] += time.perf_counter() - start
+            entry = key(*args) if callable(key) else key
+            seconds[entry] = seconds.get(entry, 0.0) + time.perf_counter() - start
 
     setattr(owner, name, timed)
     try:
@@ -54,29 +57,10 @@ def timing(owner, name: str, seconds: dict[str, float], key: str):
             setattr(owner, name, own)
 
 
-@contextmanager
-def layer_timing(seconds: dict[str, float]):
-    """While open, add the wall time of the layer-wise method's steps to ``seconds``: ``forward i: Layer`` and
-    ``per-sample i: Layer`` for the layer at position i of the stacked network."""
-    positions: dict[int, int] = {}
-    originals = {"forward": layerwise._forward, "per-sample": layerwise._per_sample}
-
-    def by_layer(part: str):
-        def timed(layer, *args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return originals[part](layer, *args, **kwargs)
-            finally:
-                key = f"{part} {positions.setdefault(id(layer), len(positions))}: {type(layer).__name__}"
-                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
-
-        return timed
-
-    layerwise._forward, layerwise._per_sample = by_layer("forward"), by_layer("per-sample")
-    try:
-        yield
-    finally:
-        layerwise._forward, layerwise._per_sample = originals.values()
+def by_layer(part: str, positions: dict[int, int]) -> Callable[..., str]:
+    """``part i: Layer``, the entry of a layer-wise step on the layer at position i of the stacked network (its first
+    argument); ``positions`` numbers the layers in the order any step first sees them (the forward pass's)."""
+    return lambda layer, *_: f"{part} {positions.setdefault(id(layer), len(positions))}: {type(layer).__name__}"
 
 
 def main() -> None:
@@ -107,9 +91,12 @@ def main() -> None:
     ).validated()
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
-    layer_seconds = {"backward": 0.0}  # the layer-wise method's backward pass is its one torch.autograd.grad call
+    layer_seconds: dict[str, float] = {}
+    positions: dict[int, int] = {}
     with (
-        layer_timing(layer_seconds),
+        timing(layerwise, "_forward", layer_seconds, by_layer("forward", positions)),
+        timing(layerwise, "_per_sample", layer_seconds, by_layer("per-sample", positions)),
+        # the layer-wise method's backward pass is its one torch.autograd.grad call
         timing(torch.autograd, "grad", layer_seconds, "backward"),
         timing(EnsembleGradients, "_gradients", seconds, "gradient_chunks"),
         timing(EnsembleGradients, "accumulate", seconds, "accumulate"),
@@ -140,7 +127,7 @@ def main() -> None:
                 "most_speedup_from_removing_all_but_gradients": total / gradients,
                 **(
                     {"layerwise_seconds": dict(sorted(layer_seconds.items(), key=lambda item: -item[1]))}
-                    if len(layer_seconds) > 1  # a layer's step was timed: the model took the layer-wise method
+                    if set(layer_seconds) - {"backward"}  # a layer's step was timed: the layer-wise method ran
                     else {}
                 ),
             },
