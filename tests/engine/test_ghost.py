@@ -1,5 +1,6 @@
 """The ghost method: per-sample gradients kept as each layer's input and output gradient (``dpaudit.ghost``)."""
 
+import dataclasses
 import re
 import warnings
 from unittest import mock
@@ -49,9 +50,14 @@ CONV_CASES = {
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=str)
-def test_convolution_factors_give_autograds_per_sample_gradients_their_norms_and_weighted_sums(case):
+def test_convolution_factors_give_autograds_per_sample_gradients_their_norms_and_weighted_sums(case, device):
     in_channels, out_channels, kernel, size, geometry = CONV_CASES[case]
     factors, expected = _conv_case(in_channels, out_channels, kernel, size, seed=len(case), **geometry)
+    # on a GPU each gradient is built by the grouped convolution, on a CPU by the unfolded input where that is smaller
+    factors = dataclasses.replace(
+        factors, inputs=factors.inputs.to(device), output_grads=factors.output_grads.to(device)
+    )
+    expected = expected.to(device)
     positions = factors.output_grads[0, 0, 0].numel()
     inner = in_channels * factors.kernel_size[0] * factors.kernel_size[1]
     assert (positions * (inner + out_channels) < inner * out_channels) == (case == "ghost norm")
@@ -60,15 +66,15 @@ def test_convolution_factors_give_autograds_per_sample_gradients_their_norms_and
         torch.testing.assert_close(sample_norms(factors), expected.flatten(2).norm(dim=2), rtol=1e-5, atol=1e-5)
     grams = [call for call in products.call_args_list if call.args[0].shape[1:] == (positions, inner)]
     assert len(grams) == (case == "ghost norm")  # UᵀU [N, P, P] only in the ghost norm
-    weights = torch.tensor([[0.5, 0.0, 2.0], [1.0, -1.0, 0.25]])
+    weights = torch.tensor([[0.5, 0.0, 2.0], [1.0, -1.0, 0.25]], device=device)
     (sums,) = weighted_sample_sums([factors], weights)
     torch.testing.assert_close(sums, torch.einsum("mw,mw...->m...", weights, expected), rtol=1e-5, atol=1e-5)
     # indexing and index_select act on the (model, sample) dimensions
     torch.testing.assert_close(dense(factors[1, :2]), expected[1, :2], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dense(factors[None]), expected[None], rtol=1e-5, atol=1e-5)
-    picked = factors.index_select(1, torch.tensor([2, 0]))
+    picked = factors.index_select(1, torch.tensor([2, 0], device=device))
     torch.testing.assert_close(picked.dense(), expected[:, [2, 0]], rtol=1e-5, atol=1e-5)
-    mask = (torch.rand(2, *expected.shape[2:], generator=torch.Generator().manual_seed(1)) > 0.5).float()
+    mask = (torch.rand(2, *expected.shape[2:], generator=torch.Generator().manual_seed(1)) > 0.5).float().to(device)
     masked = (expected * mask[:, None]).flatten(2).norm(dim=2)
     torch.testing.assert_close(sample_norms(factors, mask), masked, rtol=1e-5, atol=1e-5)
 
@@ -121,16 +127,16 @@ class _Residual(nn.Module):
 
 
 @pytest.mark.parametrize("name", ["residual", "resnet18-gn-cifar"])
-def test_ghost_gradients_are_torch_funcs_per_sample_gradients(name):
+def test_ghost_gradients_are_torch_funcs_per_sample_gradients(name, device):
     """In float64: in float32 the ghost method's batched forward pass and vmap's per-sample one round differently, and
     a ReLU input within about 10⁻⁵ of 0 (one in about 10⁵ of ResNet-18's) may fall on either side of it, a whole
     position's gradient apart (seen on an AMD host). Float64 moves that edge to about 10⁻¹⁴."""
     torch.manual_seed(0)
     model = _Residual() if name == "residual" else build_model(name, input_shape=(3, 32, 32), num_classes=10, seed=0)
-    model = model.double()
+    model = model.double().to(device)
     shape = (1, 8, 8) if name == "residual" else (3, 32, 32)
-    images = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    labels = torch.tensor([[1, 7, 2]])
+    images = torch.randn(1, 3, *shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(device)
+    labels = torch.tensor([[1, 7, 2]], device=device)
     assert unsupported_reason(model, images[0, 0]) is None
     expected, expected_losses = _vmapped_gradients(model)(
         [p.detach()[None] for p in model.parameters()], images, labels
@@ -244,10 +250,10 @@ def test_sequential_engine_takes_the_ghost_method_and_gives_dense_gradients():
 
 
 @pytest.mark.parametrize("optimizer", ["dpsgd-gc", "tp-topk"])  # a norm-only factor; per-sample tensors masked
-def test_ensemble_by_ghost_factors_trains_the_same_models_as_one_at_a_time(optimizer):
+def test_ensemble_by_ghost_factors_trains_the_same_models_as_one_at_a_time(optimizer, device):
     members = digit_members(3)
     together = train_models(
-        config=engine_config(optimizer, grad_sample="ghost", canaries=20),
+        config=engine_config(optimizer, grad_sample="ghost", canaries=20, device=device),
         members=members,
         test_data=None,
         progress=False,
@@ -255,7 +261,7 @@ def test_ensemble_by_ghost_factors_trains_the_same_models_as_one_at_a_time(optim
     assert together[0].gradient_method == "ghost"
     for member, trained in zip(members, together):
         (alone,) = train_models(
-            config=engine_config(optimizer, engine="sequential", canaries=20),
+            config=engine_config(optimizer, engine="sequential", canaries=20, device=device),
             members=[member],
             test_data=None,
             progress=False,
