@@ -52,7 +52,7 @@ TINY_RUNS = {
     "whole_run_ceiling": "--quick",
     "blackbox_audit": "--scale 0.01 --cases poisson",
     "dpsgd_dc_regime": "--trials 1 --regimes 'mlp, n=180, E=120, b=20'",
-    "ensemble": "--architectures cnn-digits --models 2 --steps 2 --repeats 1",
+    "ensemble": "--architectures cnn-digits cnn-d2p2 --models 2 --steps 2 --repeats 1",
 }
 
 
@@ -91,3 +91,20 @@ def test_the_ensemble_breakdown_splits_the_layerwise_calls_by_layer(tmp_path):
     parts = found["layerwise_seconds"]
     assert {"forward 0: Conv2d", "per-sample 0: Conv2d", "per-sample 2: Conv2d", "backward"} <= set(parts)
     assert sum(parts.values()) <= found["seconds"]["gradient_calls"]
+
+
+def test_the_ensemble_benchmark_gives_each_architecture_images_of_its_datasets_shape():
+    import torch
+
+    from dpaudit.data import dataset_info
+    from dpaudit.models import build_model
+
+    ensemble = load_file_module(ROOT / "benchmarks" / "ensemble.py", "ensemble_benchmark")
+    assert {"cnn-small": "mnist", "cnn-d2p2": "fashion-mnist"}.items() <= ensemble.DATASETS.items()
+    for architecture, dataset in ensemble.DATASETS.items():
+        info, data = dataset_info(dataset), ensemble.training_set(dataset, 5)
+        assert data.images.shape == (5, *info.input_shape) and data.num_classes == info.num_classes
+        assert 0 <= data.labels.min() and data.labels.max() < info.num_classes
+        model = build_model(architecture, input_shape=info.input_shape, num_classes=info.num_classes).eval()
+        with torch.no_grad():
+            assert model(torch.from_numpy(data.images)).shape == (5, info.num_classes)

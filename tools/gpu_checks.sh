@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA device, as one command for a machine lent with a GPU: the `gpu` tests, then the ensemble
-# benchmark's CUDA record (ResNet-18-GN and cnn against Opacus one model at a time). Such a machine has torch but no
-# package registry: opacus, dp-accounting and dm-tree travel as wheels in .whl/ (ignored by git), fetched here with
-# `pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl NAME==VERSION`. Logs and the record
-# go to $OUT (default gpu-checks/); the record is also written to benchmarks/results/ensemble_cuda_resnet.json.
+# benchmark's CUDA record (ResNet-18-GN, cnn and the papers' MNIST CNNs against Opacus one model at a time). Such a
+# machine has torch but no package registry: opacus, dp-accounting and dm-tree travel as wheels in .whl/ (ignored by
+# git), fetched here with `pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl NAME==VERSION`.
+# Logs and the record go to $OUT (default gpu-checks/); the record is also written to
+# benchmarks/results/ensemble_cuda_resnet.json.
 # Usage: bash tools/gpu_checks.sh    # the tests get at most 240 s, the benchmark 330 s
 set -u
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ modules=(tests/engine/test_ensemble.py tests/engine/test_layerwise.py tests/engi
 timeout 240 python3 -m pytest -m gpu -n 0 -p no:cacheprovider -q -rs "${modules[@]}" 2>&1 | tee "$out/gpu_tests.txt"
 tests=${PIPESTATUS[0]}
 timeout 330 python3 benchmarks/record.py ensemble_cuda_resnet -- python3 benchmarks/ensemble.py --device cuda \
-  --architectures resnet18-gn-cifar cnn --steps 30 --repeats 1 2>&1 | tee "$out/ensemble.txt"
+  --architectures resnet18-gn-cifar cnn cnn-small cnn-d2p2 --steps 30 --repeats 1 2>&1 | tee "$out/ensemble.txt"
 benchmark=${PIPESTATUS[0]}
 [ "$benchmark" -eq 0 ] && cp benchmarks/results/ensemble_cuda_resnet.json "$out/"
 echo "gpu tests: exit $tests; ensemble benchmark: exit $benchmark"
