@@ -155,11 +155,14 @@ def _geometry(layer: nn.Conv2d) -> tuple[tuple[int, int], ...]:
     return cast(tuple[tuple[int, int], ...], (layer.kernel_size, layer.stride, layer.padding, layer.dilation))
 
 
-def _unfolding_is_faster(device: torch.device, *, inner: int, outer: int) -> bool:
+def _unfolding_is_faster(device: torch.device, *, inner: int, outer: int, positions: int) -> bool:
     """Whether a convolution's per-sample weight gradients are built faster as each sample's output gradient times its
-    unfolded input than by a grouped convolution: on a CPU, where the unfolded input is no larger than the output
-    gradient (``inner`` = C_in·k_h·k_w ≤ ``outer`` = C_out, a first layer on few channels)."""
-    return device.type == "cpu" and inner <= outer
+    unfolded input than by a grouped convolution: on a CPU, where the unfolded input [``inner`` = C_in·k_h·k_w,
+    ``positions`` P] is no larger than one of the two tensors the step handles anyway, the output gradient
+    [``outer`` = C_out, P] (C_in·k_h·k_w ≤ C_out: a first layer on few channels) or the gradient it builds [C_out,
+    C_in·k_h·k_w] (P ≤ C_out: a layer on a small image, such as D2P2-SGD's CNN's last, 3×3, or ResNet-18's at 8×8 and
+    4×4, where the grouped convolution's one group per sample has little to do)."""
+    return device.type == "cpu" and min(inner, positions) <= outer
 
 
 @dataclass(frozen=True)
@@ -208,14 +211,16 @@ class ConvFactors:
 
     def _built(self) -> torch.Tensor:
         """Each sample's gradient [N, C_out, C_in, k_h, k_w] over the N leading (model, sample) pairs: on a CPU where
-        the unfolded input is no larger than the output gradient (C_in·k_h·k_w ≤ C_out), the output gradient times the
-        unfolded input; else the weight gradient of one convolution with N groups, one per sample (on a CPU
-        faster than unfolding ResNet-18's 64- and 128-channel inputs; on a GPU one kernel)."""
+        the unfolded input is no larger than the output gradient or the gradient built (:func:`_unfolding_is_faster`),
+        the output gradient times the unfolded input; else the weight gradient of one convolution with N groups, one
+        per sample (on a CPU faster than unfolding ResNet-18's 64- and 128-channel inputs at 32×32 and 16×16; on a GPU
+        one kernel)."""
         inputs = self.inputs.reshape(-1, *self.inputs.shape[-3:])
         grads = self.output_grads.reshape(-1, *self.output_grads.shape[-3:])
         (samples, channels), outer = inputs.shape[:2], grads.shape[1]
         shape = (samples, outer, channels, *self.kernel_size)
-        if _unfolding_is_faster(inputs.device, inner=channels * self.kernel_size[0] * self.kernel_size[1], outer=outer):
+        inner, positions = channels * self.kernel_size[0] * self.kernel_size[1], grads.shape[-2] * grads.shape[-1]
+        if _unfolding_is_faster(inputs.device, inner=inner, outer=outer, positions=positions):
             patches, flat = self._unfolded()
             return torch.bmm(flat, patches.transpose(1, 2)).view(shape)
         return self._weight_gradient(
@@ -645,8 +650,8 @@ def _per_sample(
         return {"weight": weight if factored else weight.dense(), "bias": weight.outer}
     conv = cast(nn.Conv2d, layer)  # the only other layer with parameters (unsupported_reason)
     bias = _model_first(g.sum((-2, -1)), models)
-    inner = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1]
-    if _unfolding_is_faster(g.device, inner=inner, outer=conv.out_channels):
+    inner, positions = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1], g.shape[-2] * g.shape[-1]
+    if _unfolding_is_faster(g.device, inner=inner, outer=conv.out_channels, positions=positions):
         return {"weight": _conv_weight_unfolded(conv, needed, g, models), "bias": bias}
     return {"weight": ConvFactors.of(conv, _model_major(needed, models), _model_major(g, models)).dense(), "bias": bias}
 
@@ -667,9 +672,10 @@ def _conv_weight_unfolded(
     """∂ℓ_i/∂W [M, W, *weight shape] from the stacked ``inputs`` [W, M·C_in, H, W'] and ``output_grads``
     [W, M·C_out, H_out, W_out] as they are: each (model, sample)'s output gradient [C_out, positions] times its
     unfolded input [positions, C_in·k_h·k_w], one batched product per model. On a CPU, for a layer whose unfolded input
-    is no larger than its output gradient (C_in·k_h·k_w ≤ C_out: a first layer on few channels), this takes half the
-    time of the grouped convolution of :meth:`ConvFactors.dense`, which needs both in a model-major copy and runs
-    slowly on few input channels (on a GPU the grouped convolution is one kernel where this launches one per model)."""
+    is no larger than its output gradient (C_in·k_h·k_w ≤ C_out: a first layer on few channels) or than the gradient
+    (positions ≤ C_out: a layer on a small image), this takes half the time of the grouped convolution of
+    :meth:`ConvFactors.dense` or less, which needs both in a model-major copy and runs slowly on few input channels or
+    few positions (on a GPU the grouped convolution is one kernel where this launches one per model)."""
     width, (kernel_size, stride, padding, dilation) = inputs.shape[0], _geometry(layer)
     patches = unfold(inputs, kernel_size, dilation=dilation, padding=padding, stride=stride)
     patches = patches.unflatten(1, (models, -1))  # [W, M, C_in·k_h·k_w, positions]

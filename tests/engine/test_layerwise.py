@@ -260,10 +260,11 @@ def test_gradients_do_not_depend_on_the_other_models_or_on_padding_rows():
     [
         (nn.Conv2d(3, 32, 3, padding=1), True),  # the 32×32 CNN's first layer: 27 ≤ 32
         (nn.Conv2d(1, 12, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), bias=False), True),
-        (nn.Conv2d(32, 64, 3, padding=1), False),  # 288 > 64: the grouped convolution
+        (nn.Conv2d(16, 64, 3, stride=3), True),  # 144 > 64, but 3·3 = 9 positions ≤ 64 (a layer on a small image)
+        (nn.Conv2d(32, 64, 3, padding=1), False),  # 288 > 64 and 9·10 = 90 positions > 64: the grouped convolution
     ],
 )
-def test_a_convolution_on_few_input_channels_takes_its_per_sample_weight_gradient_from_its_unfolded_input(
+def test_a_convolution_whose_unfolded_input_is_the_smaller_takes_its_per_sample_weight_gradient_from_it(
     conv, unfolded, monkeypatch
 ):
     torch.manual_seed(3)
@@ -300,6 +301,19 @@ def test_a_convolution_on_few_input_channels_takes_its_per_sample_weight_gradien
     assert spy.call_count == unfolded
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(layerwise._conv_weight_unfolded(conv, inputs, grads, models), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_unfolded_input_is_taken_on_a_cpu_where_it_is_no_larger_than_the_output_gradient_or_the_gradient():
+    faster = layerwise._unfolding_is_faster
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    # (C_in·k_h·k_w, C_out, positions): the 32×32 CNN's first layer, D2P2-SGD's CNN's last (3×3) and third (7×7),
+    # ResNet-18's 256-channel layer at 8×8, the 32×32 CNN's second layer
+    assert faster(cpu, inner=27, outer=32, positions=1024)
+    assert faster(cpu, inner=288, outer=64, positions=9)
+    assert not faster(cpu, inner=288, outer=32, positions=49)
+    assert faster(cpu, inner=2304, outer=256, positions=64)
+    assert not faster(cpu, inner=288, outer=64, positions=256)
+    assert not faster(cuda, inner=27, outer=32, positions=1024) and not faster(cuda, inner=288, outer=64, positions=9)
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
