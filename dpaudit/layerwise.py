@@ -160,8 +160,8 @@ def _unfolding_is_faster(device: torch.device, *, inner: int, outer: int, positi
     unfolded input than by a grouped convolution: on a CPU, where the unfolded input [``inner`` = C_in·k_h·k_w,
     ``positions`` P] is no larger than one of the two tensors the step handles anyway, the output gradient
     [``outer`` = C_out, P] (C_in·k_h·k_w ≤ C_out: a first layer on few channels) or the gradient it builds [C_out,
-    C_in·k_h·k_w] (P ≤ C_out: a layer on a small image, such as D2P2-SGD's CNN's last, 3×3, or ResNet-18's at 8×8 and
-    4×4, where the grouped convolution's one group per sample has little to do)."""
+    C_in·k_h·k_w] (P ≤ C_out: a layer on a small image, such as D2P2-SGD's CNN's last, on 3×3, where the grouped
+    convolution's one group per sample has little to do)."""
     return device.type == "cpu" and min(inner, positions) <= outer
 
 

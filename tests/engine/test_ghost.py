@@ -47,7 +47,7 @@ CONV_CASES = {
     "built": (3, 5, (1, 2), (9, 9), dict(stride=1, padding=(0, 1), dilation=(1, 2))),
     "padding, dilation, stride": (4, 40, 3, (11, 10), dict(stride=(2, 1), padding=(2, 1), dilation=2)),
     # P = 2·4 = 8, D = 18, C_out = 8: P·(D + C_out) > D·C_out, each gradient built, on a CPU from the unfolded input
-    # though C_in·k_h·k_w > C_out, for P ≤ C_out (as ResNet-18's layers at 8×8 and 4×4)
+    # though C_in·k_h·k_w > C_out, for P ≤ C_out
     "few positions": (2, 8, 3, (4, 6), {}),
 }
 

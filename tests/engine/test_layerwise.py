@@ -307,7 +307,7 @@ def test_the_unfolded_input_is_taken_on_a_cpu_where_it_is_no_larger_than_the_out
     faster = layerwise._unfolding_is_faster
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     # (C_in·k_h·k_w, C_out, positions): the 32×32 CNN's first layer, D2P2-SGD's CNN's last (3×3) and third (7×7),
-    # ResNet-18's 256-channel layer at 8×8, the 32×32 CNN's second layer
+    # a 256-channel layer at 8×8, the 32×32 CNN's second layer
     assert faster(cpu, inner=27, outer=32, positions=1024)
     assert faster(cpu, inner=288, outer=64, positions=9)
     assert not faster(cpu, inner=288, outer=32, positions=49)
