@@ -174,7 +174,7 @@ def main() -> None:
                 memory_budget_mb=args.memory_budget_mb,
             )
         ).validated()
-        model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=10)
+        model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=data.num_classes)
         candidates = candidate_methods(
             model, private.engine.grad_sample, per_sample=True, example=torch.from_numpy(data.images[0])
         )

@@ -19,8 +19,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tee -a "$out/device.txt"
 # the modules that hold `gpu` tests (tests/test_hygiene.py keeps the list whole): others import what such a machine
 # lacks (Snakemake, jsonschema), which would stop the collection
-modules=(tests/engine/test_ensemble.py tests/engine/test_layerwise.py tests/engine/test_ghost.py tests/attacks/test_canary_run.py
-  tests/test_opacus_records.py)
+modules=(tests/engine/test_ensemble.py tests/engine/test_layerwise.py tests/engine/test_ghost.py
+  tests/attacks/test_canary_run.py tests/test_opacus_records.py)
 timeout 240 python3 -m pytest -m gpu -n 0 -p no:cacheprovider -q -rs "${modules[@]}" 2>&1 | tee "$out/gpu_tests.txt"
 tests=${PIPESTATUS[0]}
 timeout 330 python3 benchmarks/record.py ensemble_cuda_resnet -- python3 benchmarks/ensemble.py --device cuda \
