@@ -34,20 +34,46 @@ def machine() -> dict:
     ).stdout.strip()
     return {
         "processor": _cpu_model() or platform.processor() or platform.machine(),
+        "cpu": _cpu_identity(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "gpu": gpu or None,
     }
 
 
+#: the vector extensions told apart, widest first: MKL and oneDNN take other kernels on each (other speed, and sums
+#: in another order, so other last bits)
+VECTOR_EXTENSIONS = ("avx512f", "avx2", "avx", "sse4_2", "asimd")
+
+
+def _first_processor(cpuinfo: Path) -> dict[str, str]:
+    """The fields Linux's ``cpuinfo`` gives its first processor ({} where it cannot be read)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return {}
+    pairs = (line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name as Linux reports it in ``cpuinfo``, or "" where it does not: records from machines of
     one architecture and different speeds then say which they came from."""
-    try:
-        lines = cpuinfo.read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    return _first_processor(cpuinfo).get("model name", "")
+
+
+def _cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict | None:
+    """Family, model and stepping (the generation: a virtual machine's model name is often only "AMD EPYC") and the
+    widest vector extension of :data:`VECTOR_EXTENSIONS` the CPU has; None where ``cpuinfo`` gives none of them.
+    Two hosts that differ here may differ twofold in speed and in the last bits of a pipeline's outputs."""
+    fields = _first_processor(cpuinfo)
+    flags = set((fields.get("flags") or fields.get("Features") or fields.get("features") or "").split())
+    names = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping"}
+    identity = {name: fields[key] for key, name in names.items() if fields.get(key)}
+    vector = next((name for name in VECTOR_EXTENSIONS if name in flags), None)
+    if vector:
+        identity["vector"] = vector
+    return identity or None
 
 
 def last_json(text: str):

@@ -59,10 +59,20 @@ def benchmark_tables() -> str:
     for path in files:
         record = json.loads(path.read_text())
         machine = record.get("machine", {})
-        gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
+        cpu = machine.get("cpu") or {}  # family, model and vector extension: hosts of one model name differ in speed
+        host = "; ".join(
+            filter(
+                None,
+                [
+                    machine.get("processor"),
+                    ", ".join(f"{key} {cpu[key]}" for key in ("family", "model", "vector") if key in cpu),
+                    machine.get("gpu"),
+                ],
+            )
+        )
         parts.append(
             f"### {record['name']}\n\nMeasured {record['date']} on {machine.get('cores')} cores "
-            f"({machine.get('processor')}{gpu}), Python {machine.get('python')}: `{record['command']}`. "
+            f"({host}), Python {machine.get('python')}: `{record['command']}`. "
             f"Full result: `benchmarks/results/{path.name}`.\n\n| quantity | value |\n|---|---|"
         )
         parts.extend(f"| `{key}` | {_format(value)} |" for key, value in _flat("", record["result"]))
