@@ -60,16 +60,8 @@ def benchmark_tables() -> str:
         record = json.loads(path.read_text())
         machine = record.get("machine", {})
         cpu = machine.get("cpu") or {}  # family, model and vector extension: hosts of one model name differ in speed
-        host = "; ".join(
-            filter(
-                None,
-                [
-                    machine.get("processor"),
-                    ", ".join(f"{key} {cpu[key]}" for key in ("family", "model", "vector") if key in cpu),
-                    machine.get("gpu"),
-                ],
-            )
-        )
+        generation = ", ".join(f"{key} {cpu[key]}" for key in ("family", "model", "vector") if key in cpu)
+        host = "; ".join(part for part in (machine.get("processor"), generation, machine.get("gpu")) if part)
         parts.append(
             f"### {record['name']}\n\nMeasured {record['date']} on {machine.get('cores')} cores "
             f"({host}), Python {machine.get('python')}: `{record['command']}`. "
