@@ -102,7 +102,7 @@ class TrainingDiagnostics(TrainingObserver):
     """
 
     name = "diagnostics"
-    transient_state = ("model", "train_data", "held_out", "path")
+    transient_state = ("model", "train_data", "held_out", "path", "_written")
 
     def __init__(
         self,
@@ -125,6 +125,7 @@ class TrainingDiagnostics(TrainingObserver):
         self.supports: list[dict[str, Any]] = []
         self._version = 0
         self._previous: torch.Tensor | None = None
+        self._written: tuple[int, int] | None = None  # (histogram steps, supports) in the file; None: not written
 
     def begin_epoch(self, optimizer: Optimizer, *, epoch: int) -> None:
         self.observe_support(optimizer, epoch=epoch)
@@ -154,9 +155,13 @@ class TrainingDiagnostics(TrainingObserver):
         self.supports.append(self._support_quality(mask[:d], score, epoch=epoch, step=masked.steps_taken))
 
     def end_epoch(self, *, epoch: int) -> None:
-        """Write what was recorded so far to ``path`` (if any)."""
-        if self.path is not None:
+        """Write what was recorded so far to ``path`` (if any), when it changed since this object last wrote it (a
+        resumed run writes once anew): the histogram fills one epoch and a support changes at most once an epoch, so a
+        long dense run writes twice, not once an epoch."""
+        recorded = (self.histogram.steps, len(self.supports))
+        if self.path is not None and recorded != self._written:
             write_json(self.path, self.to_dict())
+            self._written = recorded
 
     def to_dict(self) -> dict[str, Any]:
         return {"gradient_histogram": self.histogram.to_dict(), "supports": self.supports}

@@ -239,6 +239,9 @@ class _ModelRun:
             self.model.load_state_dict(member.initial_state)
         self.model.to(device)
         self.absent = np.asarray(member.absent, dtype=np.intp)
+        # which records a batch keeps, by index (``np.isin`` per batch cost a tenth of a many-models audit)
+        self._kept = np.ones(len(member.train_data), dtype=bool)
+        self._kept[self.absent[(self.absent >= 0) & (self.absent < len(self._kept))]] = False
         self.initial_state = member.initial_state
         spec = optim.get_spec(config.optimizer.name)
         self.params = model_registry.trainable_parameters(self.model)
@@ -298,7 +301,7 @@ class _ModelRun:
         ):
             if observer is not None:
                 observer.sampled(extra)
-            yield records[~np.isin(records, self.absent)] if len(self.absent) else records
+            yield records[self._kept[records]] if len(self.absent) else records
 
     def begin_epoch(self, epoch: int) -> None:
         self.optimizer.begin_epoch(epoch)

@@ -123,3 +123,28 @@ def test_dirac_canaries_without_their_rows_of_zeros_train_and_score_as_with_them
     train_into(tmp_path / "rows", config)
     assert took == (optimizer != "dp-psac-batch-noise")
     assert_same_results(tmp_path / "shortcut", tmp_path / "rows")
+
+
+def test_diagnostics_are_written_when_they_change_and_hold_the_whole_record_at_the_end(tmp_path, monkeypatch):
+    """A dense run's diagnostics change at the histogram's epoch only: its file is written at the first epoch and then
+    at that one (not once an epoch), and ends holding what the recorder holds."""
+    import json
+
+    from support import train_into
+
+    from dpaudit import diagnostics
+
+    writes = []
+    original = diagnostics.write_json
+
+    def counted(path, payload):
+        writes.append(json.loads(json.dumps(payload)))
+        return original(path, payload)
+
+    monkeypatch.setattr(diagnostics, "write_json", counted)
+    config = engine_config("dpsgd-gc", diagnostics=True, histogram_epoch=2, epochs=4)
+    (target, _shadow) = train_into(tmp_path, config)
+    assert [write["gradient_histogram"]["steps"] for write in writes] == [0, 4]
+    assert json.loads((tmp_path / "m0" / "diagnostics.json").read_text()) == json.loads(
+        json.dumps(target.diagnostics.to_dict())
+    )
