@@ -30,6 +30,26 @@ with open(workflow.source_path("workflow/schemas/params.schema.yaml"), encoding=
 check_pipeline_config(config=config, schema=SCHEMA)  # then how fields refer to one another, before any job
 
 
+# A local run's jobs share one warm interpreter (workflow/reproduce/worker.py): each job's `python -m reproduce` hands
+# its command to a fork of it instead of importing torch and dp-accounting anew; DPAUDIT_NO_WORKER=1 turns it off.
+from reproduce import worker
+
+WORKER = []
+
+
+onstart:
+    if workflow.local_exec and not os.environ.get("DPAUDIT_NO_WORKER"):
+        WORKER.append(worker.start(threads=1, log=Path("logs/worker.log")))  # the rules' jobs take one thread each
+
+
+onsuccess:
+    worker.stop(WORKER.pop() if WORKER else None)
+
+
+onerror:
+    worker.stop(WORKER.pop() if WORKER else None)
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/dpsgd_dc.smk"
 include: "workflow/rules/optimizers.smk"
