@@ -38,7 +38,7 @@ WORKER = []
 
 
 onstart:
-    if workflow.local_exec and not os.environ.get("DPAUDIT_NO_WORKER"):
+    if getattr(workflow, "local_exec", False) and not os.environ.get("DPAUDIT_NO_WORKER"):
         WORKER.append(worker.start(threads=1, log=Path("logs/worker.log")))  # the rules' jobs take one thread each
 
 

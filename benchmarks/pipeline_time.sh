@@ -2,7 +2,8 @@
 # Wall time and peak memory of a pipeline from an empty results/, then the job-seconds per rule
 # (benchmarks/pipeline_jobs.py). Prints JSON. Memory: snakemake and all its jobs (`dpaudit`, `-m reproduce`), sampled
 # every second, summed two ways: RSS (each process's pages, the libraries they share counted once per process: an
-# upper bound) and PSS (a shared page split between the processes that map it: what they hold together).
+# upper bound) and PSS (a shared page split between the processes that map it: what they hold together). steal_seconds:
+# the CPU time the hypervisor took from this machine meanwhile, all cores together (a shared host's other guests).
 # Usage: bash benchmarks/pipeline_time.sh [snakemake args]            # the default preset, in the repository
 #        bash benchmarks/pipeline_time.sh --directory presets/mnist --configfile configs/mnist.yaml   # a preset apart
 set -u
@@ -15,6 +16,11 @@ for argument in "$@"; do  # the preset's own folder, where its results/ and its 
 done
 rm -rf "$folder/results"
 mkdir -p "$folder"
+steal() {  # CPU seconds the hypervisor took from this machine since boot, all cores together ("null": no /proc/stat)
+  awk -v tick="$(getconf CLK_TCK)" '/^cpu / {printf "%.0f", $9 / tick; found = 1} END {if (!found) printf "null"}' \
+    /proc/stat 2>/dev/null || printf null
+}
+steal_start=$(steal)
 snakemake --cores all "$@" > "$folder/results.log" 2>&1 &
 pid=$!
 start=$(date +%s)
@@ -30,7 +36,10 @@ while kill -0 "$pid" 2>/dev/null; do
 done
 wait "$pid"
 rc=$?
-printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "peak_pss_mb": %d, "cores": %d,\n "jobs":\n' \
-  "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(( peak_pss / 1024 ))" "$(nproc)"
+steal_end=$(steal)
+stolen=null
+[ "$steal_start" != null ] && [ "$steal_end" != null ] && stolen=$(( steal_end - steal_start ))
+printf '{"returncode": %d, "wall_seconds": %d, "peak_rss_mb": %d, "peak_pss_mb": %d, "cores": %d, "steal_seconds": %s,\n "jobs":\n' \
+  "$rc" "$(( $(date +%s) - start ))" "$(( peak / 1024 ))" "$(( peak_pss / 1024 ))" "$(nproc)" "$stolen"
 python benchmarks/pipeline_jobs.py "$folder/results.log"
 echo "}"

@@ -1,13 +1,14 @@
 """A warm interpreter for the pipeline's local jobs: ``python -m reproduce worker``.
 
 Every job of the pipeline is ``python -m reproduce …``, and a fresh interpreter spends about 4 seconds on a 2-core
-machine importing torch, dp-accounting, SciPy and dpaudit before its work: a sixth of the default pipeline's
-job-seconds. A local ``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports
-them once and then forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`)
-hands the worker its arguments, working directory, environment and standard streams (the file descriptors
-themselves), and exits with the child's exit status. The child runs the command as a fresh interpreter would: the
-same code, the same environment, nothing left by another job (each child is a fork of the worker, which runs no job
-itself), so the outputs are the same bit for bit.
+machine importing torch, dp-accounting, SciPy and dpaudit before its work (139 jobs in the default pipeline; seven
+heavy ones take about a tenth fewer job-seconds with the worker: ``benchmarks/pipeline_worker.py``). A local
+``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them once and then
+forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the worker its
+arguments, working directory, environment and standard streams (the file descriptors themselves), and exits with the
+child's exit status. The child runs the command as a fresh interpreter would: the same code, the same environment,
+nothing left by another job (each child is a fork of the worker, which runs no job itself), so the outputs are the
+same bit for bit.
 
 A client runs the command itself, as before, wherever the worker cannot: no worker named in the environment
 (``DPAUDIT_WORKER``: a Slurm job, a command typed by hand), none listening, or an environment that differs from the
@@ -149,14 +150,23 @@ def _started(path: Path, *, timeout: float = 60.0) -> bool:
     beside the socket, alive): the first jobs of a run would spend that time importing the same modules."""
     deadline = time.monotonic() + timeout
     while not path.exists():
-        try:
-            os.kill(int((path.parent / "pid").read_text()), 0)
-        except (OSError, ValueError):
-            return False
-        if time.monotonic() > deadline:
+        if not _alive(path.parent / "pid") or time.monotonic() > deadline:
             return False
         time.sleep(0.05)
     return True
+
+
+def _alive(pid_file: Path) -> bool:
+    """Whether the process named in ``pid_file`` runs (a worker that failed is a zombie until Snakemake ends)."""
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: alive as far as kill says
 
 
 # --- the worker ----------------------------------------------------------------------------------------------------
@@ -196,12 +206,15 @@ def serve(*, path: Path, parent: int) -> int:
                     for fd in fds:
                         os.close(fd)
                     continue
-                request = json.loads(payload)
-                accepted = (
-                    request["executable"] == sys.executable
-                    and _import_time_environment(request["environment"]) == environment
-                    and threading.active_count() == 1
-                )
+                try:
+                    request = json.loads(payload)
+                    accepted = (
+                        request["executable"] == sys.executable
+                        and _import_time_environment(request["environment"]) == environment
+                        and threading.active_count() == 1
+                    )
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    request, accepted = {"argv": ["?", "(a request dpaudit did not write)"]}, False
                 command = " ".join(request["argv"][1:])[:200]
                 if not accepted:
                     for fd in fds:
