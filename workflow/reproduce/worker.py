@@ -5,8 +5,8 @@ machine importing torch, dp-accounting, SciPy and dpaudit before its work (139 j
 heavy ones take about a tenth fewer job-seconds with the worker: ``benchmarks/pipeline_worker.py``). A local
 ``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them once and then
 forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the worker its
-arguments, working directory, environment and standard streams (the file descriptors themselves), and exits with the
-child's exit status. The child runs the command as a fresh interpreter would: the same code, the same environment,
+arguments, working directory, file-mode mask, environment and standard streams (the file descriptors themselves), and
+exits with the child's exit status. The child runs the command as a fresh interpreter would: the same code, the same environment,
 nothing left by another job (each child is a fork of the worker, which runs no job itself), so the outputs are the
 same bit for bit.
 
@@ -109,8 +109,16 @@ def delegate(argv: list[str]) -> int | None:
     try:
         connection.connect(path)
         socket.send_fds(connection, [b"\0"], [0, 1, 2])
+        umask = os.umask(0o022)
+        os.umask(umask)
         request = json.dumps(
-            {"argv": argv, "cwd": os.getcwd(), "environment": dict(os.environ), "executable": sys.executable}
+            {
+                "argv": argv,
+                "cwd": os.getcwd(),
+                "environment": dict(os.environ),
+                "executable": sys.executable,
+                "umask": umask,
+            }
         ).encode()
         connection.sendall(_HEADER.pack(len(request)) + request)
         child = _read_int(connection)
@@ -236,7 +244,8 @@ def serve(*, path: Path, parent: int) -> int:
 
 
 def _child(connection: socket.socket, fds: list[int], request: dict) -> None:
-    """Become the job: the client's streams, folder, environment and arguments; run it; report the exit status."""
+    """Become the job: the client's streams, folder, file-mode mask, environment and arguments; run it; report the
+    exit status."""
     status = 1
     try:
         for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
@@ -248,6 +257,7 @@ def _child(connection: socket.socket, fds: list[int], request: dict) -> None:
         sys.stdout = open(1, "w", encoding=sys.stdout.encoding, errors=sys.stdout.errors, closefd=False)
         sys.stderr = open(2, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace", closefd=False)
         os.chdir(request["cwd"])
+        os.umask(request["umask"])
         os.environ.clear()
         os.environ.update(request["environment"])
         tempfile.tempdir = None  # TMPDIR is the job's
