@@ -6,9 +6,9 @@ heavy ones take about a tenth fewer job-seconds with the worker: ``benchmarks/pi
 ``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them once and then
 forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the worker its
 arguments, working directory, file-mode mask, environment and standard streams (the file descriptors themselves), and
-exits with the child's exit status. The child runs the command as a fresh interpreter would: the same code, the same environment,
-nothing left by another job (each child is a fork of the worker, which runs no job itself), so the outputs are the
-same bit for bit.
+exits with the child's exit status. The child runs the command as a fresh interpreter would: the same code, the same
+environment, nothing left by another job (each child is a fork of the worker, which runs no job itself), so the
+outputs are the same bit for bit.
 
 A client runs the command itself, as before, wherever the worker cannot: no worker named in the environment
 (``DPAUDIT_WORKER``: a Slurm job, a command typed by hand), none listening, or an environment that differs from the
