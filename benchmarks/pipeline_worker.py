@@ -7,7 +7,7 @@ By default the targets are seven jobs of the default preset, one of each rule th
 black-box rung, a cross-optimizer audit, a whole-run audit, a DPSGD-DC configuration, an optimizer run, an audit
 run, a whole-run bug). Each round runs them from an empty ``results/`` once with the worker (``reproduce.worker``)
 and once without (``DPAUDIT_NO_WORKER=1``), the first variant alternating from round to round: a shared host's speed
-drifts over half an hour (two clean pipelines of the same code took 13 and 30 minutes on two such hosts), and
+drifts over half an hour (compare the pipeline records in ``benchmarks/results/pipeline_time*.json``), and
 alternating compares the variants under the same drift. ``ratio`` is the worker's job-seconds over the others', per
 round and over all rounds.
 """

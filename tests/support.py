@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import fields, replace
 from pathlib import Path
@@ -48,6 +49,13 @@ TRAIN_ARGS = [
     "100",
     "--quiet",
 ]
+
+
+def with_workflow_path(environment: dict) -> dict:
+    """``environment`` with ``workflow/`` first on PYTHONPATH, as the Snakefile gives its jobs: ``python -m reproduce``
+    runs in a subprocess."""
+    paths = (str(ROOT / "workflow"), environment.get("PYTHONPATH"))
+    return {**environment, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
 
 
 def load_file_module(path: Path, name: str):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT, TRAIN_ARGS, comparable
+from support import TRAIN_ARGS, comparable, with_workflow_path
 
 from dpaudit.cli import build_parser as library_parser
 from reproduce.cli import build_parser, main
@@ -43,8 +43,7 @@ def test_every_pipeline_command_has_its_handler(name):
 
 
 def test_python_m_reproduce_runs_with_workflow_on_the_path():
-    paths = (str(ROOT / "workflow"), os.environ.get("PYTHONPATH"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    env = with_workflow_path(dict(os.environ))
     done = subprocess.run(
         [sys.executable, "-m", "reproduce", "list"], env=env, capture_output=True, text=True, check=True
     )

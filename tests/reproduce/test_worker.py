@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import ROOT, assert_same_results
+from support import ROOT, assert_same_results, with_workflow_path
 
 from reproduce import worker
 
@@ -20,17 +20,11 @@ TRAIN = (
 )
 
 
-def _with_workflow(environment):
-    """``environment`` with ``workflow/`` on PYTHONPATH, as the Snakefile gives its jobs (``python -m reproduce``)."""
-    paths = (str(ROOT / "workflow"), environment.get("PYTHONPATH"))
-    return {**environment, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
-
-
 @pytest.fixture(scope="module")
 def started(tmp_path_factory):
     """A worker started as the Snakefile starts one (one thread a job), the environment of its jobs, and its log."""
     saved = dict(os.environ)
-    os.environ.update(_with_workflow(saved))
+    os.environ.update(with_workflow_path(saved))
     log = tmp_path_factory.mktemp("worker") / "worker.log"
     running = worker.start(threads=1, log=log)
     assert running is not None
@@ -128,7 +122,8 @@ def test_a_worker_stops_once_the_process_that_started_it_is_gone(tmp_path):
         "while not socket.exists(): time.sleep(0.05)\n"
         "print(running.process.pid, running.folder, flush=True)\n"
     )
-    environment = _with_workflow({name: value for name, value in os.environ.items() if name != worker.SOCKET_VARIABLE})
+    others = {name: value for name, value in os.environ.items() if name != worker.SOCKET_VARIABLE}
+    environment = with_workflow_path(others)
     result = subprocess.run(
         [sys.executable, "-c", starter], env=environment, capture_output=True, text=True, check=True, timeout=120
     )

@@ -1,14 +1,13 @@
 """A warm interpreter for the pipeline's local jobs: ``python -m reproduce worker``.
 
-Every job of the pipeline is ``python -m reproduce …``, and a fresh interpreter spends about 4 seconds on a 2-core
-machine importing torch, dp-accounting, SciPy and dpaudit before its work (139 jobs in the default pipeline; seven
-heavy ones take about a tenth fewer job-seconds with the worker: ``benchmarks/pipeline_worker.py``). A local
-``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them once and then
-forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the worker its
-arguments, working directory, file-mode mask, environment and standard streams (the file descriptors themselves), and
-exits with the child's exit status. The child runs the command as a fresh interpreter would: the same code, the same
-environment, nothing left by another job (each child is a fork of the worker, which runs no job itself), so the
-outputs are the same bit for bit.
+Every job of the pipeline is ``python -m reproduce …``, and a fresh interpreter spends seconds importing torch,
+dp-accounting, SciPy and dpaudit before its work (``benchmarks/pipeline_worker.py`` measures what the worker saves).
+A local ``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them once and
+then forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the worker
+its arguments, working directory, file-mode mask, environment and standard streams (the file descriptors
+themselves), and exits with the child's exit status. The child runs the command as a fresh interpreter would: the
+same code, the same environment, nothing left by another job (each child is a fork of the worker, which runs no job
+itself), so the outputs are the same bit for bit.
 
 A client runs the command itself, as before, wherever the worker cannot: no worker named in the environment
 (``DPAUDIT_WORKER``: a Slurm job, a command typed by hand), none listening, or an environment that differs from the
@@ -203,44 +202,48 @@ def serve(*, path: Path, parent: int) -> int:
             except (TimeoutError, InterruptedError):
                 continue
             with connection:
-                connection.settimeout(10.0)
-                try:
-                    _, fds, _, _ = socket.recv_fds(connection, 1, 3)
-                    size = _read_int(connection)
-                    payload = None if size is None else _read_exactly(connection, size)
-                except OSError:
-                    continue
-                if payload is None or len(fds) != 3:
-                    for fd in fds:
-                        os.close(fd)
-                    continue
-                try:
-                    request = json.loads(payload)
-                    accepted = (
-                        request["executable"] == sys.executable
-                        and _import_time_environment(request["environment"]) == environment
-                        and threading.active_count() == 1
-                    )
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    request, accepted = {"argv": ["?", "(a request dpaudit did not write)"]}, False
-                command = " ".join(request["argv"][1:])[:200]
-                if not accepted:
-                    for fd in fds:
-                        os.close(fd)
-                    connection.sendall(_HEADER.pack(0))
-                    print(f"refused (another interpreter or environment): {command}", file=sys.stderr, flush=True)
-                    continue
-                child = os.fork()
-                if child == 0:
-                    listener.close()
-                    _child(connection, fds, request)  # never returns
-                for fd in fds:
-                    os.close(fd)
-                print(f"child {child}: {command}", file=sys.stderr, flush=True)
+                _answer(connection, listener, environment)
     finally:
         listener.close()
         Path(path).unlink(missing_ok=True)
     return 0
+
+
+def _answer(connection: socket.socket, listener: socket.socket, environment: dict[str, str]) -> None:
+    """Read one client's request from ``connection`` and fork its child, or refuse it (the client then runs the
+    command itself); the worker keeps none of the client's file descriptors."""
+    connection.settimeout(10.0)
+    fds: list[int] = []
+    try:
+        _, fds, _, _ = socket.recv_fds(connection, 1, 3)
+        size = _read_int(connection)
+        payload = None if size is None else _read_exactly(connection, size)
+        if payload is None or len(fds) != 3:
+            return
+        try:
+            request = json.loads(payload)
+            accepted = (
+                request["executable"] == sys.executable
+                and _import_time_environment(request["environment"]) == environment
+                and threading.active_count() == 1
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            request, accepted = {"argv": ["?", "(a request dpaudit did not write)"]}, False
+        command = " ".join(request["argv"][1:])[:200]
+        if not accepted:
+            connection.sendall(_HEADER.pack(0))
+            print(f"refused (another interpreter or environment): {command}", file=sys.stderr, flush=True)
+            return
+        child = os.fork()
+        if child == 0:
+            listener.close()
+            _child(connection, fds, request)  # never returns
+        print(f"child {child}: {command}", file=sys.stderr, flush=True)
+    except OSError:  # the client went away, or no child could be forked: it runs the command itself
+        return
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _child(connection: socket.socket, fds: list[int], request: dict) -> None:
@@ -248,8 +251,9 @@ def _child(connection: socket.socket, fds: list[int], request: dict) -> None:
     exit status."""
     status = 1
     try:
-        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL if signum != signal.SIGINT else signal.default_int_handler)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a job waits for its own subprocesses
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
