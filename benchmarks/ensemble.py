@@ -21,7 +21,9 @@ reports) and ``seconds_per_round`` lists them all. On CUDA, ``peak_gpu_memory_mb
 largest ``torch.cuda.max_memory_allocated`` over the rounds (the ensemble's is bounded by
 ``--memory-budget-mb`` plus the models, batches and optimizer state). ``--memory-budget-mb`` defaults to the
 engine's 2048 MiB on a CPU and to a quarter of the free memory on a GPU (what ``docs/engine.md`` advises there);
-``memory_budget_mb`` gives the one used.
+``memory_budget_mb`` gives the one used. With several ``--architectures`` each is measured by this script in an
+interpreter of its own (``process_per_architecture``), so that what one left behind (its allocator's pools, torch's
+thread and kernel caches, Opacus's warm state) does not time the next.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -129,6 +132,99 @@ def workload_epochs(args: argparse.Namespace) -> tuple[int, int]:
     return steps_per_epoch, max(1, round(args.steps / steps_per_epoch))
 
 
+def measure(architecture: str, args: argparse.Namespace) -> dict:
+    """The timings of one architecture, in this process (``main``'s ``results`` entry)."""
+    steps_per_epoch, epochs = workload_epochs(args)
+    dataset = DATASETS[architecture]
+    data = training_set(dataset, args.dataset_size)
+    members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
+    private = TrainConfig.from_dict(
+        dict(
+            dataset=dataset,
+            model=architecture,
+            optimizer="dpsgd-gc",
+            epochs=epochs,
+            batch_size=args.batch_size,
+            lr=0.1,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            sampling="poisson",
+            target_size=args.dataset_size,
+            num_shadows=0,
+            diagnostics=False,
+            device=args.device,
+            memory_budget_mb=args.memory_budget_mb,
+        )
+    ).validated()
+    model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=data.num_classes)
+    candidates = candidate_methods(
+        model, private.engine.grad_sample, per_sample=True, example=torch.from_numpy(data.images[0])
+    )
+    timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
+    opacus_privacy_engine(private.replaced(epochs=1), members[:1])
+    kept: list[str] = []  # the method the ensemble's "auto" kept, each round
+    # the three the speedups compare first, so that a run cut short has them in its progress lines
+    runs = {
+        "ensemble_dpsgd": functools.partial(timed, private, members, together=True, methods=kept),
+        "opacus_sequential_dpsgd": functools.partial(opacus_privacy_engine, private, members),
+        "nonprivate_sequential_sgd": functools.partial(
+            timed,
+            private.replaced(optimizer="sgd", engine="sequential", clip_norm=None, sigma_dp=None),
+            members,
+            together=False,
+        ),
+        "engine_opacus_hooks_sequential_dpsgd": functools.partial(
+            timed, private.replaced(engine="sequential", grad_sample="opacus"), members, together=False
+        ),
+    }
+    # every other method of the ensemble by itself (for a model the layer-wise method takes: functorch; for one
+    # it cannot: the ones "auto" chose between)
+    for other in ("functorch",) if candidates == ("layers",) else candidates:
+        runs[f"ensemble_{other}_dpsgd"] = functools.partial(
+            timed, private.replaced(grad_sample=other), members, together=True
+        )
+    rounds, peak_mb = [], {}
+    for round_index in range(args.repeats):
+        seconds = {}
+        for name, run in runs.items():
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            seconds[name] = run()
+            if args.device == "cuda":
+                peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
+            print(f"{architecture} round {round_index + 1}: {name} {seconds[name]:.2f} s", file=sys.stderr, flush=True)
+        rounds.append(seconds)
+    seconds = {name: min(round_[name] for round_ in rounds) for name in rounds[0]}
+    return {
+        "seconds": seconds,
+        "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in rounds[0]},
+        "speedup_vs_opacus_sequential": seconds["opacus_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
+        "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
+        "speedup_vs_engine_opacus_hooks_sequential": seconds["engine_opacus_hooks_sequential_dpsgd"]
+        / seconds["ensemble_dpsgd"],
+        "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
+        "ensemble_gradient_method": kept[-1],
+        "ensemble_gradient_method_per_round": kept,
+        "ensemble_gradient_candidates": list(candidates),
+        "peak_gpu_memory_mb": peak_mb or None,
+        "parameters": parameter_count(model),
+    }
+
+
+def in_own_process(architecture: str, args: argparse.Namespace) -> dict:
+    """``measure`` of one architecture by this script in a fresh interpreter (same workload, budget and rounds);
+    its progress lines pass through."""
+    command = [
+        sys.executable,
+        __file__,
+        *("--models", str(args.models), "--steps", str(args.steps), "--batch-size", str(args.batch_size)),
+        *("--dataset-size", str(args.dataset_size), "--device", args.device, "--repeats", str(args.repeats)),
+        *("--memory-budget-mb", repr(args.memory_budget_mb), "--architectures", architecture),
+    ]
+    finished = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(finished.stdout)["results"][architecture]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(parser)
@@ -151,84 +247,10 @@ def main() -> None:
     steps_per_epoch, epochs = workload_epochs(args)
     if args.memory_budget_mb is None:
         args.memory_budget_mb = torch.cuda.mem_get_info()[0] / 4 / 2**20 if args.device == "cuda" else 2048.0
-    results = {}
-    for architecture in args.architectures:
-        dataset = DATASETS[architecture]
-        data = training_set(dataset, args.dataset_size)
-        members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
-        private = TrainConfig.from_dict(
-            dict(
-                dataset=dataset,
-                model=architecture,
-                optimizer="dpsgd-gc",
-                epochs=epochs,
-                batch_size=args.batch_size,
-                lr=0.1,
-                clip_norm=1.0,
-                noise_multiplier=1.0,
-                sampling="poisson",
-                target_size=args.dataset_size,
-                num_shadows=0,
-                diagnostics=False,
-                device=args.device,
-                memory_budget_mb=args.memory_budget_mb,
-            )
-        ).validated()
-        model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=data.num_classes)
-        candidates = candidate_methods(
-            model, private.engine.grad_sample, per_sample=True, example=torch.from_numpy(data.images[0])
-        )
-        timed(private, members[:2], together=True)  # warm-up: imports, kernels, allocator
-        opacus_privacy_engine(private.replaced(epochs=1), members[:1])
-        kept: list[str] = []  # the method the ensemble's "auto" kept, each round
-        # the three the speedups compare first, so that a run cut short has them in its progress lines
-        runs = {
-            "ensemble_dpsgd": functools.partial(timed, private, members, together=True, methods=kept),
-            "opacus_sequential_dpsgd": functools.partial(opacus_privacy_engine, private, members),
-            "nonprivate_sequential_sgd": functools.partial(
-                timed,
-                private.replaced(optimizer="sgd", engine="sequential", clip_norm=None, sigma_dp=None),
-                members,
-                together=False,
-            ),
-            "engine_opacus_hooks_sequential_dpsgd": functools.partial(
-                timed, private.replaced(engine="sequential", grad_sample="opacus"), members, together=False
-            ),
-        }
-        # every other method of the ensemble by itself (for a model the layer-wise method takes: functorch; for one
-        # it cannot: the ones "auto" chose between)
-        for other in ("functorch",) if candidates == ("layers",) else candidates:
-            runs[f"ensemble_{other}_dpsgd"] = functools.partial(
-                timed, private.replaced(grad_sample=other), members, together=True
-            )
-        rounds, peak_mb = [], {}
-        for round_index in range(args.repeats):
-            seconds = {}
-            for name, run in runs.items():
-                if args.device == "cuda":
-                    torch.cuda.reset_peak_memory_stats()
-                seconds[name] = run()
-                if args.device == "cuda":
-                    peak_mb[name] = max(peak_mb.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
-                print(
-                    f"{architecture} round {round_index + 1}: {name} {seconds[name]:.2f} s", file=sys.stderr, flush=True
-                )
-            rounds.append(seconds)
-        seconds = {name: min(round_[name] for round_ in rounds) for name in rounds[0]}
-        results[architecture] = {
-            "seconds": seconds,
-            "seconds_per_round": {name: [round_[name] for round_ in rounds] for name in rounds[0]},
-            "speedup_vs_opacus_sequential": seconds["opacus_sequential_dpsgd"] / seconds["ensemble_dpsgd"],
-            "ratio_to_nonprivate_sequential": seconds["ensemble_dpsgd"] / seconds["nonprivate_sequential_sgd"],
-            "speedup_vs_engine_opacus_hooks_sequential": seconds["engine_opacus_hooks_sequential_dpsgd"]
-            / seconds["ensemble_dpsgd"],
-            "speedup_vs_ensemble_functorch": seconds["ensemble_functorch_dpsgd"] / seconds["ensemble_dpsgd"],
-            "ensemble_gradient_method": kept[-1],
-            "ensemble_gradient_method_per_round": kept,
-            "ensemble_gradient_candidates": list(candidates),
-            "peak_gpu_memory_mb": peak_mb or None,
-            "parameters": parameter_count(model),
-        }
+    if len(args.architectures) == 1:
+        results = {args.architectures[0]: measure(args.architectures[0], args)}
+    else:  # each in an interpreter of its own: one's allocator, threads and caches do not time the next
+        results = {architecture: in_own_process(architecture, args) for architecture in args.architectures}
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine()
     print(
         json.dumps(
@@ -243,6 +265,7 @@ def main() -> None:
                 "threads": torch.get_num_threads(),
                 "memory_budget_mb": args.memory_budget_mb,
                 "cpu_count": os.cpu_count(),
+                "process_per_architecture": len(args.architectures) > 1,
                 "results": results,
                 "versions": {
                     "python": platform.python_version(),

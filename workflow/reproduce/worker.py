@@ -1,10 +1,10 @@
 """A warm interpreter for the pipeline's local jobs: ``python -m reproduce worker``.
 
 Every job of the pipeline is ``python -m reproduce …``, and a fresh interpreter spends seconds importing torch,
-dp-accounting, SciPy and dpaudit before its work (``benchmarks/pipeline_worker.py`` measures what the worker saves).
-A local ``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them once and
-then forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the worker
-its arguments, working directory, file-mode mask, environment and standard streams (the file descriptors
+dp-accounting, SciPy, Opacus and dpaudit before its work (``benchmarks/pipeline_worker.py`` measures what the worker
+saves). A local ``snakemake`` run starts one worker (the Snakefile's ``onstart``, :func:`start`), which imports them
+once and then forks one child per job. The job's own ``python -m reproduce`` (the client, :func:`delegate`) hands the
+worker its arguments, working directory, file-mode mask, environment and standard streams (the file descriptors
 themselves), and exits with the child's exit status. The child runs the command as a fresh interpreter would: the
 same code, the same environment, nothing left by another job (each child is a fork of the worker, which runs no job
 itself), so the outputs are the same bit for bit.
@@ -66,8 +66,18 @@ SNAKEMAKE_THREAD_VARIABLES = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-#: the modules the worker imports before it forks (what the jobs' interpreters spent their first seconds on)
-PRELOADED = ("torch", "scipy.stats", "dp_accounting", "dpaudit.cli", "dpaudit.train", "dpaudit.audit", "reproduce.cli")
+#: the modules the worker imports before it forks (what the jobs' interpreters spent their first seconds on; Opacus:
+#: its accountants give every PRV ε, in the optimizer runs' ε per checkpoint and the black-box rung's calibration)
+PRELOADED = (
+    "torch",
+    "scipy.stats",
+    "dp_accounting",
+    "opacus",
+    "dpaudit.cli",
+    "dpaudit.train",
+    "dpaudit.audit",
+    "reproduce.cli",
+)
 _HEADER = struct.Struct("!i")
 
 
