@@ -132,18 +132,23 @@ def workload_epochs(args: argparse.Namespace) -> tuple[int, int]:
     return steps_per_epoch, max(1, round(args.steps / steps_per_epoch))
 
 
-def measure(architecture: str, args: argparse.Namespace) -> dict:
-    """The timings of one architecture, in this process (``main``'s ``results`` entry)."""
-    steps_per_epoch, epochs = workload_epochs(args)
+def workload(architecture: str, args: argparse.Namespace, **engine: object) -> tuple[TrainConfig, list[Member]]:
+    """The timed workload of ``architecture`` (this benchmark's and ``tools/ensemble_breakdown.py``'s): DP-SGD with
+    Poisson sampling, C = 1, z = 1 and lr 0.1 for the whole epochs nearest --steps, and K = --models members on the
+    --dataset-size records of ``training_set``; ``engine``: engine settings (device, memory_budget_mb).
+
+    Returns:
+        The validated configuration and the members.
+    """
     dataset = DATASETS[architecture]
     data = training_set(dataset, args.dataset_size)
     members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
-    private = TrainConfig.from_dict(
+    config = TrainConfig.from_dict(
         dict(
             dataset=dataset,
             model=architecture,
             optimizer="dpsgd-gc",
-            epochs=epochs,
+            epochs=workload_epochs(args)[1],
             batch_size=args.batch_size,
             lr=0.1,
             clip_norm=1.0,
@@ -152,10 +157,16 @@ def measure(architecture: str, args: argparse.Namespace) -> dict:
             target_size=args.dataset_size,
             num_shadows=0,
             diagnostics=False,
-            device=args.device,
-            memory_budget_mb=args.memory_budget_mb,
+            **engine,
         )
     ).validated()
+    return config, members
+
+
+def measure(architecture: str, args: argparse.Namespace) -> dict:
+    """The timings of one architecture, in this process (``main``'s ``results`` entry)."""
+    private, members = workload(architecture, args, device=args.device, memory_budget_mb=args.memory_budget_mb)
+    data = members[0].train_data
     model = build_model(architecture, input_shape=data.images.shape[1:], num_classes=data.num_classes)
     candidates = candidate_methods(
         model, private.engine.grad_sample, per_sample=True, example=torch.from_numpy(data.images[0])

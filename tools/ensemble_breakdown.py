@@ -24,13 +24,12 @@ from pathlib import Path
 import torch
 
 from dpaudit import layerwise
-from dpaudit.config import TrainConfig
 from dpaudit.ensemble import EnsembleGradients
 from dpaudit.optim import DPSGD
-from dpaudit.train import Member, train_models
+from dpaudit.train import train_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the workloads of benchmarks/ensemble.py
-from ensemble import DATASETS, add_workload_arguments, training_set, workload_epochs
+from ensemble import DATASETS, add_workload_arguments, workload, workload_epochs
 
 
 @contextmanager
@@ -68,27 +67,8 @@ def main() -> None:
     add_workload_arguments(parser)
     parser.add_argument("--architecture", default="cnn-digits", choices=sorted(DATASETS))
     args = parser.parse_args()
-    dataset = DATASETS[args.architecture]
-    data = training_set(dataset, args.dataset_size)
-    members = [Member(train_data=data, model_index=k, label=f"model_{k}") for k in range(args.models)]
+    config, members = workload(args.architecture, args, device="cpu")
     steps_per_epoch, epochs = workload_epochs(args)
-    config = TrainConfig.from_dict(
-        dict(
-            dataset=dataset,
-            model=args.architecture,
-            optimizer="dpsgd-gc",
-            epochs=epochs,
-            batch_size=args.batch_size,
-            lr=0.1,
-            clip_norm=1.0,
-            noise_multiplier=1.0,
-            sampling="poisson",
-            target_size=args.dataset_size,
-            num_shadows=0,
-            diagnostics=False,
-            device="cpu",
-        )
-    ).validated()
     train_models(config=config, members=members[:2], test_data=None, progress=False)  # warm-up
     seconds = dict.fromkeys(("gradient_chunks", "accumulate", "optimizer_steps"), 0.0)
     layer_seconds: dict[str, float] = {}
