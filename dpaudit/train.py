@@ -304,7 +304,8 @@ class _ModelRun:
             yield records[self._kept[records]] if len(self.absent) else records
 
     def begin_epoch(self, epoch: int) -> None:
-        self.optimizer.begin_epoch(epoch)
+        """Epoch ``epoch`` starts, its optimizer's ``begin_epoch`` done (``Optimizer.begin_epoch_together``): the
+        observers' look, and a fresh list of batch losses."""
         for observer in self.observers:
             observer.begin_epoch(self.optimizer, epoch=epoch)
         self._batch_losses = []
@@ -565,6 +566,7 @@ def train_models(
     started = time.perf_counter() - (runs[0].metrics.elapsed_seconds[-1] if done else 0.0)
     saved = time.perf_counter()
     for epoch in range(done + 1, config.optimizer.epochs + 1):
+        type(runs[0].optimizer).begin_epoch_together([run.optimizer for run in runs], epoch)
         for run in runs:
             run.begin_epoch(epoch)
         for indices in zip(*(run.batches() for run in runs)):

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import torch
 
 from dpaudit._validation import DPAuditError
-from dpaudit.layerwise import row_norms
+from dpaudit.layerwise import ConvFactors, OuterProducts, dense, row_norms
 from dpaudit.optim.base import Hyperparameters, StepCost, register
 from dpaudit.optim.clipping import CLIP_EPSILON
 from dpaudit.optim.sparse import MaskedSupport, top_k_support
+from dpaudit.optim.stacked import StackedRows, _stacked_rows
 from dpaudit.settings import SETTINGS, AdaDPIGUSettings, ImportanceMaskSettings
 
 VARIANCE_CLAMP = (1e-6, 1e6)  # AdaDPIGU code: the EMA variance is clamped to [h1, h2]
+#: an ensemble's per-record statistics (``AdaDPIGU.accumulate_together``) are formed this many values (models ×
+#: records × coordinates) at once
+RECORD_ROW_VALUES = 2**22
+STACKED_STATE = ("_importance", "alpha", "beta")  # per-parameter state an ensemble keeps as rows (``stack_rows``)
 
 
 class AdaDPIGU(MaskedSupport):
@@ -124,6 +129,112 @@ class AdaDPIGU(MaskedSupport):
         for total, part in zip(self._sum, flat.sum(0).split([p.numel() for p in self.params[: len(grads)]])):
             total.add_(part.view_as(total))
 
+    @classmethod
+    def accumulate_together(
+        cls,
+        optimizers: Sequence[Self],
+        grads: Sequence[torch.Tensor],
+        counts: Sequence[int],
+        padding: torch.Tensor | None = None,
+    ) -> None:
+        # the main phase of models on stacked rows: every record's standardised, top-k, clipped statistic for all
+        # models at once (the same operations on each record's row), then each model's sum over its own records as
+        # ``accumulate`` takes it
+        rows = _stacked_rows(optimizers)
+        first = optimizers[0]
+        if (
+            cls.accumulate is not AdaDPIGU.accumulate
+            or rows is None
+            or set(rows.state) != set(STACKED_STATE)
+            or len(grads) != len(rows.sums)
+            or any(isinstance(g, ConvFactors) for g in grads)
+            or any(optimizer.mask is None or optimizer.hyper != first.hyper for optimizer in optimizers)
+        ):
+            super().accumulate_together(optimizers, grads, counts, padding)
+            return
+        masks = [m for m in cls._stacked_masks(optimizers, len(grads)) if m is not None]  # every model is masked
+        alphas = rows.state["alpha"]
+        scales = [beta.sqrt() + first.hyper.settings.standardise_constant for beta in rows.state["beta"]]  # ``_scale``
+        sizes = [total[0].numel() for total in rows.sums]
+        width = (grads[0].outer if isinstance(grads[0], OuterProducts) else grads[0]).shape[1]
+        chunk = max(1, RECORD_ROW_VALUES // (width * first.dimension))
+        for start in range(0, len(optimizers), chunk):
+            part = slice(start, start + chunk)
+            flat = torch.cat(
+                [
+                    (m[part, None] * (dense(g[part]) - a[part, None]) / s[part, None]).flatten(2)
+                    for g, a, s, m in zip(grads, alphas, scales, masks)
+                ],
+                2,
+            )
+            if first.example_k < flat.shape[2]:
+                top = torch.topk(flat.abs(), first.example_k, dim=2, sorted=False).indices
+                flat = flat * torch.zeros_like(flat).scatter_(2, top, 1.0)
+            norms = row_norms(flat)
+            flat = flat * torch.clamp(first.clip_norm / (norms + CLIP_EPSILON), max=1.0)[..., None]
+            totals = torch.stack([values[:count].sum(0) for values, count in zip(flat, counts[part])])
+            torch._foreach_add_(
+                [total[part] for total in rows.sums],
+                [values.view_as(total[part]) for values, total in zip(totals.split(sizes, 1), rows.sums)],
+            )
+
+    @classmethod
+    def stack_rows(cls, optimizers: Sequence[Self], params: Sequence[torch.Tensor]) -> None:
+        # the importance and the statistics α, β too: the ensemble's step updates them for all models at once
+        super().stack_rows(optimizers, params)
+        stack = optimizers[0]._stack
+        if stack is not None:
+            for name in STACKED_STATE:
+                stack.keep(name, optimizers)
+
+    @classmethod
+    def _step_rows(cls, group: Sequence[Self], rows: StackedRows) -> StepCost | None:
+        # ``step`` of every model at once (one ensemble: the same step and phase), the same operations on the stacks
+        first, state = group[0], rows.state
+        if (
+            cls.step is not AdaDPIGU.step
+            or set(state) != set(STACKED_STATE)
+            or len({(optimizer.steps_taken, optimizer.mask is None) for optimizer in group}) > 1
+            or (first.mask is None and not cls.noisy_importance)
+        ):
+            return None
+        released = cls._release_rows(group, rows, first.sigma_dp)
+        if released is None:
+            return None
+        if first.mask is None:
+            for importance, value in zip(state["_importance"], released):
+                importance.add_(value.abs())
+            cls._apply_rows(group, rows, released)
+            if first.steps_taken == first.hyper.pretrain_steps:
+                for optimizer in group:
+                    optimizer._choose_mask()
+            return StepCost(first.hyper.noise_multiplier, first.hyper.sample_rate, "pretrain")
+        masks = [m for m in cls._stacked_masks(group, len(released)) if m is not None]  # every model is masked
+        constant = first.hyper.settings.standardise_constant
+        scales = [beta.sqrt() + constant for beta in state["beta"]]
+        released = [m * (value * s + a) for value, s, a, m in zip(released, scales, state["alpha"], masks)]
+        cls._apply_rows(group, rows, released)
+        if cls.adaptive_statistics:
+            cls._update_statistics(first.hyper.settings, state["alpha"], state["beta"], released)
+        return StepCost(first.hyper.noise_multiplier, first.hyper.sample_rate, "train")
+
+    @classmethod
+    def _update_statistics(
+        cls,
+        settings: ImportanceMaskSettings,
+        alphas: Sequence[torch.Tensor],
+        betas: Sequence[torch.Tensor],
+        released: Sequence[torch.Tensor],
+    ) -> None:
+        """α and β (in place, per parameter) ← their EMAs (γ1, γ2) with the released ĝ."""
+        statistics = cls._statistics(settings)
+        for alpha, beta, value in zip(alphas, betas, released):
+            deviation = (value - alpha) ** 2
+            alpha.mul_(statistics.ema_mean_decay).add_((1 - statistics.ema_mean_decay) * value)
+            beta.mul_(statistics.ema_variance_decay).add_(
+                (1 - statistics.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP)
+            )
+
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
         mask = self.mask
@@ -144,13 +255,7 @@ class AdaDPIGU(MaskedSupport):
             released = [m * (value * s + a) for value, s, a, m in zip(noised[:model], scale, self.alpha, mask)]
             self._apply(released + noised[model:])  # an audit block's release: ḡ, its α = 0 and √β + μ = 1
             if self.adaptive_statistics:
-                settings = self._statistics(self.hyper.settings)
-                for alpha, beta, value in zip(self.alpha, self.beta, released):
-                    deviation = (value - alpha) ** 2
-                    alpha.mul_(settings.ema_mean_decay).add_((1 - settings.ema_mean_decay) * value)
-                    beta.mul_(settings.ema_variance_decay).add_(
-                        (1 - settings.ema_variance_decay) * deviation.clamp(*VARIANCE_CLAMP)
-                    )
+                self._update_statistics(self.hyper.settings, self.alpha, self.beta, released)
         return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate, "pretrain" if pretraining else "train")
 
     def _choose_mask(self) -> None:

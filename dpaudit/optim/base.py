@@ -149,7 +149,8 @@ class Optimizer:
 
     The engine calls ``begin_epoch`` at the start of every epoch, ``accumulate`` once per chunk of a
     batch (per-sample gradients, shape [chunk, *param.shape], if ``per_sample`` else the batch-mean
-    gradient) and then ``step`` once per batch.
+    gradient) and then ``step`` once per batch; for an ensemble, through the class's ``begin_epoch_together``,
+    ``accumulate_together`` and ``step_together``, which a class may do in one pass for all models.
     """
 
     per_sample: ClassVar[bool] = True
@@ -211,6 +212,13 @@ class Optimizer:
 
     def begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    @classmethod
+    def begin_epoch_together(cls, optimizers: Sequence[Self], epoch: int) -> None:
+        """``begin_epoch`` for M optimizers of this class and equal hyperparameters (an ensemble). Subclasses may do
+        it in one vectorised pass."""
+        for optimizer in optimizers:
+            optimizer.begin_epoch(epoch)
 
     def accumulate(self, grads: Sequence[torch.Tensor]) -> None:
         """Add one chunk's gradients, one tensor per parameter in order; ``grads`` may stop before the audit

@@ -22,7 +22,7 @@ from dpaudit._streams import derived_generator
 from dpaudit._validation import DPAuditError
 from dpaudit.layerwise import sample_norms, weighted_sample_sums
 from dpaudit.optim.base import Hyperparameters, Optimizer, StepCost, register
-from dpaudit.optim.stacked import _stacked_rows, draw_noise_rows
+from dpaudit.optim.stacked import StackedRows, _stacked_rows, draw_noise_rows
 from dpaudit.settings import SETTINGS, DomainSettings, OptimizerSettings, PSACSettings
 
 CLIP_EPSILON = 1e-6  # as Opacus: factor min(1, C / (‖g‖ + 1e-6))
@@ -155,9 +155,9 @@ class PrivateOptimizer(Optimizer):
     @classmethod
     @torch.no_grad()
     def step_together(cls, optimizers: Sequence[Self], realized_batch_sizes: Sequence[int]) -> list[StepCost | None]:
-        # The plain update (no momentum, no recorded release, no constraint) of the models that take it, when they
-        # are consecutive rows of one ``stack_rows`` stack: each model's own noise draw, then the arithmetic of
-        # ``step`` on the [M, *shape] stacks, one call per operation for all M models.
+        # The plain update (no momentum, no recorded release, no audit block) of the models that take it, when they
+        # are consecutive rows of one ``stack_rows`` stack: ``_step_rows``, one call per operation for all M models;
+        # the others (and every model, where the class has no such pass) step model by model.
         plain = [
             m
             for m, optimizer in enumerate(optimizers)
@@ -167,17 +167,33 @@ class PrivateOptimizer(Optimizer):
             and optimizer.hyper == optimizers[0].hyper
         ]
         group = [optimizers[m] for m in plain]
+        rows = _stacked_rows(group) if len(group) > 1 and cls._apply is Optimizer._apply else None
+        cost = None if rows is None else cls._step_rows(group, rows)
+        if cost is None:
+            return super().step_together(optimizers, realized_batch_sizes)
+        costs: dict[int, StepCost | None] = dict.fromkeys(plain, cost)
+        others = [m for m in range(len(optimizers)) if m not in costs]
+        costs.update(
+            zip(
+                others,
+                super().step_together([optimizers[m] for m in others], [realized_batch_sizes[m] for m in others]),
+            )
+        )
+        return [costs[m] for m in range(len(optimizers))]
+
+    @classmethod
+    def _step_rows(cls, group: Sequence[Self], rows: StackedRows) -> StepCost | None:
+        """``step`` of the plain models ``group`` (``step_together``; equal hyperparameters), rows ``rows`` of one
+        stack, as one pass over the [M, *shape] stacks: each model's own noise draw, then the arithmetic of ``step``;
+        their one cost. None, with nothing done, where this class has no such pass."""
         factors = {optimizer.noise_factor() for optimizer in group}
-        rows = _stacked_rows(group) if len(group) > 1 else None
         if (
-            rows is None
-            or len(factors) > 1
+            len(factors) > 1
             or cls.step is not PrivateOptimizer.step
             or cls.after_step is not PrivateOptimizer.after_step
             or cls._noisy_mean is not PrivateOptimizer._noisy_mean
-            or cls._apply is not Optimizer._apply
         ):
-            return super().step_together(optimizers, realized_batch_sizes)
+            return None
         (factor,), hyper, sigma_dp = factors, group[0].hyper, group[0].sigma_dp
         noise, noise_rows = rows.noise()
         draw_noise_rows(group, noise_rows)
@@ -188,17 +204,7 @@ class PrivateOptimizer(Optimizer):
         torch._foreach_zero_(rows.sums)
         for optimizer in group:
             optimizer.steps_taken += 1
-        costs: dict[int, StepCost | None] = dict.fromkeys(
-            plain, StepCost(hyper.noise_multiplier * factor, hyper.sample_rate)
-        )
-        others = [m for m in range(len(optimizers)) if m not in costs]
-        costs.update(
-            zip(
-                others,
-                super().step_together([optimizers[m] for m in others], [realized_batch_sizes[m] for m in others]),
-            )
-        )
-        return [costs[m] for m in range(len(optimizers))]
+        return StepCost(hyper.noise_multiplier * factor, hyper.sample_rate)
 
     def noise_factor(self) -> float:
         """Schedule factor on z at the current step (1 for static noise)."""

@@ -16,7 +16,8 @@ import torch
 
 from dpaudit._validation import DPAuditError
 from dpaudit.optim.base import Hyperparameters, StepCost, register, sigma_dp_to_noise_multiplier
-from dpaudit.optim.clipping import DPSGD
+from dpaudit.optim.clipping import DPSGD, PrivateOptimizer
+from dpaudit.optim.stacked import StackedRows
 from dpaudit.settings import SETTINGS, OptimizerSettings, SparseSettings, TwoPhaseSettings
 
 
@@ -31,6 +32,24 @@ def _indicator(chosen: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[to
     return [part.view_as(t) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
 
 
+#: the coordinate-sparse optimizers' supports of an ensemble are chosen this many values (models × coordinates) at once
+SUPPORT_ROW_VALUES = 2**22
+
+
+def _rows(tensors: Sequence[Sequence[torch.Tensor]]) -> torch.Tensor:
+    """[M, d]: row m is ``_flat(tensors[m])``, model m's tensors (per parameter) flattened and joined."""
+    return torch.cat([torch.stack([own[j] for own in tensors]).flatten(1) for j in range(len(tensors[0]))], 1)
+
+
+def _add_squares(squares: Sequence[Sequence[torch.Tensor]], values: Sequence[torch.Tensor]) -> None:
+    """Model m's ``squares`` (``squares[m]``, per parameter) += its row of ``values`` ([M, *shape] per parameter),
+    squared: ``square.add_(value * value)`` of every model, in one call."""
+    products = torch._foreach_mul(list(values), list(values))
+    torch._foreach_add_(
+        [square for own in squares for square in own], [product[m] for m in range(len(squares)) for product in products]
+    )
+
+
 def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k largest entries, ties broken by the smaller coordinate index."""
     return torch.argsort(-score, stable=True)[:k]
@@ -39,14 +58,25 @@ def top_k_indices(score: torch.Tensor, k: int) -> torch.Tensor:
 def top_k_support(score: torch.Tensor, k: int) -> torch.Tensor:
     """The indices of :func:`top_k_indices` (``score``, k) as a set, in increasing order: the entries above the k-th
     largest value, then those equal to it from the smallest index on (one selection instead of a sort)."""
-    negated = -score  # the order top_k_indices sorts by (NaN last there; kthvalue's order of NaN is not documented)
-    if not 0 < k < len(negated) or bool(torch.isnan(negated).any()):
-        return top_k_indices(score, k).sort().values
-    kth = torch.kthvalue(negated, k).values
-    chosen = negated < kth
-    ties = torch.nonzero(negated == kth).flatten()
-    chosen[ties[: k - int(chosen.sum())]] = True
-    return torch.nonzero(chosen).flatten()
+    return torch.nonzero(top_k_rows(score[None], k)[0]).flatten()
+
+
+def top_k_rows(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """[M, d] booleans: True at :func:`top_k_support` (row, k) of each row of ``scores`` ([M, d]), all rows in one
+    selection."""
+    negated = -scores  # the order top_k_indices sorts by (NaN last there; kthvalue's order of NaN is not documented)
+    if 0 < k < negated.shape[1]:
+        kth = torch.kthvalue(negated, k, dim=1, keepdim=True).values
+        chosen = negated < kth
+        ties = negated == kth
+        chosen |= ties & (ties.cumsum(1) <= k - chosen.sum(1, keepdim=True))  # the first ties, by coordinate index
+        odd = torch.nonzero(torch.isnan(negated).any(1)).flatten().tolist()
+    else:
+        chosen, odd = torch.zeros_like(negated, dtype=torch.bool), list(range(len(negated)))
+    for row in odd:  # by the sort: k out of range, or NaN
+        chosen[row] = False
+        chosen[row, top_k_indices(scores[row], k)] = True
+    return chosen
 
 
 class MaskedSupport(DPSGD):
@@ -72,6 +102,7 @@ class MaskedSupport(DPSGD):
     """
 
     fits_dirac_records: ClassVar[bool] = False  # a Dirac record is masked, then clipped as by DP-SGD
+    transient_state = (*DPSGD.transient_state, "_masks_kept")  # stacked supports (``_stacked_masks``)
     ranks_audit_block: ClassVar[bool] = False  # the support is learned once, and can rank an audit block
     audit_ranked: bool = False
 
@@ -82,6 +113,7 @@ class MaskedSupport(DPSGD):
         self.mask: list[torch.Tensor] | None = None
         self.score: torch.Tensor | None = None
         self.support_version = 0
+        self._masks_kept: tuple[list[list[torch.Tensor] | None], list[torch.Tensor | None]] | None = None
         self.dimension = sum(p.numel() for p in self.params)
 
     def support_mask(self) -> torch.Tensor | None:
@@ -111,12 +143,53 @@ class MaskedSupport(DPSGD):
         one-pass masked clipping (a Linear weight's masked norms from its factors)."""
         if cls.accumulate is not MaskedSupport.accumulate:
             return None
+        return cls._stacked_masks(optimizers, parameters)
+
+    @staticmethod
+    def _stacked_masks(optimizers: Sequence[MaskedSupport], parameters: int) -> list[torch.Tensor | None]:
+        """Per parameter, the supports of ``optimizers`` as one [M, *shape] 0/1 tensor (a dense model's row all 1;
+        None where every model is dense); kept, with the masks they were stacked from, until a support changes (the
+        supports change once per epoch or run, the steps read them at every step)."""
         if all(optimizer.mask is None for optimizer in optimizers):
             return [None] * parameters
-        return [
+        masks = [optimizer.mask for optimizer in optimizers]
+        kept = optimizers[0]._masks_kept
+        if kept is not None and len(kept[0]) == len(masks) and all(a is b for a, b in zip(kept[0], masks)):
+            return kept[1][:parameters]
+        stacked: list[torch.Tensor | None] = [
             torch.stack([torch.ones_like(o.params[j]) if o.mask is None else o.mask[j] for o in optimizers])
             for j in range(parameters)
         ]
+        optimizers[0]._masks_kept = (masks, stacked)
+        return stacked
+
+    @classmethod
+    def _release_rows(cls, group: Sequence[Self], rows: StackedRows, sigma_dp: float) -> list[torch.Tensor] | None:
+        """``_release`` (σ_DP = ``sigma_dp``) of the plain models ``group`` (``step_together``), rows ``rows`` of one
+        stack, as [M, *shape] per parameter: the same noise draws, model after model and parameter after parameter,
+        and the same operations on the stacks; None where this class's release or noise is not ``_release``'s."""
+        if cls._release is not MaskedSupport._release or cls._noise is not PrivateOptimizer._noise:
+            return None
+        noise, _ = rows.noise()
+        for m, optimizer in enumerate(group):
+            for values in noise:
+                optimizer._draw_noise(values[m])
+        released = list(torch._foreach_div(rows.sums, group[0].hyper.expected_batch_size))
+        torch._foreach_mul_(noise, sigma_dp)
+        torch._foreach_add_(released, noise)
+        for value, mask in zip(released, cls._stacked_masks(group, len(released))):
+            if mask is not None:
+                value.mul_(mask)
+        return released
+
+    @staticmethod
+    def _apply_rows(group: Sequence[MaskedSupport], rows: StackedRows, updates: list[torch.Tensor]) -> None:
+        """``_apply`` (no momentum, no recorded release, no audit block) of the models ``group``, rows ``rows`` of
+        one stack, with [M, *shape] ``updates``."""
+        torch._foreach_add_(rows.params, updates, alpha=-group[0].hyper.lr)
+        torch._foreach_zero_(rows.sums)
+        for optimizer in group:
+            optimizer.steps_taken += 1
 
     def _release(self, sigma_dp: float) -> list[torch.Tensor]:
         """The private gradient Σ clipped / b + N(0, σ_DP²) of this step, restricted to the support."""
@@ -151,15 +224,20 @@ class MaskedSupport(DPSGD):
         """Make ``chosen`` (coordinate indices; None: all) the support, and of an audit block its coordinates
         ``block`` (None: all); frozen velocity is dropped."""
         if chosen is None:
-            self.mask = None
-        else:
-            model, audited = self.params[: self._model_parameters], self.params[self._model_parameters :]
-            self.mask = _indicator(chosen, model)
-            if audited:  # an audit block: always released, or ranked among itself
-                self.mask += [torch.ones_like(p) for p in audited] if block is None else _indicator(block, audited)
-            if self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
-                for velocity, m in zip(self._velocity, self.mask):
-                    velocity.mul_(m)
+            self._set_mask(None)
+            return
+        model, audited = self.params[: self._model_parameters], self.params[self._model_parameters :]
+        mask = _indicator(chosen, model)
+        if audited:  # an audit block: always released, or ranked among itself
+            mask += [torch.ones_like(p) for p in audited] if block is None else _indicator(block, audited)
+        self._set_mask(mask)
+
+    def _set_mask(self, mask: list[torch.Tensor] | None) -> None:
+        """Make ``mask`` (0/1 per parameter; None: dense) the support; frozen velocity is dropped."""
+        self.mask = mask
+        if mask is not None and self._velocity is not None:  # frozen coordinates must not keep moving on old momentum
+            for velocity, m in zip(self._velocity, mask):
+                velocity.mul_(m)
         self.support_version += 1
 
 
@@ -231,6 +309,31 @@ class TwoPhaseSparse(MaskedSupport):
             sigma_dp=sigma, batch_size=self.hyper.expected_batch_size, clip_norm=self.clip_norm
         )
         return StepCost(z, self.hyper.sample_rate, "warmup" if warmup else "train")
+
+    @classmethod
+    def _step_rows(cls, group: Sequence[Self], rows: StackedRows) -> StepCost | None:
+        # ``step`` of every model at once (they are at the same step: one ensemble)
+        steps = {optimizer.steps_taken for optimizer in group}
+        if cls.step is not TwoPhaseSparse.step or len(steps) > 1:
+            return None
+        first = group[0]
+        warmup = first.steps_taken < first.hyper.warmup_steps
+        sigma = first.warmup_sigma_dp if warmup else first.sigma_dp
+        if warmup and not cls.noisy_score:  # the clipped mean before noise (the sums are cleared by ``_apply_rows``)
+            scored = torch._foreach_div(rows.sums, first.hyper.expected_batch_size)
+        released = cls._release_rows(group, rows, sigma)
+        if released is None:
+            return None
+        if warmup:
+            _add_squares([optimizer._squares for optimizer in group], released if cls.noisy_score else scored)
+        cls._apply_rows(group, rows, released)
+        if warmup and first.steps_taken == first.hyper.warmup_steps:
+            for optimizer in group:
+                optimizer._choose_support()
+        z = sigma_dp_to_noise_multiplier(
+            sigma_dp=sigma, batch_size=first.hyper.expected_batch_size, clip_norm=first.clip_norm
+        )
+        return StepCost(z, first.hyper.sample_rate, "warmup" if warmup else "train")
 
     def _choose_support(self) -> None:
         # minus the per-coordinate noise variance ν_1² = σ_1² (σ_DP units): E[a_p] = G_p² (Lemma 5.2)
@@ -327,6 +430,63 @@ class OnlineSparse(MaskedSupport):
             order = self._random_order(epoch)[:k]
         self._set_support(order)
 
+    @classmethod
+    def begin_epoch_together(cls, optimizers: Sequence[Self], epoch: int) -> None:
+        # the models alike (same parameters and point of the run, no audit block) in one pass per run of rows
+        if cls.begin_epoch is not OnlineSparse.begin_epoch:
+            super().begin_epoch_together(optimizers, epoch)
+            return
+        alike: dict[tuple[int, int, int, bool, bool], list[Self]] = {}
+        for optimizer in optimizers:
+            key = (
+                len(optimizer.params),
+                optimizer.audit_parameters,
+                optimizer._epoch_steps,
+                optimizer.score is None,
+                optimizer.mask is None,
+            )
+            alike.setdefault(key, []).append(optimizer)
+        for group in alike.values():
+            if len(group) < 2 or group[0].audit_parameters or any(o.hyper != group[0].hyper for o in group):
+                super().begin_epoch_together(group, epoch)
+                continue
+            rows = max(1, SUPPORT_ROW_VALUES // group[0].dimension)
+            for start in range(0, len(group), rows):
+                cls._begin_epoch_rows(group[start : start + rows], epoch)
+
+    @classmethod
+    def _begin_epoch_rows(cls, group: Sequence[Self], epoch: int) -> None:
+        """``begin_epoch`` of the models ``group`` (``begin_epoch_together``), their scores and supports as the rows
+        of [M, d] tensors: the same operations on each row, and one selection of the top k for all rows."""
+        first = group[0]
+        for optimizer in group:
+            super(OnlineSparse, optimizer).begin_epoch(epoch)
+        if cls.learned and first._epoch_steps:
+            fresh = _rows([optimizer._squares for optimizer in group]) / first._epoch_steps - first.sigma_dp**2
+            if first.score is not None and first.mask is not None:
+                active = _rows([optimizer.mask for optimizer in group if optimizer.mask is not None]).bool()
+                fresh = torch.where(active, fresh, torch.stack([o.score for o in group if o.score is not None]))
+            for optimizer, score in zip(group, fresh):
+                optimizer.score = score
+        torch._foreach_zero_([squares for optimizer in group for squares in optimizer._squares])
+        for optimizer in group:
+            optimizer._epoch_steps = 0
+        k = math.floor(first.active_ratio(epoch) * first.dimension)
+        if k >= first.dimension:
+            for optimizer in group:
+                if optimizer.mask is not None:
+                    optimizer._set_mask(None)
+            return
+        device, dtype = first.params[0].device, first.params[0].dtype
+        if cls.learned:
+            chosen = top_k_rows(torch.stack([o.score for o in group if o.score is not None]), k)
+        else:
+            orders = torch.stack([optimizer._random_order(epoch)[:k] for optimizer in group]).to(device)
+            chosen = torch.zeros(len(group), first.dimension, dtype=torch.bool, device=device).scatter_(1, orders, True)
+        parts = chosen.to(dtype).split([p.numel() for p in first.params], dim=1)
+        for m, optimizer in enumerate(group):
+            optimizer._set_mask([part[m].view_as(p) for part, p in zip(parts, optimizer.params)])
+
     @torch.no_grad()
     def step(self, *, realized_batch_size: int) -> StepCost:
         released = self._release(self.sigma_dp)
@@ -335,6 +495,17 @@ class OnlineSparse(MaskedSupport):
         self._epoch_steps += 1
         self._apply(released)
         return StepCost(self.hyper.noise_multiplier, self.hyper.sample_rate)
+
+    @classmethod
+    def _step_rows(cls, group: Sequence[Self], rows: StackedRows) -> StepCost | None:
+        released = None if cls.step is not OnlineSparse.step else cls._release_rows(group, rows, group[0].sigma_dp)
+        if released is None:
+            return None
+        _add_squares([optimizer._squares for optimizer in group], released)
+        for optimizer in group:
+            optimizer._epoch_steps += 1
+        cls._apply_rows(group, rows, released)
+        return StepCost(group[0].hyper.noise_multiplier, group[0].hyper.sample_rate)
 
 
 @register(

@@ -6,7 +6,7 @@ import functools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,13 +24,15 @@ CONCURRENT_DRAW_VALUES = 2**16
 class StackedRows:
     """An ensemble's parameters and gradient sums as one [K, *shape] tensor per parameter: optimizer k's own
     tensors are row k of them (``Optimizer.stack_rows``), so one call updates all K. ``rows`` gives a run of
-    consecutive rows as views, ``noise`` the buffer their step's noise is drawn into."""
+    consecutive rows as views, ``noise`` the buffer their step's noise is drawn into; ``state``, by attribute name,
+    further per-parameter state of the optimizers stacked the same way (a class's ``stack_rows`` says which)."""
 
     params: list[torch.Tensor]
     sums: list[torch.Tensor]
     first: int = 0  # where these rows start in the whole stack
     whole: StackedRows | None = None  # the whole stack, for a run of its rows
     _noise_buffer: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+    state: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
     def rows(self, first: int, count: int) -> StackedRows:
         """Rows ``first`` to ``first + count - 1`` of the whole stack (the stack itself if that is all of it)."""
@@ -41,7 +43,16 @@ class StackedRows:
             [t.narrow(0, first, count) for t in self.sums],
             first,
             self,
+            state={name: [t.narrow(0, first, count) for t in values] for name, values in self.state.items()},
         )
+
+    def keep(self, name: str, optimizers: Sequence[Optimizer]) -> None:
+        """Stack the optimizers' per-parameter list ``name`` (the first ``len(params)`` of it) like the parameters:
+        each optimizer's tensors become views of its row of ``state[name]``, their values unchanged."""
+        stacked = [torch.stack([getattr(o, name)[j] for o in optimizers]) for j in range(len(self.params))]
+        for k, optimizer in enumerate(optimizers):
+            getattr(optimizer, name)[: len(stacked)] = [values[k] for values in stacked]
+        self.state[name] = stacked
 
     def noise(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """(per parameter a [M, *shape] view, per row the flat buffer) of the memory these rows' models draw a

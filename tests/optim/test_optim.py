@@ -10,7 +10,7 @@ from torch import nn
 
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
-from dpaudit.optim import stacked
+from dpaudit.optim import sparse, stacked
 from dpaudit.optim.stacked import _stacked_rows
 
 
@@ -170,6 +170,37 @@ def test_sgd_is_plain_gradient_step():
         torch.testing.assert_close(p.detach(), b - 0.1)
 
 
+STEP_SHAPES, STEP_MODELS = [(3, 4), (2,), (5,)], 4  # 19 coordinates: CPU draws of 16 or more take the vectorised path
+
+
+def _stacked_and_alone(cls, hyper, *, target_tensor: bool = False):
+    """STEP_MODELS optimizers of ``cls`` on stacked rows and their parameters, the models (optimizer k) that took
+    their own ``step`` (a list the steps append to), and the same models apart with their parameters. Model 0
+    records its release, as the canary target does, and with ``target_tensor`` holds a tensor beside its row."""
+
+    def optimizers(stacked: bool):
+        stacks = [torch.stack([torch.full(shape, 0.1 * k) for k in range(STEP_MODELS)]) for shape in STEP_SHAPES]
+        params = [[values[k] if stacked else values[k].clone() for values in stacks] for k in range(STEP_MODELS)]
+        if target_tensor:
+            params[0].append(torch.zeros(7))
+        made = [cls(p, hyper, generator=torch.Generator().manual_seed(k)) for k, p in enumerate(params)]
+        made[0].record_updates = True
+        if stacked:
+            cls.stack_rows(made, stacks)
+        return made, params
+
+    (together, together_params), (alone, alone_params) = optimizers(stacked=True), optimizers(stacked=False)
+    own_steps = []
+    for k, optimizer in enumerate(together):
+
+        def counted(*, realized_batch_size, optimizer=optimizer, k=k):
+            own_steps.append(k)
+            return type(optimizer).step(optimizer, realized_batch_size=realized_batch_size)
+
+        optimizer.step = counted
+    return together, together_params, alone, alone_params, own_steps
+
+
 @pytest.mark.parametrize(
     "name, momentum",
     [
@@ -194,29 +225,8 @@ def test_step_together_is_step_model_by_model(name, momentum, concurrent, monkey
         stacked._threads.cache_clear()
     cls = optim.get_spec(name).cls
     hyper = _hyper(cls, momentum=momentum, domain_radius=10.0, noise_decay_unit="step")  # d2p-sgd: z falls every step
-    shapes = [(3, 4), (2,), (5,)]  # 19 coordinates: CPU draws of 16 or more take the vectorised path
-    models = 4
-
-    def optimizers(stacked: bool):
-        stacks = [torch.stack([torch.full(shape, 0.1 * k) for k in range(models)]) for shape in shapes]
-        params = [[values[k] if stacked else values[k].clone() for values in stacks] for k in range(models)]
-        made = [cls(p, hyper, generator=torch.Generator().manual_seed(k)) for k, p in enumerate(params)]
-        made[0].record_updates = True
-        if stacked:
-            cls.stack_rows(made, stacks)
-        return made, params
-
-    together, together_params = optimizers(stacked=True)
-    alone, alone_params = optimizers(stacked=False)
-    own_steps = []
-    for k, optimizer in enumerate(together):
-
-        def counted(*, realized_batch_size, optimizer=optimizer, k=k):
-            own_steps.append(k)
-            return type(optimizer).step(optimizer, realized_batch_size=realized_batch_size)
-
-        optimizer.step = counted
-    grads = [torch.randn(5, *shape, generator=torch.Generator().manual_seed(9)) for shape in shapes]
+    together, together_params, alone, alone_params, own_steps = _stacked_and_alone(cls, hyper)
+    grads = [torch.randn(5, *shape, generator=torch.Generator().manual_seed(9)) for shape in STEP_SHAPES]
     sizes = [5, 4, 6, 3]
     for step in range(3):
         for optimizer in together + alone:
@@ -224,13 +234,67 @@ def test_step_together_is_step_model_by_model(name, momentum, concurrent, monkey
         costs = cls.step_together(together, sizes)
         assert costs == [optimizer.step(realized_batch_size=n) for optimizer, n in zip(alone, sizes)]
     one_pass = momentum == 0 and name != "dpsgd-dc"  # momentum and DPSGD-DC's projection step model by model
-    assert own_steps == ([0] if one_pass else list(range(models))) * 3
+    assert own_steps == ([0] if one_pass else list(range(STEP_MODELS))) * 3
     for mine, theirs in zip(together_params, alone_params):
         for a, b in zip(mine, theirs):
             assert torch.equal(a, b)
     assert not torch.equal(together_params[1][0], together_params[2][0])
     if concurrent:
         assert stacked._threads.cache_info().currsize == (1 if one_pass else 0)  # the threads drew the noise
+
+
+SPARSE_SETTINGS = {
+    "tp-": {"warmup_fraction": 0.34, "warmup_sigma_dp": 0.5},
+    "on-": {},
+    "adadpigu": {"pretrain_fraction": 0.34, "retention_ratio": 0.6, "example_topk_fraction": 0.5},
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tp-topk", "tp-rand", "tp-topk-clean-support", "on-topk", "on-rand", "adadpigu", "adadpigu-freeze"],
+)
+def test_sparse_step_together_is_step_model_by_model(name, monkeypatch):
+    monkeypatch.setattr(sparse, "SUPPORT_ROW_VALUES", 2 * 19)
+    """The coordinate-sparse optimizers' one-pass update on stacked rows (stacked supports and state, each model's own
+    noise draws parameter after parameter) and their supports chosen for all rows at once (``begin_epoch_together``,
+    rows of two models at a time) give each model exactly its own ``step`` and ``begin_epoch``: parameters, scores,
+    statistics and supports, over a dense phase, the support's choice and the sparse phase; the model that records
+    its release steps alone."""
+    cls = optim.get_spec(name).cls
+    hyper = hyperparameters_for(
+        cls,
+        lr=0.1,
+        expected_batch_size=2,
+        dataset_size=10,
+        clip_norm=1.0,
+        sigma_dp=0.3,
+        epochs=3,
+        **next(settings for prefix, settings in SPARSE_SETTINGS.items() if name.startswith(prefix)),
+        **({} if name.startswith("adadpigu") else {"active_ratio": 0.4}),
+    )  # 5 steps per epoch
+    together, together_params, alone, alone_params, own_steps = _stacked_and_alone(cls, hyper, target_tensor=True)
+    grads = [torch.randn(5, *shape, generator=torch.Generator().manual_seed(9)) for shape in STEP_SHAPES]
+    sizes = [5, 4, 6, 3]
+    for epoch in range(1, 4):
+        cls.begin_epoch_together(together, epoch)
+        for optimizer in alone:
+            optimizer.begin_epoch(epoch)
+        for step in range(5):
+            for k, optimizer in enumerate(together + alone):
+                optimizer.accumulate([g * (step + 1 + k % STEP_MODELS) for g in grads])
+            costs = cls.step_together(together, sizes)
+            assert costs == [optimizer.step(realized_batch_size=n) for optimizer, n in zip(alone, sizes)]
+    for mine, theirs in zip(together, alone):
+        assert mine.support_version == theirs.support_version > 0
+        assert mine.score is theirs.score is None or torch.equal(mine.score, theirs.score)
+        assert all(torch.equal(a, b) for a, b in zip(mine.mask, theirs.mask))
+        for state in ("_squares", "_importance", "alpha", "beta"):
+            assert all(torch.equal(a, b) for a, b in zip(getattr(mine, state, []), getattr(theirs, state, [])))
+    for mine, theirs in zip(together_params, alone_params):
+        assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+    assert own_steps == [0] * 15  # the others in one pass
+    assert not torch.equal(together_params[1][0], together_params[2][0])
 
 
 @pytest.mark.parametrize("model_updates", [True, False])

@@ -15,7 +15,10 @@ from support import hyperparameters_for
 from dpaudit import optim
 from dpaudit._validation import DPAuditError
 from dpaudit.config import TrainConfig
-from dpaudit.optim import Hyperparameters
+from dpaudit.layerwise import OuterProducts
+from dpaudit.optim import Hyperparameters, adadpigu
+from dpaudit.optim.adadpigu import AdaDPIGU
+from dpaudit.optim.sparse import top_k_rows
 
 LR, SIGMA, B = 0.1, 0.05, 2
 
@@ -89,6 +92,18 @@ def test_top_k_support_equals_the_ranked_top_k_on_random_scores_with_ties():
         score = score.float()
         for k in range(len(score) + 1):
             assert optim.top_k_support(score, k).tolist() == sorted(optim.top_k_indices(score, k).tolist())
+
+
+def test_top_k_rows_is_top_k_support_of_each_row():
+    # many rows in one selection (the ensemble's supports): per row the set of the ranked top k, rows with NaN too
+    generator = torch.Generator().manual_seed(1)
+    scores = torch.randint(-3, 4, (40, 17), generator=generator).float()
+    scores[3, 5], scores[7] = math.nan, math.nan
+    for k in range(scores.shape[1] + 1):
+        chosen = top_k_rows(scores, k)
+        assert chosen.dtype == torch.bool and chosen.shape == scores.shape
+        for row, score in zip(chosen, scores):
+            assert torch.nonzero(row).flatten().tolist() == sorted(optim.top_k_indices(score, k).tolist())
 
 
 def test_online_topk_schedule_and_scores_come_from_released_gradients():
@@ -197,6 +212,52 @@ def _adadpigu(name="adadpigu", **overrides):
     cls = optim.get_spec(name).cls
     hyper = _hyper(cls, epochs=2, pretrain_fraction=0.5, retention_ratio=0.6, example_topk_fraction=0.4, **overrides)
     return params, cls(params, hyper, generator=torch.Generator().manual_seed(7))
+
+
+@pytest.mark.parametrize("name", ["adadpigu", "adadpigu-code"])
+def test_adadpigu_accumulate_together_is_accumulate_model_by_model(name, monkeypatch):
+    """An ensemble's main-phase statistics formed for all models at once (a Linear weight's per-record gradients as
+    factors, unequal batches with padding, two models per pass) add to each model's sums exactly what its own
+    ``accumulate`` adds; in pre-training (no mask) the models accumulate one by one."""
+    monkeypatch.setattr(adadpigu, "RECORD_ROW_VALUES", 2 * 6 * 15)
+    cls, models, width, counts = optim.get_spec(name).cls, 5, 6, [6, 3, 0, 5, 1]
+    hyper = _hyper(cls, epochs=2, pretrain_fraction=0.5, retention_ratio=0.6, example_topk_fraction=0.4)
+    generator = torch.Generator().manual_seed(2)
+    outer, inner, bias = (torch.randn(models, width, size, generator=generator) for size in (3, 4, 3))
+    for m, count in enumerate(counts):  # the padding rows are zero (as the ensemble's)
+        outer[m, count:], inner[m, count:], bias[m, count:] = 0, 0, 0
+
+    def optimizers(stacked: bool):
+        stacks = [torch.zeros(models, 3, 4), torch.zeros(models, 3)]
+        made = [
+            cls([values[m] if stacked else values[m].clone() for values in stacks], hyper, generator=torch.Generator())
+            for m in range(models)
+        ]
+        if stacked:
+            cls.stack_rows(made, stacks)
+        for m, optimizer in enumerate(made):
+            chosen = torch.randperm(15, generator=torch.Generator().manual_seed(m))[:9]
+            optimizer._set_support(chosen)
+            for alpha, beta in zip(optimizer.alpha, optimizer.beta):
+                alpha.copy_(torch.randn(alpha.shape, generator=torch.Generator().manual_seed(10 + m)) / 3)
+                beta.copy_(torch.rand(beta.shape, generator=torch.Generator().manual_seed(20 + m)) + 0.1)
+        return made
+
+    together, alone = optimizers(stacked=True), optimizers(stacked=False)
+    calls, own = [], AdaDPIGU.accumulate
+    monkeypatch.setattr(AdaDPIGU, "accumulate", lambda self, grads: calls.append(self) or own(self, grads))
+    cls.accumulate_together(together, [OuterProducts(outer, inner), bias], counts)
+    assert not calls  # no model by model
+    for optimizer, m in zip(alone, range(models)):
+        optimizer.accumulate([(outer[m, : counts[m], :, None] * inner[m, : counts[m], None, :]), bias[m, : counts[m]]])
+    for mine, theirs in zip(together, alone):
+        assert all(torch.equal(a, b) for a, b in zip(mine._sum, theirs._sum))
+    assert together[2]._sum[1].abs().sum() == 0 and together[0]._sum[1].abs().sum() > 0
+    calls.clear()
+    for optimizer in together:
+        optimizer.mask = None  # pre-training: one by one
+    cls.accumulate_together(together, [OuterProducts(outer, inner), bias], counts)
+    assert calls == together
 
 
 def test_adadpigu_pretraining_mask_comes_from_released_gradients_and_prunes_weights():
