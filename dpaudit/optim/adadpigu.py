@@ -152,9 +152,7 @@ class AdaDPIGU(MaskedSupport):
         ):
             super().accumulate_together(optimizers, grads, counts, padding)
             return
-        masks = [m for m in cls._stacked_masks(optimizers, len(grads)) if m is not None]  # every model is masked
-        alphas = rows.state["alpha"]
-        scales = [beta.sqrt() + first.hyper.settings.standardise_constant for beta in rows.state["beta"]]  # ``_scale``
+        masks, alphas, scales = cls._stacked_standardisation(optimizers, rows, len(grads))
         sizes = [total[0].numel() for total in rows.sums]
         width = (grads[0].outer if isinstance(grads[0], OuterProducts) else grads[0]).shape[1]
         chunk = max(1, RECORD_ROW_VALUES // (width * first.dimension))
@@ -177,6 +175,17 @@ class AdaDPIGU(MaskedSupport):
                 [total[part] for total in rows.sums],
                 [values.view_as(total[part]) for values, total in zip(totals.split(sizes, 1), rows.sums)],
             )
+
+    @classmethod
+    def _stacked_standardisation(
+        cls, optimizers: Sequence[Self], rows: StackedRows, parameters: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """(masks, α, √β + μ) of the first ``parameters`` parameters of main-phase models on stacked rows ``rows``,
+        [M, *shape] each: ``mask``, ``alpha`` and ``_scale`` of every model at once (every model is masked)."""
+        masks = [m for m in cls._stacked_masks(optimizers, parameters) if m is not None]
+        constant = optimizers[0].hyper.settings.standardise_constant
+        scales = [beta.sqrt() + constant for beta in rows.state["beta"][:parameters]]
+        return masks, rows.state["alpha"][:parameters], scales
 
     @classmethod
     def stack_rows(cls, optimizers: Sequence[Self], params: Sequence[torch.Tensor]) -> None:
@@ -209,10 +218,8 @@ class AdaDPIGU(MaskedSupport):
                 for optimizer in group:
                     optimizer._choose_mask()
             return StepCost(first.hyper.noise_multiplier, first.hyper.sample_rate, "pretrain")
-        masks = [m for m in cls._stacked_masks(group, len(released)) if m is not None]  # every model is masked
-        constant = first.hyper.settings.standardise_constant
-        scales = [beta.sqrt() + constant for beta in state["beta"]]
-        released = [m * (value * s + a) for value, s, a, m in zip(released, scales, state["alpha"], masks)]
+        masks, alphas, scales = cls._stacked_standardisation(group, rows, len(released))
+        released = [m * (value * s + a) for value, s, a, m in zip(released, scales, alphas, masks)]
         cls._apply_rows(group, rows, released)
         if cls.adaptive_statistics:
             cls._update_statistics(first.hyper.settings, state["alpha"], state["beta"], released)
